@@ -1,0 +1,28 @@
+"""The contract every ``torchx`` sub-command implements (upstream-compatible)."""
+
+from __future__ import annotations
+
+import abc
+import argparse
+
+
+class SubCommand(abc.ABC):
+    """One CLI verb: ``add_arguments`` declares its flags, ``run`` does the work.
+
+    ``run`` may raise any exception derived from ``torchx.specs.TorchXError``
+    (user errors: printed as one line, exit 1) or ``CommandError``.
+    """
+
+    @abc.abstractmethod
+    def add_arguments(self, subparser: argparse.ArgumentParser) -> None: ...
+
+    @abc.abstractmethod
+    def run(self, args: argparse.Namespace) -> None: ...
+
+
+class CommandError(Exception):
+    """A user error detected by a CLI verb; main prints its message and exits with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

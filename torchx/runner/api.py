@@ -1,0 +1,358 @@
+"""The Runner: one entry point to submit, watch, log and cancel apps on any scheduler.
+
+Upstream-compatible (``get_runner``, ``Runner.run_component``, ``wait``, ...),
+with these differences on purpose:
+
+- ``dryrun``/``run`` never mutate the caller's ``AppDef``;
+- ``wait`` returns as soon as the scheduler sees the app end (schedulers may
+  override ``wait_for_change``), whatever ``wait_interval`` is;
+- ``TORCHX_*`` environment variables are not turned into scheduler kwargs;
+- a misconfigured tracker fails at submit time with one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from datetime import datetime
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+
+from torchx.runner import config as torchx_config
+from torchx.runner.events import log_event
+from torchx.schedulers import SchedulerFactory, get_scheduler_factories
+from torchx.schedulers.api import InvalidAppError, ListAppResponse, Scheduler, Stream
+from torchx.specs.api import (
+    MISSING,
+    AppDef,
+    AppDryRunInfo,
+    AppHandle,
+    AppStatus,
+    CfgVal,
+    UnknownAppException,
+    UnknownSchedulerException,
+    make_app_handle,
+    macros,
+    parse_app_handle,
+    runopts,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SESSION_NAME = "torchx"
+
+ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
+ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
+ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
+ENV_TORCHX_INTERNAL_SESSION_ID = "TORCHX_INTERNAL_SESSION_ID"
+
+
+def tracker_config_env_var_name(entrypoint_name: str) -> str:
+    """``TORCHX_TRACKER_<NAME>_CONFIG`` with characters invalid in env names replaced."""
+    import re
+
+    return f"TORCHX_TRACKER_{re.sub(r'[^A-Za-z0-9]', '_', entrypoint_name).upper()}_CONFIG"
+
+
+class Runner:
+    """Submits and manages apps; holds one scheduler client per backend."""
+
+    def __init__(
+        self,
+        name: str,
+        scheduler_factories: Mapping[str, SchedulerFactory],
+        component_defaults: Optional[Dict[str, Dict[str, str]]] = None,
+        scheduler_params: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        self._name = name
+        self._scheduler_factories = dict(scheduler_factories)
+        self._component_defaults = component_defaults or {}
+        self._scheduler_params = scheduler_params or {}
+        self._scheduler_instances: Dict[str, Scheduler] = {}
+        self._apps: Dict[AppHandle, AppDef] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release scheduler clients. Jobs keep running: they are tracked on their scheduler."""
+        for scheduler in self._scheduler_instances.values():
+            scheduler.close()
+        self._scheduler_instances.clear()
+
+    def name(self) -> str:
+        return self._name
+
+    # ------------------------------------------------------------------ submit
+
+    def run_component(
+        self,
+        component: str,
+        component_args: Union[List[str], Dict[str, Any]],
+        scheduler: str,
+        cfg: Optional[Mapping[str, CfgVal]] = None,
+        workspace: Optional[str] = None,
+        parent_run_id: Optional[str] = None,
+    ) -> AppHandle:
+        """Materialize a component (``utils.echo``, ``file.py:fn``) and submit it."""
+        info = self.dryrun_component(component, component_args, scheduler, cfg, workspace, parent_run_id)
+        return self.schedule(info)
+
+    def dryrun_component(
+        self,
+        component: str,
+        component_args: Union[List[str], Dict[str, Any]],
+        scheduler: str,
+        cfg: Optional[Mapping[str, CfgVal]] = None,
+        workspace: Optional[str] = None,
+        parent_run_id: Optional[str] = None,
+    ) -> AppDryRunInfo[Any]:
+        app = self.materialize_component(component, component_args)
+        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
+
+    def materialize_component(
+        self, component: str, component_args: Union[List[str], Dict[str, Any]]
+    ) -> AppDef:
+        """The ``AppDef`` a component returns for these args (defaults from .torchxconfig apply)."""
+        from torchx.specs.builders import materialize_appdef
+        from torchx.specs.finder import get_component
+
+        fn = get_component(component).fn
+        defaults = dict(torchx_config.get_configs("component", component))
+        defaults.update(self._component_defaults.get(component, {}))
+        if isinstance(component_args, dict):
+            return materialize_appdef(fn, [], defaults, config=component_args)
+        return materialize_appdef(fn, list(component_args), defaults)
+
+    def run(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Optional[Mapping[str, CfgVal]] = None,
+        workspace: Optional[str] = None,
+        parent_run_id: Optional[str] = None,
+    ) -> AppHandle:
+        return self.schedule(self.dryrun(app, scheduler, cfg, workspace, parent_run_id))
+
+    def dryrun(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Optional[Mapping[str, CfgVal]] = None,
+        workspace: Optional[str] = None,
+        parent_run_id: Optional[str] = None,
+    ) -> AppDryRunInfo[Any]:
+        """The scheduler request for ``app`` (on a copy: the caller's AppDef is untouched)."""
+        _validate_app(app)
+        app = copy.deepcopy(app)
+        sched = self._scheduler(scheduler)
+        trackers = torchx_config.get_configured_trackers()
+        _check_trackers(trackers)
+        parent = os.environ.get(ENV_TORCHX_PARENT_RUN_ID) or parent_run_id
+        job_id = make_app_handle(scheduler, self._name, macros.app_id)
+        for role in app.roles:
+            role.env[ENV_TORCHX_JOB_ID] = job_id
+            role.env.setdefault(ENV_TORCHX_INTERNAL_SESSION_ID, self._name)
+            if parent:
+                role.env[ENV_TORCHX_PARENT_RUN_ID] = parent
+            if trackers:
+                role.env[ENV_TORCHX_TRACKERS] = ",".join(trackers)
+                for tracker, tracker_cfg in trackers.items():
+                    if tracker_cfg:
+                        role.env[tracker_config_env_var_name(tracker)] = tracker_cfg
+        resolved = dict(cfg or {})
+        torchx_config.apply(scheduler, resolved)
+        with log_event("dryrun", scheduler, app_image=_image(app), runcfg=resolved):
+            sched._pre_build_validate(app, scheduler, resolved)
+            info = sched.submit_dryrun(app, resolved)
+        return info
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> AppHandle:
+        """Submit a request made by ``dryrun``; returns ``scheduler://session/app_id``."""
+        scheduler = dryrun_info._scheduler
+        if scheduler is None:
+            raise ValueError("dryrun_info has no scheduler; create it with Runner.dryrun")
+        sched = self._scheduler(scheduler)
+        with log_event("schedule", scheduler) as event:
+            app_id = sched.schedule(dryrun_info)
+            event.app_id = app_id
+        handle = make_app_handle(scheduler, self._name, app_id)
+        if dryrun_info._app is not None:
+            self._apps[handle] = dryrun_info._app
+        logger.info("launched %s", handle)
+        return handle
+
+    # ------------------------------------------------------------------ inspect
+
+    def status(self, app_handle: AppHandle) -> Optional[AppStatus]:
+        """The app's status, or None if its scheduler does not know it."""
+        sched, _, app_id = self._scheduler_app_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            return None
+        return AppStatus(
+            state=desc.state,
+            num_restarts=max(desc.num_restarts, 0),
+            msg=desc.msg,
+            structured_error_msg=desc.structured_error_msg,
+            ui_url=desc.ui_url,
+            roles=desc.roles_statuses,
+        )
+
+    def wait(
+        self,
+        app_handle: AppHandle,
+        wait_interval: float = 10,
+        timeout: Optional[float] = None,
+    ) -> Optional[AppStatus]:
+        """Block until the app is terminal (or ``timeout`` s); None if the app is unknown.
+
+        ``wait_interval`` bounds the time between status checks, but schedulers that
+        can see the app end (local) wake up at once.
+        """
+        sched, _, app_id = self._scheduler_app_id(app_handle)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status(app_handle)
+            if status is None or status.is_terminal():
+                return status
+            remaining = wait_interval
+            if deadline is not None:
+                remaining = min(remaining, deadline - time.monotonic())
+                if remaining <= 0:
+                    return status
+            sched.wait_for_change(app_id, remaining)
+
+    def describe(self, app_handle: AppHandle) -> Optional[AppDef]:
+        """The AppDef of a submitted app (from this runner's cache or the scheduler)."""
+        if app_handle in self._apps:
+            return self._apps[app_handle]
+        sched, _, app_id = self._scheduler_app_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            return None
+        return AppDef(name=app_id, roles=desc.roles, metadata=desc.metadata)
+
+    def log_lines(
+        self,
+        app_handle: AppHandle,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        """Log lines of replica ``k`` of ``role_name`` (each ending in ``\\n``)."""
+        sched, _, app_id = self._scheduler_app_id(app_handle)
+        if sched.describe(app_id) is None:
+            raise UnknownAppException(app_handle)
+        return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams=streams)
+
+    def list(self, scheduler: str) -> List[ListAppResponse]:
+        """Apps the scheduler knows, with their handles."""
+        sched = self._scheduler(scheduler)
+        apps = sched.list()
+        for app in apps:
+            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+        return apps
+
+    # ------------------------------------------------------------------ control
+
+    def cancel(self, app_handle: AppHandle) -> None:
+        """Cancel the app if it is still running (idempotent); unknown apps raise."""
+        sched, _, app_id = self._scheduler_app_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            raise UnknownAppException(app_handle)
+        from torchx.specs.api import is_terminal
+
+        if not is_terminal(desc.state):
+            with log_event("cancel", sched.backend, app_id):
+                sched.cancel(app_id)
+
+    def stop(self, app_handle: AppHandle) -> None:
+        """Deprecated alias of :meth:`cancel`."""
+        self.cancel(app_handle)
+
+    # ------------------------------------------------------------------ schedulers
+
+    def scheduler_backends(self) -> List[str]:
+        return list(self._scheduler_factories.keys())
+
+    def scheduler_run_opts(self, scheduler: str) -> runopts:
+        return self._scheduler(scheduler).run_opts()
+
+    def cfg_from_str(self, scheduler: str, *cfg_literal: str) -> Dict[str, CfgVal]:
+        """Parse ``"k=v,k2=v2"`` literals against the scheduler's run options."""
+        opts = self.scheduler_run_opts(scheduler)
+        cfg: Dict[str, CfgVal] = {}
+        for literal in cfg_literal:
+            cfg.update(opts.cfg_from_str(literal))
+        return cfg
+
+    def _scheduler(self, scheduler: str) -> Scheduler:
+        sched = self._scheduler_instances.get(scheduler)
+        if sched is None:
+            factory = self._scheduler_factories.get(scheduler)
+            if factory is None:
+                raise UnknownSchedulerException(scheduler, sorted(self._scheduler_factories))
+            sched = factory(self._name, **self._scheduler_params)
+            self._scheduler_instances[scheduler] = sched
+        return sched
+
+    def _scheduler_app_id(self, app_handle: AppHandle) -> tuple[Scheduler, str, str]:
+        scheduler, session, app_id = parse_app_handle(app_handle)
+        return self._scheduler(scheduler), scheduler, app_id
+
+    def __repr__(self) -> str:
+        return f"Runner(name={self._name!r}, schedulers={self.scheduler_backends()})"
+
+
+def _validate_app(app: AppDef) -> None:
+    if not app.roles:
+        raise InvalidAppError(f"app {app.name!r} has no roles; add at least one Role")
+    for role in app.roles:
+        if not role.entrypoint or role.entrypoint == MISSING:
+            raise InvalidAppError(f"role {role.name!r} of app {app.name!r} has no entrypoint")
+        if role.num_replicas <= 0:
+            raise InvalidAppError(
+                f"role {role.name!r} of app {app.name!r} has num_replicas={role.num_replicas}; it must be > 0"
+            )
+
+
+def _check_trackers(trackers: Mapping[str, Optional[str]]) -> None:
+    """Fail at submit time, in one line, on an unknown or unreachable tracker."""
+    if not trackers:
+        return
+    from torchx.trackers import api as tracker_api
+
+    check = getattr(tracker_api, "validate_tracker_config", None)
+    if check is not None:
+        for name, tracker_cfg in trackers.items():
+            check(name, tracker_cfg)
+
+
+def _image(app: AppDef) -> Optional[str]:
+    return app.roles[0].image if app.roles else None
+
+
+def get_runner(
+    name: Optional[str] = None,
+    component_defaults: Optional[Dict[str, Dict[str, str]]] = None,
+    **scheduler_params: Any,
+) -> Runner:
+    """A Runner over every registered scheduler; ``name`` is the session (default ``torchx``)."""
+    return Runner(
+        name or DEFAULT_SESSION_NAME,
+        get_scheduler_factories(),
+        component_defaults,
+        scheduler_params,
+    )

@@ -1,0 +1,100 @@
+"""Usage events for Runner API calls, logged to ``torchx-events-<destination>`` loggers.
+
+Upstream-compatible names (``TorchxEvent``, ``SourceType``, ``record``, ``log_event``);
+by default events go to a logger with no handlers, so they cost almost nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any, Dict, Iterator, Optional
+
+
+class SourceType(str, Enum):
+    UNKNOWN = "<unknown>"
+    INTERNAL = "INTERNAL"
+    EXTERNAL = "EXTERNAL"
+
+
+@dataclass
+class TorchxEvent:
+    session: str
+    scheduler: str
+    api: str
+    app_id: Optional[str] = None
+    app_image: Optional[str] = None
+    app_metadata: Optional[Dict[str, str]] = None
+    runcfg: Optional[str] = None
+    raw_exception: Optional[str] = None
+    source: SourceType = SourceType.UNKNOWN
+    cpu_time_usec: Optional[int] = None
+    wall_time_usec: Optional[int] = None
+    start_epoch_time_usec: Optional[int] = None
+    workspace: Optional[str] = None
+    exception_type: Optional[str] = None
+    exception_message: Optional[str] = None
+    exception_source_location: Optional[str] = None
+
+    def serialize(self) -> str:
+        return json.dumps(asdict(self), default=str)
+
+    @staticmethod
+    def deserialize(data: str) -> "TorchxEvent":
+        d = json.loads(data)
+        d["source"] = SourceType(d.get("source", SourceType.UNKNOWN))
+        return TorchxEvent(**d)
+
+
+def _logger(destination: str) -> logging.Logger:
+    logger = logging.getLogger(f"torchx-events-{destination}")
+    logger.propagate = False
+    return logger
+
+
+def record(event: TorchxEvent, destination: str = "null") -> None:
+    logger = _logger(destination)
+    if logger.isEnabledFor(logging.INFO) and logger.handlers:
+        logger.info(event.serialize())
+
+
+@contextmanager
+def log_event(
+    api: str,
+    scheduler: Optional[str] = None,
+    app_id: Optional[str] = None,
+    app_image: Optional[str] = None,
+    app_metadata: Optional[Dict[str, str]] = None,
+    runcfg: Any = None,
+    workspace: Optional[str] = None,
+) -> Iterator[TorchxEvent]:
+    """Time the wrapped Runner call and record it (with the exception, if any)."""
+    event = TorchxEvent(
+        session="torchx",
+        scheduler=scheduler or "",
+        api=api,
+        app_id=app_id,
+        app_image=app_image,
+        app_metadata=app_metadata,
+        runcfg=json.dumps(runcfg, default=str) if runcfg is not None else None,
+        workspace=workspace,
+        source=SourceType.UNKNOWN,
+    )
+    start_wall, start_cpu = time.perf_counter_ns(), time.process_time_ns()
+    event.start_epoch_time_usec = time.time_ns() // 1000
+    try:
+        yield event
+    except BaseException as e:
+        event.raw_exception = traceback.format_exc()
+        event.exception_type = type(e).__name__
+        event.exception_message = str(e)
+        raise
+    finally:
+        event.wall_time_usec = (time.perf_counter_ns() - start_wall) // 1000
+        event.cpu_time_usec = (time.process_time_ns() - start_cpu) // 1000
+        record(event)

@@ -1,0 +1,201 @@
+"""The contract every scheduler implements, and helpers they share.
+
+A scheduler turns an ``AppDef`` into a request for its backend (``submit_dryrun``),
+submits it (``schedule``), and answers ``describe``/``list``/``log_iter``/``cancel``
+for app ids it issued. It knows nothing of the runner or the CLI.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Dict, Generic, Iterable, Iterator, List, Mapping, Optional, TypeVar
+
+from torchx.specs.api import (
+    NONE,
+    NULL_RESOURCE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    Role,
+    RoleStatus,
+    TorchXError,
+    runopts,
+)
+
+T = TypeVar("T")  # the scheduler's request type
+
+
+class Stream(str, Enum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
+
+
+@dataclass
+class DescribeAppResponse:
+    """What a scheduler knows about one app."""
+
+    app_id: str = "<NOT_SET>"
+    state: AppState = AppState.UNSUBMITTED
+    num_restarts: int = -1
+    msg: str = NONE
+    structured_error_msg: str = NONE
+    ui_url: Optional[str] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
+    roles_statuses: List[RoleStatus] = field(default_factory=list)
+    roles: List[Role] = field(default_factory=list)
+
+
+@dataclass(unsafe_hash=True)
+class ListAppResponse:
+    app_id: str
+    state: AppState
+    app_handle: str = "<NOT_SET>"
+    name: str = ""
+
+
+class InvalidAppError(TorchXError, ValueError):
+    """An AppDef a scheduler cannot run (no resource, no roles, ...)."""
+
+
+class Scheduler(abc.ABC, Generic[T]):
+    """Base class of all schedulers (``local_cwd``, ``slurm``, ``kubernetes``, ...)."""
+
+    def __init__(self, backend: str, session_name: str) -> None:
+        self.backend = backend
+        self.session_name = session_name
+
+    def close(self) -> None:
+        """Release resources held by this object (never kills jobs submitted through it)."""
+
+    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal], workspace: Optional[str] = None) -> str:
+        """Dry-run then schedule ``app``; returns the scheduler's app id."""
+        resolved = self.run_opts().resolve(cfg)
+        return self.schedule(self.submit_dryrun(app, resolved))
+
+    @abc.abstractmethod
+    def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
+        """Submit a request made by ``submit_dryrun``; returns the app id."""
+
+    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[T]:
+        """The exact request ``schedule`` would submit, without submitting it."""
+        resolved = self.run_opts().resolve(cfg)
+        self._validate(app, self.backend, resolved)
+        info = self._submit_dryrun(app, resolved)
+        for role in app.roles:
+            info = role.pre_proc(self.backend, info)
+        info._app = app
+        info._cfg = resolved
+        info._scheduler = self.backend
+        return info
+
+    @abc.abstractmethod
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[T]: ...
+
+    def run_opts(self) -> runopts:
+        return self._run_opts()
+
+    def _run_opts(self) -> runopts:
+        return runopts()
+
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        """The app's state, or None if this scheduler does not know the id."""
+
+    @abc.abstractmethod
+    def list(self) -> List[ListAppResponse]:
+        """Apps this scheduler knows about."""
+
+    def exists(self, app_id: str) -> bool:
+        return self.describe(app_id) is not None
+
+    @abc.abstractmethod
+    def _cancel_existing(self, app_id: str) -> None: ...
+
+    def cancel(self, app_id: str) -> None:
+        """Cancel the app if it exists (idempotent)."""
+        if self.exists(app_id):
+            self._cancel_existing(app_id)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        """Lines (with their ``\\n``) of replica ``k`` of ``role_name``."""
+        raise NotImplementedError(f"{self.backend} does not support log_iter")
+
+    def wait_for_change(self, app_id: str, timeout: float) -> None:
+        """Block up to ``timeout`` s or until the app's state may have changed.
+
+        The default just sleeps; schedulers that can notice a change sooner
+        (the local scheduler watches its processes) override it, which lets
+        ``Runner.wait`` return as soon as the app ends.
+        """
+        import time
+
+        time.sleep(timeout)
+
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        """Checks that must pass before a workspace is built."""
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        for role in app.roles:
+            if role.resource == NULL_RESOURCE:
+                raise InvalidAppError(
+                    f"No resource for role: {role.image}. Did you forget to attach resource to the role?"
+                )
+
+
+def filter_regex(regex: Optional[str], lines: Iterable[str]) -> Iterator[str]:
+    """Only the lines matching ``regex`` (all lines when it is None)."""
+    if not regex:
+        yield from lines
+        return
+    pattern = re.compile(regex)
+    for line in lines:
+        if pattern.search(line):
+            yield line
+
+
+def split_lines(text: str) -> List[str]:
+    """Split keeping each line's ``\\n``."""
+    return text.splitlines(keepends=True)
+
+
+def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
+    """Re-chunk a stream of text pieces into whole lines (a trailing partial line is flushed)."""
+    buf = ""
+    for chunk in chunks:
+        buf += chunk
+        while True:
+            i = buf.find("\n")
+            if i < 0:
+                break
+            yield buf[: i + 1]
+            buf = buf[i + 1 :]
+    if buf:
+        yield buf
+
+
+def role_by_name(roles: List[Role], name: str) -> Role:
+    for role in roles:
+        if role.name == name:
+            return role
+    raise KeyError(name)
+
+
+def cfg_get(cfg: Mapping[str, CfgVal], key: str, default: Any = None) -> Any:
+    val = cfg.get(key)
+    return default if val is None else val

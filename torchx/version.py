@@ -1,0 +1,5 @@
+from torchx import IMAGE, __version__
+
+TORCHX_IMAGE = IMAGE
+
+__all__ = ["__version__", "TORCHX_IMAGE"]
