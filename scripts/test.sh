@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: set up .venv (idempotent) and run the whole suite.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh tests/specs -x`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+# A throwaway local Slurm cluster for the Slurm tests (root + apt only; skipped otherwise).
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null && [ -x scripts/slurm_cluster.sh ]; then
+    if bash scripts/slurm_cluster.sh install && bash scripts/slurm_cluster.sh start; then
+        trap 'bash scripts/slurm_cluster.sh stop || true' EXIT
+        eval "$(bash scripts/slurm_cluster.sh env)"
+    else
+        echo "test: local Slurm cluster unavailable; Slurm tests will be skipped" >&2
+    fi
+fi
+export PATH="$PWD/.venv/bin:$PATH"
+.venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,75 @@
+"""Parsers for the structured string arguments of ``dist.*``: ``--name exp/run`` and ``-j``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from torchx.specs.api import InvalidArgumentError
+
+_J_USAGE = "use -j NPROC, -j NNODESxNPROC or -j MIN:MAXxNPROC (e.g. -j 4, -j 2x4, -j 1:2x4)"
+
+
+@dataclass
+class StructuredNameArgument:
+    experiment_name: str
+    run_name: str
+
+    @staticmethod
+    def parse_from(name: str, m: Optional[str] = None, script: Optional[str] = None) -> "StructuredNameArgument":
+        """``exp/run``, ``exp/``, ``/run`` or ``run``; defaults: ``default-experiment`` and the script/module."""
+        default_run = (Path(script).stem if script else (m or "").split(".")[-1]) or "app"
+        exp, sep, run = name.partition("/")
+        if not sep:
+            exp, run = "", exp
+        return StructuredNameArgument(exp or "default-experiment", run or default_run)
+
+
+@dataclass
+class StructuredJArgument:
+    min_nnodes: int
+    max_nnodes: int
+    nproc_per_node: int
+
+    @property
+    def nnodes_rep(self) -> str:
+        if self.min_nnodes == self.max_nnodes:
+            return str(self.max_nnodes)
+        return f"{self.min_nnodes}:{self.max_nnodes}"
+
+    def __str__(self) -> str:
+        return f"{self.nnodes_rep}x{self.nproc_per_node}"
+
+    @staticmethod
+    def parse(j: str) -> "StructuredJArgument":
+        """Parse ``-j`` (NPROC, NNODESxNPROC, MIN:MAXxNPROC) and check the numbers make sense."""
+        m = re.fullmatch(r"\s*(?:(?:(\d+):)?(\d+)x)?(\d+)\s*", j or "")
+        if not m:
+            raise InvalidArgumentError(f"invalid -j {j!r}: {_J_USAGE}")
+        min_s, max_s, nproc_s = m.groups()
+        max_nnodes = int(max_s) if max_s else 1
+        min_nnodes = int(min_s) if min_s else max_nnodes
+        nproc = int(nproc_s)
+        if nproc < 1:
+            raise InvalidArgumentError(f"invalid -j {j!r}: processes per node must be >= 1; {_J_USAGE}")
+        if max_nnodes < 1 or min_nnodes < 1:
+            raise InvalidArgumentError(f"invalid -j {j!r}: number of nodes must be >= 1; {_J_USAGE}")
+        if min_nnodes > max_nnodes:
+            raise InvalidArgumentError(f"invalid -j {j!r}: MIN nodes ({min_nnodes}) > MAX nodes ({max_nnodes})")
+        return StructuredJArgument(min_nnodes, max_nnodes, nproc)
+
+    @staticmethod
+    def parse_from(h: Optional[str], j: str) -> "StructuredJArgument":
+        """For ``dist.spmd``: ``-j N`` means N nodes with as many processes as ``h`` has GPUs."""
+        from torchx.specs.named_resources import named_resources
+
+        if re.fullmatch(r"\s*\d+\s*", j or ""):
+            gpus = named_resources[h].gpu if h else 0
+            if gpus <= 0:
+                raise InvalidArgumentError(
+                    f"-j {j} needs a GPU host type (-h) to infer processes per node; use -j {j}xNPROC"
+                )
+            return StructuredJArgument.parse(f"{j.strip()}x{gpus}")
+        return StructuredJArgument.parse(j)
