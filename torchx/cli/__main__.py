@@ -1,0 +1,3 @@
+from torchx.cli.main import main
+
+main()

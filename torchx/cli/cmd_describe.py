@@ -1,0 +1,24 @@
+"""``torchx describe HANDLE``: the AppDef the app was submitted with."""
+
+from __future__ import annotations
+
+import argparse
+
+from torchx.cli.cmd_base import CommandError, SubCommand
+
+
+class CmdDescribe(SubCommand):
+    def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
+        subparser.add_argument("app_handle", help="torchx app handle")
+
+    def run(self, args: argparse.Namespace) -> None:
+        import yaml
+
+        from torchx.runner import get_runner
+        from torchx.specs.serialize import appdef_to_dict
+
+        with get_runner() as runner:
+            app = runner.describe(args.app_handle)
+        if app is None:
+            raise CommandError(f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)")
+        print(yaml.safe_dump(appdef_to_dict(app), sort_keys=False, width=100).rstrip())

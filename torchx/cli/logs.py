@@ -1,0 +1,64 @@
+"""Print an app's log lines as they are written, each prefixed ``role/replica``."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import List, Optional, TextIO, Tuple
+
+from torchx.runner import Runner
+from torchx.schedulers.api import Stream
+
+_COLORS = ["\033[32m", "\033[36m", "\033[33m", "\033[35m", "\033[34m", "\033[31m"]
+_RESET = "\033[0m"
+
+
+def replicas_of(runner: Runner, handle: str, role: Optional[str] = None, ids: Optional[List[int]] = None) -> List[Tuple[str, int]]:
+    """(role, replica id) pairs of the app, optionally narrowed to one role and some ids."""
+    app = runner.describe(handle)
+    if app is None:
+        return []
+    pairs = []
+    for r in app.roles:
+        if role and r.name != role:
+            continue
+        for i in range(r.num_replicas):
+            if ids is None or i in ids:
+                pairs.append((r.name, i))
+    return pairs
+
+
+def stream_logs(
+    runner: Runner,
+    handle: str,
+    pairs: List[Tuple[str, int]],
+    should_tail: bool,
+    regex: Optional[str] = None,
+    streams: Optional[Stream] = None,
+    out: TextIO = sys.stdout,
+) -> List[BaseException]:
+    """Print every replica's lines concurrently; returns the errors of the reader threads."""
+    lock = threading.Lock()
+    color = out.isatty()
+    errors: List[BaseException] = []
+
+    def read(role: str, k: int, idx: int) -> None:
+        prefix = f"{role}/{k}"
+        if color:
+            prefix = f"{_COLORS[idx % len(_COLORS)]}{prefix}{_RESET}"
+        try:
+            for line in runner.log_lines(handle, role, k, regex=regex, should_tail=should_tail, streams=streams):
+                text = line if line.endswith("\n") else line + "\n"
+                with lock:
+                    out.write(f"{prefix} {text}")
+                    out.flush()
+        except Exception as e:  # reported by the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(role, k, i), daemon=True) for i, (role, k) in enumerate(pairs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.2)  # wakes up for Ctrl-C
+    return errors
