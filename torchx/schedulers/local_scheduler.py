@@ -259,7 +259,20 @@ class LocalScheduler(Scheduler[PopenRequest]):
             )
         with open(app_dir / "supervisor.pid", "w") as f:
             f.write(f"{proc.pid} {_create_time(proc.pid)}")
+        self._wait_started(app_dir, proc)
         return req.app_id
+
+    def _wait_started(self, app_dir: Path, proc: "subprocess.Popen[bytes]") -> None:
+        """Return once the supervisor has started the replicas (it then handles SIGTERM)."""
+        state = app_dir / "state.json"
+        deadline = time.monotonic() + 60
+        while not state.exists():
+            if proc.poll() is not None:
+                log = (app_dir / "supervisor.log").read_text(errors="replace").strip()
+                raise RuntimeError(f"local_cwd supervisor exited with {proc.returncode}: {log[-500:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"local_cwd supervisor did not start within 60 s (see {app_dir})")
+            time.sleep(0.002)
 
     # ------------------------------------------------------------------ inspect
 

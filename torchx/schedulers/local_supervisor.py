@@ -286,8 +286,13 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.write_state()  # tells the scheduler we are up and handle SIGTERM
         for r in self.replicas:
-            r.start()
+            if not self.cancelled.is_set():
+                r.start()
+        if self.cancelled.is_set():  # cancelled while starting: stop what did start
+            for r in self.running():
+                self.signalled |= kill_tree(r.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
         self.state = RUNNING
         self.write_state()
         failed_app = False
