@@ -2,15 +2,38 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
-from typing import Any, Dict, Tuple
+import os
+import time
+import traceback
+from typing import Any, Callable, Dict, Tuple
 
 import fsspec
 import numpy as np
 
 SPLITS = ("train", "val", "test")
+
+
+def record_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """Write an uncaught exception to $TORCHELASTIC_ERROR_FILE (torchelastic's reply-file
+    format), so ``torchx status`` shows the exception, not only an exit code."""
+
+    @functools.wraps(main)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        try:
+            return main(*args, **kwargs)
+        except Exception as e:
+            path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+            if path and not os.path.exists(path):
+                info = {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}
+                with open(path, "w") as f:
+                    json.dump({"message": {"message": f"{type(e).__name__}: {e}", "extraInfo": info}}, f)
+            raise
+
+    return wrapper
 
 
 def join(base: str, name: str) -> str:

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 import tracking  # noqa: E402
-from common import join, load_split, make_model, read_bytes, read_json, write_bytes, write_json  # noqa: E402
+from common import record_errors, join, load_split, make_model, read_bytes, read_json, write_bytes, write_json  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -46,6 +46,7 @@ def confusion_png(cm: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+@record_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     import torch

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fsspec  # noqa: E402
 import tracking  # noqa: E402
-from common import join, load_split, make_model, write_bytes, write_json  # noqa: E402
+from common import record_errors, join, load_split, make_model, write_bytes, write_json  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -111,6 +111,7 @@ def init_distributed() -> Tuple[int, int, Any]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
+@record_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     import torch

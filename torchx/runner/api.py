@@ -23,6 +23,7 @@ from torchx.runner import config as torchx_config
 from torchx.runner.events import log_event
 from torchx.schedulers import SchedulerFactory, get_scheduler_factories
 from torchx.schedulers.api import InvalidAppError, ListAppResponse, Scheduler, Stream
+from torchx.trackers.api import tracker_config_env_var_name
 from torchx.specs.api import (
     MISSING,
     AppDef,
@@ -46,13 +47,6 @@ ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
 ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
 ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
 ENV_TORCHX_INTERNAL_SESSION_ID = "TORCHX_INTERNAL_SESSION_ID"
-
-
-def tracker_config_env_var_name(entrypoint_name: str) -> str:
-    """``TORCHX_TRACKER_<NAME>_CONFIG`` with characters invalid in env names replaced."""
-    import re
-
-    return f"TORCHX_TRACKER_{re.sub(r'[^A-Za-z0-9]', '_', entrypoint_name).upper()}_CONFIG"
 
 
 class Runner:
@@ -332,12 +326,10 @@ def _check_trackers(trackers: Mapping[str, Optional[str]]) -> None:
     """Fail at submit time, in one line, on an unknown or unreachable tracker."""
     if not trackers:
         return
-    from torchx.trackers import api as tracker_api
+    from torchx.trackers.api import validate_tracker_config
 
-    check = getattr(tracker_api, "validate_tracker_config", None)
-    if check is not None:
-        for name, tracker_cfg in trackers.items():
-            check(name, tracker_cfg)
+    for name, tracker_cfg in trackers.items():
+        validate_tracker_config(name, tracker_cfg)
 
 
 def _image(app: AppDef) -> Optional[str]:

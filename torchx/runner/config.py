@@ -222,6 +222,8 @@ def get_configured_trackers(dirs: Optional[Iterable[str]] = None) -> Dict[str, O
         names = list(get_configs("torchx", "tracker", dirs).keys())
     trackers: Dict[str, Optional[str]] = {}
     for name in names:
-        env_cfg = os.environ.get(f"TORCHX_TRACKER_{name.upper()}_CONFIG")
+        from torchx.trackers.api import tracker_config_env_var_name
+
+        env_cfg = os.environ.get(tracker_config_env_var_name(name))
         trackers[name] = env_cfg if env_cfg is not None else get_config("tracker", name, "config", dirs)
     return trackers

@@ -79,6 +79,18 @@ def reap_stragglers(pids: set, grace: float) -> None:
             pass
 
 
+def last_line(path: str, limit: int = 300) -> str:
+    """The last non-empty line of a log file (the usual place of a crash's message)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if any(c.isalnum() for c in ln)]
+    except OSError:
+        return ""
+    return lines[-1][:limit] if lines else ""
+
+
 class _Tee:
     """Copies one pipe of a replica to its own log and (whole lines) to combined.log."""
 
@@ -312,6 +324,9 @@ class Supervisor:
                 continue
             if replica.state == FAILED:
                 self.msg = f"replica {replica.role}/{replica.id} exited with code {replica.exit_code}"
+                last = last_line(replica.spec["stderr"])
+                if last:
+                    self.msg += f": {last}"
                 if not self.handle_failure(replica):
                     failed_app = True
                     self.write_state()

@@ -1,0 +1,273 @@
+"""Tracker API: what a torchx job records (metadata, artifacts, metrics) and where its
+inputs came from (sources), so lineage can be walked both ways.
+
+Upstream-compatible names (``TrackerBase``, ``AppRun``, ``app_run_from_env``, the
+``TORCHX_*`` env contract). Beyond upstream: real lineage, per-step metrics, pipeline
+parent runs, run status (a failed job's run ends FAILED), and config checks at submit.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from torchx.specs.api import TorchXError
+
+logger = logging.getLogger(__name__)
+
+ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
+ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
+ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
+UNDEFINED_RUN_ID = "<UNDEFINED>"
+
+
+def tracker_config_env_var_name(entrypoint_name: str) -> str:
+    """``TORCHX_TRACKER_<NAME>_CONFIG`` (characters invalid in env names become ``_``)."""
+    return f"TORCHX_TRACKER_{re.sub(r'[^A-Za-z0-9]', '_', entrypoint_name).upper()}_CONFIG"
+
+
+class TrackerConfigError(TorchXError, ValueError):
+    """An unknown tracker backend or an unusable tracker config."""
+
+
+@dataclass
+class TrackerSource:
+    """A run this run consumed from, optionally through one of its artifacts."""
+
+    source_run_id: str
+    artifact_name: Optional[str]
+
+
+@dataclass
+class TrackerArtifact:
+    name: str
+    path: str
+    metadata: Optional[Mapping[str, object]]
+
+
+@dataclass(frozen=True)
+class LineageEdge:
+    """``source`` produced ``artifact``, which ``target`` consumed."""
+
+    source: str
+    target: str
+    artifact: Optional[str]
+
+
+@dataclass
+class Lineage:
+    """The graph around one run: every run upstream and downstream, and the edges between."""
+
+    run_id: str
+    edges: List[LineageEdge] = field(default_factory=list)
+    runs: Dict[str, Dict[str, object]] = field(default_factory=dict)
+
+    def upstream(self, run_id: Optional[str] = None) -> List[LineageEdge]:
+        rid = run_id or self.run_id
+        return [e for e in self.edges if e.target == rid]
+
+    def downstream(self, run_id: Optional[str] = None) -> List[LineageEdge]:
+        rid = run_id or self.run_id
+        return [e for e in self.edges if e.source == rid]
+
+
+class TrackerBase(abc.ABC):
+    """A backend that stores runs (keyed by torchx job id)."""
+
+    @abc.abstractmethod
+    def add_artifact(self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None: ...
+
+    @abc.abstractmethod
+    def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]: ...
+
+    @abc.abstractmethod
+    def add_metadata(self, run_id: str, **kwargs: object) -> None: ...
+
+    @abc.abstractmethod
+    def metadata(self, run_id: str) -> Mapping[str, object]: ...
+
+    @abc.abstractmethod
+    def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None: ...
+
+    @abc.abstractmethod
+    def sources(self, run_id: str, artifact_name: Optional[str] = None) -> Iterable[TrackerSource]: ...
+
+    @abc.abstractmethod
+    def descendants(self, run_id: str) -> Iterable[TrackerSource]:
+        """Runs that consumed this one (``source_run_id`` is the consumer here)."""
+
+    @abc.abstractmethod
+    def run_ids(self, **kwargs: str) -> Iterable[str]: ...
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        """Per-step metrics; backends without metrics ignore them."""
+
+    def set_parent(self, run_id: str, parent_run_id: str) -> None:
+        """Nest this run under a pipeline run (distinct from data sources)."""
+
+    def end_run(self, run_id: str, status: str) -> None:
+        """Mark the run ``FINISHED``, ``FAILED`` or ``KILLED``."""
+
+    def lineage(self, run_id: str) -> Lineage:
+        """Walk sources (upstream) and descendants (downstream) transitively."""
+        lineage = Lineage(run_id)
+        seen_up, seen_down = {run_id}, {run_id}
+        todo_up, todo_down = [run_id], [run_id]
+        while todo_up:
+            rid = todo_up.pop()
+            for s in self.sources(rid):
+                lineage.edges.append(LineageEdge(s.source_run_id, rid, s.artifact_name))
+                if s.source_run_id not in seen_up:
+                    seen_up.add(s.source_run_id)
+                    todo_up.append(s.source_run_id)
+        while todo_down:
+            rid = todo_down.pop()
+            for d in self.descendants(rid):
+                lineage.edges.append(LineageEdge(rid, d.source_run_id, d.artifact_name))
+                if d.source_run_id not in seen_down:
+                    seen_down.add(d.source_run_id)
+                    todo_down.append(d.source_run_id)
+        lineage.edges = list(dict.fromkeys(lineage.edges))
+        for rid in seen_up | seen_down:
+            lineage.runs[rid] = dict(self.metadata(rid))
+        return lineage
+
+
+# ---------------------------------------------------------------------------- backends
+
+
+def _known_backends() -> Dict[str, Any]:
+    from torchx.util.entrypoints import load_group
+
+    backends = {
+        "fsspec": lambda: _load("torchx.trackers.fsspec_backend:create"),
+        "mlflow": lambda: _load("torchx.trackers.mlflow_backend:create"),
+    }
+    backends.update(load_group("torchx.tracker"))
+    return backends
+
+
+def _load(path: str) -> Any:
+    from torchx.util.entrypoints import load_object
+
+    return load_object(path)
+
+
+def _factory(name: str) -> Any:
+    backends = _known_backends()
+    if name in backends:
+        return backends[name]()
+    if ":" in name or "." in name:
+        try:
+            return _load(name)
+        except (ImportError, AttributeError) as e:
+            raise TrackerConfigError(f"cannot load tracker {name!r}: {e}") from None
+    raise TrackerConfigError(
+        f"unknown tracker {name!r}; known trackers: {', '.join(sorted(backends))} (or give module:function)"
+    )
+
+
+def build_trackers(entrypoint_and_config: Mapping[str, Optional[str]]) -> List[TrackerBase]:
+    """Instantiate trackers from ``{name or module:fn: config}``."""
+    return [_factory(name)(config) for name, config in entrypoint_and_config.items()]
+
+
+def validate_tracker_config(name: str, config: Optional[str]) -> None:
+    """Cheap submit-time check: the backend exists and its store is reachable (seconds, not minutes)."""
+    factory = _factory(name)
+    check = getattr(factory, "validate", None)
+    if check is not None:
+        check(config)
+
+
+def trackers_from_environ() -> List[TrackerBase]:
+    names = [n.strip() for n in os.environ.get(ENV_TORCHX_TRACKERS, "").split(",") if n.strip()]
+    return build_trackers({n: os.environ.get(tracker_config_env_var_name(n)) for n in names})
+
+
+# ---------------------------------------------------------------------------- AppRun
+
+
+@dataclass
+class AppRunTrackableSource:
+    parent: "AppRun"
+    artifact_name: Optional[str]
+
+
+@dataclass
+class AppRun:
+    """The tracked run of the current torchx job; does nothing outside a torchx job."""
+
+    id: str
+    backends: List[TrackerBase]
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1)
+    def run_from_env() -> "AppRun":
+        job_id = os.environ.get(ENV_TORCHX_JOB_ID)
+        if not job_id:
+            return AppRun(UNDEFINED_RUN_ID, [])
+        run = AppRun(job_id, trackers_from_environ())
+        parent = os.environ.get(ENV_TORCHX_PARENT_RUN_ID)
+        if parent:
+            for backend in run.backends:
+                backend.set_parent(job_id, parent)
+        return run
+
+    def job_id(self) -> str:
+        return self.id
+
+    def add_metadata(self, **kwargs: object) -> None:
+        for b in self.backends:
+            b.add_metadata(self.id, **kwargs)
+
+    def add_artifact(self, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None:
+        for b in self.backends:
+            b.add_artifact(self.id, name, path, metadata)
+
+    def add_source(self, source_id: str, artifact_name: Optional[str] = None) -> None:
+        for b in self.backends:
+            b.add_source(self.id, source_id, artifact_name)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        for b in self.backends:
+            b.log_metrics(self.id, metrics, step)
+
+    def sources(self) -> Iterable[AppRunTrackableSource]:
+        if not self.backends:
+            return []
+        return [
+            AppRunTrackableSource(AppRun(s.source_run_id, self.backends), s.artifact_name)
+            for s in self.backends[0].sources(self.id)
+        ]
+
+    def children(self) -> Iterable["AppRun"]:
+        if not self.backends:
+            return []
+        return [AppRun(rid, self.backends) for rid in self.backends[0].run_ids(parent_run_id=self.id)]
+
+
+def app_run_from_env() -> AppRun:
+    return AppRun.run_from_env()
+
+
+# ---------------------------------------------------------------------------- pipelines
+
+
+def start_pipeline_run(run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object) -> List[TrackerBase]:
+    """Open (idempotently) the pipeline-level run ``run_id``; stage jobs then get it as parent."""
+    backends = build_trackers(trackers)
+    for b in backends:
+        b.add_metadata(run_id, kind="pipeline", **metadata)
+    return backends
+
+
+def end_run(run_id: str, status: str, trackers: Mapping[str, Optional[str]]) -> None:
+    """Close a run (pipeline or job) as ``FINISHED``, ``FAILED`` or ``KILLED``."""
+    for b in build_trackers(trackers):
+        b.end_run(run_id, status)

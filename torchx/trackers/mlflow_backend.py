@@ -1,0 +1,338 @@
+"""MLflow tracker (registered as ``mlflow``): one MLflow run per torchx job, with lineage.
+
+Config (``[tracker:mlflow] config=`` or ``TORCHX_TRACKER_MLFLOW_CONFIG``): a tracking
+URI (``sqlite:///...``, ``http://host:5000``), or a file of ``key=value`` lines
+(``tracking_uri``, ``experiment_name``, ``artifact_location``); unset means
+``$MLFLOW_TRACKING_URI``, else an embedded sqlite store under ``$TORCHX_HOME/mlflow``
+(MLflow >= 3.13 refuses plain ``file:`` stores).
+
+- runs are named by the torchx job id and tagged ``torchx.job_id``; in a DDP job only
+  rank 0 creates the run, other ranks attach to it (never a duplicate);
+- a pipeline run nests its stage runs (``mlflow.parentRunId``);
+- ``add_source`` records the producing run in tags and as an MLflow dataset input whose
+  source points at the producer (``runs:/<id>/<artifact>``), so the UI shows which
+  dataset or model each run consumed;
+- the run ends FINISHED when the job's process exits normally and FAILED on an
+  uncaught exception.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from torchx.trackers.api import TrackerArtifact, TrackerBase, TrackerConfigError, TrackerSource
+from torchx.util.modules import import_optional
+from torchx.util.paths import torchx_home
+
+logger = logging.getLogger(__name__)
+
+TAG_JOB_ID = "torchx.job_id"
+TAG_SOURCES = "torchx.sources"
+TAG_PARENT = "torchx.parent_run_id"
+TAG_KIND = "torchx.kind"
+ARTIFACT_PREFIX = "torchx.artifact."
+DEFAULT_EXPERIMENT = "torchx"
+ATTACH_TIMEOUT = 120.0
+
+
+def default_tracking_uri() -> str:
+    d = torchx_home() / "mlflow"
+    d.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{d / 'mlflow.db'}"
+
+
+def _bound_http_retries() -> None:
+    # MLflow's client retries a dead server for minutes by default: fail within seconds.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+
+
+def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
+    out: Dict[str, Optional[str]] = {"tracking_uri": None, "experiment_name": None, "artifact_location": None}
+    if config and os.path.isfile(config):
+        with open(config) as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#") and "=" in line:
+                    k, v = line.split("=", 1)
+                    if k.strip() not in out:
+                        raise TrackerConfigError(f"mlflow tracker config {config}: unknown key {k.strip()!r}; use {', '.join(out)}")
+                    out[k.strip()] = v.strip()
+    elif config:
+        out["tracking_uri"] = config
+    out["tracking_uri"] = out["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    if out["artifact_location"] is None and str(out["tracking_uri"]).startswith("sqlite:///"):
+        db = str(out["tracking_uri"])[len("sqlite:///") :]
+        out["artifact_location"] = os.path.join(os.path.dirname(os.path.abspath(db)), "artifacts")
+    return out
+
+
+def _is_rank0() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+class MLflowTracker(TrackerBase):
+    def __init__(
+        self,
+        experiment_name: Optional[str] = None,
+        tracking_uri: Optional[str] = None,
+        artifact_location: Optional[str] = None,
+    ) -> None:
+        import_optional("mlflow", "mlflow")
+        _bound_http_retries()
+        from mlflow import MlflowClient
+
+        self.tracking_uri = tracking_uri or default_tracking_uri()
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self.experiment_name = experiment_name
+        self.artifact_location = artifact_location
+        self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
+        self._lock = threading.Lock()
+        self._owned: List[str] = []
+        self._failed = False
+
+    # -------------------------------------------------------------- run lookup
+
+    def _experiment_id(self, name: Optional[str] = None) -> str:
+        name = name or self.experiment_name or DEFAULT_EXPERIMENT
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            location = f"{self.artifact_location}/{name}" if self.artifact_location else None
+            return self.client.create_experiment(name, artifact_location=location)
+        except Exception:  # created concurrently by another process
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def _find(self, job_id: str) -> Optional[str]:
+        if job_id in self._runs:
+            return self._runs[job_id]
+        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
+        if not exp_ids:
+            return None
+        runs = self.client.search_runs(exp_ids, filter_string=f"tags.`{TAG_JOB_ID}` = '{_q(job_id)}'", max_results=2)
+        if not runs:
+            return None
+        runs = sorted(runs, key=lambda r: r.info.start_time)
+        self._runs[job_id] = runs[0].info.run_id
+        return self._runs[job_id]
+
+    def _run(self, job_id: str, create: bool = True) -> Optional[str]:
+        """The MLflow run of ``job_id``: rank 0 creates it; other ranks wait for it to appear."""
+        with self._lock:
+            rid = self._find(job_id)
+            if rid is not None or not create:
+                return rid
+            if not _is_rank0():
+                deadline = time.monotonic() + ATTACH_TIMEOUT
+                while rid is None and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    rid = self._find(job_id)
+                if rid is None:
+                    raise RuntimeError(f"rank {os.environ.get('RANK')}: MLflow run of {job_id} was not created by rank 0")
+                return rid
+            run = self.client.create_run(self._experiment_id(), tags={TAG_JOB_ID: job_id}, run_name=job_id)
+            rid = run.info.run_id
+            self._runs[job_id] = rid
+            if os.environ.get("TORCHX_JOB_ID") == job_id:
+                self._own(rid)
+            return rid
+
+    def _own(self, mlflow_run_id: str) -> None:
+        """This process is the job: end its run when the process ends (FAILED on an exception)."""
+        if not self._owned:
+            atexit.register(self._finish_owned)
+            previous = sys.excepthook
+
+            def hook(*exc: Any) -> None:
+                self._failed = True
+                previous(*exc)
+
+            sys.excepthook = hook
+        self._owned.append(mlflow_run_id)
+
+    def _finish_owned(self) -> None:
+        for rid in self._owned:
+            try:
+                self.client.set_terminated(rid, "FAILED" if self._failed else "FINISHED")
+            except Exception as e:  # never break interpreter exit
+                logger.warning("could not end MLflow run %s: %s", rid, e)
+
+    # -------------------------------------------------------------- TrackerBase
+
+    def mlflow_run_id(self, job_id: str) -> Optional[str]:
+        return self._run(job_id, create=False)
+
+    def add_metadata(self, run_id: str, **kwargs: object) -> None:
+        rid = self._run(run_id)
+        for k, v in kwargs.items():
+            self.client.set_tag(rid, k if k != "kind" else TAG_KIND, str(v))
+
+    def metadata(self, run_id: str) -> Mapping[str, object]:
+        rid = self._run(run_id, create=False)
+        if rid is None:
+            return {}
+        tags = self.client.get_run(rid).data.tags
+        out: Dict[str, object] = {k: v for k, v in tags.items() if not k.startswith(("mlflow.", ARTIFACT_PREFIX))}
+        out.pop(TAG_SOURCES, None)
+        if TAG_KIND in out:
+            out["kind"] = out.pop(TAG_KIND)
+        return out
+
+    def add_artifact(self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None:
+        rid = self._run(run_id)
+        meta = {"path": path, **{k: v for k, v in (metadata or {}).items()}}
+        for k, v in meta.items():
+            self.client.set_tag(rid, f"{ARTIFACT_PREFIX}{name}.{k}", str(v))
+        local = path[len("file://") :] if path.startswith("file://") else path
+        if "://" not in local and os.path.exists(local):
+            if os.path.isdir(local):
+                self.client.log_artifacts(rid, local, artifact_path=name)
+            else:
+                self.client.log_artifact(rid, local, artifact_path=name)
+        if (metadata or {}).get("type") == "dataset":
+            self._log_dataset(rid, name, path, meta, context="output")
+
+    def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
+        rid = self._run(run_id, create=False)
+        if rid is None:
+            return {}
+        grouped: Dict[str, Dict[str, object]] = {}
+        for key, value in self.client.get_run(rid).data.tags.items():
+            if key.startswith(ARTIFACT_PREFIX):
+                name, _, field = key[len(ARTIFACT_PREFIX) :].rpartition(".")
+                grouped.setdefault(name, {})[field] = value
+        return {
+            name: TrackerArtifact(name, str(fields.pop("path", "")), fields) for name, fields in grouped.items()
+        }
+
+    def _log_dataset(self, rid: str, name: str, source: str, meta: Mapping[str, object], context: str) -> None:
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        digest = str(meta.get("digest") or abs(hash(source)))[:36]
+        dataset = Dataset(name=name, digest=digest, source_type="torchx", source=json.dumps({"uri": source}))
+        self.client.log_inputs(rid, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])])
+
+    def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None:
+        rid = self._run(run_id)
+        tags = self.client.get_run(rid).data.tags
+        sources = json.loads(tags.get(TAG_SOURCES, "[]"))
+        entry = {"run": source_id, "artifact": artifact_name}
+        if entry not in sources:
+            sources.append(entry)
+            self.client.set_tag(rid, TAG_SOURCES, json.dumps(sources))
+        producer = self._run(source_id, create=False)
+        meta = self.artifacts(source_id).get(artifact_name or "") if producer else None
+        where = f"runs:/{producer}/{artifact_name or ''}" if producer else source_id
+        self.client.set_tag(rid, f"torchx.source.{artifact_name or 'run'}", where)
+        metadata: Dict[str, object] = dict(meta.metadata or {}) if meta else {}
+        self._log_dataset(rid, artifact_name or "run", where, metadata, context="input")
+
+    def sources(self, run_id: str, artifact_name: Optional[str] = None) -> Iterable[TrackerSource]:
+        rid = self._run(run_id, create=False)
+        if rid is None:
+            return []
+        sources = json.loads(self.client.get_run(rid).data.tags.get(TAG_SOURCES, "[]"))
+        return [
+            TrackerSource(s["run"], s["artifact"])
+            for s in sources
+            if artifact_name is None or s["artifact"] == artifact_name
+        ]
+
+    def descendants(self, run_id: str) -> Iterable[TrackerSource]:
+        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
+        if not exp_ids:
+            return []
+        runs = self.client.search_runs(exp_ids, filter_string=f"tags.`{TAG_SOURCES}` LIKE '%\"{_q(run_id)}\"%'")
+        out = []
+        for run in runs:
+            for s in json.loads(run.data.tags.get(TAG_SOURCES, "[]")):
+                if s["run"] == run_id:
+                    out.append(TrackerSource(run.data.tags[TAG_JOB_ID], s["artifact"]))
+        return out
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        rid = self._run(run_id)
+        now = int(time.time() * 1000)
+        for k, v in metrics.items():
+            self.client.log_metric(rid, k, float(v), timestamp=now, step=step or 0)
+
+    def set_parent(self, run_id: str, parent_run_id: str) -> None:
+        parent = self._run(parent_run_id, create=False)
+        if parent is not None and self._find(run_id) is None and _is_rank0():
+            # create the child in the parent's experiment, nested under it
+            exp_id = self.client.get_run(parent).info.experiment_id
+            with self._lock:
+                run = self.client.create_run(
+                    exp_id,
+                    tags={TAG_JOB_ID: run_id, TAG_PARENT: parent_run_id, "mlflow.parentRunId": parent},
+                    run_name=run_id,
+                )
+                self._runs[run_id] = run.info.run_id
+                if os.environ.get("TORCHX_JOB_ID") == run_id:
+                    self._own(run.info.run_id)
+            return
+        rid = self._run(run_id)
+        self.client.set_tag(rid, TAG_PARENT, parent_run_id)
+        if parent is not None:
+            self.client.set_tag(rid, "mlflow.parentRunId", parent)
+
+    def end_run(self, run_id: str, status: str) -> None:
+        rid = self._run(run_id, create=False)
+        if rid is not None:
+            self.client.set_terminated(rid, status)
+
+    def run_ids(self, **kwargs: str) -> Iterable[str]:
+        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
+        if not exp_ids:
+            return []
+        parent = kwargs.get("parent_run_id")
+        flt = f"tags.`{TAG_PARENT}` = '{_q(parent)}'" if parent else ""
+        runs = self.client.search_runs(exp_ids, filter_string=flt, order_by=["attributes.start_time ASC"])
+        return [r.data.tags[TAG_JOB_ID] for r in runs if TAG_JOB_ID in r.data.tags]
+
+
+def _q(value: str) -> str:
+    return value.replace("'", "\\'")
+
+
+def create(config: Optional[str] = None) -> MLflowTracker:
+    cfg = parse_config(config)
+    experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+    if experiment == "default-experiment":  # dist.ddp's placeholder: keep pipeline stages together
+        experiment = None
+    return MLflowTracker(experiment, cfg["tracking_uri"], cfg["artifact_location"])
+
+
+def _validate(config: Optional[str]) -> None:
+    import_optional("mlflow", "mlflow")
+    cfg = parse_config(config)
+    uri = str(cfg["tracking_uri"])
+    if uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).read()
+        except (urllib.error.URLError, OSError) as e:
+            raise TrackerConfigError(f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); start it or fix the tracker config") from None
+    elif uri.startswith("sqlite:///"):
+        parent = os.path.dirname(os.path.abspath(uri[len("sqlite:///") :]))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise TrackerConfigError(f"MLflow sqlite store {uri}: directory {parent} does not exist or is not writable")
+    elif uri.startswith("file:"):
+        raise TrackerConfigError(f"MLflow >= 3 refuses file stores ({uri}); use sqlite:///path/mlflow.db")
+
+
+create.validate = _validate  # type: ignore[attr-defined]
