@@ -70,6 +70,7 @@ def trainer(
     apps_dir: str = APPS_DIR,
     cpu: int = 1,
     memMB: int = 2048,
+    rdzv_port: int = 29500,
 ) -> specs.AppDef:
     """Train an MLP on the digits with elastic DDP; checkpoints and resumes after failures.
 
@@ -88,6 +89,7 @@ def trainer(
         apps_dir: directory holding the stage programs inside ``image``
         cpu: cpus per node
         memMB: memory per node in MB
+        rdzv_port: port of the rendezvous on the rank-0 host (multi-node only)
     """
     return dist.ddp(
         "--data_path",
@@ -113,6 +115,7 @@ def trainer(
         max_restarts=max_restarts,
         cpu=cpu,
         memMB=memMB,
+        rdzv_port=rdzv_port,
     )
 
 

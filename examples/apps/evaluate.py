@@ -71,6 +71,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     write_bytes(join(args.output_path, "confusion_matrix.png"), confusion_png(cm))
     tracking.record_input(args.model_path)
     tracking.record_input(args.data_path)
+    tracking.run().add_metadata(stage="evaluate", test_accuracy=round(accuracy, 4))
     tracking.run().log_metrics({"test_accuracy": accuracy})
     tracking.record_output(args.output_path, "metrics", {"type": "metrics", "test_accuracy": accuracy})
     print(f"test_accuracy={accuracy:.4f}", flush=True)

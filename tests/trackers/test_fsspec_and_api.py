@@ -1,0 +1,86 @@
+"""Tracker API and the fsspec backend (local dir and memory://)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchx.trackers import render
+from torchx.trackers.api import (
+    AppRun,
+    TrackerConfigError,
+    build_trackers,
+    tracker_config_env_var_name,
+    validate_tracker_config,
+)
+
+
+@pytest.fixture(params=["local", "memory"])
+def tracker(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    url = str(tmp_path / "tracking") if request.param == "local" else f"memory://t-{tmp_path.name}"
+    return build_trackers({"fsspec": url})[0]
+
+
+def test_metadata_artifacts_and_metrics(tracker) -> None:  # type: ignore[no-untyped-def]
+    tracker.add_metadata("job-a", stage="train", lr=0.1)
+    tracker.add_metadata("job-a", epochs=3)
+    tracker.add_artifact("job-a", "model", "/tmp/model", {"type": "model"})
+    tracker.log_metrics("job-a", {"loss": 0.5}, step=1)
+    assert tracker.metadata("job-a") == {"stage": "train", "lr": 0.1, "epochs": 3}
+    assert tracker.artifacts("job-a")["model"].path == "/tmp/model"
+    assert tracker.metrics("job-a") == [{"metrics": {"loss": 0.5}, "step": 1}]
+
+
+def test_lineage_both_ways_and_rendering(tracker) -> None:  # type: ignore[no-untyped-def]
+    for job, stage in (("prep", "datapreproc"), ("train", "train"), ("eval", "evaluate")):
+        tracker.add_metadata(job, stage=stage)
+        tracker.set_parent(job, "pipeline")
+    tracker.add_source("train", "prep", "dataset")
+    tracker.add_source("eval", "train", "model")
+    tracker.add_source("eval", "prep", "dataset")
+    up = tracker.lineage("eval")
+    assert {(e.source, e.target, e.artifact) for e in up.edges} == {
+        ("train", "eval", "model"), ("prep", "eval", "dataset"), ("prep", "train", "dataset")}
+    down = tracker.lineage("prep")
+    assert {e.target for e in down.downstream("prep")} == {"train", "eval"}
+    text = render.as_text(up)
+    assert "<- model <- train [train]" in text and "<- dataset <- prep [datapreproc]" in text
+    assert '"train" -> "eval" [label="model"]' in render.as_dot(up)
+    assert "-->|model|" in render.as_mermaid(up)
+    assert sorted(tracker.run_ids(parent_run_id="pipeline")) == ["eval", "prep", "train"]
+    assert [s.source_run_id for s in tracker.sources("eval", "model")] == ["train"]
+
+
+def test_app_run_outside_torchx_is_a_quiet_noop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCHX_JOB_ID", raising=False)
+    AppRun.run_from_env.cache_clear()
+    run = AppRun.run_from_env()
+    run.add_metadata(a=1)
+    run.log_metrics({"x": 1.0})
+    assert run.job_id() == "<UNDEFINED>" and list(run.sources()) == []
+    AppRun.run_from_env.cache_clear()
+
+
+def test_app_run_from_env_in_a_job_process(tmp_path: Path) -> None:
+    url = str(tmp_path / "t")
+    env = {"TORCHX_JOB_ID": "local_cwd://torchx/job-1", "TORCHX_PARENT_RUN_ID": "pipe",
+           "TORCHX_TRACKERS": "fsspec", tracker_config_env_var_name("fsspec"): url, "PATH": "/usr/bin:/bin"}
+    code = "from torchx.tracker import app_run_from_env as r; r().add_source('prep', 'dataset'); r().add_metadata(ok=1)"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    t = build_trackers({"fsspec": url})[0]
+    assert [s.source_run_id for s in t.sources("local_cwd://torchx/job-1")] == ["prep"]
+    assert list(t.run_ids(parent_run_id="pipe")) == ["local_cwd://torchx/job-1"]
+
+
+def test_bad_tracker_configs_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(TrackerConfigError, match="unknown tracker 'nope'.*fsspec, mlflow"):
+        validate_tracker_config("nope", None)
+    with pytest.raises(TrackerConfigError, match="needs a config"):
+        validate_tracker_config("fsspec", None)
+    bad = tmp_path / "cfg"
+    bad.write_text("protocol=file\n")
+    with pytest.raises(TrackerConfigError, match="root_path"):
+        validate_tracker_config("fsspec", str(bad))

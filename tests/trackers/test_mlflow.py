@@ -1,0 +1,155 @@
+"""The MLflow backend against real MLflow: sqlite stores, real torchx jobs, a real server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from torchx import specs
+from torchx.runner import get_runner
+from torchx.trackers.api import TrackerConfigError, build_trackers, validate_tracker_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture()
+def mlflow_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
+    monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return uri
+
+
+def test_concurrent_ranks_create_exactly_one_run(mlflow_env: str, tmp_path: Path) -> None:
+    build_trackers({"mlflow": mlflow_env})[0].run_ids()  # create the schema once, as a job's first stage would
+    code = "from torchx.tracker import app_run_from_env as r; r().add_metadata(rank=__import__('os').environ['RANK'])"
+    procs = []
+    for rank in (3, 2, 1, 0):  # rank 0 last: the others must wait for it
+        env = dict(os.environ, TORCHX_JOB_ID="local_cwd://torchx/ddp-1", RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env))
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    tracker = build_trackers({"mlflow": mlflow_env})[0]
+    assert list(tracker.run_ids()) == ["local_cwd://torchx/ddp-1"]
+
+
+def _run(runner, component: str, args: list, parent: str | None = None) -> specs.AppStatus:  # type: ignore[no-untyped-def]
+    handle = runner.run_component(f"{EXAMPLES}/components.py:{component}", args, "local_cwd", parent_run_id=parent)
+    status = runner.wait(handle, wait_interval=1, timeout=600)
+    assert status is not None
+    return handle, status
+
+
+@pytest.mark.slow
+def test_pipeline_lineage_with_a_2x2_ddp_job(mlflow_env: str, tmp_path: Path) -> None:
+    from torchx.trackers.api import start_pipeline_run
+
+    tracker = start_pipeline_run("pipeline://test/1", {"mlflow": mlflow_env}, name="test")[0]
+    d, m, e = (str(tmp_path / x) for x in ("data", "model", "eval"))
+    with get_runner() as runner:
+        prep, s1 = _run(runner, "datapreproc", ["--output_path", d, "--limit", "400"], "pipeline://test/1")
+        train, s2 = _run(runner, "trainer", ["--data_path", d, "--output_path", m, "--checkpoint_path", str(tmp_path / "c"),
+                                             "-j", "2x2", "--epochs", "2", "--rdzv_port", "29611"], "pipeline://test/1")
+        ev, s3 = _run(runner, "evaluate", ["--model_path", m, "--data_path", d, "--output_path", e], "pipeline://test/1")
+    assert [s.state for s in (s1, s2, s3)] == [specs.AppState.SUCCEEDED] * 3, (s1, s2, s3)
+
+    tracker = build_trackers({"mlflow": mlflow_env})[0]
+    runs = list(tracker.run_ids())
+    assert runs.count(train) == 1 and len(runs) == 4  # one run for the 4-process DDP job
+    edges = {(x.source, x.target, x.artifact) for x in tracker.lineage(ev).edges}
+    assert edges == {(train, ev, "model"), (prep, ev, "dataset"), (prep, train, "dataset")}
+    assert sorted(tracker.run_ids(parent_run_id="pipeline://test/1")) == sorted([prep, train, ev])
+
+    # the same links through MLflow's own client (what the UI shows)
+    client = tracker.client
+    parent_id = tracker.mlflow_run_id("pipeline://test/1")
+    ev_run = client.get_run(tracker.mlflow_run_id(ev))
+    train_mlflow_id = tracker.mlflow_run_id(train)
+    assert ev_run.data.tags["mlflow.parentRunId"] == parent_id
+    sources = [i.dataset.source for i in ev_run.inputs.dataset_inputs]
+    assert any(f"runs:/{train_mlflow_id}/model" in s for s in sources)
+    assert ev_run.info.status == "FINISHED" and "test_accuracy" in ev_run.data.metrics
+    train_run = client.get_run(train_mlflow_id)
+    assert len(client.get_metric_history(train_mlflow_id, "final_loss")) == 1
+    assert "model" in [a.path for a in client.list_artifacts(train_mlflow_id)]
+    assert train_run.data.tags["stage"] == "train"
+
+    out = subprocess.run([sys.executable, "-m", "torchx.cli.main", "tracker", "lineage", ev], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"<- model <- {train} [train]" in out.stdout and f"<- dataset <- {prep} [datapreproc]" in out.stdout
+
+
+def test_failed_stage_leaves_its_run_failed(mlflow_env: str, tmp_path: Path) -> None:
+    code = textwrap.dedent("""
+        from torchx.tracker import app_run_from_env
+        app_run_from_env().log_metrics({"loss": 1.5}, step=1)
+        raise RuntimeError("boom")
+    """)
+    app = specs.AppDef("failing", [specs.Role("w", ".", entrypoint="python", args=["-c", code])])
+    with get_runner() as runner:
+        h = runner.run(app, "local_cwd")
+        assert runner.wait(h, timeout=120).state == specs.AppState.FAILED
+    tracker = build_trackers({"mlflow": mlflow_env})[0]
+    run = tracker.client.get_run(tracker.mlflow_run_id(h))
+    assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_server_fails_fast_at_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", f"http://127.0.0.1:{_free_port()}")
+    with get_runner() as runner, pytest.raises(TrackerConfigError, match="unreachable"):
+        runner.run(specs.AppDef("x", [specs.Role("w", ".", entrypoint="true")]), "local_cwd")
+    with pytest.raises(TrackerConfigError, match="not writable|does not exist"):
+        validate_tracker_config("mlflow", "sqlite:////nonexistent/dir/mlflow.db")
+
+
+@pytest.mark.slow
+def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _free_port()
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    server = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'srv.db'}", "--default-artifact-root", str(tmp_path / "art"),
+         "--workers", "1"],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                validate_tracker_config("mlflow", uri)
+                break
+            except TrackerConfigError:
+                assert time.monotonic() < deadline, "mlflow server did not come up"
+                time.sleep(1)
+        monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
+        code = "from torchx.tracker import app_run_from_env as r; r().add_metadata(stage='s'); r().log_metrics({'m': 2.0})"
+        with get_runner() as runner:
+            h = runner.run(specs.AppDef("srv", [specs.Role("w", ".", entrypoint="python", args=["-c", code])]), "local_cwd")
+            assert runner.wait(h, timeout=120).state == specs.AppState.SUCCEEDED
+        tracker = build_trackers({"mlflow": uri})[0]
+        run = tracker.client.get_run(tracker.mlflow_run_id(h))
+        assert run.data.tags["stage"] == "s" and run.data.metrics["m"] == 2.0 and run.info.status == "FINISHED"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

@@ -1,0 +1,74 @@
+"""``torchx tracker``: list tracked jobs, their metadata and artifacts, and draw lineage."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from torchx.cli.cmd_base import CommandError, SubCommand
+
+
+def _tracker(spec: str | None) -> Any:
+    from torchx.runner.config import get_configured_trackers
+    from torchx.trackers.api import build_trackers
+
+    if spec:
+        name, _, config = spec.partition("=")
+        trackers = {name: config or None}
+    else:
+        trackers = get_configured_trackers()
+    if not trackers:
+        raise CommandError("no tracker configured; pass --tracker mlflow[=URI] or set [torchx:tracker] in .torchxconfig")
+    from torchx.trackers.api import validate_tracker_config
+
+    first = dict(list(trackers.items())[:1])
+    for name, config in first.items():
+        validate_tracker_config(name, config)
+    return build_trackers(first)[0]
+
+
+class CmdTracker(SubCommand):
+    def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
+        subparser.add_argument("--tracker", default=None, help="NAME[=CONFIG], e.g. mlflow=sqlite:///mlflow.db (default: the first configured tracker)")
+        sub = subparser.add_subparsers(dest="tracker_cmd", required=True, metavar="{list,lineage}")
+        lst = sub.add_parser("list", help="list jobs, metadata, artifacts or lineage")
+        what = lst.add_subparsers(dest="list_what", required=True, metavar="{jobs,metadata,artifacts,lineage}")
+        jobs = what.add_parser("jobs", help="tracked jobs")
+        jobs.add_argument("--parent-run-id", dest="parent_run_id", default=None)
+        md = what.add_parser("metadata", help="metadata of a run")
+        md.add_argument("run_id")
+        art = what.add_parser("artifacts", help="artifacts of a run")
+        art.add_argument("--artifact", default=None)
+        art.add_argument("run_id")
+        lin = what.add_parser("lineage", help="lineage of a run")
+        lin.add_argument("run_id")
+        lin.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
+        top = sub.add_parser("lineage", help="draw the lineage of a run")
+        top.add_argument("run_id")
+        top.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
+
+    def run(self, args: argparse.Namespace) -> None:
+        from tabulate import tabulate
+
+        tracker = _tracker(args.tracker)
+        what = getattr(args, "list_what", None)
+        if args.tracker_cmd == "lineage" or what == "lineage":
+            from torchx.trackers import render
+
+            lineage = tracker.lineage(args.run_id)
+            if not lineage.runs.get(args.run_id) and not lineage.edges:
+                raise CommandError(f"no tracked run {args.run_id!r}")
+            print({"text": render.as_text, "dot": render.as_dot, "mermaid": render.as_mermaid}[args.format](lineage))
+        elif what == "jobs":
+            kwargs = {"parent_run_id": args.parent_run_id} if args.parent_run_id else {}
+            for rid in tracker.run_ids(**kwargs):
+                print(rid)
+        elif what == "metadata":
+            md = tracker.metadata(args.run_id)
+            if not md:
+                raise CommandError(f"no tracked run {args.run_id!r}")
+            print(tabulate(sorted((k, str(v)) for k, v in md.items()), headers=["KEY", "VALUE"]))
+        elif what == "artifacts":
+            arts = tracker.artifacts(args.run_id)
+            rows = [[a.name, a.path, a.metadata] for a in arts.values() if not args.artifact or a.name == args.artifact]
+            print(tabulate(rows, headers=["ARTIFACT", "PATH", "METADATA"]))
