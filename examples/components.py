@@ -63,7 +63,7 @@ def trainer(
     max_restarts: int = 2,
     epochs: int = 20,
     batch_size: int = 64,
-    lr: float = 0.01,
+    lr: float = 0.05,
     checkpoint_every: int = 20,
     step_delay: float = 0.0,
     image: str = torchx.IMAGE,

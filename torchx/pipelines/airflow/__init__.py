@@ -1,0 +1,42 @@
+"""Airflow integration: ``TorchXOperator`` (deferrable, cancel-safe, retry-safe),
+``TorchXTrigger`` and ``TorchXSensor``. Registered as an Airflow provider.
+
+Importing this package does not import Airflow; the classes load on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict
+
+_LAZY = {
+    "TorchXOperator": "torchx.pipelines.airflow.operator",
+    "TorchXAppLink": "torchx.pipelines.airflow.operator",
+    "TorchXTrigger": "torchx.pipelines.airflow.trigger",
+    "TorchXSensor": "torchx.pipelines.airflow.sensor",
+}
+
+
+def get_provider_info() -> Dict[str, Any]:
+    """Provider metadata for the ``apache_airflow_provider`` entry point (``airflow providers list``)."""
+    from torchx import __version__
+
+    return {
+        "package-name": "torchx",
+        "name": "TorchX",
+        "description": "Launch PyTorch jobs (single-process, distributed, elastic) on local processes, Slurm, Kubernetes, AWS Batch or Ray.",
+        "versions": [__version__],
+        "operators": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.operator"]}],
+        "triggers": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.trigger"]}],
+        "sensors": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.sensor"]}],
+        "extra-links": ["torchx.pipelines.airflow.operator.TorchXAppLink"],
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'torchx.pipelines.airflow' has no attribute {name!r}")
+
+
+__all__ = ["TorchXOperator", "TorchXAppLink", "TorchXTrigger", "TorchXSensor", "get_provider_info"]
