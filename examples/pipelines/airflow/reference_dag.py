@@ -16,7 +16,7 @@ from airflow.sdk import DAG, Param, task
 
 from torchx.pipelines.airflow import TorchXOperator
 
-COMPONENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "components.py")
+COMPONENTS = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "components.py")
 COMPONENTS = os.path.abspath(COMPONENTS)
 RUN_DIR = "{{ params.base_dir }}/{{ run_id | replace(':', '_') | replace('+', '_') }}"
 

@@ -1,0 +1,191 @@
+"""TorchXOperator with real Airflow 3 (dag.test on sqlite) and real local_cwd jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _states(dag_run: Any) -> Dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+
+
+def _dag(dag_id: str, **op_kwargs: Any) -> Any:
+    """Write a one-job DAG file into the dags folder (dag.test needs it there) and load it."""
+    import importlib.util
+
+    code = textwrap.dedent(f"""
+        from datetime import datetime
+        from airflow.sdk import DAG, task
+        from torchx.pipelines.airflow import TorchXOperator
+
+        with DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+            job = TorchXOperator(task_id="job", **{op_kwargs!r})
+
+            @task
+            def downstream(handle: str) -> str:
+                return handle
+
+            downstream(job.output)
+    """)
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{dag_id}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(dag_id, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.dag
+
+
+@pytest.mark.slow
+def test_reference_dag_end_to_end_with_lineage(torchx_env: Path) -> None:
+    import importlib.util
+
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "reference_dag.py"
+    if not path.exists():
+        path.symlink_to(ROOT / "examples" / "pipelines" / "airflow" / "reference_dag.py")
+    spec = importlib.util.spec_from_file_location("reference_dag", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    dag = module.dag
+
+    conf = {"base_dir": str(torchx_env / "out"), "j": "1:2x1", "epochs": 4, "limit": 600}
+    dag_run = dag.test(run_conf=conf)
+    assert _states(dag_run) == {t: "success" for t in ("datapreproc", "train", "evaluate", "report")}, _states(dag_run)
+
+    from torchx.runner import get_runner
+    from torchx.trackers.api import build_trackers
+
+    with get_runner() as runner:
+        handles = {a.name: a.app_handle for a in runner.list("local_cwd")}
+    assert set(handles) == {"datapreproc", "train", "evaluate"}  # one job per stage
+    tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
+    pipeline = f"airflow://torchx_reference_pipeline/{dag_run.run_id}"
+    assert sorted(tracker.run_ids(parent_run_id=pipeline)) == sorted(handles.values())
+    edges = {(e.source, e.target, e.artifact) for e in tracker.lineage(handles["evaluate"]).edges}
+    assert (handles["train"], handles["evaluate"], "model") in edges
+    assert (handles["datapreproc"], handles["train"], "dataset") in edges
+    parent_mlflow = tracker.mlflow_run_id(pipeline)
+    for h in handles.values():
+        assert tracker.client.get_run(tracker.mlflow_run_id(h)).data.tags["mlflow.parentRunId"] == parent_mlflow
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_success_returns_handle_and_streams_logs(torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture) -> None:
+    dag = _dag(f"ok_{deferrable}", component="utils.sh", component_args=["echo", "hello-from-job"],
+               deferrable=deferrable, poll_interval=0.5)
+    dag_run = dag.test()
+    assert _states(dag_run) == {"job": "success", "downstream": "success"}
+    assert "sh/0 hello-from-job" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_failing_stage_fails_task_with_worker_error(torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture) -> None:
+    dag = _dag(f"fail_{deferrable}", component="utils.python",
+               component_args=["--c", "raise ValueError('bad learning rate')"], deferrable=deferrable, poll_interval=0.5)
+    dag_run = dag.test()
+    states = _states(dag_run)
+    assert states["job"] == "failed" and states["downstream"] != "success", states
+    out = capfd.readouterr().out
+    assert "ValueError: bad learning rate" in out
+
+
+class _TI:
+    """The slice of Airflow's task-instance API that execute() uses (a stand-in outside a DAG run)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.dag_id, self.task_id, self.run_id, self.map_index = "d", "t", run_id, -1
+        self.xcoms: Dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+def _replica_tree(handle: str) -> List[int]:
+    app_id = handle.rsplit("/", 1)[1]
+    state = json.loads((Path(os.environ["TORCHX_HOME"]) / "local_cwd" / "torchx" / app_id / "state.json").read_text())
+    pids = []
+    for r in state["replicas"]:
+        pids.append(r["pid"])
+        pids += [c.pid for c in psutil.Process(r["pid"]).children(recursive=True)]
+    return pids
+
+
+def test_on_kill_cancels_every_process(torchx_env: Path) -> None:
+    from torchx.pipelines.airflow import TorchXOperator
+
+    op = TorchXOperator(task_id="t", component="utils.sh", component_args=["--num_replicas", "2", "sleep", "600"],
+                        poll_interval=0.5, trackers={})
+    ti = _TI("kill")
+    errors: List[BaseException] = []
+    thread = threading.Thread(target=lambda: _capture(errors, op.execute, {"ti": ti}))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while "app_handle" not in ti.xcoms and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    pids = _replica_tree(ti.xcoms["app_handle"])
+    op.on_kill()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors and "CANCELLED" in str(errors[0])
+    assert [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []
+
+
+def _capture(errors: List[BaseException], fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except BaseException as e:  # noqa: B036
+        errors.append(e)
+
+
+def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -> None:
+    first_try = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_operator import _TI
+        from torchx.pipelines.airflow import TorchXOperator
+        op = TorchXOperator(task_id="t", component="utils.sh", component_args=["sh", "-c", "sleep 3; echo finished"], trackers={{}})
+        op.execute({{"ti": _TI("retry")}})
+    """)
+    worker = subprocess.Popen([sys.executable, "-c", first_try], env=dict(os.environ), cwd=tmp_path)
+    records = Path(os.environ["TORCHX_HOME"]) / "airflow"
+    deadline = time.monotonic() + 60
+    while not (records.exists() and any(records.glob("*.json"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.kill()  # the worker dies while the job runs
+    worker.wait(timeout=30)
+
+    from torchx.pipelines.airflow import TorchXOperator
+    from torchx.runner import get_runner
+
+    op = TorchXOperator(task_id="t", component="utils.sh", component_args=["sh", "-c", "sleep 3; echo finished"], trackers={})
+    ti = _TI("retry")
+    handle = op.execute({"ti": ti})
+    with get_runner() as runner:
+        apps = runner.list("local_cwd")
+        assert [a.app_handle for a in apps] == [handle]  # one job, not two
+        assert "finished\n" in list(runner.log_lines(handle, "sh"))
+    assert ti.xcoms["app_status"]["state"] == "SUCCEEDED"
+
+
+def test_provider_info_and_bad_arguments() -> None:
+    from torchx.pipelines.airflow import TorchXOperator, get_provider_info
+
+    info = get_provider_info()
+    assert info["package-name"] == "torchx" and "torchx.pipelines.airflow.operator" in info["operators"][0]["python-modules"]
+    with pytest.raises(ValueError, match="exactly one of component= or app="):
+        TorchXOperator(task_id="x")
+    from importlib.metadata import entry_points
+
+    assert "torchx.pipelines.airflow:get_provider_info" in [e.value for e in entry_points(group="apache_airflow_provider")]
