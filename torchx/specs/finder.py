@@ -56,8 +56,9 @@ def _components_of_module(module: ModuleType, prefix: str) -> Dict[str, _Compone
 def _walk(package: str, prefix: str) -> Dict[str, _Component]:
     found: Dict[str, _Component] = {}
     root = importlib.import_module(package)
+    found.update(_components_of_module(root, prefix))
     if not hasattr(root, "__path__"):
-        return _components_of_module(root, prefix)
+        return found
     for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
         short = info.name[len(package) + 1 :]
         if short.split(".")[-1] in _NOT_COMPONENT_MODULES or short.startswith("_"):
