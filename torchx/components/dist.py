@@ -119,12 +119,18 @@ def ddp(
         rdzv_conf,
         {"join_timeout": str(rdzv_timeout), "last_call_timeout": str(rdzv_last_call_timeout)},
     )
+    rdzv_conf_arg: str = conf
+    if max_nnodes > 1 and rdzv_backend == "c10d" and "is_host=" not in conf:
+        # Replica 0 hosts the rendezvous store (as the rank-0 host does across machines);
+        # otherwise, with several nodes on one host, any agent may host it and losing
+        # that node would take the rendezvous down with it.
+        rdzv_conf_arg = _noquote(shlex.quote(conf) + f",is_host=$([ {specs.macros.replica_id} = 0 ] && echo 1 || echo 0)")
     cmd: List[str] = [
         "torchrun",
         "--rdzv_backend",
         rdzv_backend,
         "--rdzv_conf",
-        conf,
+        rdzv_conf_arg,
         "--rdzv_endpoint",
         rdzv_endpoint,
         "--rdzv_id",
