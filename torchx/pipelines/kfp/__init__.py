@@ -1,0 +1,33 @@
+"""Kubeflow Pipelines v2 integration.
+
+- ``component_from_app`` / ``container_from_app``: a single-role, single-replica AppDef
+  as a KFP container component, its task carrying the role's resources.
+- ``torchx_launcher``: a KFP component that submits any component or AppDef through the
+  Runner (for distributed and elastic stages: KFP v2 has no ``ResourceOp``), streams its
+  logs into the step log, fails with the worker's error and cancels the app on SIGTERM.
+- ``python -m torchx.pipelines.kfp.compile module:pipeline out.yaml`` compiles to IR YAML.
+
+``kfp`` is imported only when these are used (``pip install 'torchx[kfp]'``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "component_from_app": "torchx.pipelines.kfp.adapter",
+    "container_from_app": "torchx.pipelines.kfp.adapter",
+    "component_spec_from_app": "torchx.pipelines.kfp.adapter",
+    "torchx_launcher": "torchx.pipelines.kfp.components",
+    "start_pipeline_run": "torchx.pipelines.kfp.components",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'torchx.pipelines.kfp' has no attribute {name!r}")
+
+
+__all__ = list(_LAZY)

@@ -1,0 +1,107 @@
+"""What the KFP launcher step does (plain Python, testable without KFP).
+
+Submits a component or AppDef through the Runner, copies its logs to stdout with
+``role/replica`` prefixes, cancels the app on SIGTERM (step terminated), and raises
+with the worker's error when the app fails.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from torchx.specs.api import AppDef, AppState, Resource
+
+
+def _quantity_cpu(value: str) -> int:
+    v = str(value)
+    return max(1, int(float(v[:-1]) / 1000)) if v.endswith("m") else max(1, int(float(v)))
+
+
+def _quantity_mb(value: str) -> int:
+    v = str(value)
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": 1 / 1000, "M": 1, "G": 1000, "T": 1000 * 1000}
+    for suffix in sorted(units, key=len, reverse=True):
+        if v.endswith(suffix):
+            return int(float(v[: -len(suffix)]) * units[suffix])
+    return int(int(v) / (1024 * 1024))
+
+
+def apply_task_config(app: AppDef, cfg: Dict[str, Any], task_config: Optional[Mapping[str, Any]]) -> None:
+    """Forward the launcher task's KFP TaskConfig (resources, env, node selector, tolerations,
+    volumes) to the launched app instead of the launcher pod."""
+    if not task_config:
+        return
+    resources = task_config.get("resources") or {}
+    limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+    for role in app.roles:
+        r = role.resource
+        cpu = _quantity_cpu(limits["cpu"]) if "cpu" in limits else r.cpu
+        mem = _quantity_mb(limits["memory"]) if "memory" in limits else r.memMB
+        gpu = int(limits.get("nvidia.com/gpu", r.gpu))
+        role.resource = Resource(cpu=cpu, gpu=gpu, memMB=mem, capabilities=dict(r.capabilities), devices=dict(r.devices))
+        for item in task_config.get("env") or []:
+            if "name" in item and "value" in item:
+                role.env[item["name"]] = str(item["value"])
+    if task_config.get("node_selector"):
+        cfg.setdefault("node_selector", dict(task_config["node_selector"]))
+    if task_config.get("tolerations"):
+        cfg.setdefault("tolerations", json.dumps(task_config["tolerations"]))
+
+
+def launch(
+    component: str,
+    component_args: List[str],
+    scheduler: str = "local_cwd",
+    cfg: Optional[Dict[str, Any]] = None,
+    parent_run_id: str = "",
+    task_config: Optional[Mapping[str, Any]] = None,
+) -> Tuple[str, str]:
+    """Run the component to completion; returns ``(app_handle, tracker_run_id)``."""
+    from torchx.runner import get_runner
+
+    cfg = dict(cfg or {})
+    with get_runner() as runner:
+        app = runner.materialize_component(component, list(component_args))
+        apply_task_config(app, cfg, task_config)
+        opts = runner.scheduler_run_opts(scheduler)
+        cfg = {k: v for k, v in cfg.items() if opts.get(k) is not None or k in cfg and k not in ("node_selector", "tolerations")}
+        handle = runner.run(app, scheduler, cfg, parent_run_id=parent_run_id or None)
+        print(f"torchx: launched {handle}", flush=True)
+
+        def on_term(signum: int, _: Any) -> None:
+            print(f"torchx: step terminated (signal {signum}); cancelling {handle}", flush=True)
+            runner.cancel(handle)
+            runner.wait(handle, wait_interval=1, timeout=60)
+            sys.exit(128 + signum)
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_term)
+        _stream(runner, handle)
+        status = runner.wait(handle, wait_interval=1)
+        if status is None or status.state != AppState.SUCCEEDED:
+            summary = status.error_summary() if status else "app disappeared"
+            raise RuntimeError(f"torchx app {handle} {summary}")
+        print(f"torchx: {handle} SUCCEEDED", flush=True)
+        return handle, handle
+
+
+def _stream(runner: Any, handle: str) -> None:
+    app = runner.describe(handle)
+    lock = threading.Lock()
+
+    def copy(role: str, k: int) -> None:
+        for line in runner.log_lines(handle, role, k, should_tail=True):
+            with lock:
+                sys.stdout.write(f"{role}/{k} {line if line.endswith(chr(10)) else line + chr(10)}")
+                sys.stdout.flush()
+
+    threads = [threading.Thread(target=copy, args=(r.name, k), daemon=True) for r in app.roles for k in range(r.num_replicas)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.5)
