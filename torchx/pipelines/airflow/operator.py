@@ -16,15 +16,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from torchx.specs.api import AppDef, AppState, AppStatus
-from torchx.util.paths import torchx_home
+from torchx.pipelines.attach import AttachRecord
 
 try:  # Airflow 3
     from airflow.exceptions import AirflowException
@@ -58,28 +56,6 @@ class TorchXAppLink(BaseOperatorLink):
 def pipeline_run_id(dag_id: str, run_id: str) -> str:
     """The tracker run that groups every torchx job of one DAG run."""
     return f"airflow://{dag_id}/{run_id}"
-
-
-class _AttachRecord:
-    """Remembers which app a (dag, task, run, map index) submitted, across task tries."""
-
-    def __init__(self, key: str) -> None:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-        self.path = torchx_home() / "airflow" / f"{digest}.json"
-        self.key = key
-
-    def load(self) -> Optional[str]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return None
-        return data.get("app_handle") if data.get("key") == self.key else None
-
-    def save(self, handle: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(json.dumps({"key": self.key, "app_handle": handle}))
-        os.replace(tmp, self.path)
 
 
 class TorchXOperator(BaseOperator):
@@ -173,14 +149,10 @@ class TorchXOperator(BaseOperator):
     def execute(self, context: Any) -> str:
         ti = context["ti"]
         runner = self._runner()
-        record = _AttachRecord(self._attach_key(context))
-        handle = record.load() if self.reattach else None
+        record = AttachRecord("airflow", self._attach_key(context))
+        handle = record.reusable(runner) if self.reattach else None
         if handle is not None:
-            status = runner.status(handle)
-            if status is not None and status.state not in (AppState.FAILED, AppState.CANCELLED):
-                self.log.info("re-attaching to %s (%s) submitted by an earlier try", handle, status.state)
-            else:
-                handle = None
+            self.log.info("re-attaching to %s submitted by an earlier try", handle)
         if handle is None:
             parent = self._open_pipeline_run(context)
             cfg = self._cfg()
