@@ -1,0 +1,327 @@
+"""From Kubernetes objects (plain dicts as the API returns them) to torchx states.
+
+Pure functions, no client calls: Volcano Job and ``batch/v1`` Job phases map to an
+``AppState``; pods map to per-replica states, and a pod that cannot make progress
+(bad image, bad config, OOM kill, unschedulable) is reported with its reason instead
+of sitting in PENDING forever (upstream torchx#207).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from torchx.schedulers.kubernetes_manifests import (
+    ANNOTATION_COMPLETION_INDEX,
+    ANNOTATION_ROLE_NAME,
+    GPU_RESOURCE,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    LABEL_ROLE_NAME,
+    label_value,
+)
+from torchx.specs.api import AppState, Resource, Role
+
+Obj = Dict[str, Any]
+
+# Volcano job phases (upstream torchx's JOB_STATE, plus Completing).
+VOLCANO_JOB_STATE: Dict[str, AppState] = {
+    "Pending": AppState.PENDING,
+    "Running": AppState.RUNNING,
+    "Restarting": AppState.RUNNING,
+    "Completing": AppState.RUNNING,
+    "Aborting": AppState.RUNNING,
+    "Terminating": AppState.RUNNING,
+    "Completed": AppState.SUCCEEDED,
+    "Terminated": AppState.FAILED,
+    "Failed": AppState.FAILED,
+    "Aborted": AppState.CANCELLED,
+}
+
+POD_PHASE_STATE: Dict[str, AppState] = {
+    "Pending": AppState.PENDING,
+    "Running": AppState.RUNNING,
+    "Succeeded": AppState.SUCCEEDED,
+    "Failed": AppState.FAILED,
+    "Unknown": AppState.UNKNOWN,
+}
+
+# Waiting reasons a pod does not recover from without a change to the job.
+FATAL_WAITING_REASONS = {
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+
+# When several replica states compete (e.g. a task's pods), the "most advanced" wins.
+_STATE_RANK = {
+    AppState.UNKNOWN: 0,
+    AppState.UNSUBMITTED: 0,
+    AppState.SUBMITTED: 1,
+    AppState.PENDING: 2,
+    AppState.RUNNING: 3,
+    AppState.SUCCEEDED: 4,
+    AppState.CANCELLED: 5,
+    AppState.FAILED: 6,
+}
+
+
+@dataclass
+class PodInfo:
+    """What describe needs from one pod."""
+
+    role: str
+    replica_id: int
+    state: AppState
+    hostname: str
+    problem: str  # "" when none
+    fatal: bool  # the problem stops the app from ever running
+    created: str
+
+
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def role_name_of(obj_or_template: Obj) -> str:
+    meta = _meta(obj_or_template)
+    return (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME) or (meta.get("labels") or {}).get(
+        LABEL_ROLE_NAME, ""
+    )
+
+
+def role_matches(pod: Obj, role_name: str) -> bool:
+    meta = _meta(pod)
+    annotated = (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME)
+    if annotated is not None:
+        return annotated == role_name
+    return (meta.get("labels") or {}).get(LABEL_ROLE_NAME) == label_value(role_name)
+
+
+def replica_id_of(pod: Obj) -> Optional[int]:
+    """Volcano pods carry our replica label; Indexed Job pods their completion index."""
+    meta = _meta(pod)
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    for value in (
+        labels.get(LABEL_REPLICA_ID),
+        annotations.get(ANNOTATION_COMPLETION_INDEX),
+        labels.get(ANNOTATION_COMPLETION_INDEX),
+    ):
+        if value is not None and str(value).isdigit():
+            return int(value)
+    return None
+
+
+def pod_problem(pod: Obj) -> Tuple[str, bool]:
+    """(reason: message, fatal) for a pod that is stuck or died for a known reason."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason", "")
+        if reason in FATAL_WAITING_REASONS:
+            return _reason(reason, waiting.get("message")), True
+        for state_key in ("state", "lastState"):
+            terminated = (cs.get(state_key) or {}).get("terminated") or {}
+            if terminated.get("reason") == "OOMKilled":
+                return "OOMKilled: the container exceeded its memory limit (raise memMB)", False
+            if state_key == "state" and terminated.get("exitCode") not in (None, 0):
+                detail = terminated.get("message") or f"exit code {terminated.get('exitCode')}"
+                return _reason(terminated.get("reason") or "Error", detail), False
+        if reason == "CrashLoopBackOff":
+            return _reason(reason, waiting.get("message")), False
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return _reason(cond.get("reason") or "Unschedulable", cond.get("message")), False
+    if status.get("reason"):  # e.g. Evicted, DeadlineExceeded
+        return _reason(status["reason"], status.get("message")), False
+    return "", False
+
+
+def _reason(reason: str, message: Optional[str]) -> str:
+    message = " ".join(str(message or "").split())
+    return f"{reason}: {message}" if message else reason
+
+
+def pod_info(pod: Obj) -> Optional[PodInfo]:
+    replica_id = replica_id_of(pod)
+    if replica_id is None:
+        return None
+    status = pod.get("status") or {}
+    state = POD_PHASE_STATE.get(status.get("phase") or "Pending", AppState.UNKNOWN)
+    problem, fatal = pod_problem(pod)
+    if fatal and state == AppState.PENDING:
+        state = AppState.FAILED
+    return PodInfo(
+        role=role_name_of(pod),
+        replica_id=replica_id,
+        state=state,
+        hostname=(pod.get("spec") or {}).get("nodeName") or "",
+        problem=problem if state in (AppState.PENDING, AppState.FAILED) else "",
+        fatal=fatal,
+        created=str(_meta(pod).get("creationTimestamp") or ""),
+    )
+
+
+def latest_pods(pods: Iterable[Obj]) -> Dict[Tuple[str, int], PodInfo]:
+    """The newest pod of each (role, replica) (a restarted replica has several)."""
+    out: Dict[Tuple[str, int], PodInfo] = {}
+    for pod in pods:
+        info = pod_info(pod)
+        if info is None:
+            continue
+        key = (info.role, info.replica_id)
+        if key not in out or info.created >= out[key].created:
+            out[key] = info
+    return out
+
+
+def most_advanced(states: Iterable[AppState], default: AppState) -> AppState:
+    best = None
+    for s in states:
+        if best is None or _STATE_RANK[s] > _STATE_RANK[best]:
+            best = s
+    return default if best is None else best
+
+
+def volcano_state(job: Obj) -> AppState:
+    if _meta(job).get("deletionTimestamp"):
+        return AppState.CANCELLED
+    phase = ((job.get("status") or {}).get("state") or {}).get("phase")
+    if not phase:
+        return AppState.SUBMITTED  # accepted by the API server, not yet seen by Volcano
+    return VOLCANO_JOB_STATE.get(phase, AppState.UNKNOWN)
+
+
+def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
+    """A task's state from the job's ``status.taskStatusCount`` (when pods are not visible)."""
+    counts = ((job.get("status") or {}).get("taskStatusCount") or {}).get(task) or {}
+    phases = [p for p, n in (counts.get("phase") or {}).items() if n]
+    if not phases:
+        return None
+    return most_advanced((POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases), AppState.UNKNOWN)
+
+
+def batch_job_state(job: Obj) -> Tuple[AppState, str]:
+    """(state, message) of a ``batch/v1`` Job from its conditions and counters."""
+    if _meta(job).get("deletionTimestamp"):
+        return AppState.CANCELLED, ""
+    status = job.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if str(cond.get("status")) != "True":
+            continue
+        if cond.get("type") in ("Failed", "FailureTarget"):
+            return AppState.FAILED, _reason(cond.get("reason") or "Failed", cond.get("message"))
+        if cond.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return AppState.SUCCEEDED, ""
+        if cond.get("type") == "Suspended":
+            return AppState.PENDING, "Suspended"
+    if not status:
+        return AppState.SUBMITTED, ""
+    if (status.get("ready") or 0) > 0 or (status.get("succeeded") or 0) > 0:
+        return AppState.RUNNING, ""
+    return AppState.PENDING, ""
+
+
+def combine_states(states: List[AppState]) -> AppState:
+    """One app state from its parts (e.g. one Indexed Job per role)."""
+    if not states:
+        return AppState.UNKNOWN
+    for terminal in (AppState.FAILED, AppState.CANCELLED):
+        if terminal in states:
+            return terminal
+    if all(s == AppState.SUCCEEDED for s in states):
+        return AppState.SUCCEEDED
+    if any(s in (AppState.RUNNING, AppState.SUCCEEDED) for s in states):
+        return AppState.RUNNING
+    if AppState.PENDING in states:
+        return AppState.PENDING
+    return states[0]
+
+
+# --------------------------------------------------------------------------- roles
+
+
+_QUANTITY = re.compile(r"^(?P<num>[0-9.]+)(?P<unit>[A-Za-z]*)$")
+_MEM_UNITS_MB = {"": 1 / 2**20, "Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 2**20, "k": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20}
+
+
+def _cpu(q: Optional[str]) -> int:
+    m = _QUANTITY.match(str(q or ""))
+    if not m:
+        return -1
+    value = float(m["num"]) / (1000 if m["unit"] == "m" else 1)
+    return max(int(round(value)), 1)
+
+
+def _mem_mb(q: Optional[str]) -> int:
+    m = _QUANTITY.match(str(q or ""))
+    if not m or m["unit"] not in _MEM_UNITS_MB:
+        return -1
+    return int(round(float(m["num"]) * _MEM_UNITS_MB[m["unit"]]))
+
+
+def role_from_template(template: Obj, num_replicas: int, min_replicas: Optional[int], max_retries: int) -> Role:
+    """A Role read back from a pod template (macros already substituted)."""
+    spec = template.get("spec") or {}
+    container = (spec.get("containers") or [{}])[0]
+    command = list(container.get("command") or [])
+    limits = (container.get("resources") or {}).get("limits") or {}
+    env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+    return Role(
+        name=role_name_of(template),
+        image=container.get("image", ""),
+        entrypoint=command[0] if command else "",
+        args=command[1:],
+        env=env,
+        num_replicas=num_replicas,
+        min_replicas=min_replicas,
+        max_retries=max_retries,
+        resource=Resource(
+            cpu=_cpu(limits.get("cpu")),
+            gpu=int(limits.get(GPU_RESOURCE, 0) or 0),
+            memMB=_mem_mb(limits.get("memory")),
+        ),
+    )
+
+
+def volcano_roles(job: Obj) -> List[Role]:
+    """Roles of a Volcano job: its tasks grouped by role (in role-index order)."""
+    groups: Dict[Tuple[int, str], List[Obj]] = {}
+    for task in (job.get("spec") or {}).get("tasks") or []:
+        template = task.get("template") or {}
+        labels = _meta(template).get("labels") or {}
+        key = (int(labels.get(LABEL_ROLE_INDEX, 0)), role_name_of(template))
+        groups.setdefault(key, []).append(task)
+    roles = []
+    for (_, _), tasks in sorted(groups.items()):
+        elastic = any("minAvailable" in t for t in tasks)
+        min_replicas = sum(1 for t in tasks if t.get("minAvailable")) if elastic else None
+        roles.append(
+            role_from_template(
+                tasks[0].get("template") or {}, len(tasks), min_replicas, int(tasks[0].get("maxRetry") or 0)
+            )
+        )
+    return roles
+
+
+def indexed_roles(jobs: List[Obj]) -> List[Role]:
+    def index(job: Obj) -> int:
+        return int((_meta(job).get("labels") or {}).get(LABEL_ROLE_INDEX, 0))
+
+    roles = []
+    for job in sorted(jobs, key=index):
+        spec = job.get("spec") or {}
+        roles.append(
+            role_from_template(
+                spec.get("template") or {},
+                int(spec.get("completions") or 1),
+                None,
+                int(spec.get("backoffLimit") or 0),
+            )
+        )
+    return roles
