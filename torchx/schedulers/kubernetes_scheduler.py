@@ -1,0 +1,568 @@
+"""``kubernetes``: run an app as a Volcano Job (default) or as Indexed Jobs (no Volcano).
+
+``-cfg job_type=volcano`` (upstream-compatible) submits one
+``batch.volcano.sh/v1alpha1`` Job with one task per replica: Volcano gang-schedules
+the replicas (``minAvailable`` = the roles' ``min_replicas``), its svc plugin gives
+every pod a stable host name, and the rank-0 host reaches the replicas as
+``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
+
+``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one
+Indexed ``batch/v1`` Job per role plus a headless Service; pods are reachable as
+``{job}-{index}.{service}`` and the rank-0 host is the first role's pod 0. Several
+roles are supported (they share the Service); there is no gang scheduling, and failed
+pods are recreated per index (``backoffLimit = max_retries``).
+
+App ids are ``{namespace}:{name}``. ``describe`` reports per-replica states from the
+pods and names the reason a pod cannot run (ImagePullBackOff, ErrImagePull, OOMKilled,
+Unschedulable, ...); a bad image fails the app instead of leaving it PENDING forever
+(torchx#207). ``log_iter`` streams pod logs with the client's ``follow`` and keeps
+every line's newline (torchx#983).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, TypedDict
+
+import yaml
+
+from torchx.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    split_lines_iterator,
+)
+from torchx.schedulers.kubernetes_manifests import (
+    JOB_TYPE_INDEXED,
+    JOB_TYPE_VOLCANO,
+    JOB_TYPES,
+    LABEL_APP_NAME,
+    LABEL_ORGANIZATION,
+    LABEL_UNIQUE_NAME,
+    ORGANIZATION,
+    ROLE_NAME_MAX,
+    VOLCANO_GROUP,
+    VOLCANO_PLURAL,
+    VOLCANO_VERSION,
+    indexed_jobs,
+    normalize_name,
+    parse_toleration,
+    role_dns_names,
+    task_name,
+    unique_app_name,
+    volcano_job,
+)
+from torchx.schedulers import kubernetes_status as ks
+from torchx.specs.api import (
+    NONE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    InvalidArgumentError,
+    InvalidRunConfigException,
+    ReplicaStatus,
+    RoleStatus,
+    TorchXError,
+    is_terminal,
+    runopts,
+)
+from torchx.util.modules import import_optional
+
+logger = logging.getLogger(__name__)
+
+TAIL_POLL_SECONDS = 1.0
+MANAGED_SELECTOR = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
+
+
+class KubernetesOpts(TypedDict, total=False):
+    queue: Optional[str]
+    namespace: Optional[str]
+    service_account: Optional[str]
+    priority_class: Optional[str]
+    image_repo: Optional[str]
+    quiet: bool
+    node_selector: Optional[Dict[str, str]]
+    tolerations: Optional[List[str]]
+    image_pull_secrets: Optional[List[str]]
+    job_type: str
+
+
+class KubernetesError(TorchXError):
+    """The Kubernetes API refused a request (the message says why and what to do)."""
+
+
+class KubernetesJob:
+    """The manifests ``schedule`` creates; ``str()`` is YAML ``kubectl apply -f`` accepts."""
+
+    def __init__(self, manifests: List[Dict[str, Any]], namespace: str, name: str, job_type: str) -> None:
+        self.manifests = manifests
+        self.namespace = namespace
+        self.name = name
+        self.job_type = job_type
+
+    @property
+    def resource(self) -> Dict[str, Any]:
+        """The main manifest: the Volcano Job, or the first role's Indexed Job."""
+        return self.manifests[0] if self.job_type == JOB_TYPE_VOLCANO else self.manifests[1]
+
+    def __str__(self) -> str:
+        return yaml.safe_dump_all(self.manifests, sort_keys=False, width=1000)
+
+    __repr__ = __str__
+
+
+def parse_app_id(app_id: str) -> Tuple[str, str]:
+    namespace, sep, name = app_id.partition(":")
+    if not sep or not namespace or not name:
+        raise InvalidArgumentError(
+            f"{app_id!r} is not a kubernetes app id; expected NAMESPACE:NAME (e.g. default:trainer-abc12345)"
+        )
+    return namespace, name
+
+
+class KubernetesScheduler(Scheduler[KubernetesJob]):
+    """Submits, watches, tails and deletes torchx apps on a Kubernetes cluster."""
+
+    def __init__(self, session_name: str, client: Optional[Any] = None, namespace: Optional[str] = None) -> None:
+        super().__init__("kubernetes", session_name)
+        self._client = client
+        self._owns_client = client is None
+        self._namespace = namespace
+        self._kinds: Dict[str, str] = {}  # app_id -> job type, for apps this process saw
+        self._cancelled: Set[str] = set()  # deleted by this process: CANCELLED, not "unknown"
+
+    # ------------------------------------------------------------------ client
+
+    def _api_client(self) -> Any:
+        if self._client is None:
+            import_optional("kubernetes.client", "kubernetes")
+            from kubernetes import client, config
+
+            configuration = client.Configuration()
+            try:
+                config.load_kube_config(client_configuration=configuration)
+            except (config.ConfigException, OSError, TypeError) as kube_err:
+                try:
+                    config.load_incluster_config(client_configuration=configuration)
+                except config.ConfigException:
+                    raise KubernetesError(
+                        f"no Kubernetes configuration found ({kube_err}); set KUBECONFIG or"
+                        " ~/.kube/config, or run inside a cluster"
+                    ) from None
+            self._client = client.ApiClient(configuration)
+        return self._client
+
+    def _custom(self) -> Any:
+        from kubernetes.client import CustomObjectsApi
+
+        return CustomObjectsApi(self._api_client())
+
+    def _core(self) -> Any:
+        from kubernetes.client import CoreV1Api
+
+        return CoreV1Api(self._api_client())
+
+    def _batch(self) -> Any:
+        from kubernetes.client import BatchV1Api
+
+        return BatchV1Api(self._api_client())
+
+    def close(self) -> None:
+        if self._client is not None and self._owns_client:
+            self._client.close()
+            self._client = None
+
+    def default_namespace(self) -> str:
+        """The scheduler's namespace, else the kube context's, else ``default`` (no network)."""
+        if self._namespace:
+            return self._namespace
+        try:
+            import_optional("kubernetes.config", "kubernetes")
+            from kubernetes import config
+
+            _, active = config.list_kube_config_contexts()
+            namespace = (active or {}).get("context", {}).get("namespace")
+        except Exception:  # no kubeconfig: fine for dry runs
+            namespace = None
+        self._namespace = namespace or "default"
+        return self._namespace
+
+    # ------------------------------------------------------------------ submit
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("queue", type_=str, help="Volcano queue to schedule the job in (required for job_type=volcano)")
+        opts.add("namespace", type_=str, help="Kubernetes namespace (default: the kube context's, else 'default')")
+        opts.add("service_account", type_=str, help="service account the pods run as")
+        opts.add("priority_class", type_=str, help="name of the PriorityClass of the job")
+        opts.add(
+            "image_repo",
+            type_=str,
+            help="repository for workspace images (accepted for compatibility: this scheduler builds no images)",
+        )
+        opts.add("quiet", type_=bool, default=False, help="accepted for compatibility (image push progress)")
+        opts.add("node_selector", type_=Dict[str, str], help="node labels the pods must match, e.g. disktype:ssd;zone:a")
+        opts.add(
+            "tolerations",
+            type_=List[str],
+            help="taints to tolerate, KEY[=VALUE][:EFFECT] separated by ';' (e.g. nvidia.com/gpu:NoSchedule)",
+        )
+        opts.add("image_pull_secrets", type_=List[str], help="names of the secrets used to pull the images")
+        opts.add(
+            "job_type",
+            type_=str,
+            default=JOB_TYPE_VOLCANO,
+            help="volcano (a Volcano Job, gang-scheduled) or indexed (Indexed batch/v1 Jobs + headless Service, no Volcano)",
+        )
+        return opts
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        super()._validate(app, scheduler, cfg)
+        job_type = cfg.get("job_type") or JOB_TYPE_VOLCANO
+        if job_type not in JOB_TYPES:
+            raise InvalidRunConfigException(
+                f"Run option 'job_type' must be one of {', '.join(JOB_TYPES)}, got {job_type!r}", "job_type", cfg
+            )
+        if job_type == JOB_TYPE_VOLCANO and not cfg.get("queue"):
+            raise InvalidRunConfigException(
+                "Required run option 'queue' is missing for job_type=volcano; pass -cfg queue=QUEUE"
+                " (a Volcano queue, e.g. default) or -cfg job_type=indexed",
+                "queue",
+                cfg,
+            )
+        for spec in cfg.get("tolerations") or []:  # type: ignore[union-attr]
+            parse_toleration(str(spec))
+        role_dns_names(app)
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubernetesJob]:
+        import_optional("kubernetes.client", "kubernetes")
+        opts = dict(cfg)
+        namespace = str(opts.get("namespace") or self.default_namespace())
+        job_type = str(opts.get("job_type") or JOB_TYPE_VOLCANO)
+        name = unique_app_name(app.name)
+        if job_type == JOB_TYPE_VOLCANO:
+            manifests = [volcano_job(app, name, namespace, opts)]
+        else:
+            manifests = indexed_jobs(app, name, namespace, opts)
+        return AppDryRunInfo(KubernetesJob(manifests, namespace, name, job_type), str)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
+        from kubernetes.client.rest import ApiException
+
+        req = dryrun_info.request
+        app_id = f"{req.namespace}:{req.name}"
+        created: List[Tuple[str, str]] = []
+        try:
+            if req.job_type == JOB_TYPE_VOLCANO:
+                self._custom().create_namespaced_custom_object(
+                    VOLCANO_GROUP, VOLCANO_VERSION, req.namespace, VOLCANO_PLURAL, req.manifests[0]
+                )
+            else:
+                for manifest in req.manifests:
+                    kind, name = manifest["kind"], manifest["metadata"]["name"]
+                    if kind == "Service":
+                        self._core().create_namespaced_service(req.namespace, manifest)
+                    else:
+                        self._batch().create_namespaced_job(req.namespace, manifest)
+                    created.append((kind, name))
+        except ApiException as e:
+            for kind, name in created:  # no half-created apps
+                self._delete(kind, req.namespace, name)
+            raise self._api_error(e, req) from None
+        self._kinds[app_id] = req.job_type
+        return app_id
+
+    def _api_error(self, e: Any, req: KubernetesJob) -> KubernetesError:
+        reason = _status_message(e)
+        if e.status == 409:
+            return KubernetesError(f"a job named {req.name} already exists in namespace {req.namespace}: {reason}")
+        if e.status == 404 and req.job_type == JOB_TYPE_VOLCANO:
+            return KubernetesError(
+                f"Volcano jobs ({VOLCANO_GROUP}/{VOLCANO_VERSION}) are not served by this cluster: {reason};"
+                " install Volcano or use -cfg job_type=indexed"
+            )
+        return KubernetesError(f"Kubernetes API error {e.status} ({e.reason}) creating {req.name}: {reason}")
+
+    # ------------------------------------------------------------------ describe
+
+    def _get_volcano(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self._custom().get_namespaced_custom_object(
+                VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _indexed_jobs(self, namespace: str, name: str) -> List[Dict[str, Any]]:
+        items = self._list_json(self._batch().list_namespaced_job, namespace, f"{LABEL_UNIQUE_NAME}={name}")
+        return [j for j in items if _labels(j).get(LABEL_UNIQUE_NAME) == name]
+
+    def _pods(self, namespace: str, name: str) -> List[Dict[str, Any]]:
+        items = self._list_json(self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}")
+        return [p for p in items if _labels(p).get(LABEL_UNIQUE_NAME) == name]
+
+    @staticmethod
+    def _list_json(method: Any, namespace: str, selector: str) -> List[Dict[str, Any]]:
+        # Plain dicts (as the API sent them) rather than models: same shape as custom objects.
+        resp = method(namespace, label_selector=selector, _preload_content=False)
+        return list(json.loads(resp.data).get("items") or [])
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        namespace, name = parse_app_id(app_id)
+        kind = self._kinds.get(app_id)
+        if kind != JOB_TYPE_INDEXED:
+            job = self._get_volcano(namespace, name)
+            if job is not None:
+                return self._describe_volcano(app_id, job, self._pods(namespace, name))
+        if kind != JOB_TYPE_VOLCANO:
+            jobs = self._indexed_jobs(namespace, name)
+            if jobs:
+                return self._describe_indexed(app_id, jobs, self._pods(namespace, name))
+        if app_id in self._cancelled:
+            return DescribeAppResponse(app_id=app_id, state=AppState.CANCELLED, msg="deleted by torchx cancel")
+        return None
+
+    def _describe_volcano(self, app_id: str, job: Dict[str, Any], pods: List[Dict[str, Any]]) -> DescribeAppResponse:
+        roles = ks.volcano_roles(job)
+
+        def from_task_counts(role_idx: int, replica_id: int) -> Optional[AppState]:
+            role_dns = normalize_name(roles[role_idx].name, ROLE_NAME_MAX, fallback="role")
+            return ks.volcano_task_state(job, task_name(role_dns, replica_id))
+
+        restarts = int((job.get("status") or {}).get("retryCount") or 0)
+        return self._response(app_id, ks.volcano_state(job), roles, pods, from_task_counts, restarts, "")
+
+    def _describe_indexed(self, app_id: str, jobs: List[Dict[str, Any]], pods: List[Dict[str, Any]]) -> DescribeAppResponse:
+        roles = ks.indexed_roles(jobs)
+        parts = [ks.batch_job_state(j) for j in jobs]
+        state = ks.combine_states([s for s, _ in parts])
+        msg = next((m for s, m in parts if s == AppState.FAILED and m), "")
+        restarts = sum(int((j.get("status") or {}).get("failed") or 0) for j in jobs)
+        return self._response(app_id, state, roles, pods, lambda r, i: None, restarts, msg)
+
+    def _response(
+        self,
+        app_id: str,
+        state: AppState,
+        roles: List[Any],
+        pods: List[Dict[str, Any]],
+        fallback: Any,
+        restarts: int,
+        msg: str,
+    ) -> DescribeAppResponse:
+        latest = ks.latest_pods(pods)
+        statuses: List[RoleStatus] = []
+        problems: List[Tuple[bool, str]] = []
+        for role_idx, role in enumerate(roles):
+            replicas = []
+            for i in range(role.num_replicas):
+                info = latest.get((role.name, i))
+                if info is not None:
+                    r_state, host, err = info.state, info.hostname, info.problem
+                    if info.problem:
+                        problems.append((info.fatal, f"{role.name}[{i}]: {info.problem}"))
+                else:
+                    r_state = fallback(role_idx, i) or (state if is_terminal(state) else AppState.PENDING)
+                    host, err = "", ""
+                if state == AppState.CANCELLED and not is_terminal(r_state):
+                    r_state = AppState.CANCELLED
+                replicas.append(ReplicaStatus(i, r_state, role.name, host, err or NONE))
+            statuses.append(RoleStatus(role.name, replicas))
+        fatal = [p for f, p in problems if f]
+        if fatal and state in (AppState.SUBMITTED, AppState.PENDING):
+            # A pod that can never start: report it instead of PENDING forever (torchx#207).
+            state = AppState.FAILED
+            msg = f"{fatal[0]} (the job is still on the cluster: `torchx cancel` deletes it)"
+        elif problems and not msg:
+            msg = problems[0][1]
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=restarts,
+            msg=msg or NONE,
+            structured_error_msg=NONE,
+            roles_statuses=statuses,
+            roles=roles,
+        )
+
+    # ------------------------------------------------------------------ list / cancel
+
+    def list(self) -> List[ListAppResponse]:
+        """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
+        from kubernetes.client.rest import ApiException
+
+        namespace = self.default_namespace()
+        apps: List[ListAppResponse] = []
+        try:
+            resp = self._custom().list_namespaced_custom_object(
+                VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, label_selector=MANAGED_SELECTOR
+            )
+            for job in resp.get("items") or []:
+                if _labels(job).get(LABEL_ORGANIZATION) == ORGANIZATION:
+                    name = job["metadata"]["name"]
+                    apps.append(ListAppResponse(f"{namespace}:{name}", ks.volcano_state(job), name=_app_name(job)))
+        except ApiException as e:
+            if e.status != 404:  # 404: Volcano not installed
+                raise
+        groups: Dict[str, List[Dict[str, Any]]] = {}
+        for job in self._list_json(self._batch().list_namespaced_job, namespace, MANAGED_SELECTOR):
+            labels = _labels(job)
+            if labels.get(LABEL_ORGANIZATION) == ORGANIZATION and labels.get(LABEL_UNIQUE_NAME):
+                groups.setdefault(labels[LABEL_UNIQUE_NAME], []).append(job)
+        for name, jobs in groups.items():
+            state = ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])
+            apps.append(ListAppResponse(f"{namespace}:{name}", state, name=_app_name(jobs[0])))
+        return apps
+
+    def _cancel_existing(self, app_id: str) -> None:
+        namespace, name = parse_app_id(app_id)
+        if self._get_volcano(namespace, name) is not None:
+            self._delete("VolcanoJob", namespace, name)
+        else:
+            for job in self._indexed_jobs(namespace, name):
+                self._delete("Job", namespace, job["metadata"]["name"])
+            self._delete("Service", namespace, name)
+        self._cancelled.add(app_id)
+
+    def _delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete an object and (foreground) its pods; already gone is fine."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            if kind == "VolcanoJob":
+                self._custom().delete_namespaced_custom_object(
+                    VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name, propagation_policy="Foreground"
+                )
+            elif kind == "Job":
+                self._batch().delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+            else:
+                self._core().delete_namespaced_service(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    # ------------------------------------------------------------------ logs
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        """Lines of the pod of replica ``k`` of ``role_name`` (stdout and stderr combined)."""
+        if streams not in (None, Stream.COMBINED):
+            raise InvalidArgumentError(
+                "kubernetes keeps stdout and stderr in one pod log; use --streams combined (the default)"
+            )
+        namespace, name = parse_app_id(app_id)
+        return filter_regex(regex, self._pod_lines(app_id, namespace, name, role_name, k, since, until, should_tail))
+
+    def _find_pod(self, namespace: str, name: str, role_name: str, k: int) -> Optional[Dict[str, Any]]:
+        pods = [
+            p for p in self._pods(namespace, name) if ks.role_matches(p, role_name) and ks.replica_id_of(p) == k
+        ]
+        pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+        return pods[-1] if pods else None
+
+    def _pod_lines(
+        self,
+        app_id: str,
+        namespace: str,
+        name: str,
+        role_name: str,
+        k: int,
+        since: Optional[datetime],
+        until: Optional[datetime],
+        should_tail: bool,
+    ) -> Iterator[str]:
+        from kubernetes.client.rest import ApiException
+
+        kwargs: Dict[str, Any] = {}
+        if since is not None:
+            kwargs["since_seconds"] = max(1, int(time.time() - since.timestamp()))
+        if until is not None:
+            kwargs["timestamps"] = True
+            until = until.astimezone(timezone.utc)  # a naive time is local time
+        while True:
+            pod = self._find_pod(namespace, name, role_name, k)
+            if pod is not None:
+                try:
+                    resp = self._core().read_namespaced_pod_log(
+                        pod["metadata"]["name"], namespace, follow=should_tail, _preload_content=False, **kwargs
+                    )
+                except ApiException as e:
+                    if e.status not in (400, 404):  # 400: container not started yet
+                        raise
+                else:
+                    yield from _response_lines(resp, until)
+                    return
+            if not should_tail:
+                return
+            desc = self.describe(app_id)
+            if desc is None or is_terminal(desc.state):
+                return
+            time.sleep(TAIL_POLL_SECONDS)
+
+
+def _response_lines(resp: Any, until: Optional[datetime]) -> Iterator[str]:
+    """Whole lines (keeping ``\\n``) from a streamed log response, as chunks arrive."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    chunks = (decoder.decode(c) for c in resp.stream(amt=64 * 1024, decode_content=True))
+    try:
+        for line in split_lines_iterator(chunks):
+            if until is None:
+                yield line
+                continue
+            stamp, _, text = line.partition(" ")
+            if _parse_time(stamp) > until:
+                return
+            yield text
+    finally:
+        resp.release_conn()
+
+
+def _parse_time(stamp: str) -> datetime:
+    try:
+        value = stamp.rstrip("Z")
+        if "." in value:
+            head, frac = value.split(".", 1)
+            value = f"{head}.{frac[:6]}"
+        return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _labels(obj: Dict[str, Any]) -> Dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _app_name(obj: Dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return (meta.get("annotations") or {}).get("torchx.pytorch.org/app-name") or _labels(obj).get(LABEL_APP_NAME, "")
+
+
+def _status_message(e: Any) -> str:
+    try:
+        return str(json.loads(e.body).get("message") or e.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(e.reason)
+
+
+def create_scheduler(session_name: str, client: Optional[Any] = None, **kwargs: Any) -> KubernetesScheduler:
+    return KubernetesScheduler(session_name, client=client, namespace=kwargs.get("namespace"))
