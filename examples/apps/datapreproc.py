@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 import tracking  # noqa: E402
-from common import record_errors, join, save_split, write_json  # noqa: E402
+from common import join, record_errors, save_split, write_json  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:

@@ -16,7 +16,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 import tracking  # noqa: E402
-from common import record_errors, join, load_split, make_model, read_bytes, read_json, write_bytes, write_json  # noqa: E402
+from common import (  # noqa: E402
+    join,
+    load_split,
+    make_model,
+    read_bytes,
+    read_json,
+    record_errors,
+    write_bytes,
+    write_json,
+)
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -60,7 +69,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         pred = model(torch.from_numpy(x)).argmax(dim=1).numpy()
     classes = meta["classes"]
     cm = np.zeros((classes, classes), dtype=np.int64)
-    for t, p in zip(y, pred):
+    for t, p in zip(y, pred, strict=True):
         cm[t, p] += 1
     accuracy = float((pred == y).mean())
     precision = [float(cm[c, c] / cm[:, c].sum()) if cm[:, c].sum() else 0.0 for c in range(classes)]

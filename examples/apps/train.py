@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fsspec  # noqa: E402
 import tracking  # noqa: E402
-from common import record_errors, join, load_split, make_model, write_bytes, write_json  # noqa: E402
+from common import join, load_split, make_model, record_errors, write_bytes, write_json  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:

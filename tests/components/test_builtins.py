@@ -14,7 +14,12 @@ import torchx.specs as specs
 from torchx.apps.utils import copy_main
 from torchx.components import dist, utils
 from torchx.specs.builders import ComponentArgumentError, component_help, materialize_appdef
-from torchx.specs.finder import ComponentNotFoundException, ComponentValidationException, get_component, get_components
+from torchx.specs.finder import (
+    ComponentNotFoundException,
+    ComponentValidationException,
+    get_component,
+    get_components,
+)
 
 
 def test_echo_touch_sh_python_binary_copy() -> None:
@@ -58,7 +63,7 @@ def test_spmd_infers_nproc_from_gpus() -> None:
 
 def test_parsing_types_lists_dicts_bools_varargs() -> None:
     def comp(*args: str, n: int = 1, f: float = 0.5, flag: bool = False, tags: Optional[List[str]] = None,
-             env: Optional[Dict[str, str]] = None, x: "int | None" = None, y: "None | str" = None) -> specs.AppDef:
+             env: Optional[Dict[str, str]] = None, x: int | None = None, y: None | str = None) -> specs.AppDef:
         return specs.AppDef("c", [specs.Role("r", "i", entrypoint="e", args=[repr((args, n, f, flag, tags, env, x, y))])])
 
     app = materialize_appdef(comp, ["-n", "3", "-f", "1.5", "--flag", "TRUE", "--tags", "a,b", "--env", "A=1,B=x,y",

@@ -51,7 +51,7 @@ class KMockServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> "KMockServer":
+    def __enter__(self) -> KMockServer:
         self.start()
         return self
 

@@ -14,16 +14,16 @@ def _tracker(spec: str | None) -> Any:
 
     if spec:
         name, _, config = spec.partition("=")
-        trackers = {name: config or None}
+        trackers: dict[str, str | None] = {name: config or None}
     else:
-        trackers = get_configured_trackers()
+        trackers = dict(get_configured_trackers())
     if not trackers:
         raise CommandError("no tracker configured; pass --tracker mlflow[=URI] or set [torchx:tracker] in .torchxconfig")
     from torchx.trackers.api import validate_tracker_config
 
     first = dict(list(trackers.items())[:1])
-    for name, config in first.items():
-        validate_tracker_config(name, config)
+    for tracker_name, tracker_config in first.items():
+        validate_tracker_config(tracker_name, tracker_config)
     return build_trackers(first)[0]
 
 

@@ -37,7 +37,7 @@ def _load_verb(module: str, cls: str) -> Optional[SubCommand]:
         raise
 
 
-def _plugin_verbs() -> Dict[str, object]:
+def _plugin_verbs() -> Dict[str, SubCommand]:
     from torchx.util.entrypoints import entry_point_names, load_group
 
     if not entry_point_names("torchx.cli.cmds"):
@@ -73,9 +73,9 @@ def create_parser(argv: List[str]) -> tuple[argparse.ArgumentParser, Dict[str, S
     if chosen and chosen not in BUILTIN_VERBS:
         plugins = _plugin_verbs()
         if chosen in plugins:
-            cmd = plugins[chosen]  # type: ignore[assignment]
-            cmd.add_arguments(sub.add_parser(chosen))
-            verbs[chosen] = cmd
+            plugin: SubCommand = plugins[chosen]  # type: ignore[assignment]
+            plugin.add_arguments(sub.add_parser(chosen))
+            verbs[chosen] = plugin
     return parser, verbs
 
 

@@ -18,7 +18,7 @@ class StructuredNameArgument:
     run_name: str
 
     @staticmethod
-    def parse_from(name: str, m: Optional[str] = None, script: Optional[str] = None) -> "StructuredNameArgument":
+    def parse_from(name: str, m: Optional[str] = None, script: Optional[str] = None) -> StructuredNameArgument:
         """``exp/run``, ``exp/``, ``/run`` or ``run``; defaults: ``default-experiment`` and the script/module."""
         default_run = (Path(script).stem if script else (m or "").split(".")[-1]) or "app"
         exp, sep, run = name.partition("/")
@@ -43,7 +43,7 @@ class StructuredJArgument:
         return f"{self.nnodes_rep}x{self.nproc_per_node}"
 
     @staticmethod
-    def parse(j: str) -> "StructuredJArgument":
+    def parse(j: str) -> StructuredJArgument:
         """Parse ``-j`` (NPROC, NNODESxNPROC, MIN:MAXxNPROC) and check the numbers make sense."""
         m = re.fullmatch(r"\s*(?:(?:(\d+):)?(\d+)x)?(\d+)\s*", j or "")
         if not m:
@@ -61,7 +61,7 @@ class StructuredJArgument:
         return StructuredJArgument(min_nnodes, max_nnodes, nproc)
 
     @staticmethod
-    def parse_from(h: Optional[str], j: str) -> "StructuredJArgument":
+    def parse_from(h: Optional[str], j: str) -> StructuredJArgument:
         """For ``dist.spmd``: ``-j N`` means N nodes with as many processes as ``h`` has GPUs."""
         from torchx.specs.named_resources import named_resources
 

@@ -23,7 +23,6 @@ from torchx.runner import config as torchx_config
 from torchx.runner.events import log_event
 from torchx.schedulers import SchedulerFactory, get_scheduler_factories
 from torchx.schedulers.api import InvalidAppError, ListAppResponse, Scheduler, Stream
-from torchx.trackers.api import tracker_config_env_var_name
 from torchx.specs.api import (
     MISSING,
     AppDef,
@@ -33,11 +32,12 @@ from torchx.specs.api import (
     CfgVal,
     UnknownAppException,
     UnknownSchedulerException,
-    make_app_handle,
     macros,
+    make_app_handle,
     parse_app_handle,
     runopts,
 )
+from torchx.trackers.api import tracker_config_env_var_name
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Runner:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> "Runner":
+    def __enter__(self) -> Runner:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -45,7 +45,7 @@ class TorchxEvent:
         return json.dumps(asdict(self), default=str)
 
     @staticmethod
-    def deserialize(data: str) -> "TorchxEvent":
+    def deserialize(data: str) -> TorchxEvent:
         d = json.loads(data)
         d["source"] = SourceType(d.get("source", SourceType.UNKNOWN))
         return TorchxEvent(**d)

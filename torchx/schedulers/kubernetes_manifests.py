@@ -111,7 +111,7 @@ def role_dns_names(app: AppDef) -> List[str]:
     """Per-role DNS-safe names; two roles may not normalize to the same name."""
     names = [normalize_name(role.name, ROLE_NAME_MAX, fallback="role") for role in app.roles]
     seen: Dict[str, str] = {}
-    for role, name in zip(app.roles, names):
+    for role, name in zip(app.roles, names, strict=True):
         if name in seen:
             raise InvalidAppError(
                 f"roles {seen[name]!r} and {role.name!r} map to the same Kubernetes name {name!r};"
@@ -342,7 +342,7 @@ def volcano_job(app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, An
     rank0_task = task_name(role_names[0], 0)
     tasks: List[Dict[str, Any]] = []
     min_available = 0
-    for role_idx, (role, role_dns) in enumerate(zip(app.roles, role_names)):
+    for role_idx, (role, role_dns) in enumerate(zip(app.roles, role_names, strict=True)):
         if role.retry_policy not in RETRY_POLICIES:
             raise InvalidAppError(
                 f"role {role.name!r}: retry_policy {role.retry_policy.value} is not supported on"
@@ -355,7 +355,7 @@ def volcano_job(app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, An
             is_rank0 = name == rank0_task
             values = macros.Values(
                 img_root="",
-                app_id=unique_name,
+                app_id=f"{namespace}:{unique_name}",
                 replica_id=str(replica_id),
                 rank0_env=RANK0_ENV if is_rank0 else volcano_hosts_env(rank0_task),
             )
@@ -365,16 +365,13 @@ def volcano_job(app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, An
             labels = _role_labels(app, unique_name, role_idx, role)
             labels[LABEL_REPLICA_ID] = str(replica_id)
             template = pod_template(replica_role, name, labels, _annotations(app, role), cfg)
-            task: Dict[str, Any] = {
-                "name": name,
-                "replicas": 1,
-                "policies": RETRY_POLICIES[role.retry_policy],
-                "template": serialize(template),
-            }
+            task: Dict[str, Any] = {"name": name, "replicas": 1}
             if role.min_replicas is not None:
                 task["minAvailable"] = 1 if replica_id < role.min_replicas else 0
             if role.max_retries > 0:
                 task["maxRetry"] = role.max_retries
+            task["policies"] = [dict(p) for p in RETRY_POLICIES[role.retry_policy]]
+            task["template"] = serialize(template)
             tasks.append(task)
     spec: Dict[str, Any] = {
         "schedulerName": "volcano",
@@ -460,9 +457,9 @@ def indexed_jobs(
             field_ref=V1ObjectFieldSelector(field_path=f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']")
         ),
     )
-    for role_idx, (role, role_dns) in enumerate(zip(app.roles, role_names)):
+    for role_idx, (role, role_dns) in enumerate(zip(app.roles, role_names, strict=True)):
         args_ref, env_ref = _replica_id_refs(role)
-        base = dict(img_root="", app_id=unique_name, rank0_env=RANK0_ENV)
+        base = dict(img_root="", app_id=f"{namespace}:{unique_name}", rank0_env=RANK0_ENV)
         with_args = macros.Values(replica_id=args_ref, **base).apply(role)
         with_env = macros.Values(replica_id=env_ref, **base).apply(role)
         with_args.env = with_env.env

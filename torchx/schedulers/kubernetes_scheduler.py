@@ -24,12 +24,14 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import os
 import time
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, TypedDict
 
 import yaml
 
+from torchx.schedulers import kubernetes_status as ks
 from torchx.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
@@ -58,7 +60,6 @@ from torchx.schedulers.kubernetes_manifests import (
     unique_app_name,
     volcano_job,
 )
-from torchx.schedulers import kubernetes_status as ks
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -147,7 +148,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
             configuration = client.Configuration()
             try:
-                config.load_kube_config(client_configuration=configuration)
+                config.load_kube_config(config_file=_kubeconfig_path(), client_configuration=configuration)
             except (config.ConfigException, OSError, TypeError) as kube_err:
                 try:
                     config.load_incluster_config(client_configuration=configuration)
@@ -187,7 +188,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             import_optional("kubernetes.config", "kubernetes")
             from kubernetes import config
 
-            _, active = config.list_kube_config_contexts()
+            _, active = config.list_kube_config_contexts(config_file=_kubeconfig_path())
             namespace = (active or {}).get("context", {}).get("namespace")
         except Exception:  # no kubeconfig: fine for dry runs
             namespace = None
@@ -546,6 +547,11 @@ def _parse_time(stamp: str) -> datetime:
         return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
     except ValueError:
         return datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _kubeconfig_path() -> str:
+    # Read at call time: the client reads $KUBECONFIG once, when it is first imported.
+    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
 
 
 def _labels(obj: Dict[str, Any]) -> Dict[str, str]:

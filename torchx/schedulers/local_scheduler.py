@@ -262,7 +262,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self._wait_started(app_dir, proc)
         return req.app_id
 
-    def _wait_started(self, app_dir: Path, proc: "subprocess.Popen[bytes]") -> None:
+    def _wait_started(self, app_dir: Path, proc: subprocess.Popen[bytes]) -> None:
         """Return once the supervisor has started the replicas (it then handles SIGTERM)."""
         state = app_dir / "state.json"
         deadline = time.monotonic() + 60

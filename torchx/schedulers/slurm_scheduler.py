@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
-from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream, filter_regex
+from torchx.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+)
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -282,7 +288,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         app = appdef_from_dict(record["app"]) if record else None
         states = [SLURM_STATES.get(p["state"], AppState.UNKNOWN) for p in parts]
         state = states[0]
-        by_name = {p["name"]: (p, s) for p, s in zip(parts, states)}
+        by_name = {p["name"]: (p, s) for p, s in zip(parts, states, strict=True)}
         roles: List[RoleStatus] = []
         failing: List[str] = []
         for role in app.roles if app else []:

@@ -16,8 +16,21 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Callable, Dict, Generic, Iterator, List, Mapping, NamedTuple, Optional, Tuple, Type, TypeVar, Union
-
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 ALL = "all"
 MISSING = "<MISSING>"
@@ -93,7 +106,7 @@ class Resource:
     tags: Dict[str, object] = field(default_factory=dict)
 
     @staticmethod
-    def copy(original: "Resource", **capabilities: Any) -> "Resource":
+    def copy(original: Resource, **capabilities: Any) -> Resource:
         """A copy of ``original`` with ``capabilities`` merged in (tags are dropped, as upstream)."""
         res_capabilities = dict(original.capabilities)
         res_capabilities.update(capabilities)
@@ -129,7 +142,7 @@ class macros:
         rank0_env: str
         base_img_root: str = "DEPRECATED"
 
-        def apply(self, role: "Role") -> "Role":
+        def apply(self, role: Role) -> Role:
             """A deep copy of ``role`` with macros substituted in args, env values and metadata."""
             overrides = role.overrides
             role.overrides = {}
@@ -246,7 +259,7 @@ class Role:
             return value
         return super().__getattribute__(attrname)
 
-    def pre_proc(self, scheduler: str, dryrun_info: "AppDryRunInfo[Any]") -> "AppDryRunInfo[Any]":
+    def pre_proc(self, scheduler: str, dryrun_info: AppDryRunInfo[Any]) -> AppDryRunInfo[Any]:
         """Hook to adjust the scheduler request for this role; identity by default."""
         return dryrun_info
 
@@ -329,7 +342,7 @@ class RoleStatus:
 class AppStatusError(TorchXError):
     """Raised by ``AppStatus.raise_for_status`` when the app did not succeed."""
 
-    def __init__(self, status: "AppStatus", *args: Any) -> None:
+    def __init__(self, status: AppStatus, *args: Any) -> None:
         super().__init__(*args)
         self.status = status
 
@@ -579,7 +592,7 @@ class runopts:
     def get(self, name: str) -> Optional[runopt]:
         return self._opts.get(name)
 
-    def update(self, other: "runopts") -> None:
+    def update(self, other: runopts) -> None:
         self._opts.update(other._opts)
 
     def resolve(self, cfg: Mapping[str, CfgVal]) -> Dict[str, CfgVal]:

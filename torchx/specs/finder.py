@@ -7,7 +7,6 @@ import importlib
 import inspect
 import os
 import pkgutil
-import typing
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Dict, List, Union
 
-from torchx.specs.api import AppDef, BindMount, DeviceMount, Resource, RetryPolicy, Role, VolumeMount
+from torchx.specs.api import (
+    AppDef,
+    BindMount,
+    DeviceMount,
+    Resource,
+    RetryPolicy,
+    Role,
+    VolumeMount,
+)
 
 _MOUNT_TYPES = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}
 

@@ -195,7 +195,7 @@ def trackers_from_environ() -> List[TrackerBase]:
 
 @dataclass
 class AppRunTrackableSource:
-    parent: "AppRun"
+    parent: AppRun
     artifact_name: Optional[str]
 
 
@@ -208,7 +208,7 @@ class AppRun:
 
     @staticmethod
     @functools.lru_cache(maxsize=1)
-    def run_from_env() -> "AppRun":
+    def run_from_env() -> AppRun:
         job_id = os.environ.get(ENV_TORCHX_JOB_ID)
         if not job_id:
             return AppRun(UNDEFINED_RUN_ID, [])
@@ -246,7 +246,7 @@ class AppRun:
             for s in self.backends[0].sources(self.id)
         ]
 
-    def children(self) -> Iterable["AppRun"]:
+    def children(self) -> Iterable[AppRun]:
         if not self.backends:
             return []
         return [AppRun(rid, self.backends) for rid in self.backends[0].run_ids(parent_run_id=self.id)]

@@ -121,11 +121,11 @@ class MLflowTracker(TrackerBase):
         exp_ids = [e.experiment_id for e in self.client.search_experiments()]
         if not exp_ids:
             return None
-        runs = self.client.search_runs(exp_ids, filter_string=f"tags.`{TAG_JOB_ID}` = '{_q(job_id)}'", max_results=2)
-        if not runs:
+        found = self.client.search_runs(exp_ids, filter_string=f"tags.`{TAG_JOB_ID}` = '{_q(job_id)}'", max_results=2)
+        if not found:
             return None
-        runs = sorted(runs, key=lambda r: r.info.start_time)
-        self._runs[job_id] = runs[0].info.run_id
+        oldest = min(found, key=lambda r: r.info.start_time)
+        self._runs[job_id] = oldest.info.run_id
         return self._runs[job_id]
 
     def _run(self, job_id: str, create: bool = True) -> Optional[str]:
@@ -148,6 +148,11 @@ class MLflowTracker(TrackerBase):
             if os.environ.get("TORCHX_JOB_ID") == job_id:
                 self._own(rid)
             return rid
+
+    def _ensure(self, job_id: str) -> str:
+        rid = self._run(job_id)
+        assert rid is not None  # _run(create=True) either returns a run or raises
+        return rid
 
     def _own(self, mlflow_run_id: str) -> None:
         """This process is the job: end its run when the process ends (FAILED on an exception)."""
@@ -175,7 +180,7 @@ class MLflowTracker(TrackerBase):
         return self._run(job_id, create=False)
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
-        rid = self._run(run_id)
+        rid = self._ensure(run_id)
         for k, v in kwargs.items():
             self.client.set_tag(rid, k if k != "kind" else TAG_KIND, str(v))
 
@@ -191,7 +196,7 @@ class MLflowTracker(TrackerBase):
         return out
 
     def add_artifact(self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None:
-        rid = self._run(run_id)
+        rid = self._ensure(run_id)
         meta = {"path": path, **{k: v for k, v in (metadata or {}).items()}}
         for k, v in meta.items():
             self.client.set_tag(rid, f"{ARTIFACT_PREFIX}{name}.{k}", str(v))
@@ -225,7 +230,7 @@ class MLflowTracker(TrackerBase):
         self.client.log_inputs(rid, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])])
 
     def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None:
-        rid = self._run(run_id)
+        rid = self._ensure(run_id)
         tags = self.client.get_run(rid).data.tags
         sources = json.loads(tags.get(TAG_SOURCES, "[]"))
         entry = {"run": source_id, "artifact": artifact_name}
@@ -263,7 +268,7 @@ class MLflowTracker(TrackerBase):
         return out
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
-        rid = self._run(run_id)
+        rid = self._ensure(run_id)
         now = int(time.time() * 1000)
         for k, v in metrics.items():
             self.client.log_metric(rid, k, float(v), timestamp=now, step=step or 0)
@@ -283,7 +288,7 @@ class MLflowTracker(TrackerBase):
                 if os.environ.get("TORCHX_JOB_ID") == run_id:
                     self._own(run.info.run_id)
             return
-        rid = self._run(run_id)
+        rid = self._ensure(run_id)
         self.client.set_tag(rid, TAG_PARENT, parent_run_id)
         if parent is not None:
             self.client.set_tag(rid, "mlflow.parentRunId", parent)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict
 logger = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _group(group: str) -> Dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=group)}
 

@@ -9,7 +9,6 @@ import sys
 import textwrap
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List
 

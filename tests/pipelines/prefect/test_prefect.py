@@ -99,7 +99,7 @@ def test_timeout_of_the_flow_cancels_the_app(env: Path) -> None:
         handles.append(h)
         wait(h)
 
-    with pytest.raises(Exception):
+    with pytest.raises(BaseException):  # noqa: B017 (Prefect's timeout error type varies by version)
         slow()
     from torchx.runner import get_runner
 

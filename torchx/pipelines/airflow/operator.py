@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from torchx.specs.api import AppDef, AppState, AppStatus
 from torchx.pipelines.attach import AttachRecord
+from torchx.specs.api import AppDef, AppState, AppStatus
 
 try:  # Airflow 3
     from airflow.exceptions import AirflowException

@@ -27,9 +27,9 @@ _PASSTHROUGH = [
 def torchx_launcher(
     component: str,
     component_args: List[str],
-    task_config: dsl.TaskConfig,
+    task_config: dsl.TaskConfig,  # type: ignore[name-defined]
     scheduler: str = "local_cwd",
-    cfg: dict = {},
+    cfg: dict = {},  # noqa: B006 (KFP needs a literal default)
     parent_run_id: str = "",
 ) -> NamedTuple("Outputs", [("app_handle", str), ("tracker_run_id", str)]):  # type: ignore[valid-type]  # noqa: B006
     """Submit a torchx component (``dist.ddp``, ``file.py:fn``) and wait for it; fails with the worker's error."""
@@ -38,9 +38,9 @@ def torchx_launcher(
 
     from torchx.pipelines.kfp.launch import launch
 
-    tc = dataclasses.asdict(task_config) if dataclasses.is_dataclass(task_config) else dict(task_config or {})
+    tc = dataclasses.asdict(task_config) if dataclasses.is_dataclass(task_config) else dict(task_config or {})  # type: ignore[arg-type]
     handle, run_id = launch(component, component_args, scheduler, dict(cfg), parent_run_id, tc)
-    return namedtuple("Outputs", ["app_handle", "tracker_run_id"])(handle, run_id)
+    return namedtuple("Outputs", ["app_handle", "tracker_run_id"])(handle, run_id)  # type: ignore[call-arg]
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

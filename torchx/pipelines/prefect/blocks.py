@@ -14,12 +14,12 @@ from torchx.specs.api import AppState
 class TorchXJobRun(JobRun[Dict[str, Any]]):
     """A submitted torchx app."""
 
-    def __init__(self, job: "TorchXJob", handle: str) -> None:
+    def __init__(self, job: TorchXJob, handle: str) -> None:
         self._job = job
         self.handle = handle
         self.status: Any = None
 
-    async def wait_for_completion(self) -> None:
+    async def wait_for_completion(self) -> None:  # type: ignore[override]
         from torchx.runner import get_runner
 
         def _wait() -> Any:
