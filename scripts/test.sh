@@ -14,4 +14,8 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null && [ -x scripts/slurm_c
     fi
 fi
 export PATH="$PWD/.venv/bin:$PATH"
+if [ $# -eq 0 ]; then
+    .venv/bin/ruff check torchx tests examples benchmarks
+    .venv/bin/mypy torchx
+fi
 .venv/bin/python -m pytest -q "$@"
