@@ -117,10 +117,10 @@ class KMockServer:
         """The current object (a plain dict), or None if absent or deleted."""
 
         def read() -> Optional[Dict[str, Any]]:
-            key = (resource, namespace, name)
-            if key not in self.km.objects:
+            try:
+                obj = self.km.objects[resource, namespace, name]
+            except KeyError:
                 return None
-            obj = self.km.objects[key]
             return None if obj.deleted else _plain(obj.raw)
 
         return self.call(read)

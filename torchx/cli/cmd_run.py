@@ -81,12 +81,12 @@ class CmdRun(SubCommand):
         print(component_help(get_component(component).fn, config.get_configs("component", component)))
 
     def _print_dryrun(self, info: Any) -> None:
-        import yaml
+        import pprint
 
         from torchx.specs.serialize import appdef_to_dict
 
         print("=== APPLICATION ===")
-        print(yaml.safe_dump(appdef_to_dict(info._app), sort_keys=False, width=100).rstrip())
+        print(pprint.pformat(appdef_to_dict(info._app), width=100, sort_dicts=False))
         print("=== SCHEDULER REQUEST ===")
         print(repr(info))
 

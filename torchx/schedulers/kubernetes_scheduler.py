@@ -143,7 +143,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
     def _api_client(self) -> Any:
         if self._client is None:
-            import_optional("kubernetes.client", "kubernetes")
+            import_optional("kubernetes", "kubernetes")
             from kubernetes import client, config
 
             configuration = client.Configuration()
@@ -185,7 +185,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         if self._namespace:
             return self._namespace
         try:
-            import_optional("kubernetes.config", "kubernetes")
+            import_optional("kubernetes", "kubernetes")
             from kubernetes import config
 
             _, active = config.list_kube_config_contexts(config_file=_kubeconfig_path())
@@ -226,24 +226,26 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
     def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         super()._validate(app, scheduler, cfg)
+        opts = self.run_opts()
+        given = {k: v for k, v in cfg.items() if v is not None and (k not in opts or v != opts.get(k).default)}  # type: ignore[union-attr]
         job_type = cfg.get("job_type") or JOB_TYPE_VOLCANO
         if job_type not in JOB_TYPES:
             raise InvalidRunConfigException(
-                f"Run option 'job_type' must be one of {', '.join(JOB_TYPES)}, got {job_type!r}", "job_type", cfg
+                f"Run option 'job_type' must be one of {', '.join(JOB_TYPES)}, got {job_type!r}", "job_type", given
             )
         if job_type == JOB_TYPE_VOLCANO and not cfg.get("queue"):
             raise InvalidRunConfigException(
                 "Required run option 'queue' is missing for job_type=volcano; pass -cfg queue=QUEUE"
                 " (a Volcano queue, e.g. default) or -cfg job_type=indexed",
                 "queue",
-                cfg,
+                given,
             )
         for spec in cfg.get("tolerations") or []:  # type: ignore[union-attr]
             parse_toleration(str(spec))
         role_dns_names(app)
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubernetesJob]:
-        import_optional("kubernetes.client", "kubernetes")
+        import_optional("kubernetes", "kubernetes")
         opts = dict(cfg)
         namespace = str(opts.get("namespace") or self.default_namespace())
         job_type = str(opts.get("job_type") or JOB_TYPE_VOLCANO)

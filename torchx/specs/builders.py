@@ -97,8 +97,10 @@ def _create_args_parser(
     fn: Callable[..., Any],
     cmpnt_defaults: Optional[Mapping[str, str]] = None,
     config: Optional[Mapping[str, Any]] = None,
+    with_help: bool = True,
 ) -> argparse.ArgumentParser:
-    desc, arg_help = _doc(fn)
+    # docstring parsing is only needed to show help: skip it on the hot path
+    desc, arg_help = _doc(fn) if with_help else ("", {})
     hints = typing.get_type_hints(fn)
     parser = _RaisingParser(
         prog=f"torchx run <run args...> {fn.__name__} ",
@@ -151,7 +153,8 @@ def component_args_from_str(
 ) -> ComponentArgs:
     """Parse and decode ``cmpnt_args`` (CLI strings) and ``config`` (typed values) for ``fn``."""
     validate_component_fn(fn)
-    parser = _create_args_parser(fn, cmpnt_defaults, config)
+    wants_help = "--help" in cmpnt_args
+    parser = _create_args_parser(fn, cmpnt_defaults, config, with_help=wants_help)
     parsed = parser.parse_args(cmpnt_args)
     if parsed.help:
         raise _ComponentHelp(parser.format_help())
