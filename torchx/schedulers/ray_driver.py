@@ -1,0 +1,132 @@
+"""The entrypoint of a torchx job on Ray: runs an app's replicas as actors in a placement group.
+
+``python -m torchx.schedulers.ray_driver REQUEST_JSON`` (the Ray job's entrypoint) reserves
+one bundle per replica, starts one actor per bundle, and each actor runs its replica's
+command as a subprocess in its own session, printing each output line prefixed
+``role/replica``. The rank-0 host is the node of replica 0. When the job is stopped
+(SIGTERM), every actor kills its replica's process tree before the driver exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+
+def _replica_actor() -> Any:
+    import ray
+
+    @ray.remote
+    class Replica:
+        def __init__(self) -> None:
+            self.proc: Any = None
+
+        def node_ip(self) -> str:
+            return ray.util.get_node_ip_address()
+
+        def run(self, prefix: str, args: List[str], env: Dict[str, str], cwd: str) -> int:
+            full_env = dict(os.environ)
+            full_env.update(env)
+            self.proc = subprocess.Popen(args, env=full_env, cwd=cwd or None, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+            assert self.proc.stdout is not None
+            for raw in iter(self.proc.stdout.readline, b""):
+                sys.stdout.write(f"{prefix} {raw.decode(errors='replace')}")
+                sys.stdout.flush()
+            return self.proc.wait()
+
+        def stop(self) -> None:
+            if self.proc is not None and self.proc.poll() is None:
+                _kill_tree(self.proc.pid)
+
+    return Replica
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        import psutil
+
+        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+    except Exception:
+        procs = []
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    for p in procs:
+        try:
+            p.terminate()
+        except Exception:
+            pass
+    try:
+        import psutil
+
+        _, alive = psutil.wait_procs(procs, timeout=5)
+        for p in alive:
+            p.kill()
+    except Exception:
+        pass
+
+
+def main() -> int:
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    with open(sys.argv[1]) as f:
+        req = json.load(f)
+    ray.init(address="auto", log_to_driver=True)
+    replicas = req["replicas"]
+    pg = placement_group([{"CPU": float(r["cpu"])} for r in replicas], strategy="SPREAD" if req.get("spread") else "PACK")
+    ray.get(pg.ready(), timeout=600)
+    Replica = _replica_actor()
+    actors = [
+        Replica.options(num_cpus=float(r["cpu"]), scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote()
+        for i, r in enumerate(replicas)
+    ]
+    rank0 = ray.get(actors[0].node_ip.remote())
+
+    def stop(signum: int, _: Any) -> None:
+        print(f"torchx: job stopped (signal {signum}); stopping replicas", flush=True)
+        ray.get([a.stop.remote() for a in actors], timeout=30)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    runs = []
+    for actor, r in zip(actors, replicas, strict=True):
+        env = dict(r["env"], TORCHX_RANK0_HOST=rank0)
+        runs.append(actor.run.remote(f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir", "")))
+    mins: Dict[str, int] = {}
+    for r in replicas:
+        mins[r["role"]] = int(r.get("min_replicas") or 0)
+    codes: Dict[int, int] = {}
+    pending = list(runs)
+    failed = False
+
+    def role_can_succeed(role: str) -> bool:
+        members = [i for i, r in enumerate(replicas) if r["role"] == role]
+        lost = sum(1 for i in members if codes.get(i, 0) != 0)
+        return len(members) - lost >= mins[role]
+
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        idx = runs.index(done[0])
+        codes[idx] = ray.get(done[0])
+        r = replicas[idx]
+        if codes[idx] != 0:
+            print(f"torchx: replica {r['role']}/{r['replica_id']} exited with code {codes[idx]}", flush=True)
+            if not role_can_succeed(r["role"]) and not failed:
+                failed = True
+                ray.get([a.stop.remote() for a in actors], timeout=30)
+    summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
+    print("torchx-exit-codes " + json.dumps(summary), flush=True)
+    return 1 if failed or not all(role_can_succeed(role) for role in mins) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
