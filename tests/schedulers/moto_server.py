@@ -10,6 +10,7 @@ drive states the way AWS Batch would by editing moto's job objects (``set_status
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import urllib.request
@@ -27,7 +28,7 @@ class MotoBatchServer:
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.url = ""
 
-    def __enter__(self) -> "MotoBatchServer":
+    def __enter__(self) -> MotoBatchServer:
         self.start()
         return self
 
@@ -35,6 +36,7 @@ class MotoBatchServer:
         self.stop()
 
     def start(self) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log
         self._server.start()
         _, port = self._server.get_host_and_port()
         self.url = f"http://127.0.0.1:{port}"

@@ -81,6 +81,12 @@ def _env(template: Dict[str, Any]) -> Dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in _container(template)["env"]}
 
 
+def _status(runner: Any, handle: str) -> specs.AppStatus:
+    status = runner.status(handle)
+    assert status is not None, handle
+    return status
+
+
 # --------------------------------------------------------------------------- emulated controllers
 
 
@@ -228,7 +234,7 @@ def test_mounts_devices_resources_and_pod_options(srv: KMockServer) -> None:
         retry_policy=specs.RetryPolicy.REPLICA,
         max_retries=3,
     )
-    cfg = {
+    cfg: Dict[str, specs.CfgVal] = {
         "queue": "q",
         "service_account": "trainer-sa",
         "priority_class": "high",
@@ -332,27 +338,27 @@ def test_volcano_submit_status_list_through_runner(srv: KMockServer) -> None:
     stored = srv.get(VOLCANO_JOBS, ns, name)
     assert stored is not None and stored["spec"]["tasks"][1]["minAvailable"] == 0
 
-    assert runner.status(handle).state == specs.AppState.SUBMITTED  # no controller has seen it yet
+    assert _status(runner, handle).state == specs.AppState.SUBMITTED  # no controller has seen it yet
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Pending"}, "taskStatusCount": {"train-0": {"phase": {"Pending": 1}}}}})
-    status = runner.status(handle)
+    status = _status(runner, handle)
     assert status.state == specs.AppState.PENDING
     assert _replica_states(status) == {"train": [specs.AppState.PENDING, specs.AppState.PENDING]}
 
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Running"}}})
     _volcano_pods(srv, app_id, ["Running", "Pending"])
-    status = runner.status(handle)
+    status = _status(runner, handle)
     assert status.state == specs.AppState.RUNNING
     assert _replica_states(status) == {"train": [specs.AppState.RUNNING, specs.AppState.PENDING]}
     assert status.roles[0].replicas[0].hostname == "node-1"
 
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Restarting"}, "retryCount": 1}})
-    assert runner.status(handle).num_restarts == 1
+    assert _status(runner, handle).num_restarts == 1
 
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Completed"}}})
     _volcano_pods(srv, app_id, ["Succeeded", "Succeeded"])
-    status = runner.wait(handle, wait_interval=0.1, timeout=10)
-    assert status is not None and status.state == specs.AppState.SUCCEEDED
-    assert _replica_states(status) == {"train": [specs.AppState.SUCCEEDED] * 2}
+    done = runner.wait(handle, wait_interval=0.1, timeout=10)
+    assert done is not None and done.state == specs.AppState.SUCCEEDED
+    assert _replica_states(done) == {"train": [specs.AppState.SUCCEEDED] * 2}
 
     # another process (a fresh runner) sees the app and its roles from the cluster alone
     other = get_runner()
@@ -373,7 +379,7 @@ def test_volcano_phase_mapping(srv: KMockServer) -> None:
     }
     for phase, state in expected.items():
         srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": phase}}})
-        assert runner.status(handle).state == state, phase
+        assert _status(runner, handle).state == state, phase
 
 
 def test_cancel_deletes_the_job(srv: KMockServer) -> None:
@@ -383,7 +389,7 @@ def test_cancel_deletes_the_job(srv: KMockServer) -> None:
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Running"}}})
     runner.cancel(handle)
     assert srv.get(VOLCANO_JOBS, ns, name) is None
-    assert runner.status(handle).state == specs.AppState.CANCELLED  # this process deleted it
+    assert _status(runner, handle).state == specs.AppState.CANCELLED  # this process deleted it
     assert get_runner().status(handle) is None  # elsewhere: gone from the cluster
     runner.cancel(handle)  # idempotent
 
@@ -396,7 +402,7 @@ def test_bad_image_fails_instead_of_pending_forever(srv: KMockServer) -> None:
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Pending"}}})
     waiting = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "ghcr.io/nope:1"'}}
     _volcano_pods(srv, app_id, ["Pending", "Pending"], containerStatuses=[{"name": "c", "state": waiting}])
-    status = runner.status(handle)
+    status = _status(runner, handle)
     assert status.state == specs.AppState.FAILED
     assert 'train[0]: ImagePullBackOff: Back-off pulling image "ghcr.io/nope:1"' in status.msg
     assert "ImagePullBackOff" in status.error_summary()
@@ -411,14 +417,14 @@ def test_unschedulable_and_oom_reasons_are_surfaced(srv: KMockServer) -> None:
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Pending"}}})
     cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}
     _volcano_pods(srv, app_id, ["Pending"], conditions=[cond])
-    status = runner.status(handle)
+    status = _status(runner, handle)
     assert status.state == specs.AppState.PENDING  # the cluster may still scale up
     assert status.msg == "echo[0]: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Failed"}}})
     oom = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
     _volcano_pods(srv, app_id, ["Failed"], containerStatuses=[{"name": "c", "state": oom}])
-    status = runner.status(handle)
+    status = _status(runner, handle)
     assert status.state == specs.AppState.FAILED
     assert "OOMKilled" in status.roles[0].replicas[0].structured_error_msg
     assert "OOMKilled" in status.error_summary()
@@ -431,11 +437,11 @@ def test_indexed_lifecycle_through_runner(srv: KMockServer) -> None:
     job_name = f"{name}-train"
     assert srv.get(SERVICES, ns, name) is not None and srv.get(BATCH_JOBS, ns, job_name) is not None
     assert srv.names(VOLCANO_JOBS) == []
-    assert runner.status(handle).state == specs.AppState.SUBMITTED
+    assert _status(runner, handle).state == specs.AppState.SUBMITTED
 
     srv.patch(BATCH_JOBS, ns, job_name, {"status": {"active": 2, "ready": 1}})
     _indexed_pods(srv, ns, job_name, ["Running", "Pending"])
-    status = runner.status(handle)
+    status = _status(runner, handle)
     assert status.state == specs.AppState.RUNNING
     assert _replica_states(status) == {"train": [specs.AppState.RUNNING, specs.AppState.PENDING]}
     assert [r.hostname for r in status.roles[0].replicas] == ["node-0", "node-1"]
@@ -443,7 +449,7 @@ def test_indexed_lifecycle_through_runner(srv: KMockServer) -> None:
     failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}
     srv.patch(BATCH_JOBS, ns, job_name, {"status": {"failed": 3, "active": 0, "conditions": [failed]}})
     _indexed_pods(srv, ns, job_name, ["Failed", "Running"])
-    status = runner.status(handle)
+    status = _status(runner, handle)
     assert status.state == specs.AppState.FAILED and status.num_restarts == 3
     assert status.msg == "BackoffLimitExceeded: Job has reached the specified backoff limit"
     listed = {a.app_handle: a.state for a in get_runner().list("kubernetes")}
@@ -458,7 +464,7 @@ def test_indexed_cancel_deletes_jobs_and_service(srv: KMockServer) -> None:
     ns, name = specs.parse_app_handle(handle).app_id.split(":")
     runner.cancel(handle)
     assert srv.get(BATCH_JOBS, ns, f"{name}-echo") is None and srv.get(SERVICES, ns, name) is None
-    assert runner.status(handle).state == specs.AppState.CANCELLED
+    assert _status(runner, handle).state == specs.AppState.CANCELLED
 
 
 def test_list_only_shows_torchx_apps(srv: KMockServer) -> None:
@@ -488,13 +494,18 @@ def test_conflict_and_missing_volcano_are_clear_errors(srv: KMockServer) -> None
         runner.run(_echo(), "kubernetes", {"queue": "q", "namespace": "novolcano"})
 
 
-def test_no_kubeconfig_is_one_line(srv: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_kubeconfig_or_no_server_is_one_line(srv: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     info = get_runner().dryrun(_echo(), "kubernetes", {"queue": "q"})  # a dry run needs no cluster
     assert info.request.namespace == "default"
     with pytest.raises(KubernetesError, match="no Kubernetes configuration found"):
         get_runner().schedule(info)
+    dead = KMockServer.__new__(KMockServer)
+    dead.url = "http://127.0.0.1:1"
+    monkeypatch.setenv("KUBECONFIG", str(dead.write_kubeconfig(tmp_path / "dead")))
+    with pytest.raises(KubernetesError, match="cannot reach the Kubernetes API server"):
+        get_runner().status("kubernetes://torchx/default:x")
 
 
 # --------------------------------------------------------------------------- logs
@@ -587,6 +598,10 @@ def test_cli_dryrun_run_status_list_cancel(srv: KMockServer, tmp_path: Path) -> 
     assert "State: RUNNING" in out.stdout and "train[0]:RUNNING" in out.stdout and "train[1]:PENDING" in out.stdout
     out = _tx(["list", "-s", "kubernetes"], env, tmp_path)
     assert out.returncode == 0 and handle in out.stdout and "RUNNING" in out.stdout
+    srv.set_log(ns, f"{name}-train-1-0", "epoch 1\nepoch 2\n")
+    out = _tx(["log", f"{handle}/train/1"], env, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["train/1 epoch 1", "train/1 epoch 2"]
     out = _tx(["cancel", handle], env, tmp_path)
     assert out.returncode == 0, out.stderr
     assert f"{handle} CANCELLED" in out.stdout
@@ -614,6 +629,14 @@ def test_missing_kubernetes_extra_is_one_line(tmp_path: Path) -> None:
     assert out.stderr.strip().splitlines() == [
         "torchx: error: 'kubernetes' is not installed; install it with: pip install 'torchx[kubernetes]'"
     ]
+
+
+def test_upstream_app_to_resource_helper(srv: KMockServer) -> None:
+    from torchx.schedulers.kubernetes_scheduler import app_to_resource
+
+    job = app_to_resource(_echo(n=2), "q", "sa", priority_class="p")
+    assert job["spec"]["queue"] == "q" and job["spec"]["priorityClassName"] == "p"
+    assert [t["template"]["spec"]["serviceAccountName"] for t in job["spec"]["tasks"]] == ["sa", "sa"]
 
 
 def test_scheduler_accepts_an_injected_client(srv: KMockServer) -> None:

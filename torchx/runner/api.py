@@ -266,11 +266,10 @@ class Runner:
         desc = sched.describe(app_id)
         if desc is None:
             raise UnknownAppException(app_handle)
-        from torchx.specs.api import is_terminal
-
-        if not is_terminal(desc.state):
-            with log_event("cancel", sched.backend, app_id):
-                sched.cancel(app_id)
+        # always ask the scheduler: an app reported FAILED may still hold resources (e.g. a
+        # Kubernetes job whose image cannot be pulled); schedulers make cancel idempotent
+        with log_event("cancel", sched.backend, app_id):
+            sched.cancel(app_id)
 
     def stop(self, app_handle: AppHandle) -> None:
         """Deprecated alias of :meth:`cancel`."""

@@ -96,6 +96,9 @@ JOB_STATE: Dict[str, AppState] = {
 }
 
 
+_LIVE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING)
+
+
 class AWSBatchOpts(TypedDict, total=False):
     queue: str
     user: str
@@ -419,8 +422,8 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
                     r_state, host, err = state, "", _error_text(job) if state == AppState.FAILED else ""
                 else:
                     r_state = self._state(node)
-                    if state == AppState.CANCELLED and r_state == AppState.FAILED:
-                        r_state = AppState.CANCELLED
+                    if state == AppState.CANCELLED and r_state in (AppState.FAILED, *_LIVE):
+                        r_state = AppState.CANCELLED  # terminated with the job
                     interfaces = ((node.get("container") or {}).get("networkInterfaces")) or []
                     host = interfaces[0].get("privateIpv4Address", "") if interfaces else ""
                     err = _error_text(node) if r_state == AppState.FAILED else ""

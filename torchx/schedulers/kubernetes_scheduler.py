@@ -22,12 +22,26 @@ every line's newline (torchx#983).
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import logging
 import os
 import time
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, TypedDict
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Set,
+    Tuple,
+    TypedDict,
+    TypeVar,
+)
 
 import yaml
 
@@ -117,6 +131,32 @@ class KubernetesJob:
         return yaml.safe_dump_all(self.manifests, sort_keys=False, width=1000)
 
     __repr__ = __str__
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _api_errors(fn: F) -> F:
+    """API failures (HTTP errors, unreachable server) become one-line KubernetesErrors."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ApiException, HTTPError) as e:
+            raise _kubernetes_error(e) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _kubernetes_error(e: Exception) -> KubernetesError:
+    status = getattr(e, "status", None)
+    if status is not None:
+        return KubernetesError(f"Kubernetes API error {status} ({getattr(e, 'reason', '')}): {_status_message(e)}")
+    return KubernetesError(f"cannot reach the Kubernetes API server: {e}")
 
 
 def parse_app_id(app_id: str) -> Tuple[str, str]:
@@ -256,6 +296,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             manifests = indexed_jobs(app, name, namespace, opts)
         return AppDryRunInfo(KubernetesJob(manifests, namespace, name, job_type), str)
 
+    @_api_errors
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
         from kubernetes.client.rest import ApiException
 
@@ -321,6 +362,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         resp = method(namespace, label_selector=selector, _preload_content=False)
         return list(json.loads(resp.data).get("items") or [])
 
+    @_api_errors
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         namespace, name = parse_app_id(app_id)
         kind = self._kinds.get(app_id)
@@ -401,6 +443,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
     # ------------------------------------------------------------------ list / cancel
 
+    @_api_errors
     def list(self) -> List[ListAppResponse]:
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
         from kubernetes.client.rest import ApiException
@@ -428,6 +471,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             apps.append(ListAppResponse(f"{namespace}:{name}", state, name=_app_name(jobs[0])))
         return apps
 
+    @_api_errors
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = parse_app_id(app_id)
         if self._get_volcano(namespace, name) is not None:
@@ -474,7 +518,8 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
                 "kubernetes keeps stdout and stderr in one pod log; use --streams combined (the default)"
             )
         namespace, name = parse_app_id(app_id)
-        return filter_regex(regex, self._pod_lines(app_id, namespace, name, role_name, k, since, until, should_tail))
+        lines = self._pod_lines(app_id, namespace, name, role_name, k, since, until, should_tail)
+        return filter_regex(regex, _guarded(lines))
 
     def _find_pod(self, namespace: str, name: str, role_name: str, k: int) -> Optional[Dict[str, Any]]:
         pods = [
@@ -521,6 +566,17 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             if desc is None or is_terminal(desc.state):
                 return
             time.sleep(TAIL_POLL_SECONDS)
+
+
+def _guarded(lines: Iterator[str]) -> Iterator[str]:
+    """``_api_errors`` for a generator: errors surface while iterating."""
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        yield from lines
+    except (ApiException, HTTPError) as e:
+        raise _kubernetes_error(e) from None
 
 
 def _response_lines(resp: Any, until: Optional[datetime]) -> Iterator[str]:
@@ -570,6 +626,15 @@ def _status_message(e: Any) -> str:
         return str(json.loads(e.body).get("message") or e.reason)
     except (TypeError, ValueError, AttributeError):
         return str(e.reason)
+
+
+def app_to_resource(
+    app: AppDef, queue: str, service_account: Optional[str], priority_class: Optional[str] = None
+) -> Dict[str, Any]:
+    """Upstream's helper: the Volcano Job for ``app`` (namespace ``default``, unique name)."""
+    import_optional("kubernetes", "kubernetes")
+    cfg = {"queue": queue, "service_account": service_account, "priority_class": priority_class}
+    return volcano_job(app, unique_app_name(app.name), "default", cfg)
 
 
 def create_scheduler(session_name: str, client: Optional[Any] = None, **kwargs: Any) -> KubernetesScheduler:

@@ -436,6 +436,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def _cancel_existing(self, app_id: str) -> None:
         app_dir = self._app_dir(app_id)
+        doc = _read_json(str(app_dir / "state.json"))
+        if doc is not None and is_terminal(AppState[doc.get("state", "PENDING")]):
+            return  # finished apps keep their final state
         if self._supervisor_alive(app_dir):
             pid = int((app_dir / "supervisor.pid").read_text().split()[0])
             os.kill(pid, signal.SIGTERM)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any, Dict, List
 
 
@@ -32,7 +33,7 @@ def _replica_actor() -> Any:
             full_env = dict(os.environ)
             full_env.update(env)
             self.proc = subprocess.Popen(args, env=full_env, cwd=cwd or None, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
             assert self.proc.stdout is not None
             for raw in iter(self.proc.stdout.readline, b""):
                 sys.stdout.write(f"{prefix} {raw.decode(errors='replace')}")
@@ -47,6 +48,10 @@ def _replica_actor() -> Any:
 
 
 def _kill_tree(pid: int) -> None:
+    """TERM the replica's group and every descendant now; KILL survivors a moment later.
+
+    Returns at once: Ray gives a stopped job's driver only a few seconds.
+    """
     try:
         import psutil
 
@@ -62,12 +67,27 @@ def _kill_tree(pid: int) -> None:
             p.terminate()
         except Exception:
             pass
-    try:
-        import psutil
 
-        _, alive = psutil.wait_procs(procs, timeout=5)
-        for p in alive:
-            p.kill()
+    def reap() -> None:
+        try:
+            import psutil
+
+            _, alive = psutil.wait_procs(procs, timeout=3)
+            for p in alive:
+                p.kill()
+        except Exception:
+            pass
+
+    threading.Thread(target=reap, daemon=True).start()
+
+
+def _die_with_parent() -> None:
+    """preexec: the replica gets SIGKILL if its actor process dies (e.g. killed by Ray)."""
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:
         pass
 
@@ -85,15 +105,19 @@ def main() -> int:
     ray.get(pg.ready(), timeout=600)
     Replica = _replica_actor()
     actors = [
-        Replica.options(num_cpus=float(r["cpu"]), scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote()
+        # max_concurrency=2: stop() must run while run() is still blocked on the replica
+        Replica.options(num_cpus=float(r["cpu"]), max_concurrency=2,
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote()
         for i, r in enumerate(replicas)
     ]
     rank0 = ray.get(actors[0].node_ip.remote())
 
     def stop(signum: int, _: Any) -> None:
         print(f"torchx: job stopped (signal {signum}); stopping replicas", flush=True)
-        ray.get([a.stop.remote() for a in actors], timeout=30)
-        os._exit(128 + signum)
+        try:
+            ray.get([a.stop.remote() for a in actors], timeout=2)
+        finally:
+            os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -23,8 +23,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
-from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream, filter_regex
-from torchx.specs.api import NONE, AppDef, AppDryRunInfo, AppState, CfgVal, ReplicaStatus, RoleStatus, is_terminal, macros, runopts
+from torchx.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+)
+from torchx.specs.api import (
+    NONE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    ReplicaStatus,
+    RoleStatus,
+    is_terminal,
+    macros,
+    runopts,
+)
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
 
@@ -58,8 +75,9 @@ class RayScheduler(Scheduler[RayJob]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add("dashboard_address", type_=str, default=os.environ.get("RAY_ADDRESS", "127.0.0.1:8265"),
-                 help="Ray dashboard (job submission) address")
+        opts.add("dashboard_address", type_=str,
+                 default=os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or "127.0.0.1:8265",
+                 help="Ray dashboard (job submission) address ($RAY_API_SERVER_ADDRESS or $RAY_ADDRESS)")
         opts.add("working_dir", type_=str, help="directory the replicas run in (default: cwd)")
         opts.add("spread", type_=bool, default=False, help="place replicas on different nodes when possible")
         return opts
@@ -67,7 +85,12 @@ class RayScheduler(Scheduler[RayJob]):
     def _client(self, address: str) -> Any:
         js = import_optional("ray.job_submission", "ray")
         url = address if "://" in address else f"http://{address}"
-        return js.JobSubmissionClient(url)
+        # Ray prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS over the argument: make them agree
+        saved = {k: os.environ.pop(k) for k in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS") if k in os.environ}
+        try:
+            return js.JobSubmissionClient(url)
+        finally:
+            os.environ.update(saved)
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
         from torchx.specs.serialize import appdef_to_dict

@@ -1,0 +1,99 @@
+"""The ray scheduler against a real local Ray head (loopback only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+from torchx import specs
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = os.path.dirname(sys.executable)
+TORCHX = os.path.join(BIN, "torchx")
+DASHBOARD = "127.0.0.1:8297"
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[str]:
+    ray = os.path.join(BIN, "ray")
+    if not os.path.exists(ray) or shutil.which("bash") is None:
+        pytest.skip("ray is not installed (pip install 'torchx[ray]')")
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+    start = subprocess.run([ray, "start", "--head", "--num-cpus", "2", "--node-ip-address", "127.0.0.1", "--port", "6397",
+                            "--dashboard-host", "127.0.0.1", "--dashboard-port", DASHBOARD.split(":")[1], "--disable-usage-stats"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert start.returncode == 0, start.stdout + start.stderr
+    try:
+        yield DASHBOARD
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture()
+def env(ray_head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://{ray_head}")
+    monkeypatch.delenv("TORCHX_TRACKERS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _tx(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([TORCHX, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+
+
+def test_logs_status_list_and_failure(env: Path) -> None:
+    ok = _tx("run", "-s", "ray", "--wait", "--log", "utils.sh", "--num_replicas", "2", "sh", "-c", "echo hi from $TORCHX_RANK0_HOST")
+    assert ok.returncode == 0, ok.stderr
+    assert "sh/0 hi from 127.0.0.1" in ok.stdout and "sh/1 hi from 127.0.0.1" in ok.stdout
+    handle = ok.stdout.splitlines()[0]
+    assert "State: SUCCEEDED" in _tx("status", handle).stdout
+    assert handle in _tx("list", "-s", "ray").stdout
+    assert _tx("log", f"{handle}/sh/1").stdout == "sh/1 hi from 127.0.0.1\n"
+    bad = _tx("run", "-s", "ray", "--wait", "utils.python", "--num_replicas", "2", "--c",
+              "raise SystemExit(3)")
+    assert bad.returncode == 1 and "FAILED" in bad.stderr
+    status = _tx("status", "--json", bad.stdout.splitlines()[0]).stdout
+    assert '"state": "FAILED"' in status
+
+
+def test_cancel_stops_every_replica_process(env: Path) -> None:
+    handle = _tx("run", "-s", "ray", "utils.sh", "--num_replicas", "2", "sleep", "600").stdout.splitlines()[0]
+    deadline = time.monotonic() + 120
+    sleeps: list = []
+    while len(sleeps) < 2 and time.monotonic() < deadline:
+        sleeps = [p for p in psutil.process_iter(["cmdline", "environ"]) if p.info["cmdline"] == ["sleep", "600"]
+                  and (p.info["environ"] or {}).get("TORCHX_JOB_ID") == handle]
+        time.sleep(0.5)
+    assert len(sleeps) == 2, "replicas did not start"
+    assert _tx("cancel", handle).returncode == 0
+    _, alive = psutil.wait_procs(sleeps, timeout=60)
+    assert alive == []
+    assert "CANCELLED" in _tx("status", handle).stdout
+
+
+@pytest.mark.slow
+def test_reference_stages_on_ray(env: Path) -> None:
+    comp = f"{ROOT}/examples/components.py"
+    data, model, ev = env / "data", env / "model", env / "eval"
+    steps = [
+        [f"{comp}:datapreproc", "--output_path", str(data), "--limit", "600"],
+        [f"{comp}:trainer", "--data_path", str(data), "--output_path", str(model), "--checkpoint_path", str(env / "ckpt"),
+         "-j", "2x1", "--epochs", "3", "--rdzv_port", "29851"],
+        [f"{comp}:evaluate", "--model_path", str(model), "--data_path", str(data), "--output_path", str(ev)],
+    ]
+    for step in steps:
+        p = _tx("run", "-s", "ray", "--wait", "--log", *step)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    assert (ev / "metrics.json").exists()
+    assert specs.AppState.SUCCEEDED.name in _tx("status", p.stdout.splitlines()[0]).stdout
