@@ -95,6 +95,12 @@ def test_job_failing_on_one_replica_reports_that_replica(env: Path) -> None:
     assert handle in _tx("list", "-s", "slurm").stdout
 
 
+def test_single_replica_job(env: Path) -> None:
+    p = _tx("run", "-s", "slurm", "--wait", "--log", "utils.echo", "--msg", "one")
+    assert p.returncode == 0, p.stderr
+    assert "echo/0 one" in p.stdout
+
+
 def test_cancel_leaves_no_process(env: Path) -> None:
     handle = _tx("run", "-s", "slurm", "utils.sh", "--num_replicas", "2", "sleep", "600").stdout.splitlines()[0]
     deadline = time.monotonic() + 60

@@ -233,6 +233,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                 env = dict(r.env)
                 env.setdefault("TORCHX_REPLICA_ID", str(i))
                 replicas.append(SlurmReplicaRequest(name, sbatch, srun, [r.entrypoint, *r.args], env))
+        if len(replicas) == 1:  # a plain (not heterogeneous) job: srun must not name a het group
+            replicas[0].srun_opts.pop("het-group")
         cmd = ["sbatch", "--parsable"]
         for key in ("comment", "mail-user", "mail-type"):
             if cfg.get(key):

@@ -188,3 +188,25 @@ def test_provider_info_and_bad_arguments() -> None:
     from importlib.metadata import entry_points
 
     assert "torchx.pipelines.airflow:get_provider_info" in [e.value for e in entry_points(group="apache_airflow_provider")]
+
+
+@pytest.mark.slow
+def test_reference_dag_with_training_on_slurm(torchx_env: Path) -> None:
+    """The same DAG, only the scheduler changed: every stage runs on the local Slurm cluster."""
+    import shutil
+
+    if shutil.which("sinfo") is None or subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("no running Slurm cluster (bash scripts/slurm_cluster.sh start)")
+    import importlib.util
+
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "reference_dag.py"
+    if not path.exists():
+        path.symlink_to(ROOT / "examples" / "pipelines" / "airflow" / "reference_dag.py")
+    spec = importlib.util.spec_from_file_location("reference_dag", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    conf = {"base_dir": str(torchx_env / "out"), "j": "2x1", "epochs": 3, "limit": 600, "scheduler": "slurm",
+            "train_cfg": {"job_dir": str(torchx_env / "slurm-job")}}
+    dag_run = module.dag.test(run_conf=conf)
+    assert _states(dag_run) == {t: "success" for t in ("datapreproc", "train", "evaluate", "report")}, _states(dag_run)
+    assert list((torchx_env / "slurm-job").glob("slurm-*-train-1.out"))  # the training ran as a 2-node Slurm job
