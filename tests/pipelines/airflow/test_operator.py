@@ -178,6 +178,17 @@ def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -
     assert ti.xcoms["app_status"]["state"] == "SUCCEEDED"
 
 
+def test_mlflow_link_is_pushed(torchx_env: Path) -> None:
+    from torchx.pipelines.airflow import TorchXMLflowLink, TorchXOperator
+
+    op = TorchXOperator(task_id="t", component="utils.python",
+                        component_args=["--c", "from torchx.tracker import app_run_from_env as r; r().add_metadata(a=1)"])
+    ti = _TI("link")
+    op.execute({"ti": ti})
+    link = ti.xcoms[TorchXMLflowLink().xcom_key]
+    assert link.startswith("mlflow-run:") and "sqlite:///" in link
+
+
 def test_provider_info_and_bad_arguments() -> None:
     from torchx.pipelines.airflow import TorchXOperator, get_provider_info
 

@@ -12,6 +12,7 @@ from typing import Any, Dict
 _LAZY = {
     "TorchXOperator": "torchx.pipelines.airflow.operator",
     "TorchXAppLink": "torchx.pipelines.airflow.operator",
+    "TorchXMLflowLink": "torchx.pipelines.airflow.operator",
     "TorchXTrigger": "torchx.pipelines.airflow.trigger",
     "TorchXSensor": "torchx.pipelines.airflow.sensor",
 }
@@ -29,7 +30,7 @@ def get_provider_info() -> Dict[str, Any]:
         "operators": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.operator"]}],
         "triggers": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.trigger"]}],
         "sensors": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.sensor"]}],
-        "extra-links": ["torchx.pipelines.airflow.operator.TorchXAppLink"],
+        "extra-links": ["torchx.pipelines.airflow.operator.TorchXAppLink", "torchx.pipelines.airflow.operator.TorchXMLflowLink"],
     }
 
 
@@ -39,4 +40,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'torchx.pipelines.airflow' has no attribute {name!r}")
 
 
-__all__ = ["TorchXOperator", "TorchXAppLink", "TorchXTrigger", "TorchXSensor", "get_provider_info"]
+__all__ = ["TorchXOperator", "TorchXAppLink", "TorchXMLflowLink", "TorchXTrigger", "TorchXSensor", "get_provider_info"]

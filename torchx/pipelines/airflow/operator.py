@@ -53,6 +53,37 @@ class TorchXAppLink(BaseOperatorLink):
             return ""
 
 
+class TorchXMLflowLink(BaseOperatorLink):
+    """Extra link: the MLflow run of the app (when an MLflow tracker is configured)."""
+
+    name = "MLflow run"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
+        except Exception:
+            return ""
+
+
+def mlflow_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Optional[str]:
+    """URL (or ``mlflow-run:<id>`` for a local store) of the app's MLflow run, if tracked."""
+    if "mlflow" not in trackers:
+        return None
+    from torchx.trackers.api import build_trackers
+
+    tracker = build_trackers({"mlflow": trackers["mlflow"]})[0]
+    rid = tracker.mlflow_run_id(handle)  # type: ignore[attr-defined]
+    if not rid:
+        return None
+    uri = str(tracker.tracking_uri)  # type: ignore[attr-defined]
+    if uri.startswith(("http://", "https://")):
+        exp = tracker.client.get_run(rid).info.experiment_id  # type: ignore[attr-defined]
+        return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{rid}"
+    return f"mlflow-run:{rid} ({uri})"
+
+
 def pipeline_run_id(dag_id: str, run_id: str) -> str:
     """The tracker run that groups every torchx job of one DAG run."""
     return f"airflow://{dag_id}/{run_id}"
@@ -63,7 +94,7 @@ class TorchXOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("component", "component_args", "scheduler", "cfg", "parent_run_id")
     template_fields_renderers = {"component_args": "json", "cfg": "json"}
-    operator_extra_links = (TorchXAppLink(),)
+    operator_extra_links = (TorchXAppLink(), TorchXMLflowLink())
     ui_color = "#ee4c2c"
 
     def __init__(
@@ -196,6 +227,12 @@ class TorchXOperator(BaseOperator):
         if status is None:
             raise AirflowException(f"{handle} is not known to its scheduler any more")
         ti.xcom_push(key="app_status", value=status.to_json())
+        try:
+            link = mlflow_run_link(handle, self._tracker_config())
+            if link:
+                ti.xcom_push(key=TorchXMLflowLink().xcom_key, value=link)
+        except Exception as e:  # a link is never worth failing the task
+            self.log.warning("could not link the MLflow run of %s: %s", handle, e)
         if status.state != AppState.SUCCEEDED:
             raise AirflowException(f"torchx app {handle} {status.error_summary()}")
         self.log.info("%s SUCCEEDED", handle)
