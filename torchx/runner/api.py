@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
 from torchx.runner.events import log_event
-from torchx.schedulers import SchedulerFactory, get_scheduler_factories
+from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import InvalidAppError, ListAppResponse, Scheduler, Stream
 from torchx.specs.api import (
     MISSING,
@@ -60,7 +60,7 @@ class Runner:
         scheduler_params: Optional[Dict[str, Any]] = None,
     ) -> None:
         self._name = name
-        self._scheduler_factories = dict(scheduler_factories)
+        self._scheduler_factories = scheduler_factories
         self._component_defaults = component_defaults or {}
         self._scheduler_params = scheduler_params or {}
         self._scheduler_instances: Dict[str, Scheduler] = {}
@@ -294,9 +294,9 @@ class Runner:
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)
         if sched is None:
-            factory = self._scheduler_factories.get(scheduler)
-            if factory is None:
+            if scheduler not in self._scheduler_factories:
                 raise UnknownSchedulerException(scheduler, sorted(self._scheduler_factories))
+            factory = self._scheduler_factories[scheduler]
             sched = factory(self._name, **self._scheduler_params)
             self._scheduler_instances[scheduler] = sched
         return sched
@@ -343,7 +343,7 @@ def get_runner(
     """A Runner over every registered scheduler; ``name`` is the session (default ``torchx``)."""
     return Runner(
         name or DEFAULT_SESSION_NAME,
-        get_scheduler_factories(),
+        SchedulerFactories(),
         component_defaults,
         scheduler_params,
     )

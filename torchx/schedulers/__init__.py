@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Dict, Protocol
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Protocol
 
 from torchx.schedulers.api import Scheduler
 
@@ -30,14 +30,12 @@ def _deferred(module: str) -> SchedulerFactory:
 def get_scheduler_factories(
     group: str = "torchx.schedulers", skip_defaults: bool = False
 ) -> Dict[str, SchedulerFactory]:
-    """``{name: create_scheduler}``; plugins add to the builtins (a plugin of the same name wins)."""
+    """``{name: create_scheduler}``; plugins add to the builtins, never hiding one of the same name."""
     from torchx.util.entrypoints import load_group
 
-    factories: Dict[str, SchedulerFactory] = {}
+    factories: Dict[str, SchedulerFactory] = {name: _plugin(loader) for name, loader in load_group(group).items()}
     if not skip_defaults:
         factories.update({name: _deferred(mod) for name, mod in DEFAULT_SCHEDULER_MODULES.items()})
-    for name, loader in load_group(group).items():
-        factories[name] = _plugin(loader)
     return factories
 
 
@@ -46,6 +44,34 @@ def _plugin(loader: Callable[[], Any]) -> SchedulerFactory:
         return loader()(session_name, **kwargs)
 
     return factory
+
+
+class SchedulerFactories(Mapping[str, SchedulerFactory]):
+    """Builtins plus plugins, scanning entry points only when a non-builtin name is asked for
+    (or the whole set is listed): looking up ``local_cwd`` costs no metadata scan."""
+
+    def __init__(self, group: str = "torchx.schedulers") -> None:
+        self._group = group
+        self._all: Optional[Dict[str, SchedulerFactory]] = None
+
+    def _full(self) -> Dict[str, SchedulerFactory]:
+        if self._all is None:
+            self._all = get_scheduler_factories(self._group)
+        return self._all
+
+    def __getitem__(self, name: str) -> SchedulerFactory:
+        if name in DEFAULT_SCHEDULER_MODULES:  # builtins are never hidden by plugins
+            return _deferred(DEFAULT_SCHEDULER_MODULES[name])
+        return self._full()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
+
+    def __contains__(self, name: object) -> bool:
+        return name in DEFAULT_SCHEDULER_MODULES or name in self._full()
 
 
 def get_default_scheduler_name() -> str:

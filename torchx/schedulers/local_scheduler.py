@@ -281,15 +281,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             pid_s, ctime_s = (app_dir / "supervisor.pid").read_text().split()
         except (OSError, ValueError):
             return False
-        ctime = _create_time(int(pid_s))
-        if ctime is None or f"{ctime}" != ctime_s:
-            return False
-        try:
-            import psutil
-
-            return psutil.Process(int(pid_s)).status() != psutil.STATUS_ZOMBIE
-        except Exception:
-            return False
+        return _create_time(int(pid_s)) == ctime_s and _pid_alive(int(pid_s))
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         app_dir = self._app_dir(app_id)
@@ -473,16 +465,32 @@ def _stat_key(path: Path) -> Optional[tuple[int, int]]:
         return None
 
 
-def _create_time(pid: int) -> Optional[float]:
+def _proc_stat(pid: int) -> Optional[List[str]]:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _create_time(pid: int) -> Optional[str]:
+    """A start-time stamp that tells a pid apart from a later process reusing it."""
+    if os.path.isdir("/proc"):  # cheap path (no psutil import on the launch path)
+        fields = _proc_stat(pid)
+        return fields[19] if fields else None
     try:
         import psutil
 
-        return psutil.Process(pid).create_time()
+        return str(psutil.Process(pid).create_time())
     except Exception:
         return None
 
 
 def _pid_alive(pid: int) -> bool:
+    if os.path.isdir("/proc"):
+        fields = _proc_stat(pid)
+        return fields is not None and fields[0] != "Z"
     try:
         import psutil
 

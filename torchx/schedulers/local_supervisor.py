@@ -298,7 +298,6 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        self.write_state()  # tells the scheduler we are up and handle SIGTERM
         for r in self.replicas:
             if not self.cancelled.is_set():
                 r.start()
@@ -306,7 +305,7 @@ class Supervisor:
             for r in self.running():
                 self.signalled |= kill_tree(r.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
         self.state = RUNNING
-        self.write_state()
+        self.write_state()  # tells the scheduler the replicas started (and SIGTERM is handled)
         failed_app = False
         while self.running():
             try:

@@ -77,7 +77,7 @@ def get_components() -> Dict[str, _Component]:
     if _cache is None:
         from torchx.util.entrypoints import entry_point_names, load_group
 
-        components = _walk(BUILTIN_PACKAGE, "")
+        components: Dict[str, _Component] = {}
         if entry_point_names("torchx.components"):
             for alias, loader in load_group("torchx.components").items():
                 module = loader()
@@ -87,8 +87,21 @@ def get_components() -> Dict[str, _Component]:
                         components.update(_walk(module.__name__, prefix))
                     else:
                         components.update(_components_of_module(module, prefix))
+        components.update(_walk(BUILTIN_PACKAGE, ""))  # a plugin never hides a builtin
         _cache = components
     return _cache
+
+
+def _builtin_component(name: str) -> Optional[_Component]:
+    """``group.fn`` from ``torchx.components.group`` without scanning anything else."""
+    module_name, _, fn_name = name.rpartition(".")
+    if not module_name or module_name.split(".")[-1] in _NOT_COMPONENT_MODULES:
+        return None
+    try:
+        module = importlib.import_module(f"{BUILTIN_PACKAGE}.{module_name}")
+    except ImportError:
+        return None
+    return _components_of_module(module, module_name).get(name)
 
 
 def _load_file_component(path: str, fn_name: str) -> _Component:
@@ -127,6 +140,10 @@ def get_component(name: str) -> _Component:
         component = _load_file_component(path, fn_name)
         _validate(component, name)
         return component
+    builtin = _builtin_component(name)
+    if builtin is not None:  # builtins are never hidden by plugins: no entry-point scan needed
+        _validate(builtin, name)
+        return builtin
     components = get_components()
     if name not in components:
         close = difflib.get_close_matches(name, list(components), n=3, cutoff=0.5)
