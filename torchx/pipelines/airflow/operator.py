@@ -239,26 +239,10 @@ class TorchXOperator(BaseOperator):
         return handle
 
     def _stream_logs(self, runner: Any, handle: str, tail: bool) -> None:
-        import threading
+        from torchx.runner.logs import tail_app_logs
 
-        app = runner.describe(handle)
-        if app is None:
-            return
-        lock = threading.Lock()
-
-        def copy(role: str, k: int) -> None:
-            try:
-                for line in runner.log_lines(handle, role, k, should_tail=tail):
-                    with lock:
-                        self.log.info("%s/%d %s", role, k, line.rstrip("\n"))
-            except Exception as e:
-                self.log.warning("could not read logs of %s/%d: %s", role, k, e)
-
-        threads = [threading.Thread(target=copy, args=(r.name, k), daemon=True) for r in app.roles for k in range(r.num_replicas)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        for error in tail_app_logs(runner, handle, lambda role, k, line: self.log.info("%s/%d %s", role, k, line), tail):
+            self.log.warning("could not read logs of %s: %s", handle, error)
 
     def on_kill(self) -> None:
         if self.cancel_on_kill and self.app_handle:

@@ -90,18 +90,10 @@ def launch(
 
 
 def _stream(runner: Any, handle: str) -> None:
-    app = runner.describe(handle)
-    lock = threading.Lock()
+    from torchx.runner.logs import tail_app_logs
 
-    def copy(role: str, k: int) -> None:
-        for line in runner.log_lines(handle, role, k, should_tail=True):
-            with lock:
-                sys.stdout.write(f"{role}/{k} {line if line.endswith(chr(10)) else line + chr(10)}")
-                sys.stdout.flush()
+    def emit(role: str, k: int, line: str) -> None:
+        sys.stdout.write(f"{role}/{k} {line}\n")
+        sys.stdout.flush()
 
-    threads = [threading.Thread(target=copy, args=(r.name, k), daemon=True) for r in app.roles for k in range(r.num_replicas)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(timeout=0.5)
+    tail_app_logs(runner, handle, emit)

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any, Dict, List, Optional, Union
 
 from prefect import get_run_logger, task
@@ -108,22 +107,10 @@ def submit(
 
 
 def _stream(runner: Any, handle: str, logger: Any) -> None:
-    app = runner.describe(handle)
-    if app is None:
-        return
-    lock = threading.Lock()
+    from torchx.runner.logs import tail_app_logs
 
-    def copy(role: str, k: int) -> None:
-        for line in runner.log_lines(handle, role, k, should_tail=True):
-            with lock:
-                logger.info("%s/%d %s", role, k, line.rstrip("\n"))
-
-    threads = [threading.Thread(target=copy, args=(r.name, k), daemon=True) for r in app.roles for k in range(r.num_replicas)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(timeout=0.5)
+    for error in tail_app_logs(runner, handle, lambda role, k, line: logger.info("%s/%d %s", role, k, line)):
+        logger.warning("could not read logs of %s: %s", handle, error)
 
 
 def _artifacts(handle: str, status: AppStatus) -> None:
