@@ -26,6 +26,11 @@ class CmdLog(SubCommand):
         from torchx.schedulers.api import Stream
         from torchx.specs.api import MalformedAppHandleException, make_app_handle
 
+        if args.regex is not None:
+            try:
+                re.compile(args.regex)
+            except re.error as e:
+                raise CommandError(f"invalid --regex {args.regex!r}: {e}", 2) from None
         m = _ID_RE.match(args.identifier)
         if not m:
             raise MalformedAppHandleException(args.identifier)

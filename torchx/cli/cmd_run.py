@@ -1,13 +1,22 @@
-"""``torchx run``: materialize a component and submit it; local apps are waited on and streamed."""
+"""``torchx run``: materialize a component and submit it; local apps are waited on and streamed.
+
+Heavy modules (runner, schedulers, component finder) are imported inside ``run`` so
+that building the parser stays cheap.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import signal
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from torchx.cli.cmd_base import CommandError, SubCommand
+
+logger = logging.getLogger(__name__)
 
 _STDIN_FIELDS = {
     "component_name", "scheduler", "scheduler_args", "scheduler_cfg", "dryrun", "wait", "log",
@@ -15,10 +24,17 @@ _STDIN_FIELDS = {
 }
 
 
+class _Terminated(BaseException):
+    """SIGTERM while waiting on an app: handled like Ctrl-C."""
+
+
 class CmdRun(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
         subparser.add_argument("-s", "--scheduler", default=None, help="scheduler to run on (default: [cli:run] scheduler in .torchxconfig, else local_cwd)")
-        subparser.add_argument("-cfg", "--scheduler_args", default=None, help="scheduler run options: KEY=VALUE[,KEY=VALUE...] (see `torchx runopts`)")
+        subparser.add_argument(
+            "-cfg", "--scheduler_args", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE...]",
+            help="scheduler run options (see `torchx runopts SCHEDULER`); may be repeated",
+        )
         subparser.add_argument("--dryrun", action="store_true", help="print the AppDef and the scheduler request without submitting")
         subparser.add_argument("--wait", action="store_true", help="wait for the app to finish (always on for local schedulers)")
         subparser.add_argument("--log", action="store_true", help="stream the app's logs (always on for local schedulers)")
@@ -41,17 +57,15 @@ class CmdRun(SubCommand):
             if not default_component:
                 raise CommandError("no component given; usage: torchx run [-s SCHEDULER] COMPONENT [ARGS...] (see `torchx builtins`)", 2)
             comp_and_args = [default_component]
-        component, component_args = comp_and_args[0], comp_and_args[1:]
+        component = comp_and_args[0]
+        component_args: Union[List[str], Dict[str, Any]] = getattr(args, "_stdin_args_dict", None) or comp_and_args[1:]
+        if args.workspace:
+            logger.debug("--workspace %s ignored: torchx runs the component from the current directory", args.workspace)
 
         with get_runner() as runner:
-            if scheduler not in runner.scheduler_backends():
-                from torchx.specs.api import UnknownSchedulerException
-
-                raise UnknownSchedulerException(scheduler, sorted(runner.scheduler_backends()))
-            cfg: Dict[str, Any] = getattr(args, "_stdin_cfg", None) or {}
-            if args.scheduler_args:
-                cfg.update(runner.cfg_from_str(scheduler, args.scheduler_args))
-            if component_args in (["--help"], ["-h"]) or "--help" in component_args[:1]:
+            runner.scheduler_run_opts(scheduler)  # an unknown scheduler fails here, listing the known ones
+            cfg = self._cfg(runner, scheduler, args)
+            if isinstance(component_args, list) and component_args[:1] in (["--help"], ["-h"]):
                 self._print_help(component)
                 return
             try:
@@ -67,11 +81,23 @@ class CmdRun(SubCommand):
             if args.dryrun:
                 self._print_dryrun(info)
                 return
+            local = scheduler.startswith("local")
+            if local:
+                _check_script_exists(component, component_args)
             handle = runner.schedule(info)
             print(handle, flush=True)
-            local = scheduler.startswith("local")
             if local or args.wait or args.log or args.tee_logs:
-                self._wait_and_stream(runner, handle, stream=local or args.log or args.tee_logs)
+                self._wait_and_stream(runner, handle, stream=local or args.log or args.tee_logs, cancel_on_interrupt=local)
+
+    def _cfg(self, runner: Any, scheduler: str, args: argparse.Namespace) -> Dict[str, Any]:
+        """``-cfg`` options (each may be repeated); a key given twice with different values is an error."""
+        cfg: Dict[str, Any] = dict(getattr(args, "_stdin_cfg", None) or {})
+        for literal in args.scheduler_args or []:
+            for key, value in runner.cfg_from_str(scheduler, literal).items():
+                if key in cfg and cfg[key] != value:
+                    raise CommandError(f"-cfg {key} given twice ({cfg[key]!r} and {value!r}); give it once", 2)
+                cfg[key] = value
+        return cfg
 
     def _print_help(self, component: str) -> None:
         from torchx.runner import config
@@ -90,25 +116,42 @@ class CmdRun(SubCommand):
         print("=== SCHEDULER REQUEST ===")
         print(repr(info))
 
-    def _wait_and_stream(self, runner: Any, handle: str, stream: bool) -> None:
+    def _wait_and_stream(self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool) -> None:
+        """Stream (optionally) and wait; Ctrl-C/SIGTERM cancel a local app, else stop watching."""
         from torchx.cli.logs import replicas_of, stream_logs
 
+        def on_term(signum: int, frame: Any) -> None:
+            raise _Terminated()
+
+        previous = signal.signal(signal.SIGTERM, on_term)
         try:
-            if stream:
-                stream_logs(runner, handle, replicas_of(runner, handle), should_tail=True)
-            status = runner.wait(handle, wait_interval=1)
-        except KeyboardInterrupt:
-            print(f"torchx: interrupted; cancelling {handle}", file=sys.stderr)
-            runner.cancel(handle)
-            runner.wait(handle, wait_interval=1, timeout=30)
-            raise
+            try:
+                if stream:
+                    errors = stream_logs(runner, handle, replicas_of(runner, handle), should_tail=True)
+                    for err in errors:
+                        print(f"torchx: warning: could not read logs: {err}", file=sys.stderr)
+                status = runner.wait(handle, wait_interval=1)
+            except (KeyboardInterrupt, _Terminated) as e:
+                code = 130 if isinstance(e, KeyboardInterrupt) else 143
+                if not cancel_on_interrupt:
+                    raise CommandError(f"interrupted; {handle} keeps running (stop it with `torchx cancel {handle}`)", code) from None
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
+                try:
+                    runner.cancel(handle)
+                    final = runner.wait(handle, wait_interval=1, timeout=30)
+                finally:
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                state = final.state if final else "UNKNOWN"
+                raise CommandError(f"interrupted; cancelled {handle} ({state})", code) from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         if status is None:
             raise CommandError(f"app {handle} disappeared from its scheduler")
         if status.state.name != "SUCCEEDED":
             raise CommandError(f"{handle} {status.error_summary()}")
 
     def _apply_stdin(self, args: argparse.Namespace) -> None:
-        if args.component_name_and_args or args.scheduler or args.scheduler_args or args.dryrun:
+        if args.component_name_and_args or args.scheduler or args.scheduler_args or args.dryrun or args.wait or args.log:
             raise CommandError("--stdin takes all run arguments from the JSON on stdin; give no other flags", 2)
         try:
             data = json.load(sys.stdin)
@@ -119,15 +162,50 @@ class CmdRun(SubCommand):
         unknown = set(data) - _STDIN_FIELDS
         if unknown:
             raise CommandError(f"--stdin: unknown field(s) {', '.join(sorted(unknown))}", 2)
-        if "component_name" not in data:
+        if not data.get("component_name"):
             raise CommandError("--stdin: 'component_name' is required", 2)
-        comp_args: Optional[List[str]] = data.get("component_args_str")
-        if comp_args is None and isinstance(data.get("component_args"), dict):
-            comp_args = [f"--{k}={v}" for k, v in data["component_args"].items()]
-        args.component_name_and_args = [data["component_name"], *(comp_args or data.get("component_args") or [])]
+        comp_args = data.get("component_args_str")
+        if comp_args is None:
+            comp_args = data.get("component_args") or []
+        if isinstance(comp_args, dict):
+            args._stdin_args_dict = comp_args  # typed values, passed to the component as is
+            comp_args = []
+        if not isinstance(comp_args, list):
+            raise CommandError("--stdin: 'component_args' must be a list of strings or an object", 2)
+        args.component_name_and_args = [data["component_name"], *[str(a) for a in comp_args]]
         args.scheduler = data.get("scheduler")
-        args.scheduler_args = data.get("scheduler_args")
+        sched_args = data.get("scheduler_args")
+        args.scheduler_args = [sched_args] if isinstance(sched_args, str) and sched_args else None
         args._stdin_cfg = dict(data.get("scheduler_cfg") or {})
         for flag in ("dryrun", "wait", "log", "tee_logs"):
             setattr(args, flag, bool(data.get(flag, False)))
         args.parent_run_id = data.get("parent_run_id")
+        args.workspace = data.get("workspace")
+
+
+def _check_script_exists(component: str, component_args: Union[List[str], Dict[str, Any]]) -> None:
+    """A local app whose ``--script`` file is missing fails now, not after the workers start.
+
+    Applies to components with a ``script`` parameter (``dist.ddp``, ``dist.spmd``,
+    ``utils.python``): local schedulers run in the current directory, so the file
+    must be there (upstream reports it only after several seconds of worker start-up).
+    """
+    import inspect
+
+    from torchx.runner import config
+    from torchx.specs.builders import component_args_from_str
+    from torchx.specs.finder import get_component
+
+    fn = get_component(component).fn
+    if "script" not in inspect.signature(fn).parameters:
+        return
+    defaults = config.get_configs("component", component)
+    if isinstance(component_args, dict):
+        parsed = component_args_from_str(fn, [], defaults, config=component_args)
+    else:
+        parsed = component_args_from_str(fn, list(component_args), defaults)
+    script: Optional[str] = parsed.positional_args.get("script", parsed.kwargs.get("script"))
+    if not script or "$" in script:
+        return
+    if not os.path.isfile(script):
+        raise CommandError(f"--script {script}: no such file in {os.getcwd()} (local schedulers run in the current directory)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import List, Optional, TextIO, Tuple
@@ -39,7 +40,7 @@ def stream_logs(
 ) -> List[BaseException]:
     """Print every replica's lines concurrently; returns the errors of the reader threads."""
     lock = threading.Lock()
-    color = out.isatty()
+    color = out.isatty() and not os.environ.get("NO_COLOR")
     errors: List[BaseException] = []
 
     def read(role: str, k: int, idx: int) -> None:

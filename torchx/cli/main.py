@@ -1,4 +1,10 @@
-"""The ``torchx`` command. Verb modules are imported only when their verb runs."""
+"""The ``torchx`` command.
+
+Startup is kept cheap on purpose: the top-level parser is built from a static table
+of verbs and only the verb being run has its module imported (upstream imports every
+verb, the runner and all schedulers before printing ``--help``). Plugins from the
+``torchx.cli.cmds`` entry-point group add verbs or replace builtin ones.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import importlib
 import logging
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, NoReturn, Optional
 
 from torchx.cli.cmd_base import CommandError, SubCommand
 
@@ -25,7 +31,17 @@ BUILTIN_VERBS: Dict[str, tuple[str, str, str]] = {
     "tracker": ("torchx.cli.cmd_tracker", "CmdTracker", "show tracked runs, artifacts and lineage"),
 }
 
+PLUGIN_GROUP = "torchx.cli.cmds"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
 logger = logging.getLogger("torchx.cli")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line (plus where to look), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _load_verb(module: str, cls: str) -> Optional[SubCommand]:
@@ -37,45 +53,82 @@ def _load_verb(module: str, cls: str) -> Optional[SubCommand]:
         raise
 
 
-def _plugin_verbs() -> Dict[str, SubCommand]:
-    from torchx.util.entrypoints import entry_point_names, load_group
+def _declares_plugin_verbs() -> bool:
+    """Cheap pre-check (a few ms): does any installed distribution declare ``[torchx.cli.cmds]``?
 
-    if not entry_point_names("torchx.cli.cmds"):
+    ``importlib.metadata.entry_points`` parses the metadata of every distribution
+    (30-80 ms here), so it only runs when this raw scan finds the group.
+    """
+    marker = f"[{PLUGIN_GROUP}]".encode()
+    for d in sys.path:
+        try:
+            entries = list(os.scandir(d or "."))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.endswith((".dist-info", ".egg-info")):
+                path = os.path.join(e.path, "entry_points.txt")
+            elif e.name.endswith(".egg"):
+                path = os.path.join(e.path, "EGG-INFO", "entry_points.txt")
+            else:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    if marker in f.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
+def plugin_verbs() -> Dict[str, Callable[[], SubCommand]]:
+    """``{verb: SubCommand class}`` registered in the ``torchx.cli.cmds`` entry-point group."""
+    if not _declares_plugin_verbs():
         return {}
-    return {name: loader()() for name, loader in load_group("torchx.cli.cmds").items()}
+    from torchx.util.entrypoints import load_group
+
+    def instantiate(loader: Callable[[], Any]) -> Callable[[], SubCommand]:
+        return lambda: loader()()
+
+    return {name: instantiate(loader) for name, loader in load_group(PLUGIN_GROUP).items()}
 
 
 def create_parser(argv: List[str]) -> tuple[argparse.ArgumentParser, Dict[str, SubCommand]]:
+    """The parser; only the verb named in ``argv`` gets its arguments (and module) loaded."""
     from torchx import __version__
 
-    parser = argparse.ArgumentParser(
+    plugins = plugin_verbs()
+    names = sorted(set(BUILTIN_VERBS) | set(plugins))
+    parser = _Parser(
         prog="torchx",
         description="torchx: launch PyTorch apps on any scheduler (local, Slurm, Kubernetes, AWS Batch, Ray)",
     )
     parser.add_argument(
         "--log_level",
         default=None,
-        help="python logging level (debug, info, warning); debug also shows tracebacks",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        help="python logging level: debug, info, warning (default: $LOGLEVEL, else warning); debug also shows tracebacks",
     )
     parser.add_argument("--version", action="version", version=f"torchx {__version__}")
-    sub = parser.add_subparsers(title="sub-commands", dest="subcmd", metavar="{" + ",".join(sorted(BUILTIN_VERBS)) + "}")
-    # Only the verb being run is imported: `torchx --help` stays fast.
+    sub = parser.add_subparsers(title="sub-commands", dest="subcmd", metavar="{" + ",".join(names) + "}")
     chosen = _verb_of(argv)
     verbs: Dict[str, SubCommand] = {}
-    for name in sorted(BUILTIN_VERBS):
-        module, cls, help_text = BUILTIN_VERBS[name]
+    for name in names:
+        help_text = BUILTIN_VERBS[name][2] if name in BUILTIN_VERBS else f"(plugin) {name}"
         subparser = sub.add_parser(name, help=help_text, description=help_text)
-        if name == chosen:
-            cmd = _load_verb(module, cls)
-            if cmd is not None:
-                cmd.add_arguments(subparser)
-                verbs[name] = cmd
-    if chosen and chosen not in BUILTIN_VERBS:
-        plugins = _plugin_verbs()
-        if chosen in plugins:
-            plugin: SubCommand = plugins[chosen]  # type: ignore[assignment]
-            plugin.add_arguments(sub.add_parser(chosen))
-            verbs[chosen] = plugin
+        if name != chosen:
+            continue
+        parser.set_defaults(_verb_parser=subparser)
+        cmd: Optional[SubCommand]
+        if name in plugins:  # a plugin of the same name replaces the builtin verb
+            cmd = plugins[name]()
+        else:
+            cmd = _load_verb(*BUILTIN_VERBS[name][:2])
+        if cmd is not None:
+            cmd.add_arguments(subparser)
+            verbs[name] = cmd
     return parser, verbs
 
 
@@ -94,32 +147,42 @@ def _verb_of(argv: List[str]) -> Optional[str]:
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.WARNING),
-        format="torchx %(asctime)s %(levelname)s %(message)s",
+        format="torchx %(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
 
 
 def run_main(argv: List[str]) -> int:
-    parser, verbs = create_parser(argv)
-    args = parser.parse_args(argv)
-    level = args.log_level or os.environ.get("LOGLEVEL") or "WARNING"
-    debug = level.lower() == "debug"
-    _setup_logging(level)
-    if not args.subcmd:
-        parser.print_help()
-        return 1
-    if args.subcmd not in verbs:
-        print(f"torchx: error: the {args.subcmd} command is not available in this install", file=sys.stderr)
-        return 1
+    """Parse ``argv``, run the verb, map errors to one stderr line and an exit code."""
+    debug = False
     try:
+        parser, verbs = create_parser(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # reported by the verb's parser, so the hint names `torchx VERB --help`
+            getattr(args, "_verb_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        level = args.log_level or os.environ.get("LOGLEVEL", "").lower() or "warning"
+        debug = level == "debug"
+        _setup_logging(level)
+        if not args.subcmd:
+            parser.print_help()
+            return 1
+        if args.subcmd not in verbs:
+            print(f"torchx: error: the {args.subcmd} command is not available in this install", file=sys.stderr)
+            return 1
         verbs[args.subcmd].run(args)
         return 0
     except SystemExit as e:
-        return int(e.code or 0) if not isinstance(e.code, str) else 1
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("torchx: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        # the reader went away (`torchx log ... | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as e:
         if debug:
@@ -147,6 +210,7 @@ def _report(e: Exception) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    """Console script ``torchx``."""
     sys.exit(run_main(sys.argv[1:] if argv is None else argv))
 
 
