@@ -13,4 +13,7 @@ if ! .venv/bin/python -c "import torch, uv" 2>/dev/null; then
 fi
 .venv/bin/uv pip install --quiet --python .venv/bin/python \
     -c constraints.txt torch==2.13.0 -e '.[dev]'
+# byte-compile like pip does for installed packages (an editable install otherwise
+# recompiles every module on each start when PYTHONDONTWRITEBYTECODE is set)
+.venv/bin/python -m compileall -q torchx examples >/dev/null || true
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
