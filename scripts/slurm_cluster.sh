@@ -1,111 +1,218 @@
 #!/usr/bin/env bash
-# A throwaway local Slurm cluster for tests and trying torchx on Slurm:
-# munge + slurmctld + two slurmd "nodes" (node1, node2) on 127.0.0.1, all state in $SLURM_CLUSTER_DIR.
-#   bash scripts/slurm_cluster.sh install   # Debian's slurm-wlm and munge (root)
-#   bash scripts/slurm_cluster.sh start     # start everything; then: eval "$(bash scripts/slurm_cluster.sh env)"
-#   bash scripts/slurm_cluster.sh status | env | stop
+# A throwaway local Slurm cluster (Debian's Slurm 22.05) for tests and for trying torchx on Slurm:
+# its own munged, slurmctld and two slurmd "nodes" (node1, node2) on 127.0.0.1 with their own ports.
+# Everything (config, munge key and socket, state, spool, logs, pids, job-completion log) lives in
+# $SLURM_CLUSTER_DIR (default /tmp/torchx-slurm); nothing is written to /etc. Needs root, no systemd.
+#
+#   bash scripts/slurm_cluster.sh install   # apt-get install slurm-wlm munge (idempotent, ~30 s once)
+#   bash scripts/slurm_cluster.sh start     # start (or reuse) the cluster; waits until both nodes are idle
+#   eval "$(bash scripts/slurm_cluster.sh env)"   # export SLURM_CONF for sbatch/srun/squeue/sinfo/...
+#   bash scripts/slurm_cluster.sh status    # daemons, nodes, queue; exit 0 only when all daemons are up
+#   bash scripts/slurm_cluster.sh stop      # cancel jobs, stop exactly the daemons started, remove the dir
+#
+# Knobs: SLURM_CLUSTER_DIR, SLURM_CLUSTER_PORT (slurmctld port, default 16817; slurmd uses the next
+# ports), SLURM_CLUSTER_NODE_CPUS (CPUs declared per node, default 4: more than exist, on purpose),
+# SLURM_CLUSTER_NODE_MEM_MB (default: half the machine's memory per node).
 set -euo pipefail
-DIR=${SLURM_CLUSTER_DIR:-/tmp/torchx-slurm}
-CONF="$DIR/slurm.conf"
 
+DIR=$(realpath -m "${SLURM_CLUSTER_DIR:-/tmp/torchx-slurm}")
+CONF="$DIR/slurm.conf"
+NODES=(node1 node2)
+PORT=${SLURM_CLUSTER_PORT:-16817}
+MUNGE_SOCKET="$DIR/munge/munge.socket"
+
+log() { echo "slurm_cluster: $*" >&2; }
+die() { log "$*"; exit 1; }
+fail() { log "$*"; stop; exit 1; }   # after start began: undo what it started
+
+# ------------------------------------------------------------------------------------------ install
 install() {
-    if command -v slurmctld >/dev/null && command -v munged >/dev/null; then return 0; fi
+    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+        && command -v munged >/dev/null; then
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || die "installing slurm-wlm and munge needs root (or: sudo apt-get install slurm-wlm munge)"
+    command -v apt-get >/dev/null || die "no apt-get: install Slurm and MUNGE with this system's package manager"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq slurm-wlm munge >/dev/null
+    # a fresh image often has no package lists: update only when apt does not know the package
+    if ! apt-cache policy slurm-wlm 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        apt-get update -qq >/dev/null
+    fi
+    # recommends would add ~20 plugin and -dev packages; the basic plugins have all this cluster needs
+    apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
 }
+
+# ------------------------------------------------------------------------------------------ helpers
+pid_of() { [ -s "$DIR/run/$1.pid" ] && tr -d ' \n' < "$DIR/run/$1.pid" || true; }
+
+# alive NAME: the recorded pid exists and is still the program we started (not a recycled pid)
+alive() {
+    local pid comm
+    pid=$(pid_of "$1")
+    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
+    comm=$(cat "/proc/$pid/comm")
+    [ "$comm" = "${1%%-*}" ]
+}
+
+daemons() { echo munged slurmctld; for n in "${NODES[@]}"; do echo "slurmd-$n"; done; }
 
 write_conf() {
     local host cpus mem
     host=$(hostname -s)
-    cpus=$(nproc)
-    mem=$(( $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) / 2 ))
-    mkdir -p "$DIR"/{state,spool1,spool2,log}
+    cpus=${SLURM_CLUSTER_NODE_CPUS:-4}
+    mem=${SLURM_CLUSTER_NODE_MEM_MB:-$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)}
+    : > "$DIR/plugstack.conf"   # keep /etc/slurm/plugstack.conf(.d) out of this cluster
     cat > "$CONF" <<EOF
+# written by scripts/slurm_cluster.sh start; removed by stop
 ClusterName=torchx
 SlurmctldHost=${host}(127.0.0.1)
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort=${PORT}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool%n
-SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd-%n.pid
-SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd-%n.log
+CredType=cred/munge
+AuthInfo=socket=${MUNGE_SOCKET}
+StateSaveLocation=${DIR}/state
+SlurmdSpoolDir=${DIR}/spool/%n
+SlurmctldPidFile=${DIR}/run/slurmctld.pid
+SlurmdPidFile=${DIR}/run/slurmd-%n.pid
+SlurmctldLogFile=${DIR}/log/slurmctld.log
+SlurmdLogFile=${DIR}/log/slurmd-%n.log
+PlugStackConfig=${DIR}/plugstack.conf
+# no cgroups: processes are tracked by parentage, tasks are not confined
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
+# no slurmdbd: sacct only reads the job-completion text file (sacct -c)
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
-JobCompLoc=$DIR/jobcomp.txt
+JobCompLoc=${DIR}/jobcomp.txt
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,bf_hetjob_immediate,bf_hetjob_prio=max
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+# nodes declare what the config says (more CPUs than the machine has), not what slurmd detects
+SlurmdParameters=config_overrides
 MinJobAge=300
+KillWait=5
 ReturnToService=2
 MpiDefault=none
-NodeName=node1 NodeHostname=${host} NodeAddr=127.0.0.1 Port=16821 CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
-NodeName=node2 NodeHostname=${host} NodeAddr=127.0.0.1 Port=16822 CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
-PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+NodeName=${NODES[0]} NodeHostname=${host} NodeAddr=127.0.0.1 Port=$((PORT + 1)) CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
+NodeName=${NODES[1]} NodeHostname=${host} NodeAddr=127.0.0.1 Port=$((PORT + 2)) CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
+PartitionName=debug Nodes=${NODES[0]},${NODES[1]} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
 EOF
 }
 
+# munged with its own key, socket and pid under $DIR (the socket dir must be traversable by munge)
 start_munge() {
-    if pgrep -x munged >/dev/null; then return 0; fi
-    if [ ! -s /etc/munge/munge.key ]; then
-        mkdir -p /etc/munge
-        dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null
-        chown munge:munge /etc/munge/munge.key
-        chmod 400 /etc/munge/munge.key
+    mkdir -p "$DIR/munge/private"
+    chown -R munge:munge "$DIR/munge"
+    chmod 755 "$DIR/munge"
+    chmod 700 "$DIR/munge/private"
+    if [ ! -s "$DIR/munge/private/munge.key" ]; then
+        runuser -u munge -- mungekey --create --keyfile="$DIR/munge/private/munge.key" >/dev/null 2>&1 \
+            || { dd if=/dev/urandom bs=1 count=1024 of="$DIR/munge/private/munge.key" 2>/dev/null \
+                 && chown munge:munge "$DIR/munge/private/munge.key" && chmod 400 "$DIR/munge/private/munge.key"; }
     fi
-    mkdir -p /run/munge /var/log/munge /var/lib/munge
-    chown munge:munge /run/munge /var/log/munge /var/lib/munge
-    runuser -u munge -- /usr/sbin/munged
-    echo munged >> "$DIR/started"
+    runuser -u munge -- /usr/sbin/munged --key-file="$DIR/munge/private/munge.key" --socket="$MUNGE_SOCKET" \
+        --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/private/munged.log" \
+        --seed-file="$DIR/munge/private/munged.seed" \
+        || fail "munged did not start (the munge user must be able to traverse $DIR): $(tail -n 3 "$DIR/munge/private/munged.log" 2>/dev/null)"
+    cp "$DIR/munge/munged.pid" "$DIR/run/munged.pid"
 }
 
-start() {
-    install
-    if [ -f "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
-        echo "slurm cluster already running in $DIR"; return 0
-    fi
-    write_conf
-    : > "$DIR/started"
-    start_munge
-    export SLURM_CONF="$CONF"
-    /usr/sbin/slurmctld -f "$CONF"
-    /usr/sbin/slurmd -f "$CONF" -N node1
-    /usr/sbin/slurmd -f "$CONF" -N node2
-    for _ in $(seq 1 100); do
-        if [ "$(sinfo -h -o '%t' 2>/dev/null | grep -c idle || true)" -ge 1 ] && \
-           [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -cv idle || true)" -eq 0 ]; then
-            echo "slurm cluster up: $(sinfo -h -N -o '%N:%t' | tr '\n' ' ')"; return 0
+wait_idle() {
+    local states
+    for _ in $(seq 1 150); do
+        states=$(SLURM_CONF="$CONF" sinfo -h -N -o '%N=%t' 2>/dev/null | sort -u | tr '\n' ' ' || true)
+        if [ "$states" = "$(printf '%s=idle ' "${NODES[@]}")" ]; then
+            log "up in $DIR: $states"
+            return 0
         fi
-        sleep 0.2
+        sleep 0.1
     done
-    echo "slurm cluster did not become idle; see $DIR/log" >&2
-    sinfo -N >&2 || true
+    log "nodes did not become idle within 15 s: ${states:-no answer from slurmctld}"
+    tail -n 5 "$DIR"/log/*.log >&2 || true
     return 1
 }
 
-stop() {
-    for f in "$DIR"/slurmd-node1.pid "$DIR"/slurmd-node2.pid "$DIR"/slurmctld.pid; do
-        if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; fi
+# ------------------------------------------------------------------------------------------ start
+start() {
+    [ "$(id -u)" = 0 ] || die "the local cluster runs its daemons as root (SlurmUser=root): run as root"
+    command -v slurmctld >/dev/null || die "Slurm is not installed: bash $0 install"
+    local d all=1 any=0
+    for d in $(daemons); do if alive "$d"; then any=1; else all=0; fi; done
+    if [ "$all" = 1 ]; then
+        log "already running in $DIR"
+        return 0
+    fi
+    [ "$any" = 0 ] || { log "partly running in $DIR: restarting it"; stop; }
+    mkdir -p "$DIR"/{state,spool,log,run}
+    for d in "${NODES[@]}"; do mkdir -p "$DIR/spool/$d"; done
+    rm -rf "${DIR:?}"/state/* "$DIR"/run/*
+    write_conf
+    start_munge
+    export SLURM_CONF="$CONF"
+    # -c: a throwaway cluster starts without old jobs; each daemon forks and writes its pid file
+    /usr/sbin/slurmctld -c -f "$CONF" || fail "slurmctld did not start: $(tail -n 5 "$DIR/log/slurmctld.log")"
+    for d in "${NODES[@]}"; do
+        /usr/sbin/slurmd -f "$CONF" -N "$d" || fail "slurmd -N $d did not start: $(tail -n 5 "$DIR/log/slurmd-$d.log")"
     done
-    if grep -qx munged "$DIR/started" 2>/dev/null; then pkill -x munged || true; fi
-    sleep 0.5
-    rm -rf "$DIR"
+    wait_idle || fail "giving up: stopped what was started"
+}
+
+# ------------------------------------------------------------------------------------------ stop
+# kill_recorded NAME: TERM the recorded pid (if it is still ours), wait, then KILL
+kill_recorded() {
+    local pid
+    alive "$1" || return 0
+    pid=$(pid_of "$1")
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 50); do alive "$1" || return 0; sleep 0.1; done
+    log "$1 ($pid) ignored SIGTERM: killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+stop() {
+    local d
+    if alive slurmctld; then
+        # end the jobs through Slurm first, so their slurmstepd and tasks go too
+        local jobs
+        jobs=$(SLURM_CONF="$CONF" squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
+        if [ -n "${jobs// /}" ]; then
+            # shellcheck disable=SC2086
+            SLURM_CONF="$CONF" scancel $jobs 2>/dev/null || true
+            for _ in $(seq 1 150); do
+                [ -z "$(SLURM_CONF="$CONF" squeue -h -o %A 2>/dev/null)" ] && break
+                sleep 0.1
+            done
+        fi
+    fi
+    for d in "${NODES[@]}"; do kill_recorded "slurmd-$d"; done
+    kill_recorded slurmctld
+    kill_recorded munged
+    # only what start created: SLURM_CLUSTER_DIR may be a directory with other things in it
+    rm -rf "${DIR:?}"/{state,spool,log,run,munge} "$CONF" "$DIR/plugstack.conf" "$DIR/jobcomp.txt"
+    rmdir "$DIR" 2>/dev/null || true
+}
+
+status() {
+    local d rc=0
+    for d in $(daemons); do
+        if alive "$d"; then echo "$d: running (pid $(pid_of "$d"))"; else echo "$d: not running"; rc=1; fi
+    done
+    if alive slurmctld; then
+        SLURM_CONF="$CONF" sinfo -N -o '%N %P %t %c %m' || rc=1
+        SLURM_CONF="$CONF" squeue || rc=1
+    fi
+    return $rc
 }
 
 case "${1:-}" in
     install) install ;;
-    start) start ;;
+    start) install && start ;;
     stop) stop ;;
-    status) SLURM_CONF="$CONF" sinfo -N ;;
+    status) status ;;
     env) echo "export SLURM_CONF=$CONF" ;;
-    *) echo "usage: $0 install|start|stop|status|env" >&2; exit 2 ;;
+    *) echo "usage: $0 install|start|stop|status|env   (state in \$SLURM_CLUSTER_DIR, default /tmp/torchx-slurm)" >&2; exit 2 ;;
 esac
