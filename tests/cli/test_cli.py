@@ -13,6 +13,8 @@ from typing import List
 import psutil
 import pytest
 
+from tests.processes import wait_for_job_processes
+
 TORCHX = os.path.join(os.path.dirname(sys.executable), "torchx")
 
 
@@ -147,10 +149,7 @@ def test_ctrl_c_cancels_the_app(env: dict, tmp_path: Path) -> None:
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     handle = proc.stdout.readline().strip()
-    time.sleep(1)
-    sleeps = [p for p in psutil.process_iter(["cmdline", "environ"]) if p.info["cmdline"] == ["sleep", "600"]
-              and (p.info["environ"] or {}).get("TORCHX_JOB_ID") == handle]
-    assert len(sleeps) == 2
+    sleeps = wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=30)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err

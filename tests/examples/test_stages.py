@@ -13,6 +13,7 @@ from typing import List
 import psutil
 import pytest
 
+from tests.processes import job_processes
 from torchx import specs
 from torchx.runner import get_runner
 
@@ -39,19 +40,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> str:
     return out
 
 
-def _procs_of(handle: str) -> List[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["environ"]):
-        try:
-            if (p.info["environ"] or {}).get("TORCHX_JOB_ID") == handle:
-                found.append(p)
-        except psutil.Error:
-            pass
-    return found
-
-
 def _workers(handle: str) -> List[psutil.Process]:
-    return [p for p in _procs_of(handle) if "LOCAL_RANK" in (p.info["environ"] or {})]
+    return [p for p in job_processes(handle) if "LOCAL_RANK" in (p.info["environ"] or {})]
 
 
 def _wait_for(predicate, timeout: float = 120, what: str = "") -> None:  # type: ignore[no-untyped-def]
@@ -132,8 +122,8 @@ def test_cancel_training_leaves_nothing_running(data: str, tmp_path: Path) -> No
     with get_runner() as runner:
         h = _train(runner, data, tmp_path, "-j", "2x2", "--epochs", "50", "--step_delay", "0.2", "--rdzv_port", "29741")
         _wait_for(lambda: len(_workers(h)) == 4, what="4 workers")
-        procs = _procs_of(h)
+        procs = job_processes(h)
         runner.cancel(h)
         assert runner.wait(h, timeout=120).state == specs.AppState.CANCELLED
     _, alive = psutil.wait_procs(procs, timeout=30)
-    assert alive == [] and _procs_of(h) == []
+    assert alive == [] and job_processes(h) == []

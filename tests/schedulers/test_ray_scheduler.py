@@ -6,13 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
 import psutil
 import pytest
 
+from tests.processes import wait_for_job_processes
 from torchx import specs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,13 +69,7 @@ def test_logs_status_list_and_failure(env: Path) -> None:
 
 def test_cancel_stops_every_replica_process(env: Path) -> None:
     handle = _tx("run", "-s", "ray", "utils.sh", "--num_replicas", "2", "sleep", "600").stdout.splitlines()[0]
-    deadline = time.monotonic() + 120
-    sleeps: list = []
-    while len(sleeps) < 2 and time.monotonic() < deadline:
-        sleeps = [p for p in psutil.process_iter(["cmdline", "environ"]) if p.info["cmdline"] == ["sleep", "600"]
-                  and (p.info["environ"] or {}).get("TORCHX_JOB_ID") == handle]
-        time.sleep(0.5)
-    assert len(sleeps) == 2, "replicas did not start"
+    sleeps = wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=120)
     assert _tx("cancel", handle).returncode == 0
     _, alive = psutil.wait_procs(sleeps, timeout=60)
     assert alive == []

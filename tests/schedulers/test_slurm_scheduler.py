@@ -7,12 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.components import utils
 from torchx.schedulers.slurm_scheduler import create_scheduler, parse_jobcomp, parse_squeue
@@ -103,13 +103,7 @@ def test_single_replica_job(env: Path) -> None:
 
 def test_cancel_leaves_no_process(env: Path) -> None:
     handle = _tx("run", "-s", "slurm", "utils.sh", "--num_replicas", "2", "sleep", "600").stdout.splitlines()[0]
-    deadline = time.monotonic() + 60
-    sleeps: list = []
-    while len(sleeps) < 2 and time.monotonic() < deadline:
-        sleeps = [p for p in psutil.process_iter(["cmdline", "environ"]) if p.info["cmdline"] == ["sleep", "600"]
-                  and (p.info["environ"] or {}).get("TORCHX_JOB_ID") == handle]
-        time.sleep(0.3)
-    assert len(sleeps) == 2, "replicas did not start"
+    sleeps = wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=60)
     assert "State: RUNNING" in _tx("status", handle).stdout
     assert _tx("cancel", handle).returncode == 0
     assert _wait_terminal(handle).state == specs.AppState.CANCELLED

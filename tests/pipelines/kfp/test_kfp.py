@@ -6,13 +6,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
 
+from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.components import dist, utils
 
@@ -129,13 +129,7 @@ def test_terminating_the_launcher_cancels_the_app(tmp_path: Path) -> None:
     assert proc.stdout is not None
     handle = proc.stdout.readline().split()[-1]
     assert handle.startswith("local_cwd://")
-    deadline = time.monotonic() + 30
-    sleeps: list = []
-    while len(sleeps) < 2 and time.monotonic() < deadline:
-        sleeps = [p for p in psutil.process_iter(["cmdline", "environ"]) if p.info["cmdline"] == ["sleep", "600"]
-                  and (p.info["environ"] or {}).get("TORCHX_JOB_ID") == handle]
-        time.sleep(0.1)
-    assert len(sleeps) == 2
+    sleeps = wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=30)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     _, alive = psutil.wait_procs(sleeps, timeout=30)
