@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator, Set
 
 import psutil
 import pytest
+
+from tests.processes import job_processes, wait_for_job_processes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -86,6 +91,30 @@ def test_submit_is_idempotent_per_flow_run_and_key(env: Path) -> None:
         assert len(runner.list("local_cwd")) == 1
 
 
+def test_a_retried_flow_run_re_attaches_to_the_stage_that_succeeded(env: Path) -> None:
+    """Prefect re-runs every task of a retried flow run; the stage that already succeeded is not launched again."""
+    from prefect import flow
+
+    from torchx.pipelines.prefect import submit, wait
+    from torchx.runner import get_runner
+
+    tries: list = []
+
+    @flow(retries=1, retry_delay_seconds=0)
+    def flaky() -> list:
+        handle = submit("utils.sh", ["echo", "stage done"], key="stage")
+        wait(handle)
+        tries.append(handle)
+        if len(tries) == 1:
+            raise RuntimeError("a later stage failed")
+        return tries
+
+    first, second = flaky()
+    assert first == second
+    with get_runner() as runner:
+        assert [a.app_handle for a in runner.list("local_cwd")] == [first]
+
+
 def test_timeout_of_the_flow_cancels_the_app(env: Path) -> None:
     from prefect import flow
 
@@ -107,9 +136,7 @@ def test_timeout_of_the_flow_cancels_the_app(env: Path) -> None:
         status = runner.wait(handles[0], timeout=60)
     assert str(status.state) == "CANCELLED"
     time.sleep(0.5)
-    sleeps = [p for p in psutil.process_iter(["cmdline", "environ"]) if p.info["cmdline"] == ["sleep", "600"]
-              and (p.info["environ"] or {}).get("TORCHX_JOB_ID") == handles[0]]
-    assert sleeps == []
+    assert job_processes(handles[0], ["sleep", "600"]) == []
 
 
 def test_job_block_trigger_wait_fetch_and_save(env: Path) -> None:
@@ -134,3 +161,87 @@ def test_job_block_trigger_wait_fetch_and_save(env: Path) -> None:
     with pytest.raises(TorchXJobFailed):
         asyncio.run(failing())
     assert "component" in TorchXJob.model_json_schema()["properties"]
+
+
+@pytest.fixture(scope="module")
+def served(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``served_flow.py`` served by a Prefect runner subprocess; yields the ``TORCHX_HOME`` it uses."""
+    from prefect.settings import PREFECT_API_URL
+
+    home = tmp_path_factory.mktemp("served") / "home"
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "TORCHX_HOME": str(home),
+           "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    env.pop("TORCHX_TRACKERS", None)
+    here = Path(__file__).parent
+    proc = subprocess.Popen([sys.executable, "served_flow.py", "served"], cwd=here, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL)
+    try:
+        yield home
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _new_running_app(known: Set[str], timeout: float = 120) -> str:
+    from torchx.runner import get_runner
+
+    deadline = time.monotonic() + timeout
+    with get_runner() as runner:
+        while time.monotonic() < deadline:
+            apps = [a for a in runner.list("local_cwd") if a.app_handle not in known]
+            if apps and str(apps[0].state) == "RUNNING":
+                return apps[0].app_handle
+            time.sleep(0.3)
+    raise AssertionError(f"the served flow run started no app within {timeout:.0f} s")
+
+
+@pytest.mark.parametrize("wait_in_task", [True, False], ids=["waiting-in-task", "hook-only"])
+def test_cancelling_the_flow_run_through_the_api_ends_the_app(
+    served: Path, monkeypatch: pytest.MonkeyPatch, wait_in_task: bool
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_HOME", str(served))
+    with get_runner() as runner:
+        known = {a.app_handle for a in runner.list("local_cwd")}
+
+    async def start() -> str:
+        async with get_client() as client:
+            deadline = time.monotonic() + 120
+            while True:  # the runner registers the deployment once it is up
+                try:
+                    deployment = await client.read_deployment_by_name("torchx-long-job/served")
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.3)
+            run = await client.create_flow_run_from_deployment(deployment.id, parameters={"wait_in_task": wait_in_task})
+            return str(run.id)
+
+    flow_run_id = asyncio.run(start())
+    handle = _new_running_app(known)
+    procs = wait_for_job_processes(handle, 2, ["sleep", "600"])
+
+    async def cancel() -> str:
+        async with get_client() as client:
+            await client.set_flow_run_state(flow_run_id, Cancelling(message="cancelled by the test"))
+            deadline = time.monotonic() + 120
+            while True:
+                state = (await client.read_flow_run(flow_run_id)).state
+                if state is not None and state.is_final() or time.monotonic() > deadline:
+                    return state.type.value if state else "NONE"
+                await asyncio.sleep(0.3)
+
+    assert asyncio.run(cancel()) == "CANCELLED"
+    with get_runner() as runner:
+        status = runner.wait(handle, timeout=60)
+    assert status is not None and str(status.state) == "CANCELLED"
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    assert alive == [], f"still running after the flow run was cancelled: {alive}"
