@@ -10,22 +10,31 @@ import sys
 import time
 
 from prefect import flow
+from prefect.utilities.asyncutils import run_coro_as_sync
 
-from torchx.pipelines.prefect import cancel_flow_run_apps, submit, wait
+from torchx.pipelines.prefect import TorchXJob, cancel_flow_run_apps, submit, wait
+
+SLEEPERS = ["--num_replicas", "2", "sleep", "600"]
 
 
 @flow(name="torchx-long-job", on_cancellation=[cancel_flow_run_apps])
-def long_job(wait_in_task: bool = True) -> None:
-    """A two-replica app that runs for 10 minutes.
+def long_job(mode: str = "wait") -> None:
+    """A two-replica app that runs for 10 minutes, launched and followed as ``mode`` says.
 
-    ``wait_in_task``: the flow waits in the ``wait`` task (which cancels the app when
-    interrupted); otherwise the flow is busy elsewhere and only the hook can cancel it.
+    - ``wait``: ``submit``, then the ``wait`` task (which cancels the app when interrupted);
+    - ``hook``: ``submit``, then the flow is busy elsewhere: only the hook can cancel the app;
+    - ``block``: a ``TorchXJob`` block's ``trigger()``, then busy elsewhere, as for ``hook``.
     """
-    handle = submit("utils.sh", ["--num_replicas", "2", "sleep", "600"])
-    if wait_in_task:
-        wait(handle)
+    if mode == "wait":
+        wait(submit("utils.sh", SLEEPERS))
+        return
+    if mode == "hook":
+        submit("utils.sh", SLEEPERS)
+    elif mode == "block":
+        run_coro_as_sync(TorchXJob(component="utils.sh", component_args=SLEEPERS).trigger())
     else:
-        time.sleep(600)
+        raise ValueError(f"unknown mode {mode!r}: wait, hook or block")
+    time.sleep(600)
 
 
 if __name__ == "__main__":

@@ -198,9 +198,9 @@ def _new_running_app(known: Set[str], timeout: float = 120) -> str:
     raise AssertionError(f"the served flow run started no app within {timeout:.0f} s")
 
 
-@pytest.mark.parametrize("wait_in_task", [True, False], ids=["waiting-in-task", "hook-only"])
+@pytest.mark.parametrize("mode", ["wait", "hook", "block"])
 def test_cancelling_the_flow_run_through_the_api_ends_the_app(
-    served: Path, monkeypatch: pytest.MonkeyPatch, wait_in_task: bool
+    served: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
@@ -222,7 +222,7 @@ def test_cancelling_the_flow_run_through_the_api_ends_the_app(
                     if time.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.3)
-            run = await client.create_flow_run_from_deployment(deployment.id, parameters={"wait_in_task": wait_in_task})
+            run = await client.create_flow_run_from_deployment(deployment.id, parameters={"mode": mode})
             return str(run.id)
 
     flow_run_id = asyncio.run(start())

@@ -1,4 +1,7 @@
-"""``TorchXJob``: a Prefect job block (``JobBlock``/``JobRun`` pattern) for one torchx component."""
+"""``TorchXJob``: a Prefect job block (``JobBlock``/``JobRun`` pattern) for one torchx component.
+
+Triggered inside a flow run, its app is cancelled with the flow run by ``cancel_flow_run_apps``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any, Dict, List, Optional
 from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
+from torchx.pipelines.prefect.tasks import record_flow_run_app
 from torchx.specs.api import AppState
 
 
@@ -72,5 +76,6 @@ class TorchXJob(JobBlock):
                                             parent_run_id=self.parent_run_id)
 
         handle = await asyncio.to_thread(_submit)
+        record_flow_run_app(handle)
         self.logger.info("submitted %s", handle)
         return TorchXJobRun(self, handle)

@@ -7,7 +7,7 @@
   states), and raises ``TorchXJobFailed`` carrying the worker's error. If the wait is
   interrupted (flow cancelled, timeout), it cancels the app first.
 - ``cancel_flow_run_apps`` is an ``on_cancellation`` / ``on_crashed`` flow hook that
-  cancels every app the flow run submitted.
+  cancels every app the flow run submitted (tasks and ``TorchXJob`` blocks).
 - Every app of a flow run is nested under the tracker run ``prefect://<flow>/<id>``.
 """
 
@@ -56,9 +56,14 @@ def _flow_apps_file(flow_run_id: str) -> Any:
     return torchx_home() / "prefect" / f"flow-{flow_run_id}.apps"
 
 
-def _remember_for_flow(handle: str) -> None:
-    fid, _ = _flow_run()
-    path = _flow_apps_file(fid)
+def record_flow_run_app(handle: str) -> None:
+    """Note ``handle`` as an app of the current flow run, for ``cancel_flow_run_apps``."""
+    from prefect.runtime import flow_run
+
+    fid = flow_run.get_id()
+    if not fid:  # not inside a flow run: there is nothing that could cancel it
+        return
+    path = _flow_apps_file(str(fid))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(handle + "\n")
@@ -101,7 +106,7 @@ def submit(
         else:
             handle = runner.run_component(component, component_args or [], scheduler, cfg or {}, parent_run_id=parent)
     record.save(handle)
-    _remember_for_flow(handle)
+    record_flow_run_app(handle)
     logger.info("submitted %s", handle)
     return handle
 
