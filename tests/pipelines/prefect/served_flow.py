@@ -1,5 +1,6 @@
 """A flow that ``flow.serve()`` runs in a subprocess, so the cancellation tests go through a
-Prefect runner (the only place Prefect enforces a flow-run cancellation made through the API).
+Prefect runner: the only place Prefect enforces a flow-run cancellation made through the API,
+and where it runs the ``on_cancellation`` and ``on_crashed`` hooks.
 
     python served_flow.py DEPLOYMENT_NAME
 """
@@ -17,7 +18,7 @@ from torchx.pipelines.prefect import TorchXJob, cancel_flow_run_apps, submit, wa
 SLEEPERS = ["--num_replicas", "2", "sleep", "600"]
 
 
-@flow(name="torchx-long-job", on_cancellation=[cancel_flow_run_apps])
+@flow(name="torchx-long-job", on_cancellation=[cancel_flow_run_apps], on_crashed=[cancel_flow_run_apps])
 def long_job(mode: str = "wait") -> None:
     """A two-replica app that runs for 10 minutes, launched and followed as ``mode`` says.
 

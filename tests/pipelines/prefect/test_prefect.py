@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Set
 
@@ -163,9 +164,15 @@ def test_job_block_trigger_wait_fetch_and_save(env: Path) -> None:
     assert "component" in TorchXJob.model_json_schema()["properties"]
 
 
+@dataclass
+class Served:
+    torchx_home: Path
+    runner_pid: int
+
+
 @pytest.fixture(scope="module")
-def served(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """``served_flow.py`` served by a Prefect runner subprocess; yields the ``TORCHX_HOME`` it uses."""
+def served(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``served_flow.py`` served by a Prefect runner subprocess (its own ``TORCHX_HOME``)."""
     from prefect.settings import PREFECT_API_URL
 
     home = tmp_path_factory.mktemp("served") / "home"
@@ -176,7 +183,7 @@ def served(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> It
     proc = subprocess.Popen([sys.executable, "served_flow.py", "served"], cwd=here, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL)
     try:
-        yield home
+        yield Served(home, proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -198,50 +205,81 @@ def _new_running_app(known: Set[str], timeout: float = 120) -> str:
     raise AssertionError(f"the served flow run started no app within {timeout:.0f} s")
 
 
-@pytest.mark.parametrize("mode", ["wait", "hook", "block"])
-def test_cancelling_the_flow_run_through_the_api_ends_the_app(
-    served: Path, monkeypatch: pytest.MonkeyPatch, mode: str
-) -> None:
+async def _start_served_run(mode: str) -> str:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        deadline = time.monotonic() + 120
+        while True:  # the runner registers the deployment once it is up
+            try:
+                deployment = await client.read_deployment_by_name("torchx-long-job/served")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.3)
+        run = await client.create_flow_run_from_deployment(deployment.id, parameters={"mode": mode})
+        return str(run.id)
+
+
+async def _final_state(flow_run_id: str, timeout: float = 120) -> str:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = (await client.read_flow_run(flow_run_id)).state
+            if state is not None and state.is_final() or time.monotonic() > deadline:
+                return state.type.value if state else "NONE"
+            await asyncio.sleep(0.3)
+
+
+async def _cancel_through_the_api(flow_run_id: str) -> None:
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelling(message="cancelled by the test"))
+
+
+def _kill_flow_run_process(runner_pid: int) -> None:
+    """SIGKILL the process in which the runner executes the flow run, as an OOM kill or a lost node would.
+
+    ``flow.serve()`` starts each flow run in a ``multiprocessing`` spawn child; one runs at a time here.
+    """
+    runs = [c for c in psutil.Process(runner_pid).children() if "--multiprocessing-fork" in c.cmdline()]
+    assert len(runs) == 1, [c.cmdline() for c in runs]
+    runs[0].kill()
+
+
+@pytest.mark.parametrize(("mode", "end", "final"), [
+    ("wait", "cancel", "CANCELLED"),   # the wait task is interrupted and cancels the app
+    ("hook", "cancel", "CANCELLED"),   # the flow is elsewhere: only on_cancellation can
+    ("block", "cancel", "CANCELLED"),  # the same for an app triggered by a TorchXJob block
+    ("hook", "kill", "CRASHED"),       # the flow-run process is SIGKILLed: on_crashed cancels the app
+])
+def test_ending_a_served_flow_run_ends_its_app(
+    served: Served, monkeypatch: pytest.MonkeyPatch, mode: str, end: str, final: str
+) -> None:
     from torchx.runner import get_runner
 
-    monkeypatch.setenv("TORCHX_HOME", str(served))
+    monkeypatch.setenv("TORCHX_HOME", str(served.torchx_home))
     with get_runner() as runner:
         known = {a.app_handle for a in runner.list("local_cwd")}
-
-    async def start() -> str:
-        async with get_client() as client:
-            deadline = time.monotonic() + 120
-            while True:  # the runner registers the deployment once it is up
-                try:
-                    deployment = await client.read_deployment_by_name("torchx-long-job/served")
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.3)
-            run = await client.create_flow_run_from_deployment(deployment.id, parameters={"mode": mode})
-            return str(run.id)
-
-    flow_run_id = asyncio.run(start())
+    flow_run_id = asyncio.run(_start_served_run(mode))
     handle = _new_running_app(known)
-    procs = wait_for_job_processes(handle, 2, ["sleep", "600"])
-
-    async def cancel() -> str:
-        async with get_client() as client:
-            await client.set_flow_run_state(flow_run_id, Cancelling(message="cancelled by the test"))
-            deadline = time.monotonic() + 120
-            while True:
-                state = (await client.read_flow_run(flow_run_id)).state
-                if state is not None and state.is_final() or time.monotonic() > deadline:
-                    return state.type.value if state else "NONE"
-                await asyncio.sleep(0.3)
-
-    assert asyncio.run(cancel()) == "CANCELLED"
-    with get_runner() as runner:
-        status = runner.wait(handle, timeout=60)
-    assert status is not None and str(status.state) == "CANCELLED"
-    _, alive = psutil.wait_procs(procs, timeout=30)
-    assert alive == [], f"still running after the flow run was cancelled: {alive}"
+    try:
+        procs = wait_for_job_processes(handle, 2, ["sleep", "600"])
+        if end == "cancel":
+            asyncio.run(_cancel_through_the_api(flow_run_id))
+        else:
+            _kill_flow_run_process(served.runner_pid)
+        assert asyncio.run(_final_state(flow_run_id)) == final
+        with get_runner() as runner:
+            status = runner.wait(handle, timeout=60)
+        assert status is not None and str(status.state) == "CANCELLED"
+        _, alive = psutil.wait_procs(procs, timeout=30)
+        assert alive == [], f"still running after the flow run ended: {alive}"
+    finally:  # a failed test leaves no 10-minute app behind
+        with get_runner() as runner:
+            runner.cancel(handle)
