@@ -207,6 +207,7 @@ def _new_running_app(known: Set[str], timeout: float = 120) -> str:
 
 async def _start_served_run(mode: str) -> str:
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
 
     async with get_client() as client:
         deadline = time.monotonic() + 120
@@ -214,7 +215,7 @@ async def _start_served_run(mode: str) -> str:
             try:
                 deployment = await client.read_deployment_by_name("torchx-long-job/served")
                 break
-            except Exception:
+            except ObjectNotFound:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.3)
