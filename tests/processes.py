@@ -25,11 +25,11 @@ def job_processes(handle: str, cmdline: Optional[List[str]] = None) -> List[psut
 
 def wait_for_job_processes(handle: str, count: int, cmdline: Optional[List[str]] = None,
                            timeout: float = 60) -> List[psutil.Process]:
-    """Poll until ``count`` such processes run; fails the test if they do not within ``timeout``."""
+    """Poll until ``count`` such processes run; fails the test unless exactly ``count`` do within ``timeout``."""
     deadline = time.monotonic() + timeout
     procs = job_processes(handle, cmdline)
     while len(procs) < count and time.monotonic() < deadline:
         time.sleep(0.2)
         procs = job_processes(handle, cmdline)
-    assert len(procs) >= count, f"{handle}: {len(procs)} of {count} processes {cmdline or ''} started in {timeout:.0f} s"
+    assert len(procs) == count, f"{handle}: {len(procs)} processes {cmdline or ''} within {timeout:.0f} s, expected {count}"
     return procs
