@@ -61,12 +61,19 @@ def timed(cmd: List[str], env: Dict[str, str], cwd: str, check_out: Optional[str
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - start
     if check_out is not None and check_out not in proc.stdout:
-        raise RuntimeError(f"{cmd}: expected {check_out!r} in output, got rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        raise RuntimeError(
+            f"{cmd}: expected {check_out!r} in output, got rc={proc.returncode}\n"
+            f"{proc.stdout}\n{proc.stderr}"
+        )
     return elapsed
 
 
 def run_case(
-    name: str, impls: List[Impl], make_cmd: Callable[[Impl], List[str]], repeat: int, work: str,
+    name: str,
+    impls: List[Impl],
+    make_cmd: Callable[[Impl], List[str]],
+    repeat: int,
+    work: str,
     check_out: Optional[str] = None,
 ) -> Result:
     res = Result(name)
@@ -96,13 +103,18 @@ RUNNER_WAIT = textwrap.dedent(
 
 
 def runner_case(name: str, impls: List[Impl], repeat: int, work: str, *argv: str) -> Result:
-    res = Result(name, note="measured inside the process: Runner.run + Runner.wait(default interval)")
+    res = Result(
+        name, note="measured inside the process: Runner.run + Runner.wait(default interval)"
+    )
     for _ in range(repeat):
         for impl in impls:
             out = subprocess.run(
                 impl.python("-c", RUNNER_WAIT, *argv),
-                env=impl.env(os.path.join(work, impl.name)), cwd=work,
-                capture_output=True, text=True, timeout=600,
+                env=impl.env(os.path.join(work, impl.name)),
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=600,
             )
             if "SUCCEEDED" not in out.stdout:
                 raise RuntimeError(f"{impl.name} runner case failed: {out.stdout}{out.stderr}")
@@ -116,9 +128,18 @@ def lost_output(impls: List[Impl], n: int, work: str) -> Dict[str, int]:
         env = impl.env(os.path.join(work, impl.name))
         misses = 0
         for _ in range(n):
-            p = subprocess.run(impl.torchx("run", "-s", "local_cwd", "utils.echo", "--msg", "hi"),
-                               env=env, cwd=work, capture_output=True, text=True, timeout=120)
-            if not any(line.rstrip().endswith("hi") for line in p.stdout.splitlines() + p.stderr.splitlines()):
+            p = subprocess.run(
+                impl.torchx("run", "-s", "local_cwd", "utils.echo", "--msg", "hi"),
+                env=env,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if not any(
+                line.rstrip().endswith("hi")
+                for line in p.stdout.splitlines() + p.stderr.splitlines()
+            ):
                 misses += 1
         lost[impl.name] = misses
     return lost
@@ -145,17 +166,31 @@ def ddp_ratio(ours: Impl, repeat: int, work: str) -> Result:
     env = ours.env(os.path.join(work, "ddp"))
     env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     cmds = {
-        "torchx dist.ddp": ours.torchx("run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script", str(script)),
-        "plain torchrun": [str(ours.bin / "torchrun"), "--nnodes", "1", "--nproc_per_node", "2",
-                           "--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", str(script)],
+        "torchx dist.ddp": ours.torchx(
+            "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script", str(script)
+        ),
+        "plain torchrun": [
+            str(ours.bin / "torchrun"),
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            "2",
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            "localhost:0",
+            str(script),
+        ],
     }
     for i in range(repeat):
-        for name in (list(cmds) if i % 2 == 0 else list(reversed(cmds))):
+        for name in list(cmds) if i % 2 == 0 else list(reversed(cmds)):
             res.times.setdefault(name, []).append(timed(cmds[name], env, work))
     return res
 
 
-def write_results(results: List[Result], lost: Dict[str, int], n_lost: int, ddp: Optional[Result], path: Path) -> str:
+def write_results(
+    results: List[Result], lost: Dict[str, int], n_lost: int, ddp: Optional[Result], path: Path
+) -> str:
     lines = [
         "# Benchmark results",
         "",
@@ -169,15 +204,29 @@ def write_results(results: List[Result], lost: Dict[str, int], n_lost: int, ddp:
     for r in results:
         o, u = r.median("ours"), r.median("upstream")
         speed = f"{u / o:.1f}x" if o and u else "n/a"
-        lines.append(f"| {r.case} | {o:.3f} | {u:.3f} | {speed} |" if o and u else f"| {r.case} | {o} | {u} | n/a |")
-    lines += ["", f"Lost output: `torchx run -s local_cwd utils.echo --msg hi` x{n_lost}, runs that did not print `hi`:", ""]
+        lines.append(
+            f"| {r.case} | {o:.3f} | {u:.3f} | {speed} |"
+            if o and u
+            else f"| {r.case} | {o} | {u} | n/a |"
+        )
+    lines += [
+        "",
+        f"Lost output: `torchx run -s local_cwd utils.echo --msg hi` x{n_lost},"
+        " runs that did not print `hi`:",
+        "",
+    ]
     for name, misses in lost.items():
         lines.append(f"- {name}: {misses} of {n_lost}")
     if ddp is not None:
         a, b = ddp.median("torchx dist.ddp"), ddp.median("plain torchrun")
-        lines += ["", "## dist.ddp overhead", "",
-                  f"- `torchx run -s local_cwd dist.ddp -j 1x2`: {a:.2f} s; plain `torchrun --nproc_per_node 2`: {b:.2f} s;"
-                  f" ratio **{a / b:.3f}** (upstream measured 1.12; target <= 1.03)"]
+        lines += [
+            "",
+            "## dist.ddp overhead",
+            "",
+            f"- `torchx run -s local_cwd dist.ddp -j 1x2`: {a:.2f} s;"
+            f" plain `torchrun --nproc_per_node 2`: {b:.2f} s;"
+            f" ratio **{a / b:.3f}** (upstream measured 1.12; target <= 1.03)",
+        ]
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
@@ -196,18 +245,49 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         r = args.repeat
         results = [
-            run_case("python -c 'import torchx.runner' (process)", impls, lambda i: i.python("-c", "import torchx.runner"), r, work),
-            run_case("python -c 'import torchx.specs' (process)", impls, lambda i: i.python("-c", "import torchx.specs"), r, work),
+            run_case(
+                "python -c 'import torchx.runner' (process)",
+                impls,
+                lambda i: i.python("-c", "import torchx.runner"),
+                r,
+                work,
+            ),
+            run_case(
+                "python -c 'import torchx.specs' (process)",
+                impls,
+                lambda i: i.python("-c", "import torchx.specs"),
+                r,
+                work,
+            ),
             run_case("torchx --help", impls, lambda i: i.torchx("--help"), r, work),
             run_case("torchx builtins", impls, lambda i: i.torchx("builtins"), r, work),
-            run_case("torchx run --dryrun -s local_cwd utils.echo", impls,
-                     lambda i: i.torchx("run", "--dryrun", "-s", "local_cwd", "utils.echo", "--msg", "hi"), r, work),
-            run_case("torchx run -s local_cwd utils.echo --msg hi", impls,
-                     lambda i: i.torchx("run", "-s", "local_cwd", "utils.echo", "--msg", "hi"), r, work),
-            run_case("torchx run -s local_cwd utils.sh sleep 0.2", impls,
-                     lambda i: i.torchx("run", "-s", "local_cwd", "utils.sh", "sleep", "0.2"), r, work),
+            run_case(
+                "torchx run --dryrun -s local_cwd utils.echo",
+                impls,
+                lambda i: i.torchx(
+                    "run", "--dryrun", "-s", "local_cwd", "utils.echo", "--msg", "hi"
+                ),
+                r,
+                work,
+            ),
+            run_case(
+                "torchx run -s local_cwd utils.echo --msg hi",
+                impls,
+                lambda i: i.torchx("run", "-s", "local_cwd", "utils.echo", "--msg", "hi"),
+                r,
+                work,
+            ),
+            run_case(
+                "torchx run -s local_cwd utils.sh sleep 0.2",
+                impls,
+                lambda i: i.torchx("run", "-s", "local_cwd", "utils.sh", "sleep", "0.2"),
+                r,
+                work,
+            ),
             runner_case("Runner.run(true) + wait()", impls, r, work, "1"),
-            runner_case("32 replicas of sleep 1: run + wait()", impls, max(3, r // 2), work, "32", "1"),
+            runner_case(
+                "32 replicas of sleep 1: run + wait()", impls, max(3, r // 2), work, "32", "1"
+            ),
         ]
         lost = lost_output(impls, args.lost_runs, work)
         ddp = None if args.no_ddp else ddp_ratio(ours, max(3, r // 2), work)

@@ -16,6 +16,7 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"
 if [ $# -eq 0 ]; then
     .venv/bin/ruff check torchx tests examples benchmarks
+    .venv/bin/ruff format --check --quiet torchx tests examples benchmarks
     .venv/bin/mypy torchx
 fi
 .venv/bin/python -m pytest -q "$@"

@@ -23,13 +23,19 @@ def job_processes(handle: str, cmdline: Optional[List[str]] = None) -> List[psut
     return found
 
 
-def wait_for_job_processes(handle: str, count: int, cmdline: Optional[List[str]] = None,
-                           timeout: float = 60) -> List[psutil.Process]:
-    """Poll until ``count`` such processes run; fails the test unless exactly ``count`` do within ``timeout``."""
+def wait_for_job_processes(
+    handle: str, count: int, cmdline: Optional[List[str]] = None, timeout: float = 60
+) -> List[psutil.Process]:
+    """Poll until ``count`` such processes run.
+
+    Fails the test unless exactly ``count`` do within ``timeout``.
+    """
     deadline = time.monotonic() + timeout
     procs = job_processes(handle, cmdline)
     while len(procs) < count and time.monotonic() < deadline:
         time.sleep(0.2)
         procs = job_processes(handle, cmdline)
-    assert len(procs) == count, f"{handle}: {len(procs)} processes {cmdline or ''} within {timeout:.0f} s, expected {count}"
+    assert len(procs) == count, (
+        f"{handle}: {len(procs)} processes {cmdline or ''} within {timeout:.0f} s, expected {count}"
+    )
     return procs

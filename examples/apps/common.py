@@ -30,7 +30,9 @@ def record_errors(main: Callable[..., int]) -> Callable[..., int]:
             if path and not os.path.exists(path):
                 info = {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}
                 with open(path, "w") as f:
-                    json.dump({"message": {"message": f"{type(e).__name__}: {e}", "extraInfo": info}}, f)
+                    json.dump(
+                        {"message": {"message": f"{type(e).__name__}: {e}", "extraInfo": info}}, f
+                    )
             raise
 
     return wrapper
@@ -83,5 +85,9 @@ def make_model(in_features: int = 64, hidden: int = 128, classes: int = 10) -> A
     import torch.nn as nn
 
     return nn.Sequential(
-        nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes)
+        nn.Linear(in_features, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, classes),
     )

@@ -20,10 +20,14 @@ from common import join, record_errors, save_split, write_json  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--output_path", required=True, help="where the splits go (path or fsspec URL)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split")
-    p.add_argument("--val_fraction", type=float, default=0.15, help="fraction of rows for validation")
+    p.add_argument(
+        "--val_fraction", type=float, default=0.15, help="fraction of rows for validation"
+    )
     p.add_argument("--test_fraction", type=float, default=0.15, help="fraction of rows for test")
     p.add_argument("--limit", type=int, default=None, help="keep only this many rows (quick runs)")
     return p.parse_args(argv)
@@ -42,7 +46,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         order = order[: args.limit]
     n_test = int(len(order) * args.test_fraction)
     n_val = int(len(order) * args.val_fraction)
-    idx = {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
+    idx = {
+        "test": order[:n_test],
+        "val": order[n_test : n_test + n_val],
+        "train": order[n_test + n_val :],
+    }
     mean = x[idx["train"]].mean(axis=0)
     std = x[idx["train"]].std(axis=0) + 1e-6
     digests, rows = {}, {}
@@ -50,11 +58,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         digests[split] = save_split(args.output_path, split, (x[ids] - mean) / std, y[ids])
         rows[split] = int(len(ids))
     digest = hashlib.sha256("".join(digests[s] for s in sorted(digests)).encode()).hexdigest()
-    manifest = {"dataset": "sklearn.load_digits", "rows": rows, "digests": digests, "digest": digest, "seed": args.seed}
+    manifest = {
+        "dataset": "sklearn.load_digits",
+        "rows": rows,
+        "digests": digests,
+        "digest": digest,
+        "seed": args.seed,
+    }
     write_json(join(args.output_path, "manifest.json"), manifest)
     tracking.run().add_metadata(stage="datapreproc", rows_train=rows["train"], seed=args.seed)
-    tracking.record_output(args.output_path, "dataset", {"type": "dataset", "digest": digest, "source": "sklearn.load_digits"})
-    print(f"wrote {sum(rows.values())} rows to {args.output_path}: {rows} digest={digest[:12]}", flush=True)
+    tracking.record_output(
+        args.output_path,
+        "dataset",
+        {"type": "dataset", "digest": digest, "source": "sklearn.load_digits"},
+    )
+    print(
+        f"wrote {sum(rows.values())} rows to {args.output_path}: {rows} digest={digest[:12]}",
+        flush=True,
+    )
     return 0
 
 

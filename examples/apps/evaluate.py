@@ -29,10 +29,14 @@ from common import (  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model_path", required=True, help="directory with model.pt and model.json")
     p.add_argument("--data_path", required=True, help="splits written by datapreproc")
-    p.add_argument("--output_path", required=True, help="where metrics.json and confusion_matrix.png go")
+    p.add_argument(
+        "--output_path", required=True, help="where metrics.json and confusion_matrix.png go"
+    )
     return p.parse_args(argv)
 
 
@@ -62,7 +66,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     meta = read_json(join(args.model_path, "model.json"))
     model = make_model(meta["in_features"], meta["hidden"], meta["classes"])
-    model.load_state_dict(torch.load(io.BytesIO(read_bytes(join(args.model_path, "model.pt"))), weights_only=True))
+    model.load_state_dict(
+        torch.load(io.BytesIO(read_bytes(join(args.model_path, "model.pt"))), weights_only=True)
+    )
     model.eval()
     x, y = load_split(args.data_path, "test")
     with torch.no_grad():
@@ -72,17 +78,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     for t, p in zip(y, pred, strict=True):
         cm[t, p] += 1
     accuracy = float((pred == y).mean())
-    precision = [float(cm[c, c] / cm[:, c].sum()) if cm[:, c].sum() else 0.0 for c in range(classes)]
+    precision = [
+        float(cm[c, c] / cm[:, c].sum()) if cm[:, c].sum() else 0.0 for c in range(classes)
+    ]
     recall = [float(cm[c, c] / cm[c, :].sum()) if cm[c, :].sum() else 0.0 for c in range(classes)]
-    metrics = {"test_accuracy": accuracy, "precision": precision, "recall": recall,
-               "confusion_matrix": cm.tolist(), "test_rows": int(len(y))}
+    metrics = {
+        "test_accuracy": accuracy,
+        "precision": precision,
+        "recall": recall,
+        "confusion_matrix": cm.tolist(),
+        "test_rows": int(len(y)),
+    }
     write_json(join(args.output_path, "metrics.json"), metrics)
     write_bytes(join(args.output_path, "confusion_matrix.png"), confusion_png(cm))
     tracking.record_input(args.model_path)
     tracking.record_input(args.data_path)
     tracking.run().add_metadata(stage="evaluate", test_accuracy=round(accuracy, 4))
     tracking.run().log_metrics({"test_accuracy": accuracy})
-    tracking.record_output(args.output_path, "metrics", {"type": "metrics", "test_accuracy": accuracy})
+    tracking.record_output(
+        args.output_path, "metrics", {"type": "metrics", "test_accuracy": accuracy}
+    )
     print(f"test_accuracy={accuracy:.4f}", flush=True)
     return 0
 

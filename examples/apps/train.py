@@ -7,7 +7,8 @@ by torchrun (--max_restarts) continues where it stopped. Checkpoints hold the un
 model, so a restart with a different world size (elastic scale down/up) re-shards the data.
 Rank 0 writes the final model once, at the end.
 
-    torchrun --nproc_per_node 2 examples/apps/train.py --data_path D --output_path M --checkpoint_path C
+    torchrun --nproc_per_node 2 examples/apps/train.py --data_path D --output_path M \
+--checkpoint_path C
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ from common import join, load_split, make_model, record_errors, write_bytes, wri
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data_path", required=True, help="splits written by datapreproc")
     p.add_argument("--output_path", required=True, help="where model.pt and model.json go")
-    p.add_argument("--checkpoint_path", required=True, help="where checkpoints go (resumed from on start)")
+    p.add_argument(
+        "--checkpoint_path", required=True, help="where checkpoints go (resumed from on start)"
+    )
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch_size", type=int, default=64, help="per-process batch size")
     p.add_argument("--lr", type=float, default=0.01)
@@ -39,7 +44,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint_every", type=int, default=20, help="steps between checkpoints")
     p.add_argument("--log_every", type=int, default=10, help="steps between log lines")
-    p.add_argument("--step_delay", type=float, default=0.0, help="seconds to sleep per step (fault tests)")
+    p.add_argument(
+        "--step_delay", type=float, default=0.0, help="seconds to sleep per step (fault tests)"
+    )
     return p.parse_args(argv)
 
 
@@ -132,18 +139,31 @@ def main(argv: Optional[List[str]] = None) -> int:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         step, start_epoch, ckpt_world = ckpt["step"], ckpt["epoch"], ckpt["world_size"]
-        # same world size: skip the batches already done this epoch; otherwise re-shard from the epoch start
+        # same world size: skip the batches already done this epoch;
+        # otherwise re-shard from the epoch start
         skip = ckpt["epoch_step"] if ckpt_world == world else 0
-        print(f"resumed from step={step} epoch={start_epoch} (checkpoint world_size={ckpt_world}, now {world})", flush=True)
+        print(
+            f"resumed from step={step} epoch={start_epoch}"
+            f" (checkpoint world_size={ckpt_world}, now {world})",
+            flush=True,
+        )
     else:
         print(f"starting fresh world_size={world}", flush=True)
     if rank == 0:
         run = tracking.run()
         tracking.record_input(args.data_path)
-        run.add_metadata(stage="train", epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, world_size=world)
+        run.add_metadata(
+            stage="train",
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            world_size=world,
+        )
 
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed
+    )
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     loss_value = float("nan")
     for epoch in range(start_epoch, args.epochs):
@@ -158,12 +178,22 @@ def main(argv: Optional[List[str]] = None) -> int:
             step += 1
             loss_value = float(loss.item())
             if step % args.log_every == 0:
-                print(f"step={step} epoch={epoch} loss={loss_value:.4f} world_size={world} rank={rank}", flush=True)
+                print(
+                    f"step={step} epoch={epoch} loss={loss_value:.4f}"
+                    f" world_size={world} rank={rank}",
+                    flush=True,
+                )
                 if rank == 0:
                     tracking.run().log_metrics({"loss": loss_value}, step=step)
             if step % args.checkpoint_every == 0 and rank == 0:
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                         "epoch": epoch, "epoch_step": i + 1, "world_size": world}
+                state = {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "epoch": epoch,
+                    "epoch_step": i + 1,
+                    "world_size": world,
+                }
                 save_checkpoint(args.checkpoint_path, state)
             if args.step_delay:
                 time.sleep(args.step_delay)
@@ -173,11 +203,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         buf = io.BytesIO()
         torch.save(model.state_dict(), buf)
         write_bytes(join(args.output_path, "model.pt"), buf.getvalue())
-        write_json(join(args.output_path, "model.json"),
-                   {"in_features": int(x.shape[1]), "hidden": args.hidden, "classes": 10, "steps": step, "final_loss": loss_value})
+        write_json(
+            join(args.output_path, "model.json"),
+            {
+                "in_features": int(x.shape[1]),
+                "hidden": args.hidden,
+                "classes": 10,
+                "steps": step,
+                "final_loss": loss_value,
+            },
+        )
         tracking.run().log_metrics({"final_loss": loss_value}, step=step)
         tracking.record_output(args.output_path, "model", {"type": "model", "steps": step})
-        print(f"wrote model to {args.output_path} after step={step} final_loss={loss_value:.4f}", flush=True)
+        print(
+            f"wrote model to {args.output_path} after step={step} final_loss={loss_value:.4f}",
+            flush=True,
+        )
     if world > 1:
         dist.destroy_process_group()
     return 0

@@ -27,8 +27,18 @@ def env(tmp_path: Path) -> dict:
     return e
 
 
-def tx(args: List[str], env: dict, cwd: Path, timeout: float = 120, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([TORCHX, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
+def tx(
+    args: List[str], env: dict, cwd: Path, timeout: float = 120, input: str | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [TORCHX, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+    )
 
 
 def test_run_echo_prints_every_time(env: dict, tmp_path: Path) -> None:
@@ -48,17 +58,28 @@ def test_failing_job_exit_code_and_error_line(env: dict, tmp_path: Path) -> None
 
 
 def test_dryrun_shows_app_and_request(env: dict, tmp_path: Path) -> None:
-    p = tx(["run", "--dryrun", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script", "train.py"], env, tmp_path)
+    p = tx(
+        ["run", "--dryrun", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script", "train.py"],
+        env,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert "=== APPLICATION ===" in p.stdout and "=== SCHEDULER REQUEST ===" in p.stdout
     assert "--nproc_per_node 2" in p.stdout and "--max_restarts 0" in p.stdout
-    assert not (tmp_path / "home" / "local_cwd").exists() or not any((tmp_path / "home" / "local_cwd").rglob("request.json"))
+    assert not (tmp_path / "home" / "local_cwd").exists() or not any(
+        (tmp_path / "home" / "local_cwd").rglob("request.json")
+    )
 
 
 def test_component_help(env: dict, tmp_path: Path) -> None:
     comp = Path(__file__).resolve().parents[2] / "examples" / "components.py"
     p = tx(["run", "-s", "local_cwd", f"{comp}:trainer", "--help"], env, tmp_path)
-    assert p.returncode == 0 and "--max_restarts" in p.stdout and "(required)" in p.stdout and "elastic DDP" in p.stdout
+    assert (
+        p.returncode == 0
+        and "--max_restarts" in p.stdout
+        and "(required)" in p.stdout
+        and "elastic DDP" in p.stdout
+    )
 
 
 @pytest.mark.parametrize(
@@ -117,7 +138,8 @@ def test_bad_torchxconfig(env: dict, tmp_path: Path) -> None:
 def test_torchxconfig_defaults(env: dict, tmp_path: Path) -> None:
     logs = tmp_path / "mylogs"
     (tmp_path / ".torchxconfig").write_text(
-        f"[cli:run]\ncomponent = utils.echo\n[component:utils.echo]\nmsg = from-config\n[local_cwd]\nlog_dir = {logs}\n"
+        "[cli:run]\ncomponent = utils.echo\n[component:utils.echo]\nmsg = from-config\n"
+        f"[local_cwd]\nlog_dir = {logs}\n"
     )
     p = tx(["run"], env, tmp_path)
     assert p.returncode == 0 and "echo/0 from-config" in p.stdout
@@ -125,8 +147,22 @@ def test_torchxconfig_defaults(env: dict, tmp_path: Path) -> None:
 
 
 def test_second_process_sees_running_and_finished_apps(env: dict, tmp_path: Path) -> None:
-    runner = subprocess.Popen([TORCHX, "run", "-s", "local_cwd", "utils.sh", "sh", "-c", "echo begin; sleep 30; echo end"],
-                              env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    runner = subprocess.Popen(
+        [
+            TORCHX,
+            "run",
+            "-s",
+            "local_cwd",
+            "utils.sh",
+            "sh",
+            "-c",
+            "echo begin; sleep 30; echo end",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert runner.stdout is not None
     handle = runner.stdout.readline().strip()
     deadline = time.monotonic() + 30
@@ -145,8 +181,14 @@ def test_second_process_sees_running_and_finished_apps(env: dict, tmp_path: Path
 
 
 def test_ctrl_c_cancels_the_app(env: dict, tmp_path: Path) -> None:
-    proc = subprocess.Popen([TORCHX, "run", "utils.sh", "--num_replicas", "2", "sleep", "600"],
-                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [TORCHX, "run", "utils.sh", "--num_replicas", "2", "sleep", "600"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     handle = proc.stdout.readline().strip()
     sleeps = wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=30)
@@ -160,7 +202,16 @@ def test_ctrl_c_cancels_the_app(env: dict, tmp_path: Path) -> None:
 
 def test_builtins_runopts_configure_version(env: dict, tmp_path: Path) -> None:
     b = tx(["builtins"], env, tmp_path).stdout
-    for name in ("dist.ddp", "dist.spmd", "utils.echo", "utils.sh", "utils.python", "utils.copy", "utils.binary", "utils.touch"):
+    for name in (
+        "dist.ddp",
+        "dist.spmd",
+        "utils.echo",
+        "utils.sh",
+        "utils.python",
+        "utils.copy",
+        "utils.binary",
+        "utils.touch",
+    ):
         assert name in b
     assert "def echo(" in tx(["builtins", "--print", "utils.echo"], env, tmp_path).stdout
     assert "prepend_cwd" in tx(["runopts", "local_cwd"], env, tmp_path).stdout
@@ -171,5 +222,10 @@ def test_builtins_runopts_configure_version(env: dict, tmp_path: Path) -> None:
 
 
 def test_stdin_json(env: dict, tmp_path: Path) -> None:
-    p = tx(["run", "--stdin"], env, tmp_path, input='{"component_name": "utils.echo", "component_args": {"msg": "json"}}')
+    p = tx(
+        ["run", "--stdin"],
+        env,
+        tmp_path,
+        input='{"component_name": "utils.echo", "component_args": {"msg": "json"}}',
+    )
     assert p.returncode == 0 and "echo/0 json" in p.stdout

@@ -41,12 +41,23 @@ def test_ddp_command_and_elastic_j() -> None:
     assert (role.min_replicas, role.num_replicas, role.name, app.name) == (1, 3, "train", "train")
     cmd = role.args[1]
     assert role.entrypoint == "bash" and role.args[0] == "-c"
-    for part in ("--nnodes 1:3", "--nproc_per_node 2", "--max_restarts 2", "--rdzv_id '${app_id}'",
-                 "--rdzv_endpoint $${${rank0_env}:=localhost}:29501", "last_call_timeout=3", "train.py --lr 0.1"):
+    for part in (
+        "--nnodes 1:3",
+        "--nproc_per_node 2",
+        "--max_restarts 2",
+        "--rdzv_id '${app_id}'",
+        "--rdzv_endpoint $${${rank0_env}:=localhost}:29501",
+        "last_call_timeout=3",
+        "train.py --lr 0.1",
+    ):
         assert part in cmd, part
     assert role.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     single = dist.ddp(m="pkg.train", j="4").roles[0]
-    assert "--rdzv_endpoint localhost:0" in single.args[1] and single.name == "train" and single.min_replicas == 1
+    assert (
+        "--rdzv_endpoint localhost:0" in single.args[1]
+        and single.name == "train"
+        and single.min_replicas == 1
+    )
 
 
 @pytest.mark.parametrize("j", ["abc", "0x2", "3:2x1", "2x0", "x2", "1:0x2", ""])
@@ -56,19 +67,59 @@ def test_bad_j(j: str) -> None:
 
 
 def test_spmd_infers_nproc_from_gpus() -> None:
-    assert "--nproc_per_node 8" in dist.spmd(script="t.py", h="aws_p4d_24xlarge", j="2").roles[0].args[1]
+    assert (
+        "--nproc_per_node 8"
+        in dist.spmd(script="t.py", h="aws_p4d_24xlarge", j="2").roles[0].args[1]
+    )
     with pytest.raises(specs.InvalidArgumentError, match="GPU host"):
         dist.spmd(script="t.py", h="cpu.small", j="2")
 
 
 def test_parsing_types_lists_dicts_bools_varargs() -> None:
-    def comp(*args: str, n: int = 1, f: float = 0.5, flag: bool = False, tags: Optional[List[str]] = None,
-             env: Optional[Dict[str, str]] = None, x: int | None = None, y: None | str = None) -> specs.AppDef:
-        return specs.AppDef("c", [specs.Role("r", "i", entrypoint="e", args=[repr((args, n, f, flag, tags, env, x, y))])])
+    def comp(
+        *args: str,
+        n: int = 1,
+        f: float = 0.5,
+        flag: bool = False,
+        tags: Optional[List[str]] = None,
+        env: Optional[Dict[str, str]] = None,
+        x: int | None = None,
+        y: None | str = None,
+    ) -> specs.AppDef:
+        return specs.AppDef(
+            "c",
+            [
+                specs.Role(
+                    "r", "i", entrypoint="e", args=[repr((args, n, f, flag, tags, env, x, y))]
+                )
+            ],
+        )
 
-    app = materialize_appdef(comp, ["-n", "3", "-f", "1.5", "--flag", "TRUE", "--tags", "a,b", "--env", "A=1,B=x,y",
-                                    "-x", "7", "-y", "s", "--", "--not-a-flag", "v"])
-    assert app.roles[0].args[0] == repr((("--not-a-flag", "v"), 3, 1.5, True, ["a", "b"], {"A": "1", "B": "x,y"}, 7, "s"))
+    app = materialize_appdef(
+        comp,
+        [
+            "-n",
+            "3",
+            "-f",
+            "1.5",
+            "--flag",
+            "TRUE",
+            "--tags",
+            "a,b",
+            "--env",
+            "A=1,B=x,y",
+            "-x",
+            "7",
+            "-y",
+            "s",
+            "--",
+            "--not-a-flag",
+            "v",
+        ],
+    )
+    assert app.roles[0].args[0] == repr(
+        (("--not-a-flag", "v"), 3, 1.5, True, ["a", "b"], {"A": "1", "B": "x,y"}, 7, "s")
+    )
     with pytest.raises(ComponentArgumentError, match="expected True or False"):
         materialize_appdef(comp, ["--flag", "maybe"])
     assert materialize_appdef(comp, [], config={"n": 5}).roles[0].args[0].startswith("((), 5,")
@@ -78,22 +129,36 @@ def test_parsing_types_lists_dicts_bools_varargs() -> None:
 
 def test_help_text() -> None:
     text = component_help(dist.ddp)
-    assert "Distributed data parallel" in text and "--max_restarts" in text and "(default: 0)" in text
+    assert (
+        "Distributed data parallel" in text and "--max_restarts" in text and "(default: 0)" in text
+    )
     required = component_help(utils.touch)
     assert "--file str" in required and "(required)" in required
 
 
 def test_discovery_and_errors(tmp_path: Path) -> None:
     names = set(get_components())
-    assert {"utils.echo", "utils.sh", "utils.python", "utils.copy", "dist.ddp", "dist.spmd"} <= names
+    assert {
+        "utils.echo",
+        "utils.sh",
+        "utils.python",
+        "utils.copy",
+        "dist.ddp",
+        "dist.spmd",
+    } <= names
     with pytest.raises(ComponentNotFoundException, match="did you mean utils.echo"):
         get_component("utils.eco")
     f = tmp_path / "c.py"
-    f.write_text("import torchx.specs as specs\ndef good(a: int = 1) -> specs.AppDef:\n    return specs.AppDef('x')\n"
-                 "def bad(**kw: str) -> specs.AppDef:\n    return specs.AppDef('x')\n"
-                 "def noret(a: int = 1):\n    return None\n")
+    f.write_text(
+        "import torchx.specs as specs\n"
+        "def good(a: int = 1) -> specs.AppDef:\n    return specs.AppDef('x')\n"
+        "def bad(**kw: str) -> specs.AppDef:\n    return specs.AppDef('x')\n"
+        "def noret(a: int = 1):\n    return None\n"
+    )
     assert get_component(f"{f}:good").fn.__name__ == "good"
-    with pytest.raises(ComponentNotFoundException, match="has no function 'goo'; did you mean good"):
+    with pytest.raises(
+        ComponentNotFoundException, match="has no function 'goo'; did you mean good"
+    ):
         get_component(f"{f}:goo")
     with pytest.raises(ComponentValidationException, match=r"\*\*kw is not supported"):
         get_component(f"{f}:bad")
@@ -104,7 +169,9 @@ def test_discovery_and_errors(tmp_path: Path) -> None:
 def test_entry_point_components_add_to_builtins(tmp_path: Path) -> None:
     pkg = tmp_path / "myco"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("import torchx.specs as specs\ndef hello() -> specs.AppDef:\n    return specs.AppDef('h')\n")
+    (pkg / "__init__.py").write_text(
+        "import torchx.specs as specs\ndef hello() -> specs.AppDef:\n    return specs.AppDef('h')\n"
+    )
     dist_info = tmp_path / "myco-1.0.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: myco\nVersion: 1.0\n")

@@ -35,8 +35,12 @@ def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = str(tmp_path_factory.mktemp("data") / "digits")
-    subprocess.run([sys.executable, str(ROOT / "examples" / "apps" / "datapreproc.py"), "--output_path", out],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "apps" / "datapreproc.py"), "--output_path", out],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return out
 
 
@@ -53,49 +57,143 @@ def _wait_for(predicate, timeout: float = 120, what: str = "") -> None:  # type:
 
 def _logs(runner, handle: str) -> str:  # type: ignore[no-untyped-def]
     app = runner.describe(handle)
-    return "".join(line for r in app.roles for k in range(r.num_replicas) for line in runner.log_lines(handle, r.name, k))
+    return "".join(
+        line
+        for r in app.roles
+        for k in range(r.num_replicas)
+        for line in runner.log_lines(handle, r.name, k)
+    )
 
 
 def _train(runner, data: str, tmp_path: Path, *extra: str) -> str:  # type: ignore[no-untyped-def]
-    return runner.run_component(COMPONENTS + ":trainer", ["--data_path", data, "--output_path", str(tmp_path / "model"),
-                                "--checkpoint_path", str(tmp_path / "ckpt"), *extra], "local_cwd")
+    return runner.run_component(
+        COMPONENTS + ":trainer",
+        [
+            "--data_path",
+            data,
+            "--output_path",
+            str(tmp_path / "model"),
+            "--checkpoint_path",
+            str(tmp_path / "ckpt"),
+            *extra,
+        ],
+        "local_cwd",
+    )
 
 
 def test_chain_through_the_cli_reaches_accuracy(data: str, tmp_path: Path) -> None:
     env = dict(os.environ)
     model, ev = tmp_path / "model", tmp_path / "eval"
-    t = subprocess.run([TORCHX, "run", "-s", "local_cwd", COMPONENTS + ":trainer", "--data_path", data, "--output_path", str(model),
-                        "--checkpoint_path", str(tmp_path / "ckpt"), "-j", "1x2"], env=env, capture_output=True, text=True, timeout=600)
+    t = subprocess.run(
+        [
+            TORCHX,
+            "run",
+            "-s",
+            "local_cwd",
+            COMPONENTS + ":trainer",
+            "--data_path",
+            data,
+            "--output_path",
+            str(model),
+            "--checkpoint_path",
+            str(tmp_path / "ckpt"),
+            "-j",
+            "1x2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert t.returncode == 0, t.stderr
-    e = subprocess.run([TORCHX, "run", "-s", "local_cwd", COMPONENTS + ":evaluate", "--model_path", str(model), "--data_path", data,
-                        "--output_path", str(ev)], env=env, capture_output=True, text=True, timeout=600)
+    e = subprocess.run(
+        [
+            TORCHX,
+            "run",
+            "-s",
+            "local_cwd",
+            COMPONENTS + ":evaluate",
+            "--model_path",
+            str(model),
+            "--data_path",
+            data,
+            "--output_path",
+            str(ev),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert e.returncode == 0, e.stderr
     accuracy = json.loads((ev / "metrics.json").read_text())["test_accuracy"]
     assert accuracy >= 0.95, accuracy
     assert (ev / "confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_killed_worker_restarts_group_and_resumes_from_checkpoint(data: str, tmp_path: Path) -> None:
+def test_killed_worker_restarts_group_and_resumes_from_checkpoint(
+    data: str, tmp_path: Path
+) -> None:
     with get_runner() as runner:
-        h = _train(runner, data, tmp_path, "-j", "1x2", "--max_restarts", "2", "--epochs", "6", "--step_delay", "0.15",
-                   "--checkpoint_every", "5")
+        h = _train(
+            runner,
+            data,
+            tmp_path,
+            "-j",
+            "1x2",
+            "--max_restarts",
+            "2",
+            "--epochs",
+            "6",
+            "--step_delay",
+            "0.15",
+            "--checkpoint_every",
+            "5",
+        )
         _wait_for(lambda: list((tmp_path / "ckpt").glob("ckpt-*.pt")), what="a checkpoint")
         victim = _workers(h)[0]
         victim.kill()
         status = runner.wait(h, wait_interval=1, timeout=600)
         logs = _logs(runner, h)
     assert status.state == specs.AppState.SUCCEEDED, (status, logs[-3000:])
-    resumed = [int(line.split("resumed from step=")[1].split()[0]) for line in logs.splitlines() if "resumed from step=" in line]
+    resumed = [
+        int(line.split("resumed from step=")[1].split()[0])
+        for line in logs.splitlines()
+        if "resumed from step=" in line
+    ]
     assert resumed and min(resumed) > 0, logs[-3000:]
     assert (tmp_path / "model" / "model.pt").exists()
 
 
 def test_node_loss_elastic_job_continues_on_the_remaining_node(data: str, tmp_path: Path) -> None:
     with get_runner() as runner:
-        h = _train(runner, data, tmp_path, "-j", "1:2x1", "--max_restarts", "3", "--epochs", "6", "--step_delay", "0.15",
-                   "--checkpoint_every", "5", "--rdzv_port", "29731")
+        h = _train(
+            runner,
+            data,
+            tmp_path,
+            "-j",
+            "1:2x1",
+            "--max_restarts",
+            "3",
+            "--epochs",
+            "6",
+            "--step_delay",
+            "0.15",
+            "--checkpoint_every",
+            "5",
+            "--rdzv_port",
+            "29731",
+        )
         _wait_for(lambda: list((tmp_path / "ckpt").glob("ckpt-*.pt")), what="a checkpoint")
-        state = json.loads((Path(os.environ["TORCHX_HOME"]) / "local_cwd" / "torchx" / h.rsplit("/", 1)[1] / "state.json").read_text())
+        state = json.loads(
+            (
+                Path(os.environ["TORCHX_HOME"])
+                / "local_cwd"
+                / "torchx"
+                / h.rsplit("/", 1)[1]
+                / "state.json"
+            ).read_text()
+        )
         agent = psutil.Process([r["pid"] for r in state["replicas"] if r["id"] == 1][0])
         tree = [agent] + agent.children(recursive=True)
         for p in tree:  # the whole node goes away
@@ -110,17 +208,35 @@ def test_node_loss_elastic_job_continues_on_the_remaining_node(data: str, tmp_pa
 
 def test_exhausted_restarts_fail_with_the_workers_exception(tmp_path: Path) -> None:
     with get_runner() as runner:
-        h = _train(runner, str(tmp_path / "no-such-data"), tmp_path, "-j", "1x2", "--max_restarts", "1")
+        h = _train(
+            runner, str(tmp_path / "no-such-data"), tmp_path, "-j", "1x2", "--max_restarts", "1"
+        )
         status = runner.wait(h, wait_interval=1, timeout=600)
     assert status.state == specs.AppState.FAILED
-    assert "FileNotFoundError" in status.error_summary() and "no-such-data" in status.error_summary()
-    out = subprocess.run([TORCHX, "status", h], capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert (
+        "FileNotFoundError" in status.error_summary() and "no-such-data" in status.error_summary()
+    )
+    out = subprocess.run(
+        [TORCHX, "status", h], capture_output=True, text=True, timeout=60, env=dict(os.environ)
+    )
     assert "FileNotFoundError" in out.stdout
 
 
 def test_cancel_training_leaves_nothing_running(data: str, tmp_path: Path) -> None:
     with get_runner() as runner:
-        h = _train(runner, data, tmp_path, "-j", "2x2", "--epochs", "50", "--step_delay", "0.2", "--rdzv_port", "29741")
+        h = _train(
+            runner,
+            data,
+            tmp_path,
+            "-j",
+            "2x2",
+            "--epochs",
+            "50",
+            "--step_delay",
+            "0.2",
+            "--rdzv_port",
+            "29741",
+        )
         _wait_for(lambda: len(_workers(h)) == 4, what="4 workers")
         procs = job_processes(h)
         runner.cancel(h)

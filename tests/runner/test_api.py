@@ -121,7 +121,9 @@ def test_bad_inputs() -> None:
         with pytest.raises(InvalidAppError, match="no roles"):
             runner.dryrun(specs.AppDef(name="empty"), "local_cwd")
         with pytest.raises(InvalidAppError, match="entrypoint"):
-            runner.dryrun(specs.AppDef(name="x", roles=[specs.Role(name="r", image=".")]), "local_cwd")
+            runner.dryrun(
+                specs.AppDef(name="x", roles=[specs.Role(name="r", image=".")]), "local_cwd"
+            )
         with pytest.raises(InvalidAppError, match="num_replicas"):
             runner.dryrun(_sh("true", num_replicas=0), "local_cwd")
         with pytest.raises(specs.InvalidRunConfigException, match="nope"):

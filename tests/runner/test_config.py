@@ -26,7 +26,9 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_scheduler_section_is_typed_and_given_keys_win(tmp_path: Path) -> None:
-    _write(tmp_path / "proj" / ".torchxconfig", "[local_cwd]\nlog_dir = /tmp/x\nprepend_cwd = true\n")
+    _write(
+        tmp_path / "proj" / ".torchxconfig", "[local_cwd]\nlog_dir = /tmp/x\nprepend_cwd = true\n"
+    )
     cfg: dict = {"log_dir": "/given"}
     config.apply("local_cwd", cfg)
     assert cfg == {"log_dir": "/given", "prepend_cwd": True}
@@ -38,7 +40,9 @@ def test_cwd_file_wins_over_home(tmp_path: Path) -> None:
     assert config.get_configs("component", "utils.echo") == {"msg": "proj", "image": "h"}
 
 
-def test_torchxconfig_env_is_exclusive_and_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torchxconfig_env_is_exclusive_and_must_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _write(tmp_path / "proj" / ".torchxconfig", "[cli:run]\nscheduler = nope\n")
     other = _write(tmp_path / "other.ini", "[cli:run]\nscheduler = local_cwd\n")
     monkeypatch.setenv("TORCHXCONFIG", str(other))

@@ -186,7 +186,10 @@ class KMockServer:
             "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
             "users": [{"name": "kmock", "user": {"token": "kmock"}}],
             "contexts": [
-                {"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": namespace}}
+                {
+                    "name": "kmock",
+                    "context": {"cluster": "kmock", "user": "kmock", "namespace": namespace},
+                }
             ],
             "current-context": "kmock",
         }

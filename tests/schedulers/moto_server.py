@@ -47,7 +47,10 @@ class MotoBatchServer:
 
     def _post(self, path: str, body: Dict[str, Any]) -> None:
         req = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
         )
         urllib.request.urlopen(req, timeout=30).read()
 
@@ -69,8 +72,11 @@ class MotoBatchServer:
         import boto3
 
         return boto3.client(
-            service, endpoint_url=self.url, region_name=REGION,
-            aws_access_key_id="testing", aws_secret_access_key="testing",
+            service,
+            endpoint_url=self.url,
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
         )
 
     # ------------------------------------------------------------------ setup
@@ -80,14 +86,23 @@ class MotoBatchServer:
         try:
             role_arn = iam.get_role(RoleName="batch-service")["Role"]["Arn"]
         except iam.exceptions.NoSuchEntityException:
-            role_arn = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+            role_arn = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument="{}")[
+                "Role"
+            ]["Arn"]
         batch = self.client("batch")
         ce = batch.create_compute_environment(
-            computeEnvironmentName=f"{name}-ce", type="UNMANAGED", state="ENABLED", serviceRole=role_arn
+            computeEnvironmentName=f"{name}-ce",
+            type="UNMANAGED",
+            state="ENABLED",
+            serviceRole=role_arn,
         )
         batch.create_job_queue(
-            jobQueueName=name, state="ENABLED", priority=1,
-            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}],
+            jobQueueName=name,
+            state="ENABLED",
+            priority=1,
+            computeEnvironmentOrder=[
+                {"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}
+            ],
         )
         return name
 
@@ -101,7 +116,13 @@ class MotoBatchServer:
     def job(self, job_id: str) -> Any:
         return self._backend()._jobs[job_id]
 
-    def set_status(self, job_id: str, status: str, reason: Optional[str] = None, exit_code: Optional[int] = None) -> None:
+    def set_status(
+        self,
+        job_id: str,
+        status: str,
+        reason: Optional[str] = None,
+        exit_code: Optional[int] = None,
+    ) -> None:
         """Move a job to ``status`` as Batch would (RUNNING jobs are not stopped)."""
         job = self.job(job_id)
         job.status = status
@@ -121,9 +142,19 @@ class MotoBatchServer:
         for i, status in enumerate(statuses):
             node_id = f"{job_id}#{i}"
             node = Job(
-                main.job_name, main.job_definition, main.job_queue, backend, log_backend=backend.logs_backend,
-                container_overrides=None, eks_properties_override=None, depends_on=None, parameters=None,
-                all_jobs=backend._jobs, timeout=None, array_properties={}, provided_job_id=node_id,
+                main.job_name,
+                main.job_definition,
+                main.job_queue,
+                backend,
+                log_backend=backend.logs_backend,
+                container_overrides=None,
+                eks_properties_override=None,
+                depends_on=None,
+                parameters=None,
+                all_jobs=backend._jobs,
+                timeout=None,
+                array_properties={},
+                provided_job_id=node_id,
             )
             main.job_queue.jobs.remove(node)  # node jobs are not listed in the queue
             node.log_stream_name = f"{main.job_definition.name}/default/node-{i}"
@@ -146,7 +177,8 @@ class MotoBatchServer:
             pass
         now = int(time.time() * 1000)
         logs.put_log_events(
-            logGroupName=LOG_GROUP, logStreamName=stream,
+            logGroupName=LOG_GROUP,
+            logStreamName=stream,
             logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)],
         )
 

@@ -35,7 +35,9 @@ def server() -> Iterator[MotoBatchServer]:
 
 
 @pytest.fixture()
-def moto(server: MotoBatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MotoBatchServer:
+def moto(
+    server: MotoBatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> MotoBatchServer:
     for key in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(key)
     for key, value in server.env().items():
@@ -51,13 +53,28 @@ def moto(server: MotoBatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def _ddp() -> specs.AppDef:
     """The reference training stage: elastic DDP on 1 to 2 nodes x 2 processes."""
-    return ddp("--epochs", "1", script="train.py", j="1:2x2", cpu=2, gpu=2, memMB=4096, name="trainer", max_retries=2)
+    return ddp(
+        "--epochs",
+        "1",
+        script="train.py",
+        j="1:2x2",
+        cpu=2,
+        gpu=2,
+        memMB=4096,
+        name="trainer",
+        max_retries=2,
+    )
 
 
 def _role(name: str, n: int = 1, **kw: Any) -> specs.Role:
     return specs.Role(
-        name=name, image="alpine", entrypoint="bash", args=["-c", f"echo {specs.macros.replica_id}"],
-        num_replicas=n, resource=specs.Resource(cpu=1, gpu=0, memMB=512), **kw,
+        name=name,
+        image="alpine",
+        entrypoint="bash",
+        args=["-c", f"echo {specs.macros.replica_id}"],
+        num_replicas=n,
+        resource=specs.Resource(cpu=1, gpu=0, memMB=512),
+        **kw,
     )
 
 
@@ -87,13 +104,18 @@ def _status(runner: Any, handle: str) -> specs.AppStatus:
     return status
 
 
-# --------------------------------------------------------------------------- job definitions (dry run)
+# ------------------------------------------------------------------------ job definitions (dry run)
 
 
 def test_ddp_job_definition_key_fields(moto: MotoBatchServer) -> None:
     cfg: Dict[str, specs.CfgVal] = {
-        "queue": QUEUE, "user": "alice", "privileged": True, "share_id": "teamA", "priority": 7,
-        "job_role_arn": "arn:aws:iam::123456789012:role/job", "execution_role_arn": "arn:aws:iam::123456789012:role/exec",
+        "queue": QUEUE,
+        "user": "alice",
+        "privileged": True,
+        "share_id": "teamA",
+        "priority": 7,
+        "job_role_arn": "arn:aws:iam::123456789012:role/job",
+        "execution_role_arn": "arn:aws:iam::123456789012:role/exec",
     }
     app = _ddp()
     app.metadata["team"] = "vision"
@@ -108,21 +130,31 @@ def test_ddp_job_definition_key_fields(moto: MotoBatchServer) -> None:
     assert node_range["targetNodes"] == "0:1"
     c = node_range["container"]
     assert c["resourceRequirements"] == [
-        {"type": "VCPU", "value": "2"}, {"type": "MEMORY", "value": "4096"}, {"type": "GPU", "value": "2"},
+        {"type": "VCPU", "value": "2"},
+        {"type": "MEMORY", "value": "4096"},
+        {"type": "GPU", "value": "2"},
     ]
     assert c["linuxParameters"]["sharedMemorySize"] == 4096
     assert c["privileged"] is True and c["logConfiguration"] == {"logDriver": "awslogs"}
     assert c["jobRoleArn"].endswith("role/job") and c["executionRoleArn"].endswith("role/exec")
     assert c["command"][:2] == ["bash", "-c"]
     cmd = c["command"][2]
-    assert "torchrun" in cmd and "--nnodes 1:2" in cmd and "--nproc_per_node 2" in cmd and "train.py --epochs 1" in cmd
+    assert (
+        "torchrun" in cmd
+        and "--nnodes 1:2" in cmd
+        and "--nproc_per_node 2" in cmd
+        and "train.py --epochs 1" in cmd
+    )
     # rendezvous on the main node's address (unset on the main node itself -> localhost)
     assert "--rdzv_endpoint ${AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS:=localhost}:29500" in cmd
     assert "is_host=$([ $AWS_BATCH_JOB_NODE_INDEX = 0 ]" in cmd  # replica id from the node index
     env = {e["name"]: e["value"] for e in c["environment"]}
     assert env["TORCHX_ROLE_IDX"] == "0" and env["TORCHX_ROLE_NAME"] == "train"
     assert env["TORCHX_JOB_ID"] == f"aws_batch://torchx/{QUEUE}:{req.name}"
-    assert jd["retryStrategy"] == {"attempts": 3, "evaluateOnExit": [{"onExitCode": "0", "action": "EXIT"}]}
+    assert jd["retryStrategy"] == {
+        "attempts": 3,
+        "evaluateOnExit": [{"onExitCode": "0", "action": "EXIT"}],
+    }
     assert jd["schedulingPriority"] == 7
     assert jd["tags"] == {
         "torchx.pytorch.org/version": jd["tags"]["torchx.pytorch.org/version"],
@@ -131,15 +163,21 @@ def test_ddp_job_definition_key_fields(moto: MotoBatchServer) -> None:
         "torchx.pytorch.org/user": "alice",
         "team": "vision",
     }
-    assert req.submit_args["shareIdentifier"] == "teamA" and req.submit_args["schedulingPriorityOverride"] == 7
+    assert (
+        req.submit_args["shareIdentifier"] == "teamA"
+        and req.submit_args["schedulingPriorityOverride"] == 7
+    )
     assert yaml.safe_load(str(info)) == {"registerJobDefinition": jd, "submitJob": req.submit_args}
 
 
 def test_multi_role_node_ranges_mounts_and_devices(moto: MotoBatchServer) -> None:
     worker = _role("worker", n=3)
     worker.resource = specs.Resource(
-        cpu=96, gpu=8, memMB=1_000_000,
-        capabilities={"node.kubernetes.io/instance-type": "p4d.24xlarge"}, devices={"vpc.amazonaws.com/efa": 2},
+        cpu=96,
+        gpu=8,
+        memMB=1_000_000,
+        capabilities={"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+        devices={"vpc.amazonaws.com/efa": 2},
     )
     worker.mounts = [
         specs.BindMount("/data", "/mnt/data", read_only=True),
@@ -153,7 +191,11 @@ def test_multi_role_node_ranges_mounts_and_devices(moto: MotoBatchServer) -> Non
     assert jd["nodeProperties"]["numNodes"] == 4
     assert (ps_range["targetNodes"], worker_range["targetNodes"]) == ("0:0", "1:3")
     assert ps_range["container"]["command"] == ["bash", "-c", "echo $AWS_BATCH_JOB_NODE_INDEX"]
-    assert worker_range["container"]["command"] == ["bash", "-c", "echo $((AWS_BATCH_JOB_NODE_INDEX-1))"]
+    assert worker_range["container"]["command"] == [
+        "bash",
+        "-c",
+        "echo $((AWS_BATCH_JOB_NODE_INDEX-1))",
+    ]
     c = worker_range["container"]
     assert c["instanceType"] == "p4d.24xlarge"
     assert c["volumes"] == [
@@ -166,23 +208,47 @@ def test_multi_role_node_ranges_mounts_and_devices(moto: MotoBatchServer) -> Non
     ]
     assert c["linuxParameters"]["devices"] == [
         {"hostPath": "/dev/fuse", "containerPath": "/dev/fuse", "permissions": ["READ", "WRITE"]},
-        {"hostPath": "/dev/infiniband/uverbs0", "containerPath": "/dev/infiniband/uverbs0", "permissions": ["READ", "WRITE", "MKNOD"]},
-        {"hostPath": "/dev/infiniband/uverbs1", "containerPath": "/dev/infiniband/uverbs1", "permissions": ["READ", "WRITE", "MKNOD"]},
+        {
+            "hostPath": "/dev/infiniband/uverbs0",
+            "containerPath": "/dev/infiniband/uverbs0",
+            "permissions": ["READ", "WRITE", "MKNOD"],
+        },
+        {
+            "hostPath": "/dev/infiniband/uverbs1",
+            "containerPath": "/dev/infiniband/uverbs1",
+            "permissions": ["READ", "WRITE", "MKNOD"],
+        },
     ]
 
 
 @pytest.mark.parametrize(
     "app, cfg, exc, needle",
     [
-        (lambda: specs.AppDef("a", [_role("r")]), {}, specs.InvalidRunConfigException, "Required run option 'queue' is missing"),
-        (lambda: specs.AppDef("a", [_role(f"r{i}") for i in range(6)]), {"queue": QUEUE}, InvalidAppError, "at most 5 roles"),
         (
-            lambda: specs.AppDef("a", [specs.Role("r", "img", entrypoint="x", resource=specs.Resource(1, 0, 0))]),
-            {"queue": QUEUE}, InvalidAppError, "memMB > 0",
+            lambda: specs.AppDef("a", [_role("r")]),
+            {},
+            specs.InvalidRunConfigException,
+            "Required run option 'queue' is missing",
+        ),
+        (
+            lambda: specs.AppDef("a", [_role(f"r{i}") for i in range(6)]),
+            {"queue": QUEUE},
+            InvalidAppError,
+            "at most 5 roles",
+        ),
+        (
+            lambda: specs.AppDef(
+                "a", [specs.Role("r", "img", entrypoint="x", resource=specs.Resource(1, 0, 0))]
+            ),
+            {"queue": QUEUE},
+            InvalidAppError,
+            "memMB > 0",
         ),
     ],
 )
-def test_bad_input_is_one_specific_error(moto: MotoBatchServer, app: Any, cfg: Dict[str, Any], exc: type, needle: str) -> None:
+def test_bad_input_is_one_specific_error(
+    moto: MotoBatchServer, app: Any, cfg: Dict[str, Any], exc: type, needle: str
+) -> None:
     with pytest.raises(exc) as e:
         get_runner().dryrun(app(), "aws_batch", cfg)
     assert needle in str(e.value) and "\n" not in str(e.value)
@@ -207,7 +273,9 @@ def test_submit_status_list_cancel_through_runner(moto: MotoBatchServer) -> None
 
     # moto finishes jobs at once
     status = _status(runner, handle)
-    assert status.state == specs.AppState.SUCCEEDED and _states(status) == {"train": [specs.AppState.SUCCEEDED] * 2}
+    assert status.state == specs.AppState.SUCCEEDED and _states(status) == {
+        "train": [specs.AppState.SUCCEEDED] * 2
+    }
 
     # play Batch: the job is running, its node jobs exist, node 1 is still starting
     moto.set_status(job_id, "RUNNABLE")
@@ -223,7 +291,9 @@ def test_submit_status_list_cancel_through_runner(moto: MotoBatchServer) -> None
     listed = {a.app_handle: a for a in other.list("aws_batch")}
     assert listed[handle].state == specs.AppState.RUNNING and listed[handle].name == "trainer"
     app = other.describe(handle)
-    assert app is not None and [(r.name, r.num_replicas, r.resource.memMB) for r in app.roles] == [("train", 2, 4096)]
+    assert app is not None and [(r.name, r.num_replicas, r.resource.memMB) for r in app.roles] == [
+        ("train", 2, 4096)
+    ]
 
     runner.cancel(handle)
     assert moto.job(job_id).stop is True and moto.job(job_id).job_stopped_reason == CANCEL_REASON
@@ -240,7 +310,9 @@ def test_failed_nodes_report_why(moto: MotoBatchServer) -> None:
     job_id = _job_id(handle)
     moto.set_status(job_id, "FAILED", reason="Essential container in task exited")
     moto.add_node_jobs(job_id, ["SUCCEEDED", "FAILED"])
-    moto.set_status(f"{job_id}#1", "FAILED", reason="OutOfMemoryError: Container killed due to memory usage")
+    moto.set_status(
+        f"{job_id}#1", "FAILED", reason="OutOfMemoryError: Container killed due to memory usage"
+    )
     status = _status(runner, handle)
     assert status.state == specs.AppState.FAILED
     assert status.msg == "Essential container in task exited"
@@ -260,7 +332,11 @@ def test_job_failed_by_the_emulator(moto: MotoBatchServer, monkeypatch: pytest.M
 def test_list_shows_only_torchx_jobs_in_every_queue(moto: MotoBatchServer) -> None:
     moto.create_queue("other-q")
     batch = moto.client("batch")
-    batch.register_job_definition(jobDefinitionName="plain", type="container", containerProperties={"image": "a", "vcpus": 1, "memory": 128})
+    batch.register_job_definition(
+        jobDefinitionName="plain",
+        type="container",
+        containerProperties={"image": "a", "vcpus": 1, "memory": 128},
+    )
     batch.submit_job(jobName="not-torchx", jobQueue=QUEUE, jobDefinition="plain")
     runner = get_runner()
     h1 = runner.run(specs.AppDef("a", [_role("r")]), "aws_batch", {"queue": QUEUE})
@@ -268,12 +344,16 @@ def test_list_shows_only_torchx_jobs_in_every_queue(moto: MotoBatchServer) -> No
     assert sorted(a.app_handle for a in runner.list("aws_batch")) == sorted([h1, h2])
 
 
-def test_unknown_app_bad_id_and_no_region(moto: MotoBatchServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_app_bad_id_and_no_region(
+    moto: MotoBatchServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner = get_runner()
     assert runner.status(f"aws_batch://torchx/{QUEUE}:nope-12345678") is None
     with pytest.raises(specs.InvalidArgumentError, match="expected QUEUE:JOB_NAME"):
         runner.status("aws_batch://torchx/nocolon")
-    with pytest.raises(AWSBatchError, match="list_jobs failed: ClientException: Job queue missing-q does not exist"):
+    with pytest.raises(
+        AWSBatchError, match="list_jobs failed: ClientException: Job queue missing-q does not exist"
+    ):
         runner.status("aws_batch://torchx/missing-q:x")
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     with pytest.raises(AWSBatchError, match="no AWS region configured"):
@@ -293,9 +373,18 @@ def test_logs_per_node_with_newlines(moto: MotoBatchServer) -> None:
     assert list(runner.log_lines(handle, "train", 0)) == ["main node\n", "done\n"]
     assert list(runner.log_lines(handle, "train", 1)) == []
     moto.add_node_jobs(job_id, ["SUCCEEDED", "SUCCEEDED"])
-    moto.put_logs(f"{info.request.name}/default/node-1", ["step 1 loss=0.9", "héllo ✓", "step 2 loss=0.5"])
-    assert list(runner.log_lines(handle, "train", 1)) == ["step 1 loss=0.9\n", "héllo ✓\n", "step 2 loss=0.5\n"]
-    assert list(runner.log_lines(handle, "train", 1, regex="loss")) == ["step 1 loss=0.9\n", "step 2 loss=0.5\n"]
+    moto.put_logs(
+        f"{info.request.name}/default/node-1", ["step 1 loss=0.9", "héllo ✓", "step 2 loss=0.5"]
+    )
+    assert list(runner.log_lines(handle, "train", 1)) == [
+        "step 1 loss=0.9\n",
+        "héllo ✓\n",
+        "step 2 loss=0.5\n",
+    ]
+    assert list(runner.log_lines(handle, "train", 1, regex="loss")) == [
+        "step 1 loss=0.9\n",
+        "step 2 loss=0.5\n",
+    ]
     with pytest.raises(specs.InvalidArgumentError, match="no role 'nope'"):
         list(runner.log_lines(handle, "nope", 0))
     with pytest.raises(specs.InvalidArgumentError, match="--streams combined"):
@@ -311,7 +400,9 @@ def test_tail_follows_until_the_job_ends(moto: MotoBatchServer) -> None:
     stream = f"{info.request.name}/default/{job_id}"
     moto.put_logs(stream, ["first"])
     lines: List[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(runner.log_lines(handle, "r", 0, should_tail=True)), daemon=True)
+    reader = threading.Thread(
+        target=lambda: lines.extend(runner.log_lines(handle, "r", 0, should_tail=True)), daemon=True
+    )
     reader.start()
     deadline = time.monotonic() + 20
     while lines != ["first\n"] and time.monotonic() < deadline:
@@ -329,7 +420,11 @@ def test_tail_follows_until_the_job_ends(moto: MotoBatchServer) -> None:
 def _tx(args: List[str], cwd: Path, timeout: float = 60, prelude: str = "") -> subprocess.Popen:
     code = f"import sys; {prelude}from torchx.cli.main import main; main(sys.argv[1:])"
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
 
@@ -340,13 +435,46 @@ def _done(proc: subprocess.Popen, timeout: float = 60) -> subprocess.CompletedPr
 
 
 def test_cli_dryrun_run_status_list_cancel(moto: MotoBatchServer, tmp_path: Path) -> None:
-    out = _done(_tx(["run", "-s", "aws_batch", "-cfg", f"queue={QUEUE}", "--dryrun", "dist.ddp", "-j", "1:2x2", "--script", "train.py"], tmp_path))
+    out = _done(
+        _tx(
+            [
+                "run",
+                "-s",
+                "aws_batch",
+                "-cfg",
+                f"queue={QUEUE}",
+                "--dryrun",
+                "dist.ddp",
+                "-j",
+                "1:2x2",
+                "--script",
+                "train.py",
+            ],
+            tmp_path,
+        )
+    )
     assert out.returncode == 0, out.stderr
     request = yaml.safe_load(out.stdout.split("=== SCHEDULER REQUEST ===\n", 1)[1])
     assert request["registerJobDefinition"]["nodeProperties"]["numNodes"] == 2
     _validate("RegisterJobDefinition", request["registerJobDefinition"])
 
-    out = _done(_tx(["run", "-s", "aws_batch", "-cfg", f"queue={QUEUE}", "dist.ddp", "-j", "1:2x2", "--script", "train.py"], tmp_path))
+    out = _done(
+        _tx(
+            [
+                "run",
+                "-s",
+                "aws_batch",
+                "-cfg",
+                f"queue={QUEUE}",
+                "dist.ddp",
+                "-j",
+                "1:2x2",
+                "--script",
+                "train.py",
+            ],
+            tmp_path,
+        )
+    )
     assert out.returncode == 0, out.stderr
     handle = out.stdout.strip().splitlines()[-1]
     job_id = _job_id(handle)
@@ -377,7 +505,13 @@ def test_cli_dryrun_run_status_list_cancel(moto: MotoBatchServer, tmp_path: Path
 
 
 def test_missing_boto3_extra_is_one_line(moto: MotoBatchServer, tmp_path: Path) -> None:
-    out = _done(_tx(["run", "-s", "aws_batch", "-cfg", f"queue={QUEUE}", "utils.echo"], tmp_path, prelude="sys.modules['boto3'] = None; "))
+    out = _done(
+        _tx(
+            ["run", "-s", "aws_batch", "-cfg", f"queue={QUEUE}", "utils.echo"],
+            tmp_path,
+            prelude="sys.modules['boto3'] = None; ",
+        )
+    )
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         "torchx: error: 'boto3' is not installed; install it with: pip install 'torchx[aws_batch]'"

@@ -29,7 +29,9 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _role(script: str, name: str = "w", n: int = 1, **kw: object) -> specs.Role:
-    return specs.Role(name=name, image=".", entrypoint="sh", args=["-c", script], num_replicas=n, **kw)  # type: ignore[arg-type]
+    return specs.Role(
+        name=name, image=".", entrypoint="sh", args=["-c", script], num_replicas=n, **kw
+    )  # type: ignore[arg-type]
 
 
 def _app(*roles: specs.Role) -> specs.AppDef:
@@ -46,7 +48,11 @@ def _other_process(code: str, tmp_path: Path) -> str:
     """Run python code in a fresh interpreter (same TORCHX_HOME) and return its stdout."""
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ), cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -65,13 +71,19 @@ def _alive(pids: List[int]) -> List[int]:
 
 def _replica_pids(handle: str) -> List[int]:
     app_id = handle.rsplit("/", 1)[1]
-    state = json.loads((Path(os.environ["TORCHX_HOME"]) / "local_cwd" / "torchx" / app_id / "state.json").read_text())
+    state = json.loads(
+        (
+            Path(os.environ["TORCHX_HOME"]) / "local_cwd" / "torchx" / app_id / "state.json"
+        ).read_text()
+    )
     return [r["pid"] for r in state["replicas"] if r["pid"]]
 
 
 def test_statuses_per_role_and_replica() -> None:
     with get_runner() as runner:
-        h = runner.run(_app(_role("exit 0", "ok", 2), _role('[ "$0" ] && exit 0', "other")), "local_cwd")
+        h = runner.run(
+            _app(_role("exit 0", "ok", 2), _role('[ "$0" ] && exit 0', "other")), "local_cwd"
+        )
         status = _wait(runner, h)
     assert status.state == specs.AppState.SUCCEEDED
     assert [(r.role, [x.state for x in r.replicas]) for r in status.roles] == [
@@ -83,9 +95,21 @@ def test_statuses_per_role_and_replica() -> None:
 def test_macros_and_env() -> None:
     with get_runner() as runner:
         h = runner.run(
-            _app(specs.Role(name="w", image=".", entrypoint="sh", num_replicas=2,
-                            args=["-c", 'echo "$0 $TORCHX_RANK0_HOST $TORCHELASTIC_ERROR_FILE"', "${replica_id}"]))
-            , "local_cwd")
+            _app(
+                specs.Role(
+                    name="w",
+                    image=".",
+                    entrypoint="sh",
+                    num_replicas=2,
+                    args=[
+                        "-c",
+                        'echo "$0 $TORCHX_RANK0_HOST $TORCHELASTIC_ERROR_FILE"',
+                        "${replica_id}",
+                    ],
+                )
+            ),
+            "local_cwd",
+        )
         _wait(runner, h)
         line = "".join(runner.log_lines(h, "w", 1))
     assert line.startswith("1 localhost ") and line.rstrip().endswith("/w/1/error.json")
@@ -102,7 +126,10 @@ def test_no_lost_output_over_many_runs() -> None:
 
 
 def test_last_line_without_newline_and_large_output() -> None:
-    script = "python3 -c \"import sys; [print('x'*100, i) for i in range(20000)]; sys.stdout.write('end')\""
+    script = (
+        "python3 -c \"import sys; [print('x'*100, i) for i in range(20000)];"
+        " sys.stdout.write('end')\""
+    )
     with get_runner() as runner:
         h = runner.run(_app(_role(script)), "local_cwd")
         lines = list(runner.log_lines(h, "w", should_tail=True, streams=Stream.STDOUT))
@@ -126,23 +153,35 @@ def test_state_is_visible_from_another_process_while_running_and_after(tmp_path:
                 break
             time.sleep(0.2)
         assert out[0] == "RUNNING" and h in out[1] and out[2] == "started"
-        _other_process(f"from torchx.runner import get_runner; get_runner().cancel({h!r})", tmp_path)
+        _other_process(
+            f"from torchx.runner import get_runner; get_runner().cancel({h!r})", tmp_path
+        )
         assert _wait(runner, h).state == specs.AppState.CANCELLED
     assert _other_process(code, tmp_path).splitlines()[0] == "CANCELLED"
 
 
 def test_launcher_killed_mid_job_keeps_job_inspectable_and_cancellable(tmp_path: Path) -> None:
     launcher = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent("""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
             import time
             from torchx import specs
             from torchx.runner import get_runner
             r = get_runner()
-            h = r.run(specs.AppDef("t", [specs.Role("w", ".", entrypoint="sh", args=["-c", "sleep 300"], num_replicas=2)]), "local_cwd")
+            role = specs.Role(
+                "w", ".", entrypoint="sh", args=["-c", "sleep 300"], num_replicas=2
+            )
+            h = r.run(specs.AppDef("t", [role]), "local_cwd")
             print(h, flush=True)
             time.sleep(300)
-        """)],
-        stdout=subprocess.PIPE, text=True, env=dict(os.environ), cwd=tmp_path,
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        cwd=tmp_path,
     )
     assert launcher.stdout is not None
     handle = launcher.stdout.readline().strip()
@@ -179,14 +218,24 @@ def test_cancel_kills_every_process_of_every_replica() -> None:
     "policy,expected_runs_of_ok_replica",
     [(specs.RetryPolicy.REPLICA, 1), (specs.RetryPolicy.APPLICATION, 2)],
 )
-def test_retry_policies(tmp_path: Path, policy: specs.RetryPolicy, expected_runs_of_ok_replica: int) -> None:
+def test_retry_policies(
+    tmp_path: Path, policy: specs.RetryPolicy, expected_runs_of_ok_replica: int
+) -> None:
     # replica 1 fails on its first attempt only; replica 0 counts how often it was started
     script = (
-        f'echo run >> {tmp_path}/runs-$0; '
-        f'if [ "$0" = 1 ] && [ ! -e {tmp_path}/failed ]; then touch {tmp_path}/failed; exit 1; fi; sleep 0.5'
+        f"echo run >> {tmp_path}/runs-$0; "
+        f'if [ "$0" = 1 ] && [ ! -e {tmp_path}/failed ]; then touch {tmp_path}/failed; exit 1; fi;'
+        " sleep 0.5"
     )
-    role = specs.Role(name="w", image=".", entrypoint="sh", args=["-c", script, "${replica_id}"],
-                      num_replicas=2, max_retries=1, retry_policy=policy)
+    role = specs.Role(
+        name="w",
+        image=".",
+        entrypoint="sh",
+        args=["-c", script, "${replica_id}"],
+        num_replicas=2,
+        max_retries=1,
+        retry_policy=policy,
+    )
     with get_runner() as runner:
         h = runner.run(_app(role), "local_cwd")
         status = _wait(runner, h)
@@ -195,7 +244,12 @@ def test_retry_policies(tmp_path: Path, policy: specs.RetryPolicy, expected_runs
 
 
 def test_retries_exhausted_fail_with_error_file(tmp_path: Path) -> None:
-    err = {"message": {"message": "ValueError: bad lr", "extraInfo": {"py_callstack": "...", "timestamp": "1"}}}
+    err = {
+        "message": {
+            "message": "ValueError: bad lr",
+            "extraInfo": {"py_callstack": "...", "timestamp": "1"},
+        }
+    }
     script = f"echo '{json.dumps(err)}' > $TORCHELASTIC_ERROR_FILE; exit 1"
     with get_runner() as runner:
         h = runner.run(_app(_role(script, max_retries=1)), "local_cwd")
@@ -211,7 +265,10 @@ def test_elastic_role_survives_losing_a_replica_down_to_min() -> None:
     with get_runner() as runner:
         status = _wait(runner, runner.run(_app(role), "local_cwd"))
     assert status.state == specs.AppState.SUCCEEDED
-    assert [r.state for r in status.roles[0].replicas] == [specs.AppState.SUCCEEDED, specs.AppState.FAILED]
+    assert [r.state for r in status.roles[0].replicas] == [
+        specs.AppState.SUCCEEDED,
+        specs.AppState.FAILED,
+    ]
 
 
 def test_gang_role_failure_stops_the_other_replicas() -> None:
@@ -242,8 +299,16 @@ def test_concurrent_launchers(tmp_path: Path) -> None:
         hs = [r.run_component("utils.echo", ["--msg", "c"], "local_cwd") for _ in range(3)]
         print(*[r.wait(h).state for h in hs])
     """
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ), cwd=tmp_path) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+            cwd=tmp_path,
+        )
+        for _ in range(4)
+    ]
     outs = [p.communicate(timeout=120)[0].split() for p in procs]
     assert all(o == ["SUCCEEDED"] * 3 for o in outs), outs
     assert len(create_scheduler("torchx").list()) == 12

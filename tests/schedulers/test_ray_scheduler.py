@@ -28,10 +28,33 @@ def ray_head() -> Iterator[str]:
     ray = os.path.join(BIN, "ray")
     if not os.path.exists(ray) or shutil.which("bash") is None:
         pytest.skip("ray is not installed (pip install 'torchx[ray]')")
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", PATH=f"{BIN}:{os.environ.get('PATH', '')}")
-    start = subprocess.run([ray, "start", "--head", "--num-cpus", "2", "--node-ip-address", "127.0.0.1", "--port", "6397",
-                            "--dashboard-host", "127.0.0.1", "--dashboard-port", DASHBOARD.split(":")[1], "--disable-usage-stats"],
-                           env=env, capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+    )
+    start = subprocess.run(
+        [
+            ray,
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            "6397",
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            DASHBOARD.split(":")[1],
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert start.returncode == 0, start.stdout + start.stderr
     try:
         yield DASHBOARD
@@ -49,26 +72,51 @@ def env(ray_head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _tx(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([TORCHX, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    return subprocess.run(
+        [TORCHX, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+    )
 
 
 def test_logs_status_list_and_failure(env: Path) -> None:
-    ok = _tx("run", "-s", "ray", "--wait", "--log", "utils.sh", "--num_replicas", "2", "sh", "-c", "echo hi from $TORCHX_RANK0_HOST")
+    ok = _tx(
+        "run",
+        "-s",
+        "ray",
+        "--wait",
+        "--log",
+        "utils.sh",
+        "--num_replicas",
+        "2",
+        "sh",
+        "-c",
+        "echo hi from $TORCHX_RANK0_HOST",
+    )
     assert ok.returncode == 0, ok.stderr
     assert "sh/0 hi from 127.0.0.1" in ok.stdout and "sh/1 hi from 127.0.0.1" in ok.stdout
     handle = ok.stdout.splitlines()[0]
     assert "State: SUCCEEDED" in _tx("status", handle).stdout
     assert handle in _tx("list", "-s", "ray").stdout
     assert _tx("log", f"{handle}/sh/1").stdout == "sh/1 hi from 127.0.0.1\n"
-    bad = _tx("run", "-s", "ray", "--wait", "utils.python", "--num_replicas", "2", "--c",
-              "raise SystemExit(3)")
+    bad = _tx(
+        "run",
+        "-s",
+        "ray",
+        "--wait",
+        "utils.python",
+        "--num_replicas",
+        "2",
+        "--c",
+        "raise SystemExit(3)",
+    )
     assert bad.returncode == 1 and "FAILED" in bad.stderr
     status = _tx("status", "--json", bad.stdout.splitlines()[0]).stdout
     assert '"state": "FAILED"' in status
 
 
 def test_cancel_stops_every_replica_process(env: Path) -> None:
-    handle = _tx("run", "-s", "ray", "utils.sh", "--num_replicas", "2", "sleep", "600").stdout.splitlines()[0]
+    handle = _tx(
+        "run", "-s", "ray", "utils.sh", "--num_replicas", "2", "sleep", "600"
+    ).stdout.splitlines()[0]
     sleeps = wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=120)
     assert _tx("cancel", handle).returncode == 0
     _, alive = psutil.wait_procs(sleeps, timeout=60)
@@ -82,9 +130,30 @@ def test_reference_stages_on_ray(env: Path) -> None:
     data, model, ev = env / "data", env / "model", env / "eval"
     steps = [
         [f"{comp}:datapreproc", "--output_path", str(data), "--limit", "600"],
-        [f"{comp}:trainer", "--data_path", str(data), "--output_path", str(model), "--checkpoint_path", str(env / "ckpt"),
-         "-j", "2x1", "--epochs", "3", "--rdzv_port", "29851"],
-        [f"{comp}:evaluate", "--model_path", str(model), "--data_path", str(data), "--output_path", str(ev)],
+        [
+            f"{comp}:trainer",
+            "--data_path",
+            str(data),
+            "--output_path",
+            str(model),
+            "--checkpoint_path",
+            str(env / "ckpt"),
+            "-j",
+            "2x1",
+            "--epochs",
+            "3",
+            "--rdzv_port",
+            "29851",
+        ],
+        [
+            f"{comp}:evaluate",
+            "--model_path",
+            str(model),
+            "--data_path",
+            str(data),
+            "--output_path",
+            str(ev),
+        ],
     ]
     for step in steps:
         p = _tx("run", "-s", "ray", "--wait", "--log", *step)

@@ -13,10 +13,23 @@ from torchx.specs.api import _split_cfg_pairs
 
 
 def test_upstream_usage_from_the_issue() -> None:
-    app = specs.AppDef(name="train", roles=[specs.Role(name="trainer", image="/tmp", entrypoint="python",
-                       args=["train.py", "--lr", "0.1"], num_replicas=2, resource=specs.resource(h="gpu.small"))])
+    app = specs.AppDef(
+        name="train",
+        roles=[
+            specs.Role(
+                name="trainer",
+                image="/tmp",
+                entrypoint="python",
+                args=["train.py", "--lr", "0.1"],
+                num_replicas=2,
+                resource=specs.resource(h="gpu.small"),
+            )
+        ],
+    )
     assert app.roles[0].resource == specs.Resource(cpu=8, gpu=1, memMB=32 * 1024)
-    assert specs.parse_app_handle("local_cwd://torchx/train-abc") == specs.ParsedAppHandle("local_cwd", "torchx", "train-abc")
+    assert specs.parse_app_handle("local_cwd://torchx/train-abc") == specs.ParsedAppHandle(
+        "local_cwd", "torchx", "train-abc"
+    )
     assert specs.parse_app_handle("kubernetes:///ns:foo") == ("kubernetes", "", "ns:foo")
     assert specs.make_app_handle("slurm", "s", "12") == "slurm://s/12"
 
@@ -28,10 +41,17 @@ def test_bad_handles(bad: str) -> None:
 
 
 def test_macros_substitute_args_env_metadata_and_escape() -> None:
-    role = specs.Role(name="r", image="img", entrypoint="x",
-                      args=["${app_id}", "$${app_id}", specs.macros.replica_id],
-                      env={"A": "${img_root}/x"}, metadata={"k": ["${app_id}"], "n": {"m": "${replica_id}"}})
-    out = specs.macros.Values(img_root="/root", app_id="app-1", replica_id="3", rank0_env="R").apply(role)
+    role = specs.Role(
+        name="r",
+        image="img",
+        entrypoint="x",
+        args=["${app_id}", "$${app_id}", specs.macros.replica_id],
+        env={"A": "${img_root}/x"},
+        metadata={"k": ["${app_id}"], "n": {"m": "${replica_id}"}},
+    )
+    out = specs.macros.Values(
+        img_root="/root", app_id="app-1", replica_id="3", rank0_env="R"
+    ).apply(role)
     assert out.args == ["app-1", "${app_id}", "3"] and out.env == {"A": "/root/x"}
     assert out.metadata == {"k": ["app-1"], "n": {"m": "3"}}
     assert role.args[0] == "${app_id}"  # the original is untouched
@@ -46,22 +66,46 @@ def test_resource_copy_and_named_resources() -> None:
     r = specs.Resource.copy(specs.resource(cpu=2, memMB=100), foo="bar")
     assert r.capabilities == {"foo": "bar"} and r.cpu == 2
     assert specs.resource() == specs.Resource(2, 0, 1024)
-    assert specs.get_named_resources("aws_p3_2xlarge").capabilities["node.kubernetes.io/instance-type"] == "p3.2xlarge"
+    assert (
+        specs.get_named_resources("aws_p3_2xlarge").capabilities["node.kubernetes.io/instance-type"]
+        == "p3.2xlarge"
+    )
     assert specs.named_resources["NULL"] == specs.NULL_RESOURCE
     with pytest.raises(specs.NamedResourceNotFound, match="did you mean 'gpu.small'"):
         specs.resource(h="gpu.smal")
 
 
 def test_states() -> None:
-    assert str(specs.AppState.RUNNING) == "RUNNING" and repr(specs.AppState.RUNNING) == "RUNNING (3)"
-    assert specs.is_terminal(specs.AppState.CANCELLED) and not specs.is_terminal(specs.AppState.RUNNING)
+    assert (
+        str(specs.AppState.RUNNING) == "RUNNING" and repr(specs.AppState.RUNNING) == "RUNNING (3)"
+    )
+    assert specs.is_terminal(specs.AppState.CANCELLED) and not specs.is_terminal(
+        specs.AppState.RUNNING
+    )
 
 
 def test_app_status_format_json_and_raise() -> None:
-    err = json.dumps({"message": {"message": "Traceback...\nValueError: bad lr", "extraInfo": {"timestamp": "1700000000"}}})
-    status = specs.AppStatus(specs.AppState.FAILED, msg="replica t/1 exited with code 1", roles=[
-        specs.RoleStatus("t", [specs.ReplicaStatus(0, specs.AppState.SUCCEEDED, "t", "h"),
-                               specs.ReplicaStatus(1, specs.AppState.FAILED, "t", "h", err)])])
+    err = json.dumps(
+        {
+            "message": {
+                "message": "Traceback...\nValueError: bad lr",
+                "extraInfo": {"timestamp": "1700000000"},
+            }
+        }
+    )
+    status = specs.AppStatus(
+        specs.AppState.FAILED,
+        msg="replica t/1 exited with code 1",
+        roles=[
+            specs.RoleStatus(
+                "t",
+                [
+                    specs.ReplicaStatus(0, specs.AppState.SUCCEEDED, "t", "h"),
+                    specs.ReplicaStatus(1, specs.AppState.FAILED, "t", "h", err),
+                ],
+            )
+        ],
+    )
     text = status.format()
     assert "*t[0]:SUCCEEDED" in text and " t[1]:FAILED" in text and "ValueError: bad lr" in text
     assert status.to_json(["t"])["roles"][0]["replicas"][1]["state"] == "FAILED"
@@ -81,7 +125,13 @@ def test_runopts() -> None:
     opts.add("labels", dict, "labels")
     opts.add("flag", bool, "flag", default=False)
     cfg = opts.cfg_from_str("queue=q,n=3,tags=a;b,labels=k:v;k2:v2,flag=True")
-    assert cfg == {"queue": "q", "n": 3, "tags": ["a", "b"], "labels": {"k": "v", "k2": "v2"}, "flag": True}
+    assert cfg == {
+        "queue": "q",
+        "n": 3,
+        "tags": ["a", "b"],
+        "labels": {"k": "v", "k2": "v2"},
+        "flag": True,
+    }
     assert opts.resolve({"queue": "q"})["n"] == 1
     with pytest.raises(specs.InvalidRunConfigException, match="Required run option 'queue'"):
         opts.resolve({})
@@ -101,10 +151,20 @@ def test_runopts() -> None:
 
 
 def test_parse_mounts() -> None:
-    mounts = specs.parse_mounts(["type=bind,src=/a,dst=/b,readonly", "type=volume", "src=v", "dst=/c",
-                                 "type=device,src=/dev/fuse"])
-    assert mounts == [specs.BindMount("/a", "/b", True), specs.VolumeMount("v", "/c", False),
-                      specs.DeviceMount("/dev/fuse", "/dev/fuse", "rwm")]
+    mounts = specs.parse_mounts(
+        [
+            "type=bind,src=/a,dst=/b,readonly",
+            "type=volume",
+            "src=v",
+            "dst=/c",
+            "type=device,src=/dev/fuse",
+        ]
+    )
+    assert mounts == [
+        specs.BindMount("/a", "/b", True),
+        specs.VolumeMount("v", "/c", False),
+        specs.DeviceMount("/dev/fuse", "/dev/fuse", "rwm"),
+    ]
     with pytest.raises(specs.InvalidArgumentError, match="unknown mount type"):
         specs.parse_mounts(["type=nfs,src=a,dst=b"])
     with pytest.raises(specs.InvalidArgumentError, match="missing dst="):
@@ -115,12 +175,17 @@ def test_star_import_and_cheap_import() -> None:
     code = (
         "import sys\n"
         "import torchx.specs\n"
-        "heavy = [m for m in ('docstring_parser', 'yaml', 'torchx.specs.builders', 'mlflow', 'airflow', 'kubernetes', 'torch', 'importlib.metadata') if m in sys.modules]\n"
+        "heavy = [m for m in ('docstring_parser', 'yaml', 'torchx.specs.builders', 'mlflow',"
+        " 'airflow', 'kubernetes', 'torch', 'importlib.metadata') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-    star = subprocess.run([sys.executable, "-c", "from torchx.specs import *; print(AppDef, materialize_appdef)"],
-                          capture_output=True, text=True, timeout=60)
+    star = subprocess.run(
+        [sys.executable, "-c", "from torchx.specs import *; print(AppDef, materialize_appdef)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert star.returncode == 0 and "AppDef" in star.stdout, star.stderr

@@ -43,7 +43,10 @@ def test_lineage_both_ways_and_rendering(tracker) -> None:  # type: ignore[no-un
     tracker.add_source("eval", "prep", "dataset")
     up = tracker.lineage("eval")
     assert {(e.source, e.target, e.artifact) for e in up.edges} == {
-        ("train", "eval", "model"), ("prep", "eval", "dataset"), ("prep", "train", "dataset")}
+        ("train", "eval", "model"),
+        ("prep", "eval", "dataset"),
+        ("prep", "train", "dataset"),
+    }
     down = tracker.lineage("prep")
     assert {e.target for e in down.downstream("prep")} == {"train", "eval"}
     text = render.as_text(up)
@@ -66,9 +69,17 @@ def test_app_run_outside_torchx_is_a_quiet_noop(monkeypatch: pytest.MonkeyPatch)
 
 def test_app_run_from_env_in_a_job_process(tmp_path: Path) -> None:
     url = str(tmp_path / "t")
-    env = {"TORCHX_JOB_ID": "local_cwd://torchx/job-1", "TORCHX_PARENT_RUN_ID": "pipe",
-           "TORCHX_TRACKERS": "fsspec", tracker_config_env_var_name("fsspec"): url, "PATH": "/usr/bin:/bin"}
-    code = "from torchx.tracker import app_run_from_env as r; r().add_source('prep', 'dataset'); r().add_metadata(ok=1)"
+    env = {
+        "TORCHX_JOB_ID": "local_cwd://torchx/job-1",
+        "TORCHX_PARENT_RUN_ID": "pipe",
+        "TORCHX_TRACKERS": "fsspec",
+        tracker_config_env_var_name("fsspec"): url,
+        "PATH": "/usr/bin:/bin",
+    }
+    code = (
+        "from torchx.tracker import app_run_from_env as r; "
+        "r().add_source('prep', 'dataset'); r().add_metadata(ok=1)"
+    )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     t = build_trackers({"fsspec": url})[0]
     assert [s.source_run_id for s in t.sources("local_cwd://torchx/job-1")] == ["prep"]

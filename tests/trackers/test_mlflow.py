@@ -32,8 +32,13 @@ def mlflow_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_concurrent_ranks_create_exactly_one_run(mlflow_env: str, tmp_path: Path) -> None:
-    build_trackers({"mlflow": mlflow_env})[0].run_ids()  # create the schema once, as a job's first stage would
-    code = "from torchx.tracker import app_run_from_env as r; r().add_metadata(rank=__import__('os').environ['RANK'])"
+    build_trackers({"mlflow": mlflow_env})[
+        0
+    ].run_ids()  # create the schema once, as a job's first stage would
+    code = (
+        "from torchx.tracker import app_run_from_env as r; "
+        "r().add_metadata(rank=__import__('os').environ['RANK'])"
+    )
     procs = []
     for rank in (3, 2, 1, 0):  # rank 0 last: the others must wait for it
         env = dict(os.environ, TORCHX_JOB_ID="local_cwd://torchx/ddp-1", RANK=str(rank))
@@ -44,7 +49,9 @@ def test_concurrent_ranks_create_exactly_one_run(mlflow_env: str, tmp_path: Path
 
 
 def _run(runner, component: str, args: list, parent: str | None = None) -> specs.AppStatus:  # type: ignore[no-untyped-def]
-    handle = runner.run_component(f"{EXAMPLES}/components.py:{component}", args, "local_cwd", parent_run_id=parent)
+    handle = runner.run_component(
+        f"{EXAMPLES}/components.py:{component}", args, "local_cwd", parent_run_id=parent
+    )
     status = runner.wait(handle, wait_interval=1, timeout=600)
     assert status is not None
     return handle, status
@@ -57,10 +64,34 @@ def test_pipeline_lineage_with_a_2x2_ddp_job(mlflow_env: str, tmp_path: Path) ->
     tracker = start_pipeline_run("pipeline://test/1", {"mlflow": mlflow_env}, name="test")[0]
     d, m, e = (str(tmp_path / x) for x in ("data", "model", "eval"))
     with get_runner() as runner:
-        prep, s1 = _run(runner, "datapreproc", ["--output_path", d, "--limit", "400"], "pipeline://test/1")
-        train, s2 = _run(runner, "trainer", ["--data_path", d, "--output_path", m, "--checkpoint_path", str(tmp_path / "c"),
-                                             "-j", "2x2", "--epochs", "2", "--rdzv_port", "29611"], "pipeline://test/1")
-        ev, s3 = _run(runner, "evaluate", ["--model_path", m, "--data_path", d, "--output_path", e], "pipeline://test/1")
+        prep, s1 = _run(
+            runner, "datapreproc", ["--output_path", d, "--limit", "400"], "pipeline://test/1"
+        )
+        train, s2 = _run(
+            runner,
+            "trainer",
+            [
+                "--data_path",
+                d,
+                "--output_path",
+                m,
+                "--checkpoint_path",
+                str(tmp_path / "c"),
+                "-j",
+                "2x2",
+                "--epochs",
+                "2",
+                "--rdzv_port",
+                "29611",
+            ],
+            "pipeline://test/1",
+        )
+        ev, s3 = _run(
+            runner,
+            "evaluate",
+            ["--model_path", m, "--data_path", d, "--output_path", e],
+            "pipeline://test/1",
+        )
     assert [s.state for s in (s1, s2, s3)] == [specs.AppState.SUCCEEDED] * 3, (s1, s2, s3)
 
     tracker = build_trackers({"mlflow": mlflow_env})[0]
@@ -84,9 +115,17 @@ def test_pipeline_lineage_with_a_2x2_ddp_job(mlflow_env: str, tmp_path: Path) ->
     assert "model" in [a.path for a in client.list_artifacts(train_mlflow_id)]
     assert train_run.data.tags["stage"] == "train"
 
-    out = subprocess.run([sys.executable, "-m", "torchx.cli.main", "tracker", "lineage", ev], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", "tracker", "lineage", ev],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
-    assert f"<- model <- {train} [train]" in out.stdout and f"<- dataset <- {prep} [datapreproc]" in out.stdout
+    assert (
+        f"<- model <- {train} [train]" in out.stdout
+        and f"<- dataset <- {prep} [datapreproc]" in out.stdout
+    )
 
 
 def test_failed_stage_leaves_its_run_failed(mlflow_env: str, tmp_path: Path) -> None:
@@ -110,7 +149,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_unreachable_server_fails_fast_at_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_server_fails_fast_at_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
     monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
     monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", f"http://127.0.0.1:{_free_port()}")
@@ -125,10 +166,24 @@ def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.Monkey
     port = _free_port()
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     server = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'srv.db'}", "--default-artifact-root", str(tmp_path / "art"),
-         "--workers", "1"],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            os.path.join(os.path.dirname(sys.executable), "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'srv.db'}",
+            "--default-artifact-root",
+            str(tmp_path / "art"),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -143,13 +198,23 @@ def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.Monkey
         monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
         monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
         monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
-        code = "from torchx.tracker import app_run_from_env as r; r().add_metadata(stage='s'); r().log_metrics({'m': 2.0})"
+        code = (
+            "from torchx.tracker import app_run_from_env as r; "
+            "r().add_metadata(stage='s'); r().log_metrics({'m': 2.0})"
+        )
         with get_runner() as runner:
-            h = runner.run(specs.AppDef("srv", [specs.Role("w", ".", entrypoint="python", args=["-c", code])]), "local_cwd")
+            h = runner.run(
+                specs.AppDef("srv", [specs.Role("w", ".", entrypoint="python", args=["-c", code])]),
+                "local_cwd",
+            )
             assert runner.wait(h, timeout=120).state == specs.AppState.SUCCEEDED
         tracker = build_trackers({"mlflow": uri})[0]
         run = tracker.client.get_run(tracker.mlflow_run_id(h))
-        assert run.data.tags["stage"] == "s" and run.data.metrics["m"] == 2.0 and run.info.status == "FINISHED"
+        assert (
+            run.data.tags["stage"] == "s"
+            and run.data.metrics["m"] == 2.0
+            and run.info.status == "FINISHED"
+        )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

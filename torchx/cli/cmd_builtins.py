@@ -9,7 +9,13 @@ from torchx.cli.cmd_base import SubCommand
 
 class CmdBuiltins(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("--print", dest="print_name", default=None, metavar="NAME", help="print the source of a builtin component")
+        subparser.add_argument(
+            "--print",
+            dest="print_name",
+            default=None,
+            metavar="NAME",
+            help="print the source of a builtin component",
+        )
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.specs.finder import get_builtin_source, get_components

@@ -10,9 +10,24 @@ from torchx.cli.cmd_base import CommandError, SubCommand
 
 class CmdConfigure(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("-s", "--schedulers", default="local_cwd", help="comma-separated schedulers (default: local_cwd)")
-        subparser.add_argument("--print", dest="print_only", action="store_true", help="print instead of writing ./.torchxconfig")
-        subparser.add_argument("-a", "--all", action="store_true", help="write every option, not only the required ones")
+        subparser.add_argument(
+            "-s",
+            "--schedulers",
+            default="local_cwd",
+            help="comma-separated schedulers (default: local_cwd)",
+        )
+        subparser.add_argument(
+            "--print",
+            dest="print_only",
+            action="store_true",
+            help="print instead of writing ./.torchxconfig",
+        )
+        subparser.add_argument(
+            "-a",
+            "--all",
+            action="store_true",
+            help="write every option, not only the required ones",
+        )
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.runner import config
@@ -24,7 +39,9 @@ class CmdConfigure(SubCommand):
             return
         path = os.path.join(os.getcwd(), config.CONFIG_FILE)
         if os.path.exists(path):
-            raise CommandError(f"{path} already exists; use --print to see the options and edit it yourself")
+            raise CommandError(
+                f"{path} already exists; use --print to see the options and edit it yourself"
+            )
         with open(path, "w") as f:
             f.write(text)
         print(f"wrote {path}")

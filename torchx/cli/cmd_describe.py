@@ -20,5 +20,7 @@ class CmdDescribe(SubCommand):
         with get_runner() as runner:
             app = runner.describe(args.app_handle)
         if app is None:
-            raise CommandError(f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)")
+            raise CommandError(
+                f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)"
+            )
         print(yaml.safe_dump(appdef_to_dict(app), sort_keys=False, width=100).rstrip())

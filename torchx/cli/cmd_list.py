@@ -9,7 +9,9 @@ from torchx.cli.cmd_base import SubCommand
 
 class CmdList(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("-s", "--scheduler", default="local_cwd", help="scheduler to list (default: local_cwd)")
+        subparser.add_argument(
+            "-s", "--scheduler", default="local_cwd", help="scheduler to list (default: local_cwd)"
+        )
 
     def run(self, args: argparse.Namespace) -> None:
         from tabulate import tabulate

@@ -15,10 +15,19 @@ _ID_RE = re.compile(
 
 class CmdLog(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("identifier", help="SCHEDULER://[SESSION]/APP_ID[/ROLE[/REPLICA_IDS,...]]")
+        subparser.add_argument(
+            "identifier", help="SCHEDULER://[SESSION]/APP_ID[/ROLE[/REPLICA_IDS,...]]"
+        )
         subparser.add_argument("--regex", default=None, help="only lines matching this regex")
-        subparser.add_argument("-t", "--tail", action="store_true", help="follow the logs until the app ends")
-        subparser.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None, help="which stream (default: combined where supported)")
+        subparser.add_argument(
+            "-t", "--tail", action="store_true", help="follow the logs until the app ends"
+        )
+        subparser.add_argument(
+            "--streams",
+            choices=["stdout", "stderr", "combined"],
+            default=None,
+            help="which stream (default: combined where supported)",
+        )
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.cli.logs import replicas_of, stream_logs
@@ -38,7 +47,9 @@ class CmdLog(SubCommand):
         ids = [int(i) for i in m["ids"].split(",") if i] if m["ids"] else None
         with get_runner() as runner:
             if runner.status(handle) is None:
-                raise CommandError(f"app {handle} does not exist (see `torchx list -s {m['scheduler']}`)")
+                raise CommandError(
+                    f"app {handle} does not exist (see `torchx list -s {m['scheduler']}`)"
+                )
             pairs = replicas_of(runner, handle, m["role"], ids)
             if not pairs:
                 raise CommandError(f"app {handle} has no role/replica matching {args.identifier!r}")

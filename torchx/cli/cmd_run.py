@@ -19,8 +19,18 @@ from torchx.cli.cmd_base import CommandError, SubCommand
 logger = logging.getLogger(__name__)
 
 _STDIN_FIELDS = {
-    "component_name", "scheduler", "scheduler_args", "scheduler_cfg", "dryrun", "wait", "log",
-    "workspace", "parent_run_id", "tee_logs", "component_args", "component_args_str",
+    "component_name",
+    "scheduler",
+    "scheduler_args",
+    "scheduler_cfg",
+    "dryrun",
+    "wait",
+    "log",
+    "workspace",
+    "parent_run_id",
+    "tee_logs",
+    "component_args",
+    "component_args_str",
 }
 
 
@@ -30,19 +40,58 @@ class _Terminated(BaseException):
 
 class CmdRun(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("-s", "--scheduler", default=None, help="scheduler to run on (default: [cli:run] scheduler in .torchxconfig, else local_cwd)")
         subparser.add_argument(
-            "-cfg", "--scheduler_args", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE...]",
+            "-s",
+            "--scheduler",
+            default=None,
+            help="scheduler to run on"
+            " (default: [cli:run] scheduler in .torchxconfig, else local_cwd)",
+        )
+        subparser.add_argument(
+            "-cfg",
+            "--scheduler_args",
+            action="append",
+            default=None,
+            metavar="KEY=VALUE[,KEY=VALUE...]",
             help="scheduler run options (see `torchx runopts SCHEDULER`); may be repeated",
         )
-        subparser.add_argument("--dryrun", action="store_true", help="print the AppDef and the scheduler request without submitting")
-        subparser.add_argument("--wait", action="store_true", help="wait for the app to finish (always on for local schedulers)")
-        subparser.add_argument("--log", action="store_true", help="stream the app's logs (always on for local schedulers)")
-        subparser.add_argument("--workspace", "--buck-target", default=None, help="accepted for compatibility; local_cwd runs in the current directory")
-        subparser.add_argument("--parent_run_id", default=None, help="tracker run id of the parent (pipeline) run")
-        subparser.add_argument("--tee_logs", action="store_true", help="stream the logs of every replica (same as --log)")
-        subparser.add_argument("--stdin", action="store_true", help="read the run arguments as JSON from stdin")
-        subparser.add_argument("component_name_and_args", nargs=argparse.REMAINDER, help="component name (builtin, or path/to/file.py:function) and its arguments")
+        subparser.add_argument(
+            "--dryrun",
+            action="store_true",
+            help="print the AppDef and the scheduler request without submitting",
+        )
+        subparser.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait for the app to finish (always on for local schedulers)",
+        )
+        subparser.add_argument(
+            "--log",
+            action="store_true",
+            help="stream the app's logs (always on for local schedulers)",
+        )
+        subparser.add_argument(
+            "--workspace",
+            "--buck-target",
+            default=None,
+            help="accepted for compatibility; local_cwd runs in the current directory",
+        )
+        subparser.add_argument(
+            "--parent_run_id", default=None, help="tracker run id of the parent (pipeline) run"
+        )
+        subparser.add_argument(
+            "--tee_logs",
+            action="store_true",
+            help="stream the logs of every replica (same as --log)",
+        )
+        subparser.add_argument(
+            "--stdin", action="store_true", help="read the run arguments as JSON from stdin"
+        )
+        subparser.add_argument(
+            "component_name_and_args",
+            nargs=argparse.REMAINDER,
+            help="component name (builtin, or path/to/file.py:function) and its arguments",
+        )
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.runner import config, get_runner
@@ -55,21 +104,34 @@ class CmdRun(SubCommand):
         if not comp_and_args:
             default_component = cli_defaults.get("component")
             if not default_component:
-                raise CommandError("no component given; usage: torchx run [-s SCHEDULER] COMPONENT [ARGS...] (see `torchx builtins`)", 2)
+                raise CommandError(
+                    "no component given; usage: torchx run [-s SCHEDULER] COMPONENT [ARGS...]"
+                    " (see `torchx builtins`)",
+                    2,
+                )
             comp_and_args = [default_component]
         component = comp_and_args[0]
-        component_args: Union[List[str], Dict[str, Any]] = getattr(args, "_stdin_args_dict", None) or comp_and_args[1:]
+        component_args: Union[List[str], Dict[str, Any]] = (
+            getattr(args, "_stdin_args_dict", None) or comp_and_args[1:]
+        )
         if args.workspace:
-            logger.debug("--workspace %s ignored: torchx runs the component from the current directory", args.workspace)
+            logger.debug(
+                "--workspace %s ignored: torchx runs the component from the current directory",
+                args.workspace,
+            )
 
         with get_runner() as runner:
-            runner.scheduler_run_opts(scheduler)  # an unknown scheduler fails here, listing the known ones
+            runner.scheduler_run_opts(
+                scheduler
+            )  # an unknown scheduler fails here, listing the known ones
             cfg = self._cfg(runner, scheduler, args)
             if isinstance(component_args, list) and component_args[:1] in (["--help"], ["-h"]):
                 self._print_help(component)
                 return
             try:
-                info = runner.dryrun_component(component, component_args, scheduler, cfg=cfg, parent_run_id=args.parent_run_id)
+                info = runner.dryrun_component(
+                    component, component_args, scheduler, cfg=cfg, parent_run_id=args.parent_run_id
+                )
             except Exception as e:
                 from torchx.specs.builders import is_help_request
 
@@ -87,15 +149,25 @@ class CmdRun(SubCommand):
             handle = runner.schedule(info)
             print(handle, flush=True)
             if local or args.wait or args.log or args.tee_logs:
-                self._wait_and_stream(runner, handle, stream=local or args.log or args.tee_logs, cancel_on_interrupt=local)
+                self._wait_and_stream(
+                    runner,
+                    handle,
+                    stream=local or args.log or args.tee_logs,
+                    cancel_on_interrupt=local,
+                )
 
     def _cfg(self, runner: Any, scheduler: str, args: argparse.Namespace) -> Dict[str, Any]:
-        """``-cfg`` options (each may be repeated); a key given twice with different values is an error."""
+        """``-cfg`` options (each may be repeated).
+
+        A key given twice with different values is an error.
+        """
         cfg: Dict[str, Any] = dict(getattr(args, "_stdin_cfg", None) or {})
         for literal in args.scheduler_args or []:
             for key, value in runner.cfg_from_str(scheduler, literal).items():
                 if key in cfg and cfg[key] != value:
-                    raise CommandError(f"-cfg {key} given twice ({cfg[key]!r} and {value!r}); give it once", 2)
+                    raise CommandError(
+                        f"-cfg {key} given twice ({cfg[key]!r} and {value!r}); give it once", 2
+                    )
                 cfg[key] = value
         return cfg
 
@@ -104,7 +176,9 @@ class CmdRun(SubCommand):
         from torchx.specs.builders import component_help
         from torchx.specs.finder import get_component
 
-        print(component_help(get_component(component).fn, config.get_configs("component", component)))
+        print(
+            component_help(get_component(component).fn, config.get_configs("component", component))
+        )
 
     def _print_dryrun(self, info: Any) -> None:
         import pprint
@@ -116,7 +190,9 @@ class CmdRun(SubCommand):
         print("=== SCHEDULER REQUEST ===")
         print(repr(info))
 
-    def _wait_and_stream(self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool) -> None:
+    def _wait_and_stream(
+        self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool
+    ) -> None:
         """Stream (optionally) and wait; Ctrl-C/SIGTERM cancel a local app, else stop watching."""
         from torchx.cli.logs import replicas_of, stream_logs
 
@@ -127,15 +203,23 @@ class CmdRun(SubCommand):
         try:
             try:
                 if stream:
-                    errors = stream_logs(runner, handle, replicas_of(runner, handle), should_tail=True)
+                    errors = stream_logs(
+                        runner, handle, replicas_of(runner, handle), should_tail=True
+                    )
                     for err in errors:
                         print(f"torchx: warning: could not read logs: {err}", file=sys.stderr)
                 status = runner.wait(handle, wait_interval=1)
             except (KeyboardInterrupt, _Terminated) as e:
                 code = 130 if isinstance(e, KeyboardInterrupt) else 143
                 if not cancel_on_interrupt:
-                    raise CommandError(f"interrupted; {handle} keeps running (stop it with `torchx cancel {handle}`)", code) from None
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
+                    raise CommandError(
+                        f"interrupted; {handle} keeps running"
+                        f" (stop it with `torchx cancel {handle}`)",
+                        code,
+                    ) from None
+                signal.signal(
+                    signal.SIGINT, signal.SIG_IGN
+                )  # a second Ctrl-C must not abort the cancel
                 try:
                     runner.cancel(handle)
                     final = runner.wait(handle, wait_interval=1, timeout=30)
@@ -151,8 +235,17 @@ class CmdRun(SubCommand):
             raise CommandError(f"{handle} {status.error_summary()}")
 
     def _apply_stdin(self, args: argparse.Namespace) -> None:
-        if args.component_name_and_args or args.scheduler or args.scheduler_args or args.dryrun or args.wait or args.log:
-            raise CommandError("--stdin takes all run arguments from the JSON on stdin; give no other flags", 2)
+        if (
+            args.component_name_and_args
+            or args.scheduler
+            or args.scheduler_args
+            or args.dryrun
+            or args.wait
+            or args.log
+        ):
+            raise CommandError(
+                "--stdin takes all run arguments from the JSON on stdin; give no other flags", 2
+            )
         try:
             data = json.load(sys.stdin)
         except ValueError as e:
@@ -171,7 +264,9 @@ class CmdRun(SubCommand):
             args._stdin_args_dict = comp_args  # typed values, passed to the component as is
             comp_args = []
         if not isinstance(comp_args, list):
-            raise CommandError("--stdin: 'component_args' must be a list of strings or an object", 2)
+            raise CommandError(
+                "--stdin: 'component_args' must be a list of strings or an object", 2
+            )
         args.component_name_and_args = [data["component_name"], *[str(a) for a in comp_args]]
         args.scheduler = data.get("scheduler")
         sched_args = data.get("scheduler_args")
@@ -208,4 +303,7 @@ def _check_script_exists(component: str, component_args: Union[List[str], Dict[s
     if not script or "$" in script:
         return
     if not os.path.isfile(script):
-        raise CommandError(f"--script {script}: no such file in {os.getcwd()} (local schedulers run in the current directory)")
+        raise CommandError(
+            f"--script {script}: no such file in {os.getcwd()}"
+            " (local schedulers run in the current directory)"
+        )

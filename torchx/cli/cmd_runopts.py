@@ -9,7 +9,9 @@ from torchx.cli.cmd_base import SubCommand
 
 class CmdRunopts(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("scheduler", nargs="?", default=None, help="scheduler (default: all)")
+        subparser.add_argument(
+            "scheduler", nargs="?", default=None, help="scheduler (default: all)"
+        )
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.runner import get_runner

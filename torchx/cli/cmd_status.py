@@ -10,8 +10,12 @@ from torchx.cli.cmd_base import CommandError, SubCommand
 
 class CmdStatus(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("app_handle", help="torchx app handle, e.g. local_cwd://torchx/echo-abc123")
-        subparser.add_argument("--roles", default="", help="comma-separated roles to show (default: all)")
+        subparser.add_argument(
+            "app_handle", help="torchx app handle, e.g. local_cwd://torchx/echo-abc123"
+        )
+        subparser.add_argument(
+            "--roles", default="", help="comma-separated roles to show (default: all)"
+        )
         subparser.add_argument("--json", action="store_true", help="print JSON")
 
     def run(self, args: argparse.Namespace) -> None:
@@ -21,7 +25,9 @@ class CmdStatus(SubCommand):
         with get_runner() as runner:
             status = runner.status(args.app_handle)
         if status is None:
-            raise CommandError(f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)")
+            raise CommandError(
+                f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)"
+            )
         if args.json:
             print(json.dumps(status.to_json(roles), indent=2))
         else:

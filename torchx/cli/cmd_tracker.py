@@ -18,7 +18,10 @@ def _tracker(spec: str | None) -> Any:
     else:
         trackers = dict(get_configured_trackers())
     if not trackers:
-        raise CommandError("no tracker configured; pass --tracker mlflow[=URI] or set [torchx:tracker] in .torchxconfig")
+        raise CommandError(
+            "no tracker configured;"
+            " pass --tracker mlflow[=URI] or set [torchx:tracker] in .torchxconfig"
+        )
     from torchx.trackers.api import validate_tracker_config
 
     first = dict(list(trackers.items())[:1])
@@ -29,10 +32,17 @@ def _tracker(spec: str | None) -> Any:
 
 class CmdTracker(SubCommand):
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
-        subparser.add_argument("--tracker", default=None, help="NAME[=CONFIG], e.g. mlflow=sqlite:///mlflow.db (default: the first configured tracker)")
+        subparser.add_argument(
+            "--tracker",
+            default=None,
+            help="NAME[=CONFIG], e.g. mlflow=sqlite:///mlflow.db"
+            " (default: the first configured tracker)",
+        )
         sub = subparser.add_subparsers(dest="tracker_cmd", required=True, metavar="{list,lineage}")
         lst = sub.add_parser("list", help="list jobs, metadata, artifacts or lineage")
-        what = lst.add_subparsers(dest="list_what", required=True, metavar="{jobs,metadata,artifacts,lineage}")
+        what = lst.add_subparsers(
+            dest="list_what", required=True, metavar="{jobs,metadata,artifacts,lineage}"
+        )
         jobs = what.add_parser("jobs", help="tracked jobs")
         jobs.add_argument("--parent-run-id", dest="parent_run_id", default=None)
         md = what.add_parser("metadata", help="metadata of a run")
@@ -58,7 +68,11 @@ class CmdTracker(SubCommand):
             lineage = tracker.lineage(args.run_id)
             if not lineage.runs.get(args.run_id) and not lineage.edges:
                 raise CommandError(f"no tracked run {args.run_id!r}")
-            print({"text": render.as_text, "dot": render.as_dot, "mermaid": render.as_mermaid}[args.format](lineage))
+            print(
+                {"text": render.as_text, "dot": render.as_dot, "mermaid": render.as_mermaid}[
+                    args.format
+                ](lineage)
+            )
         elif what == "jobs":
             kwargs = {"parent_run_id": args.parent_run_id} if args.parent_run_id else {}
             for rid in tracker.run_ids(**kwargs):
@@ -70,5 +84,9 @@ class CmdTracker(SubCommand):
             print(tabulate(sorted((k, str(v)) for k, v in md.items()), headers=["KEY", "VALUE"]))
         elif what == "artifacts":
             arts = tracker.artifacts(args.run_id)
-            rows = [[a.name, a.path, a.metadata] for a in arts.values() if not args.artifact or a.name == args.artifact]
+            rows = [
+                [a.name, a.path, a.metadata]
+                for a in arts.values()
+                if not args.artifact or a.name == args.artifact
+            ]
             print(tabulate(rows, headers=["ARTIFACT", "PATH", "METADATA"]))

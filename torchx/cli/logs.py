@@ -14,7 +14,9 @@ _COLORS = ["\033[32m", "\033[36m", "\033[33m", "\033[35m", "\033[34m", "\033[31m
 _RESET = "\033[0m"
 
 
-def replicas_of(runner: Runner, handle: str, role: Optional[str] = None, ids: Optional[List[int]] = None) -> List[Tuple[str, int]]:
+def replicas_of(
+    runner: Runner, handle: str, role: Optional[str] = None, ids: Optional[List[int]] = None
+) -> List[Tuple[str, int]]:
     """(role, replica id) pairs of the app, optionally narrowed to one role and some ids."""
     app = runner.describe(handle)
     if app is None:
@@ -48,7 +50,9 @@ def stream_logs(
         if color:
             prefix = f"{_COLORS[idx % len(_COLORS)]}{prefix}{_RESET}"
         try:
-            for line in runner.log_lines(handle, role, k, regex=regex, should_tail=should_tail, streams=streams):
+            for line in runner.log_lines(
+                handle, role, k, regex=regex, should_tail=should_tail, streams=streams
+            ):
                 text = line if line.endswith("\n") else line + "\n"
                 with lock:
                     out.write(f"{prefix} {text}")
@@ -56,7 +60,10 @@ def stream_logs(
         except Exception as e:  # reported by the caller
             errors.append(e)
 
-    threads = [threading.Thread(target=read, args=(role, k, i), daemon=True) for i, (role, k) in enumerate(pairs)]
+    threads = [
+        threading.Thread(target=read, args=(role, k, i), daemon=True)
+        for i, (role, k) in enumerate(pairs)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -21,12 +21,20 @@ from torchx.cli.cmd_base import CommandError, SubCommand
 BUILTIN_VERBS: Dict[str, tuple[str, str, str]] = {
     "builtins": ("torchx.cli.cmd_builtins", "CmdBuiltins", "list the builtin components"),
     "cancel": ("torchx.cli.cmd_cancel", "CmdCancel", "cancel a running app"),
-    "configure": ("torchx.cli.cmd_configure", "CmdConfigure", "write a .torchxconfig with scheduler options"),
+    "configure": (
+        "torchx.cli.cmd_configure",
+        "CmdConfigure",
+        "write a .torchxconfig with scheduler options",
+    ),
     "describe": ("torchx.cli.cmd_describe", "CmdDescribe", "show the AppDef of a submitted app"),
     "list": ("torchx.cli.cmd_list", "CmdList", "list the apps of a scheduler"),
     "log": ("torchx.cli.cmd_log", "CmdLog", "print or follow an app's logs"),
     "run": ("torchx.cli.cmd_run", "CmdRun", "run a component on a scheduler"),
-    "runopts": ("torchx.cli.cmd_runopts", "CmdRunopts", "list the run options (-cfg) of schedulers"),
+    "runopts": (
+        "torchx.cli.cmd_runopts",
+        "CmdRunopts",
+        "list the run options (-cfg) of schedulers",
+    ),
     "status": ("torchx.cli.cmd_status", "CmdStatus", "show the status of an app"),
     "tracker": ("torchx.cli.cmd_tracker", "CmdTracker", "show tracked runs, artifacts and lineage"),
 }
@@ -101,7 +109,8 @@ def create_parser(argv: List[str]) -> tuple[argparse.ArgumentParser, Dict[str, S
     names = sorted(set(BUILTIN_VERBS) | set(plugins))
     parser = _Parser(
         prog="torchx",
-        description="torchx: launch PyTorch apps on any scheduler (local, Slurm, Kubernetes, AWS Batch, Ray)",
+        description="torchx: launch PyTorch apps on any scheduler"
+        " (local, Slurm, Kubernetes, AWS Batch, Ray)",
     )
     parser.add_argument(
         "--log_level",
@@ -109,10 +118,13 @@ def create_parser(argv: List[str]) -> tuple[argparse.ArgumentParser, Dict[str, S
         type=str.lower,
         choices=LOG_LEVELS,
         metavar="LEVEL",
-        help="python logging level: debug, info, warning (default: $LOGLEVEL, else warning); debug also shows tracebacks",
+        help="python logging level: debug, info, warning (default: $LOGLEVEL, else warning);"
+        " debug also shows tracebacks",
     )
     parser.add_argument("--version", action="version", version=f"torchx {__version__}")
-    sub = parser.add_subparsers(title="sub-commands", dest="subcmd", metavar="{" + ",".join(names) + "}")
+    sub = parser.add_subparsers(
+        title="sub-commands", dest="subcmd", metavar="{" + ",".join(names) + "}"
+    )
     chosen = _verb_of(argv)
     verbs: Dict[str, SubCommand] = {}
     for name in names:
@@ -159,7 +171,9 @@ def run_main(argv: List[str]) -> int:
         parser, verbs = create_parser(argv)
         args, extra = parser.parse_known_args(argv)
         if extra:  # reported by the verb's parser, so the hint names `torchx VERB --help`
-            getattr(args, "_verb_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+            getattr(args, "_verb_parser", parser).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
         level = args.log_level or os.environ.get("LOGLEVEL", "").lower() or "warning"
         debug = level == "debug"
         _setup_logging(level)
@@ -167,7 +181,10 @@ def run_main(argv: List[str]) -> int:
             parser.print_help()
             return 1
         if args.subcmd not in verbs:
-            print(f"torchx: error: the {args.subcmd} command is not available in this install", file=sys.stderr)
+            print(
+                f"torchx: error: the {args.subcmd} command is not available in this install",
+                file=sys.stderr,
+            )
             return 1
         verbs[args.subcmd].run(args)
         return 0
@@ -203,7 +220,8 @@ def _report(e: Exception) -> int:
         return 1
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     print(
-        f"torchx: error: {type(e).__name__}: {first} (rerun with --log_level debug for the traceback)",
+        f"torchx: error: {type(e).__name__}: {first}"
+        " (rerun with --log_level debug for the traceback)",
         file=sys.stderr,
     )
     return 1

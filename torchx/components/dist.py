@@ -67,30 +67,46 @@ def ddp(
         script: script or binary to run within the image
         m: the python module path to run
         image: image (e.g. docker)
-        name: job name override in the format ``{experimentname}/{runname}`` or ``{experimentname}/`` or ``/{runname}`` or ``{runname}``
+        name: job name override in the format ``{experimentname}/{runname}`` or
+            ``{experimentname}/`` or ``/{runname}`` or ``{runname}``
         h: a registered named resource (if specified takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per replica
         gpu: number of gpus per replica
         memMB: cpu memory in MB per replica
-        j: [{min_nnodes}:]{nnodes}x{nproc_per_node}, for gpu hosts, nproc_per_node must not exceed num gpus
+        j: [{min_nnodes}:]{nnodes}x{nproc_per_node}, for gpu hosts, nproc_per_node must not
+            exceed num gpus
         env: environment varibles to be passed to the run (e.g. ENV1=v1,ENV2=v2,ENV3=v3)
         max_retries: the number of scheduler retries allowed
-        rdzv_port: the port on rank0's host to use for hosting the c10d store used for rendezvous. Only takes effect when running multi-node. When running single node, this parameter is ignored and a random free port is chosen.
+        rdzv_port: the port on rank0's host to use for hosting the c10d store used for
+            rendezvous. Only takes effect when running multi-node. When running single node,
+            this parameter is ignored and a random free port is chosen.
         rdzv_backend: the rendezvous backend to use. Only takes effect when running multi-node.
         rdzv_conf: extra rendezvous settings KEY=VALUE,... (merged over the timeouts below)
-        mounts: mounts to mount into the worker environment/container (ex. type=<bind/volume>,src=/host,dst=/job[,readonly]).
+        mounts: mounts to mount into the worker environment/container
+            (ex. type=<bind/volume>,src=/host,dst=/job[,readonly]).
         debug: whether to run with preset debug flags enabled
-        tee: tees the specified std stream(s) to console + file. 0: none, 1: stdout, 2: stderr, 3: both
-        max_restarts: worker-group restarts torchrun does after a worker fails (or a node leaves) before the job fails
+        tee: tees the specified std stream(s) to console + file. 0: none, 1: stdout,
+            2: stderr, 3: both
+        max_restarts: worker-group restarts torchrun does after a worker fails
+            (or a node leaves) before the job fails
         rdzv_timeout: seconds a node waits for the rendezvous to complete (join timeout)
-        rdzv_last_call_timeout: seconds an elastic rendezvous waits for more nodes once MIN have joined
+        rdzv_last_call_timeout: seconds an elastic rendezvous waits for more nodes once MIN
+            have joined
     """
     if bool(script) == bool(m):
-        raise specs.InvalidArgumentError("dist.ddp: give exactly one of --script FILE or --m MODULE")
+        raise specs.InvalidArgumentError(
+            "dist.ddp: give exactly one of --script FILE or --m MODULE"
+        )
     parsed_j = StructuredJArgument.parse(j)
-    min_nnodes, max_nnodes, nproc = parsed_j.min_nnodes, parsed_j.max_nnodes, parsed_j.nproc_per_node
+    min_nnodes, max_nnodes, nproc = (
+        parsed_j.min_nnodes,
+        parsed_j.max_nnodes,
+        parsed_j.nproc_per_node,
+    )
     if max_restarts < 0:
-        raise specs.InvalidArgumentError(f"dist.ddp: --max_restarts must be >= 0, got {max_restarts}")
+        raise specs.InvalidArgumentError(
+            f"dist.ddp: --max_restarts must be >= 0, got {max_restarts}"
+        )
 
     if max_nnodes == 1:
         rdzv_endpoint: str = "localhost:0"
@@ -124,7 +140,9 @@ def ddp(
         # Replica 0 hosts the rendezvous store (as the rank-0 host does across machines);
         # otherwise, with several nodes on one host, any agent may host it and losing
         # that node would take the rendezvous down with it.
-        rdzv_conf_arg = _noquote(shlex.quote(conf) + f",is_host=$([ {specs.macros.replica_id} = 0 ] && echo 1 || echo 0)")
+        rdzv_conf_arg = _noquote(
+            shlex.quote(conf) + f",is_host=$([ {specs.macros.replica_id} = 0 ] && echo 1 || echo 0)"
+        )
     cmd: List[str] = [
         "torchrun",
         "--rdzv_backend",
@@ -185,7 +203,8 @@ def spmd(
     mounts: Optional[List[str]] = None,
     debug: bool = False,
 ) -> specs.AppDef:
-    """SPMD (single program, multiple data) application on GPU hosts; ``-j N`` uses all GPUs of ``-h``.
+    """SPMD (single program, multiple data) application on GPU hosts; \
+``-j N`` uses all GPUs of ``-h``.
 
     Args:
         args: the arguments to the main module or script

@@ -18,8 +18,13 @@ class StructuredNameArgument:
     run_name: str
 
     @staticmethod
-    def parse_from(name: str, m: Optional[str] = None, script: Optional[str] = None) -> StructuredNameArgument:
-        """``exp/run``, ``exp/``, ``/run`` or ``run``; defaults: ``default-experiment`` and the script/module."""
+    def parse_from(
+        name: str, m: Optional[str] = None, script: Optional[str] = None
+    ) -> StructuredNameArgument:
+        """``exp/run``, ``exp/``, ``/run`` or ``run``.
+
+        Defaults: ``default-experiment`` and the script/module.
+        """
         default_run = (Path(script).stem if script else (m or "").split(".")[-1]) or "app"
         exp, sep, run = name.partition("/")
         if not sep:
@@ -53,11 +58,17 @@ class StructuredJArgument:
         min_nnodes = int(min_s) if min_s else max_nnodes
         nproc = int(nproc_s)
         if nproc < 1:
-            raise InvalidArgumentError(f"invalid -j {j!r}: processes per node must be >= 1; {_J_USAGE}")
+            raise InvalidArgumentError(
+                f"invalid -j {j!r}: processes per node must be >= 1; {_J_USAGE}"
+            )
         if max_nnodes < 1 or min_nnodes < 1:
-            raise InvalidArgumentError(f"invalid -j {j!r}: number of nodes must be >= 1; {_J_USAGE}")
+            raise InvalidArgumentError(
+                f"invalid -j {j!r}: number of nodes must be >= 1; {_J_USAGE}"
+            )
         if min_nnodes > max_nnodes:
-            raise InvalidArgumentError(f"invalid -j {j!r}: MIN nodes ({min_nnodes}) > MAX nodes ({max_nnodes})")
+            raise InvalidArgumentError(
+                f"invalid -j {j!r}: MIN nodes ({min_nnodes}) > MAX nodes ({max_nnodes})"
+            )
         return StructuredJArgument(min_nnodes, max_nnodes, nproc)
 
     @staticmethod
@@ -69,7 +80,8 @@ class StructuredJArgument:
             gpus = named_resources[h].gpu if h else 0
             if gpus <= 0:
                 raise InvalidArgumentError(
-                    f"-j {j} needs a GPU host type (-h) to infer processes per node; use -j {j}xNPROC"
+                    f"-j {j} needs a GPU host type (-h) to infer processes per node;"
+                    f" use -j {j}xNPROC"
                 )
             return StructuredJArgument.parse(f"{j.strip()}x{gpus}")
         return StructuredJArgument.parse(j)

@@ -16,7 +16,9 @@ def _loglevel_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return out
 
 
-def echo(msg: str = "hello world", image: str = torchx.IMAGE, num_replicas: int = 1) -> specs.AppDef:
+def echo(
+    msg: str = "hello world", image: str = torchx.IMAGE, num_replicas: int = 1
+) -> specs.AppDef:
     """Echoes a message to stdout (calls echo).
 
     Args:

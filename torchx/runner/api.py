@@ -95,7 +95,9 @@ class Runner:
         parent_run_id: Optional[str] = None,
     ) -> AppHandle:
         """Materialize a component (``utils.echo``, ``file.py:fn``) and submit it."""
-        info = self.dryrun_component(component, component_args, scheduler, cfg, workspace, parent_run_id)
+        info = self.dryrun_component(
+            component, component_args, scheduler, cfg, workspace, parent_run_id
+        )
         return self.schedule(info)
 
     def dryrun_component(
@@ -248,7 +250,9 @@ class Runner:
         sched, _, app_id = self._scheduler_app_id(app_handle)
         if sched.describe(app_id) is None:
             raise UnknownAppException(app_handle)
-        return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams=streams)
+        return sched.log_iter(
+            app_id, role_name, k, regex, since, until, should_tail, streams=streams
+        )
 
     def list(self, scheduler: str) -> List[ListAppResponse]:
         """Apps the scheduler knows, with their handles."""
@@ -317,7 +321,8 @@ def _validate_app(app: AppDef) -> None:
             raise InvalidAppError(f"role {role.name!r} of app {app.name!r} has no entrypoint")
         if role.num_replicas <= 0:
             raise InvalidAppError(
-                f"role {role.name!r} of app {app.name!r} has num_replicas={role.num_replicas}; it must be > 0"
+                f"role {role.name!r} of app {app.name!r} has num_replicas={role.num_replicas};"
+                " it must be > 0"
             )
 
 

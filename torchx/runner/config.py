@@ -111,7 +111,9 @@ def get_configs(prefix: str, name: str, dirs: Optional[Iterable[str]] = None) ->
     return load_sections(prefix, dirs).get(name, {})
 
 
-def get_config(prefix: str, name: str, key: str, dirs: Optional[Iterable[str]] = None) -> Optional[str]:
+def get_config(
+    prefix: str, name: str, key: str, dirs: Optional[Iterable[str]] = None
+) -> Optional[str]:
     return get_configs(prefix, name, dirs).get(key)
 
 
@@ -213,7 +215,10 @@ def dumps(schedulers: Optional[List[str]] = None, required_only: bool = False) -
 
 
 def get_configured_trackers(dirs: Optional[Iterable[str]] = None) -> Dict[str, Optional[str]]:
-    """``{tracker name: config}`` from ``$TORCHX_TRACKERS`` or ``[torchx:tracker]`` + ``[tracker:NAME]``."""
+    """``{tracker name: config}``.
+
+    From ``$TORCHX_TRACKERS`` or ``[torchx:tracker]`` + ``[tracker:NAME]``.
+    """
     env_names = os.environ.get("TORCHX_TRACKERS")
     names: List[str]
     if env_names is not None:
@@ -225,5 +230,7 @@ def get_configured_trackers(dirs: Optional[Iterable[str]] = None) -> Dict[str, O
         from torchx.trackers.api import tracker_config_env_var_name
 
         env_cfg = os.environ.get(tracker_config_env_var_name(name))
-        trackers[name] = env_cfg if env_cfg is not None else get_config("tracker", name, "config", dirs)
+        trackers[name] = (
+            env_cfg if env_cfg is not None else get_config("tracker", name, "config", dirs)
+        )
     return trackers

@@ -8,7 +8,9 @@ from typing import Callable, List
 from torchx.runner.api import Runner
 
 
-def tail_app_logs(runner: Runner, handle: str, emit: Callable[[str, int, str], None], should_tail: bool = True) -> List[BaseException]:
+def tail_app_logs(
+    runner: Runner, handle: str, emit: Callable[[str, int, str], None], should_tail: bool = True
+) -> List[BaseException]:
     """Call ``emit(role, replica, line)`` for each line (without its newline) as it is written.
 
     One thread per replica; ``emit`` calls are serialized. Returns the readers' errors.
@@ -27,7 +29,11 @@ def tail_app_logs(runner: Runner, handle: str, emit: Callable[[str, int, str], N
         except Exception as e:  # reported to the caller
             errors.append(e)
 
-    threads = [threading.Thread(target=copy, args=(r.name, k), daemon=True) for r in app.roles for k in range(r.num_replicas)]
+    threads = [
+        threading.Thread(target=copy, args=(r.name, k), daemon=True)
+        for r in app.roles
+        for k in range(r.num_replicas)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -30,10 +30,15 @@ def _deferred(module: str) -> SchedulerFactory:
 def get_scheduler_factories(
     group: str = "torchx.schedulers", skip_defaults: bool = False
 ) -> Dict[str, SchedulerFactory]:
-    """``{name: create_scheduler}``; plugins add to the builtins, never hiding one of the same name."""
+    """``{name: create_scheduler}``.
+
+    Plugins add to the builtins, never hiding one of the same name.
+    """
     from torchx.util.entrypoints import load_group
 
-    factories: Dict[str, SchedulerFactory] = {name: _plugin(loader) for name, loader in load_group(group).items()}
+    factories: Dict[str, SchedulerFactory] = {
+        name: _plugin(loader) for name, loader in load_group(group).items()
+    }
     if not skip_defaults:
         factories.update({name: _deferred(mod) for name, mod in DEFAULT_SCHEDULER_MODULES.items()})
     return factories

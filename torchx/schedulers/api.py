@@ -26,8 +26,30 @@ from torchx.specs.api import (
     TorchXError,
     runopts,
 )
+from torchx.specs.names import validate_app_names
 
 T = TypeVar("T")  # the scheduler's request type
+
+# AppDef.metadata key under which the Runner hands a submission's idempotency token to the
+# scheduler's dry run; each scheduler stores the token with the job itself (local request,
+# Slurm comment, Kubernetes label, Batch tag, Ray metadata) so any process can find it.
+IDEMPOTENCY_TOKEN = "torchx.idempotency_token"
+
+
+def idempotency_token(key: str) -> str:
+    """The stored form of an idempotency key: ``tx`` + 40 hex digits of its sha256.
+
+    Short and plain enough for every backend (a Kubernetes label value, a Slurm comment,
+    a Batch tag), and it does not leak the key's text (which may name a DAG or a run).
+    """
+    import hashlib
+
+    return "tx" + hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def app_idempotency_token(app: AppDef) -> Optional[str]:
+    """The token the Runner put on ``app`` (None for a submission without a key)."""
+    return app.metadata.get(IDEMPOTENCY_TOKEN) or None
 
 
 class Stream(str, Enum):
@@ -73,7 +95,9 @@ class Scheduler(abc.ABC, Generic[T]):
     def close(self) -> None:
         """Release resources held by this object (never kills jobs submitted through it)."""
 
-    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal], workspace: Optional[str] = None) -> str:
+    def submit(
+        self, app: AppDef, cfg: Mapping[str, CfgVal], workspace: Optional[str] = None
+    ) -> str:
         """Dry-run then schedule ``app``; returns the scheduler's app id."""
         resolved = self.run_opts().resolve(cfg)
         return self.schedule(self.submit_dryrun(app, resolved))
@@ -85,6 +109,7 @@ class Scheduler(abc.ABC, Generic[T]):
     def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[T]:
         """The exact request ``schedule`` would submit, without submitting it."""
         resolved = self.run_opts().resolve(cfg)
+        validate_app_names(app)
         self._validate(app, self.backend, resolved)
         info = self._submit_dryrun(app, resolved)
         for role in app.roles:
@@ -110,6 +135,15 @@ class Scheduler(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def list(self) -> List[ListAppResponse]:
         """Apps this scheduler knows about."""
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """Apps submitted with ``token`` (see ``idempotency_token``), oldest first.
+
+        "Oldest" is the backend's own submission order (job id, creation time) with the
+        app id breaking ties, so every process that asks gets the same order. Schedulers
+        filter on the backend's side where its API allows it (a label selector, a name).
+        """
+        raise NotImplementedError(f"{self.backend} does not support idempotent submission")
 
     def exists(self, app_id: str) -> bool:
         return self.describe(app_id) is not None
@@ -154,7 +188,8 @@ class Scheduler(abc.ABC, Generic[T]):
         for role in app.roles:
             if role.resource == NULL_RESOURCE:
                 raise InvalidAppError(
-                    f"No resource for role: {role.image}. Did you forget to attach resource to the role?"
+                    f"No resource for role: {role.image}."
+                    " Did you forget to attach resource to the role?"
                 )
 
 

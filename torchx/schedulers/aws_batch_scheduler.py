@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import getpass
 import logging
-import random
 import re
-import string
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +40,7 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
+from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -141,7 +140,9 @@ class BatchJob:
 
     def __str__(self) -> str:
         return yaml.safe_dump(
-            {"registerJobDefinition": self.job_def, "submitJob": self.submit_args}, sort_keys=False, width=1000
+            {"registerJobDefinition": self.job_def, "submitJob": self.submit_args},
+            sort_keys=False,
+            width=1000,
         )
 
     __repr__ = __str__
@@ -150,14 +151,16 @@ class BatchJob:
 def parse_app_id(app_id: str) -> Tuple[str, str]:
     queue, sep, name = app_id.partition(":")
     if not sep or not queue or not name:
-        raise InvalidArgumentError(f"{app_id!r} is not an aws_batch app id; expected QUEUE:JOB_NAME")
+        raise InvalidArgumentError(
+            f"{app_id!r} is not an aws_batch app id; expected QUEUE:JOB_NAME"
+        )
     return queue, name
 
 
 def job_name(app_name: str) -> str:
     """``{name}-{random}``: Batch allows letters, digits, '-' and '_' (128 chars, alnum first)."""
     base = re.sub(r"[^A-Za-z0-9_-]+", "-", app_name).strip("-_")[:100] or "app"
-    return f"{base}-{''.join(random.choices(string.ascii_lowercase + string.digits, k=8))}"
+    return f"{base}-{random_id(8)}"
 
 
 def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
@@ -181,15 +184,22 @@ def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Lis
     mounts = list(role.mounts)
     for device, count in role.resource.devices.items():
         if device in DEVICE_PATHS:
-            mounts += [DeviceMount(DEVICE_PATHS[device].format(i), DEVICE_PATHS[device].format(i)) for i in range(count)]
+            mounts += [
+                DeviceMount(DEVICE_PATHS[device].format(i), DEVICE_PATHS[device].format(i))
+                for i in range(count)
+            ]
     for i, mount in enumerate(mounts):
         name = f"mount_{i}"
         if isinstance(mount, BindMount):
             volumes.append({"name": name, "host": {"sourcePath": mount.src_path}})
-            mount_points.append({"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name})
+            mount_points.append(
+                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
+            )
         elif isinstance(mount, VolumeMount):
             volumes.append({"name": name, "efsVolumeConfiguration": {"fileSystemId": mount.src}})
-            mount_points.append({"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name})
+            mount_points.append(
+                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
+            )
         elif isinstance(mount, DeviceMount):
             devices.append(
                 {
@@ -290,7 +300,9 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
             return getattr(client, method)(**kwargs)
         except ClientError as e:
             err = e.response.get("Error", {})
-            raise AWSBatchError(f"AWS Batch {method} failed: {err.get('Code')}: {err.get('Message')}") from None
+            raise AWSBatchError(
+                f"AWS Batch {method} failed: {err.get('Code')}: {err.get('Message')}"
+            ) from None
         except BotoCoreError as e:
             raise AWSBatchError(f"AWS {method} failed: {e}") from None
 
@@ -299,21 +311,42 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
     def _run_opts(self) -> runopts:
         opts = runopts()
         opts.add("queue", type_=str, required=True, help="the AWS Batch job queue to submit to")
-        opts.add("user", type_=str, default=getpass.getuser(), help="the user name to tag the job with")
-        opts.add("privileged", type_=bool, default=False, help="run the containers in privileged mode")
+        opts.add(
+            "user", type_=str, default=getpass.getuser(), help="the user name to tag the job with"
+        )
+        opts.add(
+            "privileged", type_=bool, default=False, help="run the containers in privileged mode"
+        )
         opts.add("share_id", type_=str, help="the share identifier of a fair-share job queue")
-        opts.add("priority", type_=int, default=0, help="scheduling priority in a fair-share queue (with share_id)")
+        opts.add(
+            "priority",
+            type_=int,
+            default=0,
+            help="scheduling priority in a fair-share queue (with share_id)",
+        )
         opts.add("job_role_arn", type_=str, help="IAM role the containers' AWS calls use")
-        opts.add("execution_role_arn", type_=str, help="IAM role ECS uses to pull images and write logs")
-        opts.add("image_repo", type_=str, help="repository for workspace images (accepted for compatibility)")
-        opts.add("quiet", type_=bool, default=False, help="accepted for compatibility (image push progress)")
+        opts.add(
+            "execution_role_arn", type_=str, help="IAM role ECS uses to pull images and write logs"
+        )
+        opts.add(
+            "image_repo",
+            type_=str,
+            help="repository for workspace images (accepted for compatibility)",
+        )
+        opts.add(
+            "quiet",
+            type_=bool,
+            default=False,
+            help="accepted for compatibility (image push progress)",
+        )
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         super()._validate(app, scheduler, cfg)
         if len(app.roles) > MAX_NODE_RANGES:
             raise InvalidAppError(
-                f"aws_batch runs at most {MAX_NODE_RANGES} roles (node ranges) per job, app has {len(app.roles)}"
+                f"aws_batch runs at most {MAX_NODE_RANGES} roles (node ranges) per job,"
+                f" app has {len(app.roles)}"
             )
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[BatchJob]:
@@ -324,7 +357,9 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
         start = 0
         for role_idx, role in enumerate(app.roles):
             replica_id = f"${NODE_INDEX_ENV}" if start == 0 else f"$(({NODE_INDEX_ENV}-{start}))"
-            values = macros.Values(img_root="", app_id=app_id, replica_id=replica_id, rank0_env=RANK0_ENV)
+            values = macros.Values(
+                img_root="", app_id=app_id, replica_id=replica_id, rank0_env=RANK0_ENV
+            )
             node_role = values.apply(role)
             node_role.env[ENV_TORCHX_ROLE_IDX] = str(role_idx)
             node_role.env[ENV_TORCHX_ROLE_NAME] = role.name
@@ -346,7 +381,11 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
         job_def: Dict[str, Any] = {
             "jobDefinitionName": name,
             "type": "multinode",
-            "nodeProperties": {"numNodes": start, "mainNode": 0, "nodeRangeProperties": node_ranges},
+            "nodeProperties": {
+                "numNodes": start,
+                "mainNode": 0,
+                "nodeRangeProperties": node_ranges,
+            },
             # attempts = first try + retries; a node exiting 0 never causes a retry
             "retryStrategy": {
                 "attempts": min(1 + retries, MAX_ATTEMPTS),
@@ -359,7 +398,14 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
         priority = int(cfg.get("priority") or 0)  # type: ignore[arg-type]
         if priority:
             job_def["schedulingPriority"] = priority
-        req = BatchJob(name=name, queue=queue, share_id=cfg.get("share_id"), priority=priority, job_def=job_def)  # type: ignore[arg-type]
+        share_id = cfg.get("share_id")
+        req = BatchJob(
+            name=name,
+            queue=queue,
+            share_id=str(share_id) if share_id else None,
+            priority=priority,
+            job_def=job_def,
+        )
         return AppDryRunInfo(req, str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
@@ -373,15 +419,25 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
     def _describe_jobs(self, ids: List[str]) -> List[Dict[str, Any]]:
         jobs: List[Dict[str, Any]] = []
         for i in range(0, len(ids), 100):
-            jobs += self._call(self.client, "describe_jobs", jobs=ids[i : i + 100]).get("jobs") or []
+            jobs += (
+                self._call(self.client, "describe_jobs", jobs=ids[i : i + 100]).get("jobs") or []
+            )
         return jobs
 
     def _get_job(self, app_id: str) -> Optional[Dict[str, Any]]:
         queue, name = parse_app_id(app_id)
-        summaries = self._call(
-            self.client, "list_jobs", jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}]
-        ).get("jobSummaryList") or []
-        summaries = [s for s in summaries if s.get("jobName") == name and "#" not in s.get("jobId", "")]
+        summaries = (
+            self._call(
+                self.client,
+                "list_jobs",
+                jobQueue=queue,
+                filters=[{"name": "JOB_NAME", "values": [name]}],
+            ).get("jobSummaryList")
+            or []
+        )
+        summaries = [
+            s for s in summaries if s.get("jobName") == name and "#" not in s.get("jobId", "")
+        ]
         if not summaries:
             return None
         newest = max(summaries, key=lambda s: s.get("createdAt") or 0)
@@ -419,7 +475,11 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
             for i in range(role.num_replicas):
                 node = nodes.get(start + i)
                 if node is None:  # no node job (yet): the node is where the job is
-                    r_state, host, err = state, "", _error_text(job) if state == AppState.FAILED else ""
+                    r_state, host, err = (
+                        state,
+                        "",
+                        _error_text(job) if state == AppState.FAILED else "",
+                    )
                 else:
                     r_state = self._state(node)
                     if state == AppState.CANCELLED and r_state in (AppState.FAILED, *_LIVE):
@@ -430,7 +490,11 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
                 replicas.append(ReplicaStatus(i, r_state, role.name, host, err or NONE))
             statuses.append(RoleStatus(role.name, replicas))
             start += role.num_replicas
-        msg = _error_text(job) if state in (AppState.FAILED, AppState.CANCELLED) else str(job.get("statusReason") or "")
+        msg = (
+            _error_text(job)
+            if state in (AppState.FAILED, AppState.CANCELLED)
+            else str(job.get("statusReason") or "")
+        )
         region = self.client.meta.region_name
         return DescribeAppResponse(
             app_id=app_id,
@@ -463,7 +527,11 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
                     args=command[1:],
                     env=env,
                     num_replicas=hi - lo + 1,
-                    resource=Resource(cpu=reqs.get("VCPU", 1), gpu=reqs.get("GPU", 0), memMB=reqs.get("MEMORY", -1)),
+                    resource=Resource(
+                        cpu=reqs.get("VCPU", 1),
+                        gpu=reqs.get("GPU", 0),
+                        memMB=reqs.get("MEMORY", -1),
+                    ),
                 )
             )
         return roles
@@ -473,16 +541,24 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
     def list(self) -> List[ListAppResponse]:
         """torchx jobs (found by their tags) in every job queue, in all states."""
         apps = []
-        queues = [q["jobQueueName"] for q in self._call(self.client, "describe_job_queues").get("jobQueues") or []]
+        queues = [
+            q["jobQueueName"]
+            for q in self._call(self.client, "describe_job_queues").get("jobQueues") or []
+        ]
         for queue in queues:
             summaries = []
             token: Optional[str] = None
             while True:
-                kwargs: Dict[str, Any] = {"jobQueue": queue, "filters": [{"name": "AFTER_CREATED_AT", "values": ["1"]}]}
+                kwargs: Dict[str, Any] = {
+                    "jobQueue": queue,
+                    "filters": [{"name": "AFTER_CREATED_AT", "values": ["1"]}],
+                }
                 if token:
                     kwargs["nextToken"] = token
                 resp = self._call(self.client, "list_jobs", **kwargs)
-                summaries += [s for s in resp.get("jobSummaryList") or [] if "#" not in s.get("jobId", "")]
+                summaries += [
+                    s for s in resp.get("jobSummaryList") or [] if "#" not in s.get("jobId", "")
+                ]
                 token = resp.get("nextToken")
                 if not token:
                     break
@@ -490,7 +566,11 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
                 tags = job.get("tags") or {}
                 if TAG_VERSION in tags:
                     apps.append(
-                        ListAppResponse(f"{queue}:{job['jobName']}", self._state(job), name=tags.get(TAG_APP_NAME, ""))
+                        ListAppResponse(
+                            f"{queue}:{job['jobName']}",
+                            self._state(job),
+                            name=tags.get(TAG_APP_NAME, ""),
+                        )
                     )
         return apps
 
@@ -512,9 +592,11 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
         should_tail: bool = False,
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
-        """Lines of node ``k`` of ``role_name`` from CloudWatch Logs (stdout and stderr combined)."""
+        """Lines of node ``k`` of ``role_name`` from CloudWatch Logs (stdout and stderr)."""
         if streams not in (None, Stream.COMBINED):
-            raise InvalidArgumentError("aws_batch logs combine stdout and stderr; use --streams combined (the default)")
+            raise InvalidArgumentError(
+                "aws_batch logs combine stdout and stderr; use --streams combined (the default)"
+            )
         return filter_regex(regex, self._log_lines(app_id, role_name, k, since, until, should_tail))
 
     def _node_index(self, job: Dict[str, Any], role_name: str, k: int) -> int:
@@ -522,18 +604,25 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
         for role in self._roles(job):
             if role.name == role_name:
                 if not 0 <= k < role.num_replicas:
-                    raise InvalidArgumentError(f"role {role_name!r} has replicas 0..{role.num_replicas - 1}, not {k}")
+                    raise InvalidArgumentError(
+                        f"role {role_name!r} has replicas 0..{role.num_replicas - 1}, not {k}"
+                    )
                 return start + k
             start += role.num_replicas
         raise InvalidArgumentError(f"app has no role {role_name!r}")
 
     def _log_stream(self, job: Dict[str, Any], node_index: int) -> Optional[str]:
         candidates = self._describe_jobs([f"{job['jobId']}#{node_index}"])
-        if not candidates and node_index == int((job.get("nodeProperties") or {}).get("mainNode") or 0):
+        if not candidates and node_index == int(
+            (job.get("nodeProperties") or {}).get("mainNode") or 0
+        ):
             candidates = [job]  # without node jobs, the job's own stream is the main node's
         for node in candidates:
             attempts = node.get("attempts") or []
-            for container in [(attempts[-1].get("container") if attempts else None), node.get("container")]:
+            for container in [
+                (attempts[-1].get("container") if attempts else None),
+                node.get("container"),
+            ]:
                 if container and container.get("logStreamName"):
                     return str(container["logStreamName"])
         return None
@@ -564,14 +653,18 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
                 stream = self._log_stream(job, node_index)
             if stream is not None:
                 while True:  # drain what is there now
-                    args = dict(kwargs, logStreamName=stream, **({"nextToken": token} if token else {}))
+                    args = dict(
+                        kwargs, logStreamName=stream, **({"nextToken": token} if token else {})
+                    )
                     resp = self._call(self.log_client, "get_log_events", **args)
                     events = resp.get("events") or []
                     for event in events:
                         message = str(event.get("message", ""))
                         yield message if message.endswith("\n") else message + "\n"
                     new_token = resp.get("nextForwardToken")
-                    done = new_token is None or new_token == token  # AWS: same token = end of stream
+                    done = (
+                        new_token is None or new_token == token
+                    )  # AWS: same token = end of stream
                     token = new_token
                     if done:
                         break
@@ -584,5 +677,12 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
             time.sleep(TAIL_POLL_SECONDS)
 
 
-def create_scheduler(session_name: str, client: Optional[Any] = None, log_client: Optional[Any] = None, **kwargs: Any) -> AWSBatchScheduler:
-    return AWSBatchScheduler(session_name, client=client, log_client=log_client, log_group=kwargs.get("log_group", DEFAULT_LOG_GROUP))
+def create_scheduler(
+    session_name: str, client: Optional[Any] = None, log_client: Optional[Any] = None, **kwargs: Any
+) -> AWSBatchScheduler:
+    return AWSBatchScheduler(
+        session_name,
+        client=client,
+        log_client=log_client,
+        log_group=kwargs.get("log_group", DEFAULT_LOG_GROUP),
+    )

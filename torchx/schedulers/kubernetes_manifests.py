@@ -14,13 +14,12 @@ macros (``${replica_id}``, ``${rank0_env}``) can differ. Pod host names stay und
 from __future__ import annotations
 
 import posixpath
-import random
 import re
-import string
 from typing import Any, Dict, List, Optional, Tuple
 
 import torchx
 from torchx.schedulers.api import InvalidAppError
+from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     AppDef,
     BindMount,
@@ -103,8 +102,7 @@ def label_value(value: str) -> str:
 
 
 def unique_app_name(app_name: str) -> str:
-    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=8))
-    return f"{normalize_name(app_name, APP_NAME_MAX)}-{suffix}"
+    return f"{normalize_name(app_name, APP_NAME_MAX)}-{random_id(8)}"
 
 
 def role_dns_names(app: AppDef) -> List[str]:
@@ -191,14 +189,22 @@ def _volumes(role: Role) -> Tuple[List[Any], List[Any], bool]:
     )
 
     shm_size = f"{int(role.resource.memMB)}Mi" if role.resource.memMB > 0 else None
-    volumes = [V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_size))]
+    volumes = [
+        V1Volume(
+            name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_size)
+        )
+    ]
     mounts = [V1VolumeMount(name="dshm", mount_path="/dev/shm")]
     privileged = False
     for i, mount in enumerate(role.mounts):
         name = f"mount-{i}"
         if isinstance(mount, BindMount):
-            volumes.append(V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path)))
-            mounts.append(V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only))
+            volumes.append(
+                V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
+            )
+            mounts.append(
+                V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only)
+            )
         elif isinstance(mount, VolumeMount):
             volumes.append(
                 V1Volume(
@@ -208,12 +214,18 @@ def _volumes(role: Role) -> Tuple[List[Any], List[Any], bool]:
                     ),
                 )
             )
-            mounts.append(V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only))
+            mounts.append(
+                V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only)
+            )
         elif isinstance(mount, DeviceMount):
             # Pods cannot be given a single device: mount the host path, which needs privileges.
-            volumes.append(V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path)))
+            volumes.append(
+                V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
+            )
             mounts.append(
-                V1VolumeMount(name=name, mount_path=mount.dst_path, read_only="w" not in mount.permissions)
+                V1VolumeMount(
+                    name=name, mount_path=mount.dst_path, read_only="w" not in mount.permissions
+                )
             )
             privileged = True
         else:
@@ -228,7 +240,12 @@ def _env(env: Dict[str, str], first: Optional[List[Any]] = None) -> List[Any]:
     for key, value in env.items():
         if value.startswith(FIELD_PATH_PREFIX):
             path = value[len(FIELD_PATH_PREFIX) :]
-            out.append(V1EnvVar(name=key, value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path=path))))
+            out.append(
+                V1EnvVar(
+                    name=key,
+                    value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path=path)),
+                )
+            )
         else:
             out.append(V1EnvVar(name=key, value=value))
     return out
@@ -293,7 +310,9 @@ def pod_template(
         subdomain=subdomain,
         priority_class_name=priority_class,
     )
-    return V1PodTemplateSpec(metadata=V1ObjectMeta(labels=labels, annotations=annotations), spec=spec)
+    return V1PodTemplateSpec(
+        metadata=V1ObjectMeta(labels=labels, annotations=annotations), spec=spec
+    )
 
 
 def _app_labels(app: AppDef, unique_name: str) -> Dict[str, str]:
@@ -320,7 +339,9 @@ def _annotations(app: AppDef, role: Role) -> Dict[str, str]:
     }
 
 
-def _metadata(name: str, namespace: str, labels: Dict[str, str], annotations: Optional[Dict[str, str]] = None) -> Any:
+def _metadata(
+    name: str, namespace: str, labels: Dict[str, str], annotations: Optional[Dict[str, str]] = None
+) -> Any:
     from kubernetes.client.models import V1ObjectMeta
 
     return V1ObjectMeta(name=name, namespace=namespace, labels=labels, annotations=annotations)
@@ -336,7 +357,9 @@ def serialize(obj: Any) -> Any:
 # --------------------------------------------------------------------------- volcano
 
 
-def volcano_job(app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
+def volcano_job(
+    app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, Any]
+) -> Dict[str, Any]:
     """A ``batch.volcano.sh/v1alpha1`` Job: one task per replica, gang-scheduled by Volcano."""
     role_names = role_dns_names(app)
     rank0_task = task_name(role_names[0], 0)
@@ -454,7 +477,9 @@ def indexed_jobs(
     replica_env = V1EnvVar(
         name=REPLICA_ID_ENV,
         value_from=V1EnvVarSource(
-            field_ref=V1ObjectFieldSelector(field_path=f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']")
+            field_ref=V1ObjectFieldSelector(
+                field_path=f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"
+            )
         ),
     )
     for role_idx, (role, role_dns) in enumerate(zip(app.roles, role_names, strict=True)):

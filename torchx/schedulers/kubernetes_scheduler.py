@@ -116,7 +116,9 @@ class KubernetesError(TorchXError):
 class KubernetesJob:
     """The manifests ``schedule`` creates; ``str()`` is YAML ``kubectl apply -f`` accepts."""
 
-    def __init__(self, manifests: List[Dict[str, Any]], namespace: str, name: str, job_type: str) -> None:
+    def __init__(
+        self, manifests: List[Dict[str, Any]], namespace: str, name: str, job_type: str
+    ) -> None:
         self.manifests = manifests
         self.namespace = namespace
         self.name = name
@@ -155,7 +157,9 @@ def _api_errors(fn: F) -> F:
 def _kubernetes_error(e: Exception) -> KubernetesError:
     status = getattr(e, "status", None)
     if status is not None:
-        return KubernetesError(f"Kubernetes API error {status} ({getattr(e, 'reason', '')}): {_status_message(e)}")
+        return KubernetesError(
+            f"Kubernetes API error {status} ({getattr(e, 'reason', '')}): {_status_message(e)}"
+        )
     return KubernetesError(f"cannot reach the Kubernetes API server: {e}")
 
 
@@ -163,7 +167,8 @@ def parse_app_id(app_id: str) -> Tuple[str, str]:
     namespace, sep, name = app_id.partition(":")
     if not sep or not namespace or not name:
         raise InvalidArgumentError(
-            f"{app_id!r} is not a kubernetes app id; expected NAMESPACE:NAME (e.g. default:trainer-abc12345)"
+            f"{app_id!r} is not a kubernetes app id;"
+            " expected NAMESPACE:NAME (e.g. default:trainer-abc12345)"
         )
     return namespace, name
 
@@ -171,7 +176,9 @@ def parse_app_id(app_id: str) -> Tuple[str, str]:
 class KubernetesScheduler(Scheduler[KubernetesJob]):
     """Submits, watches, tails and deletes torchx apps on a Kubernetes cluster."""
 
-    def __init__(self, session_name: str, client: Optional[Any] = None, namespace: Optional[str] = None) -> None:
+    def __init__(
+        self, session_name: str, client: Optional[Any] = None, namespace: Optional[str] = None
+    ) -> None:
         super().__init__("kubernetes", session_name)
         self._client = client
         self._owns_client = client is None
@@ -188,7 +195,9 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
             configuration = client.Configuration()
             try:
-                config.load_kube_config(config_file=_kubeconfig_path(), client_configuration=configuration)
+                config.load_kube_config(
+                    config_file=_kubeconfig_path(), client_configuration=configuration
+                )
             except (config.ConfigException, OSError, TypeError) as kube_err:
                 try:
                     config.load_incluster_config(client_configuration=configuration)
@@ -239,39 +248,68 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add("queue", type_=str, help="Volcano queue to schedule the job in (required for job_type=volcano)")
-        opts.add("namespace", type_=str, help="Kubernetes namespace (default: the kube context's, else 'default')")
+        opts.add(
+            "queue",
+            type_=str,
+            help="Volcano queue to schedule the job in (required for job_type=volcano)",
+        )
+        opts.add(
+            "namespace",
+            type_=str,
+            help="Kubernetes namespace (default: the kube context's, else 'default')",
+        )
         opts.add("service_account", type_=str, help="service account the pods run as")
         opts.add("priority_class", type_=str, help="name of the PriorityClass of the job")
         opts.add(
             "image_repo",
             type_=str,
-            help="repository for workspace images (accepted for compatibility: this scheduler builds no images)",
+            help="repository for workspace images"
+            " (accepted for compatibility: this scheduler builds no images)",
         )
-        opts.add("quiet", type_=bool, default=False, help="accepted for compatibility (image push progress)")
-        opts.add("node_selector", type_=Dict[str, str], help="node labels the pods must match, e.g. disktype:ssd;zone:a")
+        opts.add(
+            "quiet",
+            type_=bool,
+            default=False,
+            help="accepted for compatibility (image push progress)",
+        )
+        opts.add(
+            "node_selector",
+            type_=Dict[str, str],
+            help="node labels the pods must match, e.g. disktype:ssd;zone:a",
+        )
         opts.add(
             "tolerations",
             type_=List[str],
-            help="taints to tolerate, KEY[=VALUE][:EFFECT] separated by ';' (e.g. nvidia.com/gpu:NoSchedule)",
+            help="taints to tolerate, KEY[=VALUE][:EFFECT] separated by ';'"
+            " (e.g. nvidia.com/gpu:NoSchedule)",
         )
-        opts.add("image_pull_secrets", type_=List[str], help="names of the secrets used to pull the images")
+        opts.add(
+            "image_pull_secrets",
+            type_=List[str],
+            help="names of the secrets used to pull the images",
+        )
         opts.add(
             "job_type",
             type_=str,
             default=JOB_TYPE_VOLCANO,
-            help="volcano (a Volcano Job, gang-scheduled) or indexed (Indexed batch/v1 Jobs + headless Service, no Volcano)",
+            help="volcano (a Volcano Job, gang-scheduled)"
+            " or indexed (Indexed batch/v1 Jobs + headless Service, no Volcano)",
         )
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         super()._validate(app, scheduler, cfg)
         opts = self.run_opts()
-        given = {k: v for k, v in cfg.items() if v is not None and (k not in opts or v != opts.get(k).default)}  # type: ignore[union-attr]
+        defaults = {name: opt.default for name, opt in opts}
+        given = {
+            k: v for k, v in cfg.items() if v is not None and (k not in opts or v != defaults[k])
+        }
         job_type = cfg.get("job_type") or JOB_TYPE_VOLCANO
         if job_type not in JOB_TYPES:
             raise InvalidRunConfigException(
-                f"Run option 'job_type' must be one of {', '.join(JOB_TYPES)}, got {job_type!r}", "job_type", given
+                f"Run option 'job_type' must be one of {', '.join(JOB_TYPES)}, got {job_type!r}",
+                "job_type",
+                given,
             )
         if job_type == JOB_TYPE_VOLCANO and not cfg.get("queue"):
             raise InvalidRunConfigException(
@@ -284,7 +322,9 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             parse_toleration(str(spec))
         role_dns_names(app)
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubernetesJob]:
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal]
+    ) -> AppDryRunInfo[KubernetesJob]:
         import_optional("kubernetes", "kubernetes")
         opts = dict(cfg)
         namespace = str(opts.get("namespace") or self.default_namespace())
@@ -326,13 +366,18 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
     def _api_error(self, e: Any, req: KubernetesJob) -> KubernetesError:
         reason = _status_message(e)
         if e.status == 409:
-            return KubernetesError(f"a job named {req.name} already exists in namespace {req.namespace}: {reason}")
+            return KubernetesError(
+                f"a job named {req.name} already exists in namespace {req.namespace}: {reason}"
+            )
         if e.status == 404 and req.job_type == JOB_TYPE_VOLCANO:
             return KubernetesError(
-                f"Volcano jobs ({VOLCANO_GROUP}/{VOLCANO_VERSION}) are not served by this cluster: {reason};"
+                f"Volcano jobs ({VOLCANO_GROUP}/{VOLCANO_VERSION})"
+                f" are not served by this cluster: {reason};"
                 " install Volcano or use -cfg job_type=indexed"
             )
-        return KubernetesError(f"Kubernetes API error {e.status} ({e.reason}) creating {req.name}: {reason}")
+        return KubernetesError(
+            f"Kubernetes API error {e.status} ({e.reason}) creating {req.name}: {reason}"
+        )
 
     # ------------------------------------------------------------------ describe
 
@@ -349,11 +394,15 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             raise
 
     def _indexed_jobs(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = self._list_json(self._batch().list_namespaced_job, namespace, f"{LABEL_UNIQUE_NAME}={name}")
+        items = self._list_json(
+            self._batch().list_namespaced_job, namespace, f"{LABEL_UNIQUE_NAME}={name}"
+        )
         return [j for j in items if _labels(j).get(LABEL_UNIQUE_NAME) == name]
 
     def _pods(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = self._list_json(self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}")
+        items = self._list_json(
+            self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}"
+        )
         return [p for p in items if _labels(p).get(LABEL_UNIQUE_NAME) == name]
 
     @staticmethod
@@ -375,10 +424,14 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             if jobs:
                 return self._describe_indexed(app_id, jobs, self._pods(namespace, name))
         if app_id in self._cancelled:
-            return DescribeAppResponse(app_id=app_id, state=AppState.CANCELLED, msg="deleted by torchx cancel")
+            return DescribeAppResponse(
+                app_id=app_id, state=AppState.CANCELLED, msg="deleted by torchx cancel"
+            )
         return None
 
-    def _describe_volcano(self, app_id: str, job: Dict[str, Any], pods: List[Dict[str, Any]]) -> DescribeAppResponse:
+    def _describe_volcano(
+        self, app_id: str, job: Dict[str, Any], pods: List[Dict[str, Any]]
+    ) -> DescribeAppResponse:
         roles = ks.volcano_roles(job)
 
         def from_task_counts(role_idx: int, replica_id: int) -> Optional[AppState]:
@@ -386,9 +439,13 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             return ks.volcano_task_state(job, task_name(role_dns, replica_id))
 
         restarts = int((job.get("status") or {}).get("retryCount") or 0)
-        return self._response(app_id, ks.volcano_state(job), roles, pods, from_task_counts, restarts, "")
+        return self._response(
+            app_id, ks.volcano_state(job), roles, pods, from_task_counts, restarts, ""
+        )
 
-    def _describe_indexed(self, app_id: str, jobs: List[Dict[str, Any]], pods: List[Dict[str, Any]]) -> DescribeAppResponse:
+    def _describe_indexed(
+        self, app_id: str, jobs: List[Dict[str, Any]], pods: List[Dict[str, Any]]
+    ) -> DescribeAppResponse:
         roles = ks.indexed_roles(jobs)
         parts = [ks.batch_job_state(j) for j in jobs]
         state = ks.combine_states([s for s, _ in parts])
@@ -418,7 +475,9 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
                     if info.problem:
                         problems.append((info.fatal, f"{role.name}[{i}]: {info.problem}"))
                 else:
-                    r_state = fallback(role_idx, i) or (state if is_terminal(state) else AppState.PENDING)
+                    r_state = fallback(role_idx, i) or (
+                        state if is_terminal(state) else AppState.PENDING
+                    )
                     host, err = "", ""
                 if state == AppState.CANCELLED and not is_terminal(r_state):
                     r_state = AppState.CANCELLED
@@ -452,12 +511,20 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         apps: List[ListAppResponse] = []
         try:
             resp = self._custom().list_namespaced_custom_object(
-                VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, label_selector=MANAGED_SELECTOR
+                VOLCANO_GROUP,
+                VOLCANO_VERSION,
+                namespace,
+                VOLCANO_PLURAL,
+                label_selector=MANAGED_SELECTOR,
             )
             for job in resp.get("items") or []:
                 if _labels(job).get(LABEL_ORGANIZATION) == ORGANIZATION:
                     name = job["metadata"]["name"]
-                    apps.append(ListAppResponse(f"{namespace}:{name}", ks.volcano_state(job), name=_app_name(job)))
+                    apps.append(
+                        ListAppResponse(
+                            f"{namespace}:{name}", ks.volcano_state(job), name=_app_name(job)
+                        )
+                    )
         except ApiException as e:
             if e.status != 404:  # 404: Volcano not installed
                 raise
@@ -489,10 +556,17 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         try:
             if kind == "VolcanoJob":
                 self._custom().delete_namespaced_custom_object(
-                    VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name, propagation_policy="Foreground"
+                    VOLCANO_GROUP,
+                    VOLCANO_VERSION,
+                    namespace,
+                    VOLCANO_PLURAL,
+                    name,
+                    propagation_policy="Foreground",
                 )
             elif kind == "Job":
-                self._batch().delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+                self._batch().delete_namespaced_job(
+                    name, namespace, propagation_policy="Foreground"
+                )
             else:
                 self._core().delete_namespaced_service(name, namespace)
         except ApiException as e:
@@ -515,15 +589,20 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         """Lines of the pod of replica ``k`` of ``role_name`` (stdout and stderr combined)."""
         if streams not in (None, Stream.COMBINED):
             raise InvalidArgumentError(
-                "kubernetes keeps stdout and stderr in one pod log; use --streams combined (the default)"
+                "kubernetes keeps stdout and stderr in one pod log;"
+                " use --streams combined (the default)"
             )
         namespace, name = parse_app_id(app_id)
         lines = self._pod_lines(app_id, namespace, name, role_name, k, since, until, should_tail)
         return filter_regex(regex, _guarded(lines))
 
-    def _find_pod(self, namespace: str, name: str, role_name: str, k: int) -> Optional[Dict[str, Any]]:
+    def _find_pod(
+        self, namespace: str, name: str, role_name: str, k: int
+    ) -> Optional[Dict[str, Any]]:
         pods = [
-            p for p in self._pods(namespace, name) if ks.role_matches(p, role_name) and ks.replica_id_of(p) == k
+            p
+            for p in self._pods(namespace, name)
+            if ks.role_matches(p, role_name) and ks.replica_id_of(p) == k
         ]
         pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
         return pods[-1] if pods else None
@@ -552,7 +631,11 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             if pod is not None:
                 try:
                     resp = self._core().read_namespaced_pod_log(
-                        pod["metadata"]["name"], namespace, follow=should_tail, _preload_content=False, **kwargs
+                        pod["metadata"]["name"],
+                        namespace,
+                        follow=should_tail,
+                        _preload_content=False,
+                        **kwargs,
                     )
                 except ApiException as e:
                     if e.status not in (400, 404):  # 400: container not started yet
@@ -618,7 +701,9 @@ def _labels(obj: Dict[str, Any]) -> Dict[str, str]:
 
 def _app_name(obj: Dict[str, Any]) -> str:
     meta = obj.get("metadata") or {}
-    return (meta.get("annotations") or {}).get("torchx.pytorch.org/app-name") or _labels(obj).get(LABEL_APP_NAME, "")
+    return (meta.get("annotations") or {}).get("torchx.pytorch.org/app-name") or _labels(obj).get(
+        LABEL_APP_NAME, ""
+    )
 
 
 def _status_message(e: Any) -> str:
@@ -637,5 +722,7 @@ def app_to_resource(
     return volcano_job(app, unique_app_name(app.name), "default", cfg)
 
 
-def create_scheduler(session_name: str, client: Optional[Any] = None, **kwargs: Any) -> KubernetesScheduler:
+def create_scheduler(
+    session_name: str, client: Optional[Any] = None, **kwargs: Any
+) -> KubernetesScheduler:
     return KubernetesScheduler(session_name, client=client, namespace=kwargs.get("namespace"))

@@ -89,9 +89,9 @@ def _meta(obj: Obj) -> Obj:
 
 def role_name_of(obj_or_template: Obj) -> str:
     meta = _meta(obj_or_template)
-    return (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME) or (meta.get("labels") or {}).get(
-        LABEL_ROLE_NAME, ""
-    )
+    return (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME) or (
+        meta.get("labels") or {}
+    ).get(LABEL_ROLE_NAME, "")
 
 
 def role_matches(pod: Obj, role_name: str) -> bool:
@@ -203,7 +203,9 @@ def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
     phases = [p for p, n in (counts.get("phase") or {}).items() if n]
     if not phases:
         return None
-    return most_advanced((POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases), AppState.UNKNOWN)
+    return most_advanced(
+        (POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases), AppState.UNKNOWN
+    )
 
 
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
@@ -247,7 +249,16 @@ def combine_states(states: List[AppState]) -> AppState:
 
 
 _QUANTITY = re.compile(r"^(?P<num>[0-9.]+)(?P<unit>[A-Za-z]*)$")
-_MEM_UNITS_MB = {"": 1 / 2**20, "Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 2**20, "k": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20}
+_MEM_UNITS_MB = {
+    "": 1 / 2**20,
+    "Ki": 1 / 1024,
+    "Mi": 1,
+    "Gi": 1024,
+    "Ti": 2**20,
+    "k": 1e3 / 2**20,
+    "M": 1e6 / 2**20,
+    "G": 1e9 / 2**20,
+}
 
 
 def _cpu(q: Optional[str]) -> int:
@@ -265,7 +276,9 @@ def _mem_mb(q: Optional[str]) -> int:
     return int(round(float(m["num"]) * _MEM_UNITS_MB[m["unit"]]))
 
 
-def role_from_template(template: Obj, num_replicas: int, min_replicas: Optional[int], max_retries: int) -> Role:
+def role_from_template(
+    template: Obj, num_replicas: int, min_replicas: Optional[int], max_retries: int
+) -> Role:
     """A Role read back from a pod template (macros already substituted)."""
     spec = template.get("spec") or {}
     container = (spec.get("containers") or [{}])[0]
@@ -303,7 +316,10 @@ def volcano_roles(job: Obj) -> List[Role]:
         min_replicas = sum(1 for t in tasks if t.get("minAvailable")) if elastic else None
         roles.append(
             role_from_template(
-                tasks[0].get("template") or {}, len(tasks), min_replicas, int(tasks[0].get("maxRetry") or 0)
+                tasks[0].get("template") or {},
+                len(tasks),
+                min_replicas,
+                int(tasks[0].get("maxRetry") or 0),
             )
         )
     return roles

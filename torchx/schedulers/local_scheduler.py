@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import re
 import shlex
 import shutil
 import signal
-import string
 import subprocess
 import sys
 import time
@@ -45,6 +42,7 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
+from torchx.schedulers.ids import unique_name
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -103,9 +101,7 @@ def _format_request(req: PopenRequest) -> str:
 
 
 def _make_app_id(name: str) -> str:
-    base = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "app"
-    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=10))
-    return f"{base[:40]}-{suffix}"
+    return unique_name(name, max_base=40, suffix_length=10)
 
 
 def _read_json(path: str) -> Optional[Dict[str, Any]]:
@@ -119,7 +115,9 @@ def _read_json(path: str) -> Optional[Dict[str, Any]]:
 class LocalScheduler(Scheduler[PopenRequest]):
     """Runs replicas as local processes; all state on disk (see module doc)."""
 
-    def __init__(self, session_name: str, cache_size: int = 100, extra_paths: Optional[List[str]] = None) -> None:
+    def __init__(
+        self, session_name: str, cache_size: int = 100, extra_paths: Optional[List[str]] = None
+    ) -> None:
         super().__init__("local_cwd", session_name)
         self._extra_paths = extra_paths or []
 
@@ -133,9 +131,28 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add("log_dir", type_=str, default=None, help="dir to write stdout/stderr log files of replicas (default: under $TORCHX_HOME/local_cwd)")
-        opts.add("prepend_cwd", type_=bool, default=False, help="if set, prepends CWD to replica's PATH env var making any binaries in CWD take precedence over those in PATH")
-        opts.add("auto_set_cuda_visible_devices", type_=bool, default=False, help="sets the `CUDA_AVAILABLE_DEVICES` for roles that request GPU resources. Each role replica will be assigned one GPU. Does nothing if the device count is less than replicas.")
+        opts.add(
+            "log_dir",
+            type_=str,
+            default=None,
+            help="dir to write stdout/stderr log files of replicas"
+            " (default: under $TORCHX_HOME/local_cwd)",
+        )
+        opts.add(
+            "prepend_cwd",
+            type_=bool,
+            default=False,
+            help="if set, prepends CWD to replica's PATH env var making any binaries in CWD"
+            " take precedence over those in PATH",
+        )
+        opts.add(
+            "auto_set_cuda_visible_devices",
+            type_=bool,
+            default=False,
+            help="sets the `CUDA_AVAILABLE_DEVICES` for roles that request GPU resources."
+            " Each role replica will be assigned one GPU."
+            " Does nothing if the device count is less than replicas.",
+        )
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
@@ -167,14 +184,18 @@ class LocalScheduler(Scheduler[PopenRequest]):
         gpu_cursor = 0
         for role in app.roles:
             entry = role.entrypoint
-            if shutil.which(entry, path=path_env) is None and not os.path.isfile(os.path.join(cwd, entry)):
+            if shutil.which(entry, path=path_env) is None and not os.path.isfile(
+                os.path.join(cwd, entry)
+            ):
                 raise InvalidAppError(
                     f"role {role.name!r}: entrypoint {entry!r} not found on PATH or in {cwd}"
                 )
             params: List[ReplicaParam] = []
             dirs: List[str] = []
             for replica_id in range(role.num_replicas):
-                values = macros.Values(img_root=cwd, app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV)
+                values = macros.Values(
+                    img_root=cwd, app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV
+                )
                 replica_role = values.apply(role)
                 rdir = os.path.join(app_log_dir, role.name, str(replica_id))
                 env = dict(replica_role.env)
@@ -216,7 +237,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
             r["name"]: {
                 "max_retries": r["max_retries"],
                 "retry_policy": r["retry_policy"],
-                "min_replicas": r["min_replicas"] if r["min_replicas"] is not None else r["num_replicas"],
+                "min_replicas": r["min_replicas"]
+                if r["min_replicas"] is not None
+                else r["num_replicas"],
             }
             for r in req.app["roles"]
         }
@@ -269,9 +292,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         while not state.exists():
             if proc.poll() is not None:
                 log = (app_dir / "supervisor.log").read_text(errors="replace").strip()
-                raise RuntimeError(f"local_cwd supervisor exited with {proc.returncode}: {log[-500:]}")
+                raise RuntimeError(
+                    f"local_cwd supervisor exited with {proc.returncode}: {log[-500:]}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"local_cwd supervisor did not start within 60 s (see {app_dir})")
+                raise RuntimeError(
+                    f"local_cwd supervisor did not start within 60 s (see {app_dir})"
+                )
             time.sleep(0.002)
 
     # ------------------------------------------------------------------ inspect
@@ -297,9 +324,15 @@ class LocalScheduler(Scheduler[PopenRequest]):
             state_doc = _read_json(str(app_dir / "state.json")) or {}
             state = AppState[state_doc.get("state", "PENDING")]
             if not is_terminal(state):
-                alive = [r for r in state_doc.get("replicas", []) if r.get("pid") and _pid_alive(r["pid"])]
+                alive = [
+                    r
+                    for r in state_doc.get("replicas", [])
+                    if r.get("pid") and _pid_alive(r["pid"])
+                ]
                 state = AppState.RUNNING if alive else AppState.FAILED
-                msg = "the local supervisor process died" + ("; replicas still running" if alive else "")
+                msg = "the local supervisor process died" + (
+                    "; replicas still running" if alive else ""
+                )
         from torchx.specs.serialize import appdef_from_dict
 
         app = appdef_from_dict(request["app"])
@@ -347,7 +380,14 @@ class LocalScheduler(Scheduler[PopenRequest]):
             desc = self.describe(app_dir.name)
             if desc is None:
                 continue
-            apps.append((request.get("submitted", 0.0), ListAppResponse(app_id=app_dir.name, state=desc.state, name=request["app"]["name"])))
+            apps.append(
+                (
+                    request.get("submitted", 0.0),
+                    ListAppResponse(
+                        app_id=app_dir.name, state=desc.state, name=request["app"]["name"]
+                    ),
+                )
+            )
         return [a for _, a in sorted(apps, key=lambda x: x[0], reverse=True)]
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
@@ -442,7 +482,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
         for r in doc.get("replicas", []):
             if r.get("pid") and _pid_alive(r["pid"]):
                 kill_tree(r["pid"], signal.SIGKILL)
-        doc.update({"state": "CANCELLED", "msg": "cancelled (supervisor was gone)", "updated": time.time()})
+        doc.update(
+            {"state": "CANCELLED", "msg": "cancelled (supervisor was gone)", "updated": time.time()}
+        )
         doc.setdefault("replicas", [])
         write_json_atomic(str(app_dir / "state.json"), doc)
 
@@ -501,11 +543,15 @@ def _pid_alive(pid: int) -> bool:
 
 def _gpu_ids() -> List[str]:
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU")]
 
 
-def create_scheduler(session_name: str, cache_size: int = 100, extra_paths: Optional[List[str]] = None, **kwargs: Any) -> LocalScheduler:
+def create_scheduler(
+    session_name: str, cache_size: int = 100, extra_paths: Optional[List[str]] = None, **kwargs: Any
+) -> LocalScheduler:
     return LocalScheduler(session_name, cache_size, extra_paths)

@@ -24,7 +24,13 @@ import time
 from typing import Any, Dict, List, Optional
 
 GRACE_SECONDS = 5.0
-SUCCEEDED, FAILED, CANCELLED, RUNNING, PENDING = "SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "PENDING"
+SUCCEEDED, FAILED, CANCELLED, RUNNING, PENDING = (
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "RUNNING",
+    "PENDING",
+)
 
 
 def write_json_atomic(path: str, data: Dict[str, Any]) -> None:
@@ -85,7 +91,11 @@ def last_line(path: str, limit: int = 300) -> str:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 8192))
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if any(c.isalnum() for c in ln)]
+            lines = [
+                ln.strip()
+                for ln in f.read().decode(errors="replace").splitlines()
+                if any(c.isalnum() for c in ln)
+            ]
     except OSError:
         return ""
     return lines[-1][:limit] if lines else ""
@@ -94,7 +104,9 @@ def last_line(path: str, limit: int = 300) -> str:
 class _Tee:
     """Copies one pipe of a replica to its own log and (whole lines) to combined.log."""
 
-    def __init__(self, fd: int, own_path: str, combined: Any, combined_lock: threading.Lock) -> None:
+    def __init__(
+        self, fd: int, own_path: str, combined: Any, combined_lock: threading.Lock
+    ) -> None:
         self._fd = fd
         self._own = open(own_path, "ab", buffering=0)
         self._combined = combined
@@ -266,7 +278,10 @@ class Supervisor:
                 kill_tree(r.proc.pid, signal.SIGKILL)
 
     def role_ok(self, role: str) -> bool:
-        """Whether a role can still succeed: an elastic role tolerates losing nodes down to its min."""
+        """Whether a role can still succeed.
+
+        An elastic role tolerates losing nodes down to its min.
+        """
         spec = self.roles[role]
         members = [r for r in self.replicas if r.role == role]
         failed = sum(1 for r in members if r.state == FAILED)
@@ -322,7 +337,9 @@ class Supervisor:
             if self.cancelled.is_set():
                 continue
             if replica.state == FAILED:
-                self.msg = f"replica {replica.role}/{replica.id} exited with code {replica.exit_code}"
+                self.msg = (
+                    f"replica {replica.role}/{replica.id} exited with code {replica.exit_code}"
+                )
                 last = last_line(replica.spec["stderr"])
                 if last:
                     self.msg += f": {last}"

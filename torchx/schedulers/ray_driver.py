@@ -32,8 +32,14 @@ def _replica_actor() -> Any:
         def run(self, prefix: str, args: List[str], env: Dict[str, str], cwd: str) -> int:
             full_env = dict(os.environ)
             full_env.update(env)
-            self.proc = subprocess.Popen(args, env=full_env, cwd=cwd or None, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                args,
+                env=full_env,
+                cwd=cwd or None,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
             assert self.proc.stdout is not None
             for raw in iter(self.proc.stdout.readline, b""):
                 sys.stdout.write(f"{prefix} {raw.decode(errors='replace')}")
@@ -101,13 +107,19 @@ def main() -> int:
         req = json.load(f)
     ray.init(address="auto", log_to_driver=True)
     replicas = req["replicas"]
-    pg = placement_group([{"CPU": float(r["cpu"])} for r in replicas], strategy="SPREAD" if req.get("spread") else "PACK")
+    pg = placement_group(
+        [{"CPU": float(r["cpu"])} for r in replicas],
+        strategy="SPREAD" if req.get("spread") else "PACK",
+    )
     ray.get(pg.ready(), timeout=600)
     Replica = _replica_actor()
     actors = [
         # max_concurrency=2: stop() must run while run() is still blocked on the replica
-        Replica.options(num_cpus=float(r["cpu"]), max_concurrency=2,
-                        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote()
+        Replica.options(
+            num_cpus=float(r["cpu"]),
+            max_concurrency=2,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
+        ).remote()
         for i, r in enumerate(replicas)
     ]
     rank0 = ray.get(actors[0].node_ip.remote())
@@ -124,7 +136,11 @@ def main() -> int:
     runs = []
     for actor, r in zip(actors, replicas, strict=True):
         env = dict(r["env"], TORCHX_RANK0_HOST=rank0)
-        runs.append(actor.run.remote(f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir", "")))
+        runs.append(
+            actor.run.remote(
+                f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir", "")
+            )
+        )
     mins: Dict[str, int] = {}
     for r in replicas:
         mins[r["role"]] = int(r.get("min_replicas") or 0)
@@ -143,7 +159,10 @@ def main() -> int:
         codes[idx] = ray.get(done[0])
         r = replicas[idx]
         if codes[idx] != 0:
-            print(f"torchx: replica {r['role']}/{r['replica_id']} exited with code {codes[idx]}", flush=True)
+            print(
+                f"torchx: replica {r['role']}/{r['replica_id']} exited with code {codes[idx]}",
+                flush=True,
+            )
             if not role_can_succeed(r["role"]) and not failed:
                 failed = True
                 ray.get([a.stop.remote() for a in actors], timeout=30)

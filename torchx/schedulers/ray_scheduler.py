@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shlex
-import string
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
+from torchx.schedulers.ids import unique_name
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -46,8 +45,13 @@ from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
 
 _ACTOR_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*m)?\s")
-RAY_STATES = {"PENDING": AppState.PENDING, "RUNNING": AppState.RUNNING, "SUCCEEDED": AppState.SUCCEEDED,
-              "FAILED": AppState.FAILED, "STOPPED": AppState.CANCELLED}
+RAY_STATES = {
+    "PENDING": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "SUCCEEDED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+    "STOPPED": AppState.CANCELLED,
+}
 
 
 @dataclass
@@ -60,12 +64,15 @@ class RayJob:
     app: Dict[str, Any] = field(default_factory=dict)
 
     def entrypoint(self, request_path: str) -> str:
-        return f"{shlex.quote(sys.executable)} -m torchx.schedulers.ray_driver {shlex.quote(request_path)}"
+        driver = "torchx.schedulers.ray_driver"
+        return f"{shlex.quote(sys.executable)} -m {driver} {shlex.quote(request_path)}"
 
     def __repr__(self) -> str:
         lines = [f"ray job {self.app_id} on {self.address} (cwd {self.working_dir})"]
         for r in self.replicas:
-            lines.append(f"  {r['role']}/{r['replica_id']} [{r['cpu']} cpu]: {shlex.join(r['args'])}")
+            lines.append(
+                f"  {r['role']}/{r['replica_id']} [{r['cpu']} cpu]: {shlex.join(r['args'])}"
+            )
         return "\n".join(lines)
 
 
@@ -75,18 +82,32 @@ class RayScheduler(Scheduler[RayJob]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add("dashboard_address", type_=str,
-                 default=os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or "127.0.0.1:8265",
-                 help="Ray dashboard (job submission) address ($RAY_API_SERVER_ADDRESS or $RAY_ADDRESS)")
+        opts.add(
+            "dashboard_address",
+            type_=str,
+            default=os.environ.get("RAY_API_SERVER_ADDRESS")
+            or os.environ.get("RAY_ADDRESS")
+            or "127.0.0.1:8265",
+            help="Ray dashboard (job submission) address ($RAY_API_SERVER_ADDRESS or $RAY_ADDRESS)",
+        )
         opts.add("working_dir", type_=str, help="directory the replicas run in (default: cwd)")
-        opts.add("spread", type_=bool, default=False, help="place replicas on different nodes when possible")
+        opts.add(
+            "spread",
+            type_=bool,
+            default=False,
+            help="place replicas on different nodes when possible",
+        )
         return opts
 
     def _client(self, address: str) -> Any:
         js = import_optional("ray.job_submission", "ray")
         url = address if "://" in address else f"http://{address}"
         # Ray prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS over the argument: make them agree
-        saved = {k: os.environ.pop(k) for k in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS") if k in os.environ}
+        saved = {
+            k: os.environ.pop(k)
+            for k in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+            if k in os.environ
+        }
         try:
             return js.JobSubmissionClient(url)
         finally:
@@ -95,22 +116,42 @@ class RayScheduler(Scheduler[RayJob]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
         from torchx.specs.serialize import appdef_to_dict
 
-        app_id = re.sub(r"[^a-z0-9-]", "-", app.name.lower())[:40] + "-" + "".join(random.choices(string.ascii_lowercase + string.digits, k=8))
+        app_id = unique_name(app.name, max_base=40, suffix_length=8)
         replicas = []
         for role in app.roles:
             elastic = role.min_replicas is not None and role.min_replicas < role.num_replicas
             for i in range(role.num_replicas):
-                values = macros.Values(img_root=str(cfg.get("working_dir") or os.getcwd()), app_id=app_id, replica_id=str(i),
-                                       rank0_env="TORCHX_RANK0_HOST")
+                values = macros.Values(
+                    img_root=str(cfg.get("working_dir") or os.getcwd()),
+                    app_id=app_id,
+                    replica_id=str(i),
+                    rank0_env="TORCHX_RANK0_HOST",
+                )
                 r = values.apply(role)
                 env = dict(r.env)
                 env.setdefault("PYTHONUNBUFFERED", "1")
-                env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-                replicas.append({"role": role.name, "replica_id": i, "args": [r.entrypoint, *r.args], "env": env,
-                                 "cpu": max(r.resource.cpu, 1) if r.resource.cpu > 0 else 1,
-                                 "elastic": elastic, "min_replicas": role.min_replicas or role.num_replicas})
-        job = RayJob(app_id, str(cfg.get("dashboard_address")), replicas, str(cfg.get("working_dir") or os.getcwd()),
-                     bool(cfg.get("spread")), appdef_to_dict(app))
+                env["PATH"] = (
+                    os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+                )
+                replicas.append(
+                    {
+                        "role": role.name,
+                        "replica_id": i,
+                        "args": [r.entrypoint, *r.args],
+                        "env": env,
+                        "cpu": max(r.resource.cpu, 1) if r.resource.cpu > 0 else 1,
+                        "elastic": elastic,
+                        "min_replicas": role.min_replicas or role.num_replicas,
+                    }
+                )
+        job = RayJob(
+            app_id,
+            str(cfg.get("dashboard_address")),
+            replicas,
+            str(cfg.get("working_dir") or os.getcwd()),
+            bool(cfg.get("spread")),
+            appdef_to_dict(app),
+        )
         return AppDryRunInfo(job, repr)
 
     def _request_path(self, app_id: str) -> str:
@@ -121,11 +162,23 @@ class RayScheduler(Scheduler[RayJob]):
         path = self._request_path(job.app_id)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
-            json.dump({"replicas": job.replicas, "working_dir": job.working_dir, "spread": job.spread,
-                       "address": job.address, "app": job.app}, f)
+            json.dump(
+                {
+                    "replicas": job.replicas,
+                    "working_dir": job.working_dir,
+                    "spread": job.spread,
+                    "address": job.address,
+                    "app": job.app,
+                },
+                f,
+            )
         client = self._client(job.address)
-        client.submit_job(entrypoint=job.entrypoint(path), submission_id=job.app_id, entrypoint_num_cpus=0,
-                          metadata={"torchx": "1", "app_name": job.app["name"], "address": job.address})
+        client.submit_job(
+            entrypoint=job.entrypoint(path),
+            submission_id=job.app_id,
+            entrypoint_num_cpus=0,
+            metadata={"torchx": "1", "app_name": job.app["name"], "address": job.address},
+        )
         return job.app_id
 
     def _request(self, app_id: str) -> Optional[Dict[str, Any]]:
@@ -146,7 +199,10 @@ class RayScheduler(Scheduler[RayJob]):
             info = client.get_job_info(app_id)
         except RuntimeError:
             return None
-        state = RAY_STATES.get(str(info.status.value if hasattr(info.status, "value") else info.status), AppState.UNKNOWN)
+        state = RAY_STATES.get(
+            str(info.status.value if hasattr(info.status, "value") else info.status),
+            AppState.UNKNOWN,
+        )
         from torchx.specs.serialize import appdef_from_dict
 
         app = appdef_from_dict(req["app"]) if req else None
@@ -167,9 +223,15 @@ class RayScheduler(Scheduler[RayJob]):
                     rs = state
                 reps.append(ReplicaStatus(i, rs, role.name, "", NONE))
             roles.append(RoleStatus(role.name, reps))
-        return DescribeAppResponse(app_id=app_id, state=state, num_restarts=0, msg=info.message or NONE,
-                                   roles_statuses=roles, roles=app.roles if app else [],
-                                   ui_url=f"http://{self._address(app_id).split('://')[-1]}/#/jobs/{app_id}")
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=0,
+            msg=info.message or NONE,
+            roles_statuses=roles,
+            roles=app.roles if app else [],
+            ui_url=f"http://{self._address(app_id).split('://')[-1]}/#/jobs/{app_id}",
+        )
 
     def list(self) -> List[ListAppResponse]:
         client = self._client(str(self.run_opts().get("dashboard_address").default))  # type: ignore[union-attr]
@@ -178,17 +240,35 @@ class RayScheduler(Scheduler[RayJob]):
             meta = job.metadata or {}
             if meta.get("torchx") == "1" and job.submission_id:
                 status = str(job.status.value if hasattr(job.status, "value") else job.status)
-                out.append(ListAppResponse(job.submission_id, RAY_STATES.get(status, AppState.UNKNOWN), name=meta.get("app_name", "")))
+                out.append(
+                    ListAppResponse(
+                        job.submission_id,
+                        RAY_STATES.get(status, AppState.UNKNOWN),
+                        name=meta.get("app_name", ""),
+                    )
+                )
         return out
 
     def _cancel_existing(self, app_id: str) -> None:
         self._client(self._address(app_id)).stop_job(app_id)
 
-    def log_iter(self, app_id: str, role_name: str, k: int = 0, regex: Optional[str] = None,
-                 since: Optional[datetime] = None, until: Optional[datetime] = None,
-                 should_tail: bool = False, streams: Optional[Stream] = None) -> Iterable[str]:
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
         prefix = f"{role_name}/{k} "
-        lines = self._follow(app_id, prefix) if should_tail else self._select(self._logs(app_id), prefix)
+        lines = (
+            self._follow(app_id, prefix)
+            if should_tail
+            else self._select(self._logs(app_id), prefix)
+        )
         return filter_regex(regex, lines)
 
     def _logs(self, app_id: str) -> str:
@@ -199,7 +279,7 @@ class RayScheduler(Scheduler[RayJob]):
         for line in text.splitlines(keepends=True)[skip:]:
             line = _ACTOR_PREFIX.sub("", line)  # Ray prefixes actor output with "(Replica pid=N)"
             if line.startswith(prefix):
-                yield line[len(prefix):]
+                yield line[len(prefix) :]
 
     def _follow(self, app_id: str, prefix: str) -> Iterator[str]:
         seen = 0
@@ -207,7 +287,9 @@ class RayScheduler(Scheduler[RayJob]):
             desc = self.describe(app_id)
             text = self._logs(app_id)
             lines = text.splitlines(keepends=True)
-            complete = lines if text.endswith("\n") or (desc and is_terminal(desc.state)) else lines[:-1]
+            complete = (
+                lines if text.endswith("\n") or (desc and is_terminal(desc.state)) else lines[:-1]
+            )
             yield from self._select("".join(complete[seen:]), prefix)
             seen = len(complete)
             if desc is None or is_terminal(desc.state):

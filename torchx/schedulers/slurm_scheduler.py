@@ -47,13 +47,27 @@ from torchx.util.paths import torchx_home
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
 SLURM_STATES = {
-    "PENDING": AppState.PENDING, "CONFIGURING": AppState.PENDING, "REQUEUED": AppState.PENDING,
-    "REQUEUE_HOLD": AppState.PENDING, "REQUEUE_FED": AppState.PENDING, "RESV_DEL_HOLD": AppState.PENDING,
-    "RUNNING": AppState.RUNNING, "COMPLETING": AppState.RUNNING, "SUSPENDED": AppState.RUNNING,
-    "STAGE_OUT": AppState.RUNNING, "SIGNALING": AppState.RUNNING, "RESIZING": AppState.RUNNING,
-    "COMPLETED": AppState.SUCCEEDED, "CANCELLED": AppState.CANCELLED,
-    "FAILED": AppState.FAILED, "TIMEOUT": AppState.FAILED, "NODE_FAIL": AppState.FAILED,
-    "PREEMPTED": AppState.FAILED, "BOOT_FAIL": AppState.FAILED, "DEADLINE": AppState.FAILED, "OUT_OF_MEMORY": AppState.FAILED,
+    "PENDING": AppState.PENDING,
+    "CONFIGURING": AppState.PENDING,
+    "REQUEUED": AppState.PENDING,
+    "REQUEUE_HOLD": AppState.PENDING,
+    "REQUEUE_FED": AppState.PENDING,
+    "RESV_DEL_HOLD": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "COMPLETING": AppState.RUNNING,
+    "SUSPENDED": AppState.RUNNING,
+    "STAGE_OUT": AppState.RUNNING,
+    "SIGNALING": AppState.RUNNING,
+    "RESIZING": AppState.RUNNING,
+    "COMPLETED": AppState.SUCCEEDED,
+    "CANCELLED": AppState.CANCELLED,
+    "FAILED": AppState.FAILED,
+    "TIMEOUT": AppState.FAILED,
+    "NODE_FAIL": AppState.FAILED,
+    "PREEMPTED": AppState.FAILED,
+    "BOOT_FAIL": AppState.FAILED,
+    "DEADLINE": AppState.FAILED,
+    "OUT_OF_MEMORY": AppState.FAILED,
 }
 
 
@@ -65,7 +79,10 @@ def _run(cmd: List[str], cwd: Optional[str] = None) -> str:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=cwd)
     except FileNotFoundError:
-        raise SlurmError(f"{cmd[0]} not found: is this a Slurm login node? (scripts/slurm_cluster.sh starts a local cluster)") from None
+        raise SlurmError(
+            f"{cmd[0]} not found: is this a Slurm login node?"
+            " (scripts/slurm_cluster.sh starts a local cluster)"
+        ) from None
     if out.returncode != 0:
         raise SlurmError(f"{' '.join(cmd[:2])} failed: {out.stderr.strip() or out.stdout.strip()}")
     return out.stdout
@@ -80,7 +97,9 @@ class SlurmReplicaRequest:
     env: Dict[str, str]
 
     def sbatch_line(self) -> str:
-        return "#SBATCH " + " ".join(f"--{k}={v}" if v is not None else f"--{k}" for k, v in self.sbatch_opts.items())
+        return "#SBATCH " + " ".join(
+            f"--{k}={v}" if v is not None else f"--{k}" for k, v in self.sbatch_opts.items()
+        )
 
     def srun_group(self) -> str:
         opts = " ".join(f"--{k}={_quote(v)}" for k, v in self.srun_opts.items())
@@ -89,7 +108,10 @@ class SlurmReplicaRequest:
 
 
 def _quote(part: str) -> str:
-    """Shell-quote for the batch script, letting only ``$SLURM_JOB_ID`` (the app_id macro) expand there."""
+    """Shell-quote for the batch script.
+
+    Only ``$SLURM_JOB_ID`` (the app_id macro) is left to expand there.
+    """
     return '"$SLURM_JOB_ID"'.join(shlex.quote(p) if p else "" for p in part.split("$SLURM_JOB_ID"))
 
 
@@ -114,7 +136,8 @@ export PYTHONUNBUFFERED=1 SLURM_UNBUFFEREDIO=1 TORCHX_MAX_RETRIES={self.max_retr
 # the submitting interpreter's environment first, as if it were activated (shared filesystems)
 [ -d {shlex.quote(self.bin_dir)} ] && export PATH={shlex.quote(self.bin_dir)}:$PATH
 # the rank-0 host for rendezvous: the address of het group 0's node (node names may not resolve)
-first_node=$(scontrol show hostnames "${{SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}}" | head -n 1)
+first_node=$(scontrol show hostnames \
+"${{SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}}" | head -n 1)
 export {RANK0_ENV}=$(scontrol show node "$first_node" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')
 export {RANK0_ENV}=${{{RANK0_ENV}:-$first_node}}
 set +e
@@ -141,7 +164,11 @@ def _exit_code(value: Any) -> Optional[int]:
     """22.05: raw wait status (768 = exit 3); 24.x: ``{status, return_code: {number}}``."""
     if isinstance(value, dict):
         rc = _num(value.get("return_code"))
-        sig = _num((value.get("signal") or {}).get("id")) if isinstance(value.get("signal"), dict) else None
+        sig = (
+            _num((value.get("signal") or {}).get("id"))
+            if isinstance(value.get("signal"), dict)
+            else None
+        )
         return 128 + sig if sig else rc
     if value is None:
         return None
@@ -156,22 +183,30 @@ def _state(value: Any) -> str:
 
 
 def parse_squeue(data: Mapping[str, Any], job_id: str) -> List[Dict[str, Any]]:
-    """The het components of ``job_id`` as ``{name, state, exit_code, offset, node}``, sorted by offset."""
+    """The het components of ``job_id``, sorted by offset.
+
+    Each is ``{name, state, exit_code, offset, node}``.
+    """
     parts = []
     for job in data.get("jobs", []):
         het = _num(job.get("het_job_id"))
         jid = _num(job.get("job_id"))
         if str(het if het else jid) != str(job_id):
             continue
-        parts.append({
-            "name": job.get("name", ""),
-            "state": _state(job.get("job_state")),
-            # derived_exit_code is the component's own (highest step) exit; exit_code is the batch script's
-            "exit_code": _exit_code(job["derived_exit_code"]) if "derived_exit_code" in job else _exit_code(job.get("exit_code")),
-            "offset": _num(job.get("het_job_offset")) or 0,
-            "node": job.get("nodes") or "",
-            "restarts": _num(job.get("restart_cnt")) or 0,
-        })
+        parts.append(
+            {
+                "name": job.get("name", ""),
+                "state": _state(job.get("job_state")),
+                # derived_exit_code is the component's own (highest step) exit;
+                # exit_code is the batch script's
+                "exit_code": _exit_code(job["derived_exit_code"])
+                if "derived_exit_code" in job
+                else _exit_code(job.get("exit_code")),
+                "offset": _num(job.get("het_job_offset")) or 0,
+                "node": job.get("nodes") or "",
+                "restarts": _num(job.get("restart_cnt")) or 0,
+            }
+        )
     return sorted(parts, key=lambda p: p["offset"])
 
 
@@ -185,8 +220,14 @@ def parse_jobcomp(text: str, job_id: str) -> List[Dict[str, Any]]:
             continue
         offset = int(kv.get("HetJobOffset", "0") or 0)
         code = (kv.get("DerivedExitCode") or kv.get("ExitCode") or "0:0").split(":")[0]
-        parts[offset] = {"name": kv.get("Name", ""), "state": kv.get("JobState", "UNKNOWN"),
-                         "exit_code": int(code), "offset": offset, "node": kv.get("NodeList", ""), "restarts": 0}
+        parts[offset] = {
+            "name": kv.get("Name", ""),
+            "state": kv.get("JobState", "UNKNOWN"),
+            "exit_code": int(code),
+            "offset": offset,
+            "node": kv.get("NodeList", ""),
+            "restarts": 0,
+        }
     return [parts[k] for k in sorted(parts)]
 
 
@@ -196,27 +237,44 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add("partition", type_=str, help="partition to run on (default: the cluster's default)")
+        opts.add(
+            "partition", type_=str, help="partition to run on (default: the cluster's default)"
+        )
         opts.add("time", type_=str, help="time limit, e.g. 1:00:00")
         opts.add("comment", type_=str, help="job comment")
         opts.add("constraint", type_=str, help="node features required")
         opts.add("mail-user", type_=str, help="where to send job mail")
         opts.add("mail-type", type_=str, help="which events to mail (e.g. END,FAIL)")
-        opts.add("job_dir", type_=str, help="directory the job runs in and writes its logs to (default: cwd)")
+        opts.add(
+            "job_dir",
+            type_=str,
+            help="directory the job runs in and writes its logs to (default: cwd)",
+        )
         opts.add("qos", type_=str, help="quality of service")
         opts.add("exclusive", type_=bool, default=False, help="whole nodes per replica")
         return opts
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[SlurmBatchRequest]:
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal]
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
         from torchx.specs.serialize import appdef_to_dict
 
         replicas: List[SlurmReplicaRequest] = []
         for role in app.roles:
             for i in range(role.num_replicas):
-                values = macros.Values(img_root=role.image, app_id="$SLURM_JOB_ID", replica_id=str(i), rank0_env=RANK0_ENV)
+                values = macros.Values(
+                    img_root=role.image,
+                    app_id="$SLURM_JOB_ID",
+                    replica_id=str(i),
+                    rank0_env=RANK0_ENV,
+                )
                 r = values.apply(role)
                 name = f"{role.name}-{i}"
-                sbatch: Dict[str, Optional[str]] = {"job-name": name, "requeue": None, "ntasks-per-node": "1"}
+                sbatch: Dict[str, Optional[str]] = {
+                    "job-name": name,
+                    "requeue": None,
+                    "ntasks-per-node": "1",
+                }
                 if r.resource.cpu > 0:
                     sbatch["cpus-per-task"] = str(r.resource.cpu)
                 if r.resource.memMB > 0:
@@ -228,11 +286,19 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                         sbatch[key] = str(cfg[key])
                 if cfg.get("exclusive"):
                     sbatch["exclusive"] = None
-                srun = {"het-group": str(len(replicas)), "output": f"slurm-$SLURM_JOB_ID-{name}.out", "error": f"slurm-$SLURM_JOB_ID-{name}.err",
-                        "kill-on-bad-exit": "1" if not (role.min_replicas and role.min_replicas < role.num_replicas) else "0"}
+                srun = {
+                    "het-group": str(len(replicas)),
+                    "output": f"slurm-$SLURM_JOB_ID-{name}.out",
+                    "error": f"slurm-$SLURM_JOB_ID-{name}.err",
+                    "kill-on-bad-exit": "1"
+                    if not (role.min_replicas and role.min_replicas < role.num_replicas)
+                    else "0",
+                }
                 env = dict(r.env)
                 env.setdefault("TORCHX_REPLICA_ID", str(i))
-                replicas.append(SlurmReplicaRequest(name, sbatch, srun, [r.entrypoint, *r.args], env))
+                replicas.append(
+                    SlurmReplicaRequest(name, sbatch, srun, [r.entrypoint, *r.args], env)
+                )
         if len(replicas) == 1:  # a plain (not heterogeneous) job: srun must not name a het group
             replicas[0].srun_opts.pop("het-group")
         cmd = ["sbatch", "--parsable"]
@@ -240,8 +306,13 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             if cfg.get(key):
                 cmd.append(f"--{key}={cfg[key]}")
         max_retries = min((r.max_retries for r in app.roles), default=0)
-        req = SlurmBatchRequest(cmd, replicas, max_retries, str(cfg["job_dir"]) if cfg.get("job_dir") else None,
-                                appdef_to_dict(app))
+        req = SlurmBatchRequest(
+            cmd,
+            replicas,
+            max_retries,
+            str(cfg["job_dir"]) if cfg.get("job_dir") else None,
+            appdef_to_dict(app),
+        )
         return AppDryRunInfo(req, repr)
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
@@ -296,21 +367,36 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         for role in app.roles if app else []:
             reps = []
             for i in range(role.num_replicas):
-                p, s = by_name.get(f"{role.name}-{i}", ({"exit_code": None, "node": ""}, AppState.UNKNOWN))
+                p, s = by_name.get(
+                    f"{role.name}-{i}", ({"exit_code": None, "node": ""}, AppState.UNKNOWN)
+                )
                 if is_terminal(s) and s != AppState.CANCELLED:
                     s = AppState.FAILED if p["exit_code"] else AppState.SUCCEEDED
                 if s == AppState.FAILED:
                     failing.append(f"{role.name}/{i} (exit {p['exit_code']})")
                 reps.append(ReplicaStatus(i, s, role.name, p["node"]))
             roles.append(RoleStatus(role.name, reps))
-        msg = f"failed replicas: {', '.join(failing)}" if failing and state == AppState.FAILED else NONE
+        msg = (
+            f"failed replicas: {', '.join(failing)}"
+            if failing and state == AppState.FAILED
+            else NONE
+        )
         structured = NONE
         if failing and record:
             role_name, k = failing[0].split(" ")[0].split("/")
-            structured = _last_error(os.path.join(record["job_dir"], f"slurm-{app_id}-{role_name}-{k}.err"))
-        return DescribeAppResponse(app_id=app_id, state=state, num_restarts=parts[0]["restarts"], msg=msg,
-                                   structured_error_msg=structured, roles_statuses=roles, roles=app.roles if app else [],
-                                   ui_url=f"file://{record['job_dir']}" if record else None)
+            structured = _last_error(
+                os.path.join(record["job_dir"], f"slurm-{app_id}-{role_name}-{k}.err")
+            )
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=parts[0]["restarts"],
+            msg=msg,
+            structured_error_msg=structured,
+            roles_statuses=roles,
+            roles=app.roles if app else [],
+            ui_url=f"file://{record['job_dir']}" if record else None,
+        )
 
     def list(self) -> List[ListAppResponse]:
         data = json.loads(_run(["squeue", "--json"]))
@@ -321,23 +407,43 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             if app_id not in seen:
                 record = self._record(app_id)
                 name = record["app"]["name"] if record else job.get("name", "")
-                seen[app_id] = ListAppResponse(app_id, SLURM_STATES.get(_state(job.get("job_state")), AppState.UNKNOWN), name=name)
-        return sorted(seen.values(), key=lambda a: int(a.app_id) if a.app_id.isdigit() else 0, reverse=True)
+                seen[app_id] = ListAppResponse(
+                    app_id,
+                    SLURM_STATES.get(_state(job.get("job_state")), AppState.UNKNOWN),
+                    name=name,
+                )
+        return sorted(
+            seen.values(), key=lambda a: int(a.app_id) if a.app_id.isdigit() else 0, reverse=True
+        )
 
     def _cancel_existing(self, app_id: str) -> None:
         _run(["scancel", app_id])
 
-    def log_iter(self, app_id: str, role_name: str, k: int = 0, regex: Optional[str] = None,
-                 since: Optional[datetime] = None, until: Optional[datetime] = None,
-                 should_tail: bool = False, streams: Optional[Stream] = None) -> Iterable[str]:
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
         record = self._record(app_id)
         if record is None:
             raise ValueError(f"no record of slurm job {app_id} (submitted from another machine?)")
         base = os.path.join(record["job_dir"], f"slurm-{app_id}-{role_name}-{k}")
         # Slurm keeps the streams apart; "combined" (the default) reads both
-        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(streams or Stream.COMBINED, ["out", "err"])
+        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
+            streams or Stream.COMBINED, ["out", "err"]
+        )
         paths = [f"{base}.{ext}" for ext in exts]
-        lines = self._follow(app_id, paths) if should_tail else (line for p in paths for line in _read(p))
+        lines = (
+            self._follow(app_id, paths)
+            if should_tail
+            else (line for p in paths for line in _read(p))
+        )
         return filter_regex(regex, lines)
 
     def _follow(self, app_id: str, paths: List[str]) -> Iterator[str]:
@@ -378,7 +484,9 @@ def _last_error(path: str) -> str:
     """The last exception-looking line of a replica's stderr (Slurm has no reply files)."""
     try:
         with open(path, "rb") as f:
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+            lines = [
+                ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()
+            ]
     except OSError:
         return NONE
     for ln in reversed(lines):

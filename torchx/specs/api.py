@@ -107,7 +107,10 @@ class Resource:
 
     @staticmethod
     def copy(original: Resource, **capabilities: Any) -> Resource:
-        """A copy of ``original`` with ``capabilities`` merged in (tags are dropped, as upstream)."""
+        """A copy of ``original`` with ``capabilities`` merged in.
+
+        Tags are dropped, as upstream.
+        """
         res_capabilities = dict(original.capabilities)
         res_capabilities.update(capabilities)
         return Resource(
@@ -149,7 +152,9 @@ class macros:
             try:
                 copied = copy.deepcopy(role)
             finally:
-                role.overrides = overrides  # the caller's role keeps its (maybe un-copyable) overrides
+                role.overrides = (
+                    overrides  # the caller's role keeps its (maybe un-copyable) overrides
+                )
             copied.overrides = overrides
             role = copied
             role.args = [self.substitute(a) for a in role.args]
@@ -409,7 +414,9 @@ class AppStatus:
                 if r.hostname:
                     line += f" on {r.hostname}"
                 roles_lines.append(line)
-        roles_str = ("\n" + textwrap.indent("\n".join(roles_lines), "      ")) if roles_lines else ""
+        roles_str = (
+            ("\n" + textwrap.indent("\n".join(roles_lines), "      ")) if roles_lines else ""
+        )
         err = _format_error(self.structured_error_msg)
         return (
             "AppStatus:\n"
@@ -669,17 +676,22 @@ class runopts:
         required = [(k, o) for k, o in self._opts.items() if o.is_required]
         optional = [(k, o) for k, o in self._opts.items() if not o.is_required]
         lines = []
-        usage = [f"{k}={k.upper()}" for k, _ in required] + [f"[{k}={k.upper()}]" for k, _ in optional]
+        usage = [f"{k}={k.upper()}" for k, _ in required] + [
+            f"[{k}={k.upper()}]" for k, _ in optional
+        ]
         lines.append("    usage:\n        " + ",".join(usage))
         if required:
             lines.append("\n    required arguments:")
             for k, o in required:
-                lines.append(f"        {k}={k.upper()} ({get_type_name(o.opt_type)})\n            {o.help}")
+                lines.append(
+                    f"        {k}={k.upper()} ({get_type_name(o.opt_type)})\n            {o.help}"
+                )
         if optional:
             lines.append("\n    optional arguments:")
             for k, o in optional:
                 lines.append(
-                    f"        {k}={k.upper()} ({get_type_name(o.opt_type)}, {o.default})\n            {o.help}"
+                    f"        {k}={k.upper()} ({get_type_name(o.opt_type)}, {o.default})\n"
+                    f"            {o.help}"
                 )
         return "\n".join(lines)
 
@@ -743,7 +755,12 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> A
 
 # --------------------------------------------------------------------------- mounts
 
-_MOUNT_KEY_ALIASES = {"source": "src", "destination": "dst", "target": "dst", "read_only": "readonly"}
+_MOUNT_KEY_ALIASES = {
+    "source": "src",
+    "destination": "dst",
+    "target": "dst",
+    "read_only": "readonly",
+}
 
 
 def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMount]]:

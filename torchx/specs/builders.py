@@ -52,7 +52,11 @@ def _doc(fn: Callable[..., Any]) -> tuple[str, Dict[str, str]]:
 
     doc = inspect.getdoc(fn)
     if not doc:
-        return f"{fn.__name__} (TIP: improve this help string by adding a docstring to your component)", {}
+        return (
+            f"{fn.__name__}"
+            " (TIP: improve this help string by adding a docstring to your component)",
+            {},
+        )
     parsed = docstring_parser.parse(doc)
     desc = "\n\n".join(p for p in (parsed.short_description, parsed.long_description) if p)
     return desc, {p.arg_name.lstrip("*"): (p.description or " ") for p in parsed.params}
@@ -133,7 +137,9 @@ def _create_args_parser(
     return parser
 
 
-def component_help(fn: Callable[..., Any], cmpnt_defaults: Optional[Mapping[str, str]] = None) -> str:
+def component_help(
+    fn: Callable[..., Any], cmpnt_defaults: Optional[Mapping[str, str]] = None
+) -> str:
     """The ``--help`` text of a component."""
     return _create_args_parser(fn, cmpnt_defaults).format_help()
 

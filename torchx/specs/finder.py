@@ -109,16 +109,25 @@ def _load_file_component(path: str, fn_name: str) -> _Component:
         raise ComponentNotFoundException(f"component file {path!r} does not exist")
     with open(path) as f:
         source = f.read()
-    namespace: Dict[str, Any] = {"__file__": os.path.abspath(path), "__name__": "__torchx_component__"}
+    namespace: Dict[str, Any] = {
+        "__file__": os.path.abspath(path),
+        "__name__": "__torchx_component__",
+    }
     try:
         exec(compile(source, path, "exec"), namespace)
     except Exception as e:
-        raise ComponentValidationException(f"{path}: failed to load: {type(e).__name__}: {e}") from None
+        raise ComponentValidationException(
+            f"{path}: failed to load: {type(e).__name__}: {e}"
+        ) from None
     fn = namespace.get(fn_name)
     if not callable(fn):
         funcs = [k for k, v in namespace.items() if inspect.isfunction(v) and not k.startswith("_")]
         hint = difflib.get_close_matches(fn_name, funcs, n=3)
-        more = f"; did you mean {', '.join(hint)}?" if hint else f"; functions in it: {', '.join(funcs) or 'none'}"
+        more = (
+            f"; did you mean {', '.join(hint)}?"
+            if hint
+            else f"; functions in it: {', '.join(funcs) or 'none'}"
+        )
         raise ComponentNotFoundException(f"{path} has no function {fn_name!r}{more}")
     doc = inspect.getdoc(fn) or ""
     return _Component(f"{path}:{fn_name}", doc.split("\n")[0], fn_name, fn, [])
@@ -149,7 +158,8 @@ def get_component(name: str) -> _Component:
         close = difflib.get_close_matches(name, list(components), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ComponentNotFoundException(
-            f"unknown component {name!r}{hint} (`torchx builtins` lists them; a file component is path/to/file.py:function)"
+            f"unknown component {name!r}{hint} (`torchx builtins` lists them;"
+            " a file component is path/to/file.py:function)"
         )
     component = components[name]
     _validate(component, name)
@@ -159,5 +169,3 @@ def get_component(name: str) -> _Component:
 def get_builtin_source(name: str) -> str:
     """The source code of a builtin component (``torchx builtins --print``)."""
     return inspect.getsource(get_component(name).fn)
-
-

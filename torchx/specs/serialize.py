@@ -54,11 +54,19 @@ def role_from_dict(d: Dict[str, Any]) -> Role:
 
 
 def appdef_to_dict(app: AppDef) -> Dict[str, Any]:
-    return {"name": app.name, "roles": [role_to_dict(r) for r in app.roles], "metadata": dict(app.metadata)}
+    return {
+        "name": app.name,
+        "roles": [role_to_dict(r) for r in app.roles],
+        "metadata": dict(app.metadata),
+    }
 
 
 def appdef_from_dict(d: Dict[str, Any]) -> AppDef:
-    return AppDef(name=d["name"], roles=[role_from_dict(r) for r in d["roles"]], metadata=d.get("metadata", {}))
+    return AppDef(
+        name=d["name"],
+        roles=[role_from_dict(r) for r in d["roles"]],
+        metadata=d.get("metadata", {}),
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -80,7 +80,9 @@ class TrackerBase(abc.ABC):
     """A backend that stores runs (keyed by torchx job id)."""
 
     @abc.abstractmethod
-    def add_artifact(self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None: ...
+    def add_artifact(
+        self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
+    ) -> None: ...
 
     @abc.abstractmethod
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]: ...
@@ -92,10 +94,14 @@ class TrackerBase(abc.ABC):
     def metadata(self, run_id: str) -> Mapping[str, object]: ...
 
     @abc.abstractmethod
-    def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None: ...
+    def add_source(
+        self, run_id: str, source_id: str, artifact_name: Optional[str] = None
+    ) -> None: ...
 
     @abc.abstractmethod
-    def sources(self, run_id: str, artifact_name: Optional[str] = None) -> Iterable[TrackerSource]: ...
+    def sources(
+        self, run_id: str, artifact_name: Optional[str] = None
+    ) -> Iterable[TrackerSource]: ...
 
     @abc.abstractmethod
     def descendants(self, run_id: str) -> Iterable[TrackerSource]:
@@ -104,7 +110,9 @@ class TrackerBase(abc.ABC):
     @abc.abstractmethod
     def run_ids(self, **kwargs: str) -> Iterable[str]: ...
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
+    ) -> None:
         """Per-step metrics; backends without metrics ignore them."""
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
@@ -168,7 +176,8 @@ def _factory(name: str) -> Any:
         except (ImportError, AttributeError) as e:
             raise TrackerConfigError(f"cannot load tracker {name!r}: {e}") from None
     raise TrackerConfigError(
-        f"unknown tracker {name!r}; known trackers: {', '.join(sorted(backends))} (or give module:function)"
+        f"unknown tracker {name!r}; known trackers: {', '.join(sorted(backends))}"
+        " (or give module:function)"
     )
 
 
@@ -178,7 +187,10 @@ def build_trackers(entrypoint_and_config: Mapping[str, Optional[str]]) -> List[T
 
 
 def validate_tracker_config(name: str, config: Optional[str]) -> None:
-    """Cheap submit-time check: the backend exists and its store is reachable (seconds, not minutes)."""
+    """Cheap submit-time check: the backend exists and its store is reachable.
+
+    Takes seconds, not minutes.
+    """
     factory = _factory(name)
     check = getattr(factory, "validate", None)
     if check is not None:
@@ -226,7 +238,9 @@ class AppRun:
         for b in self.backends:
             b.add_metadata(self.id, **kwargs)
 
-    def add_artifact(self, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None:
+    def add_artifact(
+        self, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
+    ) -> None:
         for b in self.backends:
             b.add_artifact(self.id, name, path, metadata)
 
@@ -249,7 +263,9 @@ class AppRun:
     def children(self) -> Iterable[AppRun]:
         if not self.backends:
             return []
-        return [AppRun(rid, self.backends) for rid in self.backends[0].run_ids(parent_run_id=self.id)]
+        return [
+            AppRun(rid, self.backends) for rid in self.backends[0].run_ids(parent_run_id=self.id)
+        ]
 
 
 def app_run_from_env() -> AppRun:
@@ -259,7 +275,9 @@ def app_run_from_env() -> AppRun:
 # ---------------------------------------------------------------------------- pipelines
 
 
-def start_pipeline_run(run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object) -> List[TrackerBase]:
+def start_pipeline_run(
+    run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object
+) -> List[TrackerBase]:
     """Open (idempotently) the pipeline-level run ``run_id``; stage jobs then get it as parent."""
     backends = build_trackers(trackers)
     for b in backends:

@@ -51,11 +51,18 @@ class FsspecTracker(TrackerBase):
                 out.append(json.loads(f.read()))
         return out
 
-    def add_artifact(self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None:
-        self._append(run_id, "artifacts", {"name": name, "path": path, "metadata": dict(metadata or {})})
+    def add_artifact(
+        self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
+    ) -> None:
+        self._append(
+            run_id, "artifacts", {"name": name, "path": path, "metadata": dict(metadata or {})}
+        )
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
-        return {r["name"]: TrackerArtifact(r["name"], r["path"], r["metadata"]) for r in self._records(run_id, "artifacts")}
+        return {
+            r["name"]: TrackerArtifact(r["name"], r["path"], r["metadata"])
+            for r in self._records(run_id, "artifacts")
+        }
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
         self._append(run_id, "metadata", {k: v for k, v in kwargs.items()})
@@ -67,8 +74,12 @@ class FsspecTracker(TrackerBase):
         return merged
 
     def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None:
-        self._append(run_id, "sources", {"source_run_id": source_id, "artifact_name": artifact_name})
-        self._append(source_id, "descendants", {"source_run_id": run_id, "artifact_name": artifact_name})
+        self._append(
+            run_id, "sources", {"source_run_id": source_id, "artifact_name": artifact_name}
+        )
+        self._append(
+            source_id, "descendants", {"source_run_id": run_id, "artifact_name": artifact_name}
+        )
 
     def sources(self, run_id: str, artifact_name: Optional[str] = None) -> Iterable[TrackerSource]:
         return [
@@ -78,9 +89,14 @@ class FsspecTracker(TrackerBase):
         ]
 
     def descendants(self, run_id: str) -> Iterable[TrackerSource]:
-        return [TrackerSource(r["source_run_id"], r["artifact_name"]) for r in self._records(run_id, "descendants")]
+        return [
+            TrackerSource(r["source_run_id"], r["artifact_name"])
+            for r in self._records(run_id, "descendants")
+        ]
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
+    ) -> None:
         self._append(run_id, "metrics", {"metrics": dict(metrics), "step": step})
 
     def metrics(self, run_id: str) -> List[Dict[str, Any]]:
@@ -99,12 +115,16 @@ class FsspecTracker(TrackerBase):
         parent = kwargs.get("parent_run_id")
         if parent is None:
             return ids
-        return [i for i in ids if any(r["parent_run_id"] == parent for r in self._records(i, "parent"))]
+        return [
+            i for i in ids if any(r["parent_run_id"] == parent for r in self._records(i, "parent"))
+        ]
 
 
 def _parse_config(config: Optional[str]) -> FsspecTracker:
     if not config:
-        raise TrackerConfigError("the fsspec tracker needs a config: a URL (e.g. /tmp/tracking) or a key=value file")
+        raise TrackerConfigError(
+            "the fsspec tracker needs a config: a URL (e.g. /tmp/tracking) or a key=value file"
+        )
     if os.path.isfile(config):
         kv: Dict[str, Any] = {}
         with open(config) as f:
@@ -114,7 +134,9 @@ def _parse_config(config: Optional[str]) -> FsspecTracker:
                     k, v = line.split("=", 1)
                     kv[k.strip()] = v.strip()
         if "protocol" not in kv or "root_path" not in kv:
-            raise TrackerConfigError(f"fsspec tracker config {config} needs protocol= and root_path=")
+            raise TrackerConfigError(
+                f"fsspec tracker config {config} needs protocol= and root_path="
+            )
         protocol, root = kv.pop("protocol"), kv.pop("root_path")
         return FsspecTracker(fsspec.filesystem(protocol, **kv), root)
     fs, root = fsspec.core.url_to_fs(config)

@@ -56,7 +56,11 @@ def _bound_http_retries() -> None:
 
 
 def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
-    out: Dict[str, Optional[str]] = {"tracking_uri": None, "experiment_name": None, "artifact_location": None}
+    out: Dict[str, Optional[str]] = {
+        "tracking_uri": None,
+        "experiment_name": None,
+        "artifact_location": None,
+    }
     if config and os.path.isfile(config):
         with open(config) as f:
             for line in f:
@@ -64,11 +68,16 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
                 if line and not line.startswith("#") and "=" in line:
                     k, v = line.split("=", 1)
                     if k.strip() not in out:
-                        raise TrackerConfigError(f"mlflow tracker config {config}: unknown key {k.strip()!r}; use {', '.join(out)}")
+                        raise TrackerConfigError(
+                            f"mlflow tracker config {config}: unknown key {k.strip()!r};"
+                            f" use {', '.join(out)}"
+                        )
                     out[k.strip()] = v.strip()
     elif config:
         out["tracking_uri"] = config
-    out["tracking_uri"] = out["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    out["tracking_uri"] = (
+        out["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    )
     if out["artifact_location"] is None and str(out["tracking_uri"]).startswith("sqlite:///"):
         db = str(out["tracking_uri"])[len("sqlite:///") :]
         out["artifact_location"] = os.path.join(os.path.dirname(os.path.abspath(db)), "artifacts")
@@ -121,7 +130,9 @@ class MLflowTracker(TrackerBase):
         exp_ids = [e.experiment_id for e in self.client.search_experiments()]
         if not exp_ids:
             return None
-        found = self.client.search_runs(exp_ids, filter_string=f"tags.`{TAG_JOB_ID}` = '{_q(job_id)}'", max_results=2)
+        found = self.client.search_runs(
+            exp_ids, filter_string=f"tags.`{TAG_JOB_ID}` = '{_q(job_id)}'", max_results=2
+        )
         if not found:
             return None
         oldest = min(found, key=lambda r: r.info.start_time)
@@ -140,9 +151,14 @@ class MLflowTracker(TrackerBase):
                     time.sleep(0.5)
                     rid = self._find(job_id)
                 if rid is None:
-                    raise RuntimeError(f"rank {os.environ.get('RANK')}: MLflow run of {job_id} was not created by rank 0")
+                    raise RuntimeError(
+                        f"rank {os.environ.get('RANK')}:"
+                        f" MLflow run of {job_id} was not created by rank 0"
+                    )
                 return rid
-            run = self.client.create_run(self._experiment_id(), tags={TAG_JOB_ID: job_id}, run_name=job_id)
+            run = self.client.create_run(
+                self._experiment_id(), tags={TAG_JOB_ID: job_id}, run_name=job_id
+            )
             rid = run.info.run_id
             self._runs[job_id] = rid
             if os.environ.get("TORCHX_JOB_ID") == job_id:
@@ -189,13 +205,17 @@ class MLflowTracker(TrackerBase):
         if rid is None:
             return {}
         tags = self.client.get_run(rid).data.tags
-        out: Dict[str, object] = {k: v for k, v in tags.items() if not k.startswith(("mlflow.", ARTIFACT_PREFIX))}
+        out: Dict[str, object] = {
+            k: v for k, v in tags.items() if not k.startswith(("mlflow.", ARTIFACT_PREFIX))
+        }
         out.pop(TAG_SOURCES, None)
         if TAG_KIND in out:
             out["kind"] = out.pop(TAG_KIND)
         return out
 
-    def add_artifact(self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None) -> None:
+    def add_artifact(
+        self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
+    ) -> None:
         rid = self._ensure(run_id)
         meta = {"path": path, **{k: v for k, v in (metadata or {}).items()}}
         for k, v in meta.items():
@@ -219,15 +239,22 @@ class MLflowTracker(TrackerBase):
                 name, _, field = key[len(ARTIFACT_PREFIX) :].rpartition(".")
                 grouped.setdefault(name, {})[field] = value
         return {
-            name: TrackerArtifact(name, str(fields.pop("path", "")), fields) for name, fields in grouped.items()
+            name: TrackerArtifact(name, str(fields.pop("path", "")), fields)
+            for name, fields in grouped.items()
         }
 
-    def _log_dataset(self, rid: str, name: str, source: str, meta: Mapping[str, object], context: str) -> None:
+    def _log_dataset(
+        self, rid: str, name: str, source: str, meta: Mapping[str, object], context: str
+    ) -> None:
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         digest = str(meta.get("digest") or abs(hash(source)))[:36]
-        dataset = Dataset(name=name, digest=digest, source_type="torchx", source=json.dumps({"uri": source}))
-        self.client.log_inputs(rid, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])])
+        dataset = Dataset(
+            name=name, digest=digest, source_type="torchx", source=json.dumps({"uri": source})
+        )
+        self.client.log_inputs(
+            rid, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
+        )
 
     def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None:
         rid = self._ensure(run_id)
@@ -259,7 +286,9 @@ class MLflowTracker(TrackerBase):
         exp_ids = [e.experiment_id for e in self.client.search_experiments()]
         if not exp_ids:
             return []
-        runs = self.client.search_runs(exp_ids, filter_string=f"tags.`{TAG_SOURCES}` LIKE '%\"{_q(run_id)}\"%'")
+        runs = self.client.search_runs(
+            exp_ids, filter_string=f"tags.`{TAG_SOURCES}` LIKE '%\"{_q(run_id)}\"%'"
+        )
         out = []
         for run in runs:
             for s in json.loads(run.data.tags.get(TAG_SOURCES, "[]")):
@@ -267,7 +296,9 @@ class MLflowTracker(TrackerBase):
                     out.append(TrackerSource(run.data.tags[TAG_JOB_ID], s["artifact"]))
         return out
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
+    ) -> None:
         rid = self._ensure(run_id)
         now = int(time.time() * 1000)
         for k, v in metrics.items():
@@ -281,7 +312,11 @@ class MLflowTracker(TrackerBase):
             with self._lock:
                 run = self.client.create_run(
                     exp_id,
-                    tags={TAG_JOB_ID: run_id, TAG_PARENT: parent_run_id, "mlflow.parentRunId": parent},
+                    tags={
+                        TAG_JOB_ID: run_id,
+                        TAG_PARENT: parent_run_id,
+                        "mlflow.parentRunId": parent,
+                    },
                     run_name=run_id,
                 )
                 self._runs[run_id] = run.info.run_id
@@ -304,7 +339,9 @@ class MLflowTracker(TrackerBase):
             return []
         parent = kwargs.get("parent_run_id")
         flt = f"tags.`{TAG_PARENT}` = '{_q(parent)}'" if parent else ""
-        runs = self.client.search_runs(exp_ids, filter_string=flt, order_by=["attributes.start_time ASC"])
+        runs = self.client.search_runs(
+            exp_ids, filter_string=flt, order_by=["attributes.start_time ASC"]
+        )
         return [r.data.tags[TAG_JOB_ID] for r in runs if TAG_JOB_ID in r.data.tags]
 
 
@@ -331,13 +368,20 @@ def _validate(config: Optional[str]) -> None:
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).read()
         except (urllib.error.URLError, OSError) as e:
-            raise TrackerConfigError(f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); start it or fix the tracker config") from None
+            raise TrackerConfigError(
+                f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)});"
+                " start it or fix the tracker config"
+            ) from None
     elif uri.startswith("sqlite:///"):
         parent = os.path.dirname(os.path.abspath(uri[len("sqlite:///") :]))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise TrackerConfigError(f"MLflow sqlite store {uri}: directory {parent} does not exist or is not writable")
+            raise TrackerConfigError(
+                f"MLflow sqlite store {uri}: directory {parent} does not exist or is not writable"
+            )
     elif uri.startswith("file:"):
-        raise TrackerConfigError(f"MLflow >= 3 refuses file stores ({uri}); use sqlite:///path/mlflow.db")
+        raise TrackerConfigError(
+            f"MLflow >= 3 refuses file stores ({uri}); use sqlite:///path/mlflow.db"
+        )
 
 
 create.validate = _validate  # type: ignore[attr-defined]

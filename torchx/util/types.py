@@ -29,7 +29,10 @@ def to_list(arg: str) -> List[str]:
 
 
 def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
-    """``Optional[T]``/``T | None``/``None | T`` -> ``(T, True)``; anything else -> ``(tp, False)``."""
+    """``Optional[T]``/``T | None``/``None | T`` -> ``(T, True)``.
+
+    Anything else -> ``(tp, False)``.
+    """
     origin = typing.get_origin(tp)
     if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]

@@ -28,9 +28,15 @@ with DAG(
     catchup=False,
     render_template_as_native_obj=True,
     params={
-        "base_dir": Param(os.path.abspath("out/pipeline"), type="string", description="where stage outputs go"),
-        "scheduler": Param("local_cwd", type="string", description="torchx scheduler for every stage"),
-        "train_cfg": Param({}, type="object", description="scheduler run options of the training stage"),
+        "base_dir": Param(
+            os.path.abspath("out/pipeline"), type="string", description="where stage outputs go"
+        ),
+        "scheduler": Param(
+            "local_cwd", type="string", description="torchx scheduler for every stage"
+        ),
+        "train_cfg": Param(
+            {}, type="object", description="scheduler run options of the training stage"
+        ),
         "j": Param("1:2x1", type="string", description="nodes and processes of the training stage"),
         "epochs": Param(20, type="integer"),
         "limit": Param(0, type="integer", description="rows of data to use (0: all)"),
@@ -72,7 +78,12 @@ with DAG(
         """Summarise the run: the three job handles (from XCom) and the test accuracy."""
         with open(os.path.join(run_dir, "eval", "metrics.json")) as f:
             accuracy = json.load(f)["test_accuracy"]
-        summary = {"datapreproc": prep_handle, "train": train_handle, "evaluate": eval_handle, "test_accuracy": accuracy}
+        summary = {
+            "datapreproc": prep_handle,
+            "train": train_handle,
+            "evaluate": eval_handle,
+            "test_accuracy": accuracy,
+        }
         print(json.dumps(summary, indent=2))
         return summary
 

@@ -31,17 +31,25 @@ def setup_env(out: Path) -> str:
 
 def migrate_db() -> None:
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    subprocess.run([airflow, "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [airflow, "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="out", help="directory for Airflow, MLflow and the pipeline outputs")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", default="out", help="directory for Airflow, MLflow and the pipeline outputs"
+    )
     parser.add_argument("--j", default="1:2x1", help="nodes x processes of the training stage")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--limit", type=int, default=0, help="rows of data to use (0: all)")
     parser.add_argument("--scheduler", default="local_cwd")
-    parser.add_argument("--verbose", action="store_true", help="show Airflow's task logs (with every job log line)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Airflow's task logs (with every job log line)"
+    )
     args = parser.parse_args()
     if not args.verbose:
         os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
@@ -56,7 +64,13 @@ def main() -> int:
 
     print("[2/3] running the DAG: datapreproc -> train (elastic DDP) -> evaluate", flush=True)
     start = time.monotonic()
-    conf = {"base_dir": str(out / "pipeline"), "j": args.j, "epochs": args.epochs, "limit": args.limit, "scheduler": args.scheduler}
+    conf = {
+        "base_dir": str(out / "pipeline"),
+        "j": args.j,
+        "epochs": args.epochs,
+        "limit": args.limit,
+        "scheduler": args.scheduler,
+    }
     dag_run = dag.test(run_conf=conf)
     elapsed = time.monotonic() - start
 
@@ -71,7 +85,10 @@ def main() -> int:
     with get_runner() as runner:
         for app in runner.list(args.scheduler)[:3][::-1]:
             handles[app.name] = app.app_handle
-            print(f"  {app.name:<12} {app.app_handle}  mlflow run {tracker.mlflow_run_id(app.app_handle)}")
+            print(
+                f"  {app.name:<12} {app.app_handle}"
+                f"  mlflow run {tracker.mlflow_run_id(app.app_handle)}"
+            )
     metrics_files = sorted((out / "pipeline").glob("*/eval/metrics.json"), key=os.path.getmtime)
     ok = str(dag_run.state) in ("success", "DagRunState.SUCCESS")
     if metrics_files and ok:
@@ -79,7 +96,10 @@ def main() -> int:
         print(f"test accuracy: {accuracy:.4f}")
     pipeline_id = tracker.mlflow_run_id(f"airflow://{dag.dag_id}/{dag_run.run_id}")
     print(f"MLflow pipeline run: {pipeline_id} (stage runs are nested under it)")
-    print(f"open the MLflow UI:  {os.path.dirname(sys.executable)}/mlflow ui --backend-store-uri {mlflow_uri}")
+    print(
+        f"open the MLflow UI:  {os.path.dirname(sys.executable)}/mlflow ui"
+        f" --backend-store-uri {mlflow_uri}"
+    )
     return 0 if ok else 1
 
 

@@ -4,10 +4,10 @@ Every stage runs through ``torchx_launcher``, so the training stage can be a mul
 elastic job on any scheduler (``kubernetes``, ``slurm``, ``local_cwd``). Data moves as
 URLs under ``base_dir``; lineage is recorded under one tracker run per pipeline run.
 
-Compile:  python -m torchx.pipelines.kfp.compile examples/pipelines/kfp/reference_pipeline.py:reference_pipeline pipeline.yaml
+Compile:  python -m torchx.pipelines.kfp.compile \
+examples/pipelines/kfp/reference_pipeline.py:reference_pipeline pipeline.yaml
 Run here: python examples/pipelines/kfp/run_local.py --out ./out-kfp
 """
-
 
 import os
 
@@ -15,10 +15,15 @@ from kfp import dsl
 
 from torchx.pipelines.kfp.components import start_pipeline_run, torchx_launcher
 
-COMPONENTS = os.path.abspath(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "components.py"))
+COMPONENTS = os.path.abspath(
+    os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "components.py")
+)
 
 
-@dsl.pipeline(name="torchx-reference", description="datapreproc -> elastic DDP train -> evaluate, each a torchx job")
+@dsl.pipeline(
+    name="torchx-reference",
+    description="datapreproc -> elastic DDP train -> evaluate, each a torchx job",
+)
 def reference_pipeline(
     base_dir: str,
     scheduler: str = "local_cwd",
@@ -28,7 +33,9 @@ def reference_pipeline(
     train_cfg: dict = {},  # noqa: B006
     components: str = COMPONENTS,
 ) -> None:
-    run = start_pipeline_run(pipeline_name="torchx-reference", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+    run = start_pipeline_run(
+        pipeline_name="torchx-reference", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    )
     run.set_caching_options(False)
     data, model, evaluation = f"{base_dir}/data", f"{base_dir}/model", f"{base_dir}/eval"
     prep = torchx_launcher(
@@ -39,8 +46,18 @@ def reference_pipeline(
     )
     train = torchx_launcher(
         component=f"{components}:trainer",
-        component_args=["--data_path", data, "--output_path", model, "--checkpoint_path", f"{base_dir}/checkpoints",
-                        "-j", j, "--epochs", epochs],
+        component_args=[
+            "--data_path",
+            data,
+            "--output_path",
+            model,
+            "--checkpoint_path",
+            f"{base_dir}/checkpoints",
+            "-j",
+            j,
+            "--epochs",
+            epochs,
+        ],
         scheduler=scheduler,
         cfg=train_cfg,
         parent_run_id=run.output,

@@ -12,7 +12,9 @@ from pathlib import Path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default="out-kfp")
     parser.add_argument("--j", default="1:2x1")
     parser.add_argument("--epochs", default="20")
@@ -29,8 +31,12 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from reference_pipeline import reference_pipeline
 
-    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(out / "kfp_root"))
-    reference_pipeline(base_dir=str(out / "pipeline"), j=args.j, epochs=args.epochs, limit=args.limit)
+    kfp.local.init(
+        runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(out / "kfp_root")
+    )
+    reference_pipeline(
+        base_dir=str(out / "pipeline"), j=args.j, epochs=args.epochs, limit=args.limit
+    )
     metrics = json.loads((out / "pipeline" / "eval" / "metrics.json").read_text())
     print(f"test accuracy: {metrics['test_accuracy']:.4f}")
     print(f"MLflow: mlflow ui --backend-store-uri {os.environ['TORCHX_TRACKER_MLFLOW_CONFIG']}")

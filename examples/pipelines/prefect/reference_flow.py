@@ -22,7 +22,11 @@ from torchx.pipelines.prefect import cancel_flow_run_apps, submit, wait
 COMPONENTS = str(Path(__file__).resolve().parents[2] / "components.py")
 
 
-@flow(name="torchx-reference", on_cancellation=[cancel_flow_run_apps], on_crashed=[cancel_flow_run_apps])
+@flow(
+    name="torchx-reference",
+    on_cancellation=[cancel_flow_run_apps],
+    on_crashed=[cancel_flow_run_apps],
+)
 def reference_flow(
     base_dir: str,
     scheduler: str = "local_cwd",
@@ -37,17 +41,39 @@ def reference_flow(
         prep_args["limit"] = limit
     prep = submit(f"{COMPONENTS}:datapreproc", prep_args, scheduler, key="datapreproc")
     wait(prep)
-    train = submit(f"{COMPONENTS}:trainer", {"data_path": data, "output_path": model, "checkpoint_path": f"{base_dir}/checkpoints",
-                   "j": j, "epochs": epochs}, scheduler, cfg=train_cfg or {}, key="train")
+    train = submit(
+        f"{COMPONENTS}:trainer",
+        {
+            "data_path": data,
+            "output_path": model,
+            "checkpoint_path": f"{base_dir}/checkpoints",
+            "j": j,
+            "epochs": epochs,
+        },
+        scheduler,
+        cfg=train_cfg or {},
+        key="train",
+    )
     wait(train)
-    ev = submit(f"{COMPONENTS}:evaluate", {"model_path": model, "data_path": data, "output_path": evaluation}, scheduler, key="evaluate")
+    ev = submit(
+        f"{COMPONENTS}:evaluate",
+        {"model_path": model, "data_path": data, "output_path": evaluation},
+        scheduler,
+        key="evaluate",
+    )
     wait(ev)
-    accuracy = json.loads(Path(evaluation, "metrics.json").read_text())["test_accuracy"] if "://" not in evaluation else None
+    accuracy = (
+        json.loads(Path(evaluation, "metrics.json").read_text())["test_accuracy"]
+        if "://" not in evaluation
+        else None
+    )
     return {"datapreproc": prep, "train": train, "evaluate": ev, "test_accuracy": accuracy}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default="out-prefect")
     parser.add_argument("--j", default="1:2x1")
     parser.add_argument("--epochs", type=int, default=20)
@@ -58,7 +84,9 @@ def main() -> int:
     os.environ.setdefault("TORCHX_HOME", str(out / "torchx_home"))
     os.environ.setdefault("TORCHX_TRACKERS", "mlflow")
     os.environ.setdefault("TORCHX_TRACKER_MLFLOW_CONFIG", f"sqlite:///{out / 'mlflow.db'}")
-    result = reference_flow(base_dir=str(out / "pipeline"), j=args.j, epochs=args.epochs, limit=args.limit)
+    result = reference_flow(
+        base_dir=str(out / "pipeline"), j=args.j, epochs=args.epochs, limit=args.limit
+    )
     print(json.dumps(result, indent=2))
     return 0
 

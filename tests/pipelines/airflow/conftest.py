@@ -1,4 +1,7 @@
-"""One Airflow home (sqlite, migrated once) for the whole test session; set before airflow is imported."""
+"""One Airflow home (sqlite, migrated once) for the whole test session.
+
+Set before airflow is imported.
+"""
 
 from __future__ import annotations
 

@@ -31,7 +31,9 @@ def _dag(dag_id: str, **op_kwargs: Any) -> Any:
         from airflow.sdk import DAG, task
         from torchx.pipelines.airflow import TorchXOperator
 
-        with DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+        with DAG(
+            dag_id={dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False
+        ) as dag:
             job = TorchXOperator(task_id="job", **{op_kwargs!r})
 
             @task
@@ -62,7 +64,9 @@ def test_reference_dag_end_to_end_with_lineage(torchx_env: Path) -> None:
 
     conf = {"base_dir": str(torchx_env / "out"), "j": "1:2x1", "epochs": 4, "limit": 600}
     dag_run = dag.test(run_conf=conf)
-    assert _states(dag_run) == {t: "success" for t in ("datapreproc", "train", "evaluate", "report")}, _states(dag_run)
+    assert _states(dag_run) == {
+        t: "success" for t in ("datapreproc", "train", "evaluate", "report")
+    }, _states(dag_run)
 
     from torchx.runner import get_runner
     from torchx.trackers.api import build_trackers
@@ -78,22 +82,39 @@ def test_reference_dag_end_to_end_with_lineage(torchx_env: Path) -> None:
     assert (handles["datapreproc"], handles["train"], "dataset") in edges
     parent_mlflow = tracker.mlflow_run_id(pipeline)
     for h in handles.values():
-        assert tracker.client.get_run(tracker.mlflow_run_id(h)).data.tags["mlflow.parentRunId"] == parent_mlflow
+        assert (
+            tracker.client.get_run(tracker.mlflow_run_id(h)).data.tags["mlflow.parentRunId"]
+            == parent_mlflow
+        )
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
-def test_success_returns_handle_and_streams_logs(torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture) -> None:
-    dag = _dag(f"ok_{deferrable}", component="utils.sh", component_args=["echo", "hello-from-job"],
-               deferrable=deferrable, poll_interval=0.5)
+def test_success_returns_handle_and_streams_logs(
+    torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture
+) -> None:
+    dag = _dag(
+        f"ok_{deferrable}",
+        component="utils.sh",
+        component_args=["echo", "hello-from-job"],
+        deferrable=deferrable,
+        poll_interval=0.5,
+    )
     dag_run = dag.test()
     assert _states(dag_run) == {"job": "success", "downstream": "success"}
     assert "sh/0 hello-from-job" in capfd.readouterr().out
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
-def test_failing_stage_fails_task_with_worker_error(torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture) -> None:
-    dag = _dag(f"fail_{deferrable}", component="utils.python",
-               component_args=["--c", "raise ValueError('bad learning rate')"], deferrable=deferrable, poll_interval=0.5)
+def test_failing_stage_fails_task_with_worker_error(
+    torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture
+) -> None:
+    dag = _dag(
+        f"fail_{deferrable}",
+        component="utils.python",
+        component_args=["--c", "raise ValueError('bad learning rate')"],
+        deferrable=deferrable,
+        poll_interval=0.5,
+    )
     dag_run = dag.test()
     states = _states(dag_run)
     assert states["job"] == "failed" and states["downstream"] != "success", states
@@ -102,7 +123,10 @@ def test_failing_stage_fails_task_with_worker_error(torchx_env: Path, deferrable
 
 
 class _TI:
-    """The slice of Airflow's task-instance API that execute() uses (a stand-in outside a DAG run)."""
+    """The slice of Airflow's task-instance API that execute() uses.
+
+    A stand-in outside a DAG run.
+    """
 
     def __init__(self, run_id: str) -> None:
         self.dag_id, self.task_id, self.run_id, self.map_index = "d", "t", run_id, -1
@@ -114,7 +138,11 @@ class _TI:
 
 def _replica_tree(handle: str) -> List[int]:
     app_id = handle.rsplit("/", 1)[1]
-    state = json.loads((Path(os.environ["TORCHX_HOME"]) / "local_cwd" / "torchx" / app_id / "state.json").read_text())
+    state = json.loads(
+        (
+            Path(os.environ["TORCHX_HOME"]) / "local_cwd" / "torchx" / app_id / "state.json"
+        ).read_text()
+    )
     pids = []
     for r in state["replicas"]:
         pids.append(r["pid"])
@@ -125,8 +153,13 @@ def _replica_tree(handle: str) -> List[int]:
 def test_on_kill_cancels_every_process(torchx_env: Path) -> None:
     from torchx.pipelines.airflow import TorchXOperator
 
-    op = TorchXOperator(task_id="t", component="utils.sh", component_args=["--num_replicas", "2", "sleep", "600"],
-                        poll_interval=0.5, trackers={})
+    op = TorchXOperator(
+        task_id="t",
+        component="utils.sh",
+        component_args=["--num_replicas", "2", "sleep", "600"],
+        poll_interval=0.5,
+        trackers={},
+    )
     ti = _TI("kill")
     errors: List[BaseException] = []
     thread = threading.Thread(target=lambda: _capture(errors, op.execute, {"ti": ti}))
@@ -139,7 +172,11 @@ def test_on_kill_cancels_every_process(torchx_env: Path) -> None:
     op.on_kill()
     thread.join(timeout=60)
     assert not thread.is_alive() and errors and "CANCELLED" in str(errors[0])
-    assert [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []
+    assert [
+        p
+        for p in pids
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ] == []
 
 
 def _capture(errors: List[BaseException], fn: Any, *args: Any) -> None:
@@ -154,7 +191,12 @@ def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -
         import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_operator import _TI
         from torchx.pipelines.airflow import TorchXOperator
-        op = TorchXOperator(task_id="t", component="utils.sh", component_args=["sh", "-c", "sleep 3; echo finished"], trackers={{}})
+        op = TorchXOperator(
+            task_id="t",
+            component="utils.sh",
+            component_args=["sh", "-c", "sleep 3; echo finished"],
+            trackers={{}},
+        )
         op.execute({{"ti": _TI("retry")}})
     """)
     worker = subprocess.Popen([sys.executable, "-c", first_try], env=dict(os.environ), cwd=tmp_path)
@@ -168,7 +210,12 @@ def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -
     from torchx.pipelines.airflow import TorchXOperator
     from torchx.runner import get_runner
 
-    op = TorchXOperator(task_id="t", component="utils.sh", component_args=["sh", "-c", "sleep 3; echo finished"], trackers={})
+    op = TorchXOperator(
+        task_id="t",
+        component="utils.sh",
+        component_args=["sh", "-c", "sleep 3; echo finished"],
+        trackers={},
+    )
     ti = _TI("retry")
     handle = op.execute({"ti": ti})
     with get_runner() as runner:
@@ -181,8 +228,14 @@ def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -
 def test_mlflow_link_is_pushed(torchx_env: Path) -> None:
     from torchx.pipelines.airflow import TorchXMLflowLink, TorchXOperator
 
-    op = TorchXOperator(task_id="t", component="utils.python",
-                        component_args=["--c", "from torchx.tracker import app_run_from_env as r; r().add_metadata(a=1)"])
+    op = TorchXOperator(
+        task_id="t",
+        component="utils.python",
+        component_args=[
+            "--c",
+            "from torchx.tracker import app_run_from_env as r; r().add_metadata(a=1)",
+        ],
+    )
     ti = _TI("link")
     op.execute({"ti": ti})
     link = ti.xcoms[TorchXMLflowLink().xcom_key]
@@ -193,12 +246,17 @@ def test_provider_info_and_bad_arguments() -> None:
     from torchx.pipelines.airflow import TorchXOperator, get_provider_info
 
     info = get_provider_info()
-    assert info["package-name"] == "torchx" and "torchx.pipelines.airflow.operator" in info["operators"][0]["python-modules"]
+    assert (
+        info["package-name"] == "torchx"
+        and "torchx.pipelines.airflow.operator" in info["operators"][0]["python-modules"]
+    )
     with pytest.raises(ValueError, match="exactly one of component= or app="):
         TorchXOperator(task_id="x")
     from importlib.metadata import entry_points
 
-    assert "torchx.pipelines.airflow:get_provider_info" in [e.value for e in entry_points(group="apache_airflow_provider")]
+    assert "torchx.pipelines.airflow:get_provider_info" in [
+        e.value for e in entry_points(group="apache_airflow_provider")
+    ]
 
 
 @pytest.mark.slow
@@ -206,7 +264,10 @@ def test_reference_dag_with_training_on_slurm(torchx_env: Path) -> None:
     """The same DAG, only the scheduler changed: every stage runs on the local Slurm cluster."""
     import shutil
 
-    if shutil.which("sinfo") is None or subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode != 0:
+    if (
+        shutil.which("sinfo") is None
+        or subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode != 0
+    ):
         pytest.skip("no running Slurm cluster (bash scripts/slurm_cluster.sh start)")
     import importlib.util
 
@@ -216,8 +277,18 @@ def test_reference_dag_with_training_on_slurm(torchx_env: Path) -> None:
     spec = importlib.util.spec_from_file_location("reference_dag", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    conf = {"base_dir": str(torchx_env / "out"), "j": "2x1", "epochs": 3, "limit": 600, "scheduler": "slurm",
-            "train_cfg": {"job_dir": str(torchx_env / "slurm-job")}}
+    conf = {
+        "base_dir": str(torchx_env / "out"),
+        "j": "2x1",
+        "epochs": 3,
+        "limit": 600,
+        "scheduler": "slurm",
+        "train_cfg": {"job_dir": str(torchx_env / "slurm-job")},
+    }
     dag_run = module.dag.test(run_conf=conf)
-    assert _states(dag_run) == {t: "success" for t in ("datapreproc", "train", "evaluate", "report")}, _states(dag_run)
-    assert list((torchx_env / "slurm-job").glob("slurm-*-train-1.out"))  # the training ran as a 2-node Slurm job
+    assert _states(dag_run) == {
+        t: "success" for t in ("datapreproc", "train", "evaluate", "report")
+    }, _states(dag_run)
+    assert list(
+        (torchx_env / "slurm-job").glob("slurm-*-train-1.out")
+    )  # the training ran as a 2-node Slurm job

@@ -1,6 +1,5 @@
 """KFP v2: compiled IR checked field by field; the reference pipeline run with kfp.local."""
 
-
 import os
 import signal
 import subprocess
@@ -22,13 +21,31 @@ PIPELINE = ROOT / "examples" / "pipelines" / "kfp" / "reference_pipeline.py"
 
 def test_reference_pipeline_compiles_to_ir_with_dag_edges(tmp_path: Path) -> None:
     out = tmp_path / "p.yaml"
-    subprocess.run([sys.executable, "-m", "torchx.pipelines.kfp.compile", f"{PIPELINE}:reference_pipeline", str(out)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchx.pipelines.kfp.compile",
+            f"{PIPELINE}:reference_pipeline",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     ir = yaml.safe_load(out.read_text())
     tasks = ir["root"]["dag"]["tasks"]
-    assert set(tasks) == {"start-pipeline-run", "torchx-launcher", "torchx-launcher-2", "torchx-launcher-3"}
+    assert set(tasks) == {
+        "start-pipeline-run",
+        "torchx-launcher",
+        "torchx-launcher-2",
+        "torchx-launcher-3",
+    }
     assert tasks["torchx-launcher-2"]["dependentTasks"] == ["start-pipeline-run", "torchx-launcher"]
-    assert tasks["torchx-launcher-3"]["dependentTasks"] == ["start-pipeline-run", "torchx-launcher-2"]
+    assert tasks["torchx-launcher-3"]["dependentTasks"] == [
+        "start-pipeline-run",
+        "torchx-launcher-2",
+    ]
     executors = ir["deploymentSpec"]["executors"]
     launcher = executors["exec-torchx-launcher"]["container"]
     assert launcher["image"].startswith("ghcr.io/pytorch/torchx:")
@@ -44,12 +61,36 @@ def test_container_component_from_single_role_app(tmp_path: Path) -> None:
 
     from torchx.pipelines.kfp import component_from_app
 
-    app = utils.python("--out", "${output:model}", "--data", "${input:data}", "--epochs", "${param:epochs}",
-                       m="trainer.main", cpu=2, memMB=3000, gpu=1)
-    train = component_from_app(app, inputs={"data": "Dataset", "epochs": "Integer"}, outputs={"model": "Model"})
-    prep = component_from_app(specs.AppDef("prep", [specs.Role("prep", "img:1", entrypoint="prep",
-                              args=["--out", "${output:data}"], resource=specs.resource(cpu=1, memMB=512))]),
-                              outputs={"data": "Dataset"})
+    app = utils.python(
+        "--out",
+        "${output:model}",
+        "--data",
+        "${input:data}",
+        "--epochs",
+        "${param:epochs}",
+        m="trainer.main",
+        cpu=2,
+        memMB=3000,
+        gpu=1,
+    )
+    train = component_from_app(
+        app, inputs={"data": "Dataset", "epochs": "Integer"}, outputs={"model": "Model"}
+    )
+    prep = component_from_app(
+        specs.AppDef(
+            "prep",
+            [
+                specs.Role(
+                    "prep",
+                    "img:1",
+                    entrypoint="prep",
+                    args=["--out", "${output:data}"],
+                    resource=specs.resource(cpu=1, memMB=512),
+                )
+            ],
+        ),
+        outputs={"data": "Dataset"},
+    )
 
     @dsl.pipeline(name="two-steps")
     def two_steps(epochs: int = 3) -> None:
@@ -63,12 +104,17 @@ def test_container_component_from_single_role_app(tmp_path: Path) -> None:
     train_exec = next(v["container"] for k, v in ex.items() if "python" in k)
     assert train_exec["image"] == app.roles[0].image and train_exec["command"] == ["python"]
     assert train_exec["args"][:2] == ["-m", "trainer.main"]
-    assert train_exec["resources"]["cpuLimit"] == 2.0 and train_exec["resources"]["memoryLimit"] == 3.0
+    assert (
+        train_exec["resources"]["cpuLimit"] == 2.0 and train_exec["resources"]["memoryLimit"] == 3.0
+    )
     assert train_exec["resources"]["accelerator"]["count"] == "1"
     assert "{{$.outputs.artifacts['model'].path}}" in train_exec["args"]
     tasks = ir["root"]["dag"]["tasks"]
     train_task = next(v for k, v in tasks.items() if "python" in k)
-    assert train_task["inputs"]["artifacts"]["data"]["taskOutputArtifact"]["outputArtifactKey"] == "data"
+    assert (
+        train_task["inputs"]["artifacts"]["data"]["taskOutputArtifact"]["outputArtifactKey"]
+        == "data"
+    )
 
 
 def test_distributed_app_is_refused_with_a_pointer_to_the_launcher() -> None:
@@ -79,20 +125,42 @@ def test_distributed_app_is_refused_with_a_pointer_to_the_launcher() -> None:
 
 
 def _kfp_env(tmp_path: Path) -> dict:
-    env = dict(os.environ, TORCHX_HOME=str(tmp_path / "home"), TORCHX_TRACKERS="mlflow",
-               TORCHX_TRACKER_MLFLOW_CONFIG=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    env = dict(
+        os.environ,
+        TORCHX_HOME=str(tmp_path / "home"),
+        TORCHX_TRACKERS="mlflow",
+        TORCHX_TRACKER_MLFLOW_CONFIG=f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )
     env.pop("TORCHXCONFIG", None)
     return env
 
 
 @pytest.mark.slow
 def test_reference_pipeline_runs_with_kfp_local_and_records_lineage(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "pipelines" / "kfp" / "run_local.py"), "--out", str(tmp_path),
-                          "--epochs", "3", "--limit", "500", "--j", "1x2"],
-                         env=_kfp_env(tmp_path), capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "pipelines" / "kfp" / "run_local.py"),
+            "--out",
+            str(tmp_path),
+            "--epochs",
+            "3",
+            "--limit",
+            "500",
+            "--j",
+            "1x2",
+        ],
+        env=_kfp_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "test accuracy:" in run.stdout
-    assert "train/0 [1]:" in run.stdout + run.stderr  # the 2-process DDP stage's log reached the step log
+    assert (
+        "train/0 [1]:" in run.stdout + run.stderr
+    )  # the 2-process DDP stage's log reached the step log
     from torchx.trackers.api import build_trackers
 
     tracker = build_trackers({"mlflow": f"sqlite:///{tmp_path / 'mlflow.db'}"})[0]
@@ -101,7 +169,10 @@ def test_reference_pipeline_runs_with_kfp_local_and_records_lineage(tmp_path: Pa
     stages = list(tracker.run_ids(parent_run_id=pipeline[0]))
     assert len(stages) == 3
     evaluate = [s for s in stages if "evaluate" in s][0]
-    assert {e.artifact for e in tracker.lineage(evaluate).upstream(evaluate)} == {"model", "dataset"}
+    assert {e.artifact for e in tracker.lineage(evaluate).upstream(evaluate)} == {
+        "model",
+        "dataset",
+    }
 
 
 def test_failing_training_stage_fails_the_run_with_the_workers_error(tmp_path: Path) -> None:
@@ -112,20 +183,42 @@ def test_failing_training_stage_fails_the_run_with_the_workers_error(tmp_path: P
 
         @dsl.pipeline(name="failing")
         def failing() -> None:
-            torchx_launcher(component="utils.python", component_args=["--c", "raise ValueError('diverged at step 7')"])
+            torchx_launcher(
+                component="utils.python",
+                component_args=["--c", "raise ValueError('diverged at step 7')"],
+            )
 
-        kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root={str(tmp_path / 'root')!r})
+        kfp.local.init(
+            runner=kfp.local.SubprocessRunner(use_venv=False),
+            pipeline_root={str(tmp_path / "root")!r},
+        )
         failing()
     """)
-    run = subprocess.run([sys.executable, "-c", code], env=_kfp_env(tmp_path), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_kfp_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     out = run.stdout + run.stderr
     assert run.returncode != 0
     assert "ValueError: diverged at step 7" in out and "FAILED" in out
 
 
 def test_terminating_the_launcher_cancels_the_app(tmp_path: Path) -> None:
-    code = "from torchx.pipelines.kfp.launch import launch; launch('utils.sh', ['--num_replicas', '2', 'sleep', '600'])"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=_kfp_env(tmp_path), stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    code = (
+        "from torchx.pipelines.kfp.launch import launch; "
+        "launch('utils.sh', ['--num_replicas', '2', 'sleep', '600'])"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=_kfp_env(tmp_path),
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.stdout is not None
     handle = proc.stdout.readline().split()[-1]
     assert handle.startswith("local_cwd://")
@@ -141,8 +234,17 @@ def test_task_config_is_forwarded_to_the_app() -> None:
 
     app = utils.sh("true", cpu=1, memMB=1024)
     cfg: dict = {}
-    apply_task_config(app, cfg, {"resources": {"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}},
-                                 "env": [{"name": "NCCL_DEBUG", "value": "INFO"}], "node_selector": {"pool": "gpu"}})
+    apply_task_config(
+        app,
+        cfg,
+        {
+            "resources": {"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}},
+            "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+            "node_selector": {"pool": "gpu"},
+        },
+    )
     res = app.roles[0].resource
-    assert (res.cpu, res.memMB, res.gpu) == (4, 8192, 2) and app.roles[0].env["NCCL_DEBUG"] == "INFO"
+    assert (res.cpu, res.memMB, res.gpu) == (4, 8192, 2) and app.roles[0].env[
+        "NCCL_DEBUG"
+    ] == "INFO"
     assert cfg == {"node_selector": {"pool": "gpu"}}

@@ -18,7 +18,11 @@ from torchx.pipelines.prefect import TorchXJob, cancel_flow_run_apps, submit, wa
 SLEEPERS = ["--num_replicas", "2", "sleep", "600"]
 
 
-@flow(name="torchx-long-job", on_cancellation=[cancel_flow_run_apps], on_crashed=[cancel_flow_run_apps])
+@flow(
+    name="torchx-long-job",
+    on_cancellation=[cancel_flow_run_apps],
+    on_crashed=[cancel_flow_run_apps],
+)
 def long_job(mode: str = "wait") -> None:
     """A two-replica app that runs for 10 minutes, launched and followed as ``mode`` says.
 

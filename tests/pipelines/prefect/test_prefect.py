@@ -49,7 +49,9 @@ def test_reference_flow_completes_with_lineage_and_artifacts(env: Path) -> None:
     tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
     pipeline = [r for r in tracker.run_ids() if r.startswith("prefect://torchx-reference/")]
     assert len(pipeline) == 1
-    assert sorted(tracker.run_ids(parent_run_id=pipeline[0])) == sorted([result["datapreproc"], result["train"], result["evaluate"]])
+    assert sorted(tracker.run_ids(parent_run_id=pipeline[0])) == sorted(
+        [result["datapreproc"], result["train"], result["evaluate"]]
+    )
     ev = result["evaluate"]
     assert {e.artifact for e in tracker.lineage(ev).upstream(ev)} == {"model", "dataset"}
     keys = asyncio.run(_artifact_keys())
@@ -58,7 +60,9 @@ def test_reference_flow_completes_with_lineage_and_artifacts(env: Path) -> None:
     assert any(k and k.startswith("torchx-mlflow-train") for k in keys), keys
 
 
-def test_failing_stage_fails_the_flow_with_the_workers_error(env: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_failing_stage_fails_the_flow_with_the_workers_error(
+    env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from prefect import flow
 
     from torchx.pipelines.prefect import TorchXJobFailed, submit, wait
@@ -93,7 +97,10 @@ def test_submit_is_idempotent_per_flow_run_and_key(env: Path) -> None:
 
 
 def test_a_retried_flow_run_re_attaches_to_the_stage_that_succeeded(env: Path) -> None:
-    """Prefect re-runs every task of a retried flow run; the stage that already succeeded is not launched again."""
+    """Prefect re-runs every task of a retried flow run.
+
+    The stage that already succeeded is not launched again.
+    """
     from prefect import flow
 
     from torchx.pipelines.prefect import submit, wait
@@ -176,12 +183,21 @@ def served(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> It
     from prefect.settings import PREFECT_API_URL
 
     home = tmp_path_factory.mktemp("served") / "home"
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "TORCHX_HOME": str(home),
-           "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        "TORCHX_HOME": str(home),
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+    }
     env.pop("TORCHX_TRACKERS", None)
     here = Path(__file__).parent
-    proc = subprocess.Popen([sys.executable, "served_flow.py", "served"], cwd=here, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "served_flow.py", "served"],
+        cwd=here,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         yield Served(home, proc.pid)
     finally:
@@ -244,21 +260,31 @@ async def _cancel_through_the_api(flow_run_id: str) -> None:
 
 
 def _kill_flow_run_process(runner_pid: int) -> None:
-    """SIGKILL the process in which the runner executes the flow run, as an OOM kill or a lost node would.
+    """SIGKILL the process in which the runner executes the flow run.
 
-    ``flow.serve()`` starts each flow run in a ``multiprocessing`` spawn child; one runs at a time here.
+    As an OOM kill or a lost node would. ``flow.serve()`` starts each flow run in a
+    ``multiprocessing`` spawn child; one runs at a time here.
     """
-    runs = [c for c in psutil.Process(runner_pid).children() if "--multiprocessing-fork" in c.cmdline()]
+    runs = [
+        c for c in psutil.Process(runner_pid).children() if "--multiprocessing-fork" in c.cmdline()
+    ]
     assert len(runs) == 1, [c.cmdline() for c in runs]
     runs[0].kill()
 
 
-@pytest.mark.parametrize(("mode", "end", "final"), [
-    ("wait", "cancel", "CANCELLED"),   # the wait task is interrupted and cancels the app
-    ("hook", "cancel", "CANCELLED"),   # the flow is elsewhere: only on_cancellation can
-    ("block", "cancel", "CANCELLED"),  # the same for an app triggered by a TorchXJob block
-    ("hook", "kill", "CRASHED"),       # the flow-run process is SIGKILLed: on_crashed cancels the app
-])
+@pytest.mark.parametrize(
+    ("mode", "end", "final"),
+    [
+        ("wait", "cancel", "CANCELLED"),  # the wait task is interrupted and cancels the app
+        ("hook", "cancel", "CANCELLED"),  # the flow is elsewhere: only on_cancellation can
+        ("block", "cancel", "CANCELLED"),  # the same for an app triggered by a TorchXJob block
+        (
+            "hook",
+            "kill",
+            "CRASHED",
+        ),  # the flow-run process is SIGKILLed: on_crashed cancels the app
+    ],
+)
 def test_ending_a_served_flow_run_ends_its_app(
     served: Served, monkeypatch: pytest.MonkeyPatch, mode: str, end: str, final: str
 ) -> None:

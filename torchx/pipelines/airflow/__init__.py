@@ -19,18 +19,31 @@ _LAZY = {
 
 
 def get_provider_info() -> Dict[str, Any]:
-    """Provider metadata for the ``apache_airflow_provider`` entry point (``airflow providers list``)."""
+    """Provider metadata for the ``apache_airflow_provider`` entry point.
+
+    Shown by ``airflow providers list``.
+    """
     from torchx import __version__
 
     return {
         "package-name": "torchx",
         "name": "TorchX",
-        "description": "Launch PyTorch jobs (single-process, distributed, elastic) on local processes, Slurm, Kubernetes, AWS Batch or Ray.",
+        "description": "Launch PyTorch jobs (single-process, distributed, elastic)"
+        " on local processes, Slurm, Kubernetes, AWS Batch or Ray.",
         "versions": [__version__],
-        "operators": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.operator"]}],
-        "triggers": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.trigger"]}],
-        "sensors": [{"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.sensor"]}],
-        "extra-links": ["torchx.pipelines.airflow.operator.TorchXAppLink", "torchx.pipelines.airflow.operator.TorchXMLflowLink"],
+        "operators": [
+            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.operator"]}
+        ],
+        "triggers": [
+            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.trigger"]}
+        ],
+        "sensors": [
+            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.sensor"]}
+        ],
+        "extra-links": [
+            "torchx.pipelines.airflow.operator.TorchXAppLink",
+            "torchx.pipelines.airflow.operator.TorchXMLflowLink",
+        ],
     }
 
 
@@ -40,4 +53,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'torchx.pipelines.airflow' has no attribute {name!r}")
 
 
-__all__ = ["TorchXOperator", "TorchXAppLink", "TorchXMLflowLink", "TorchXTrigger", "TorchXSensor", "get_provider_info"]
+__all__ = [
+    "TorchXOperator",
+    "TorchXAppLink",
+    "TorchXMLflowLink",
+    "TorchXTrigger",
+    "TorchXSensor",
+    "get_provider_info",
+]

@@ -92,7 +92,13 @@ def pipeline_run_id(dag_id: str, run_id: str) -> str:
 class TorchXOperator(BaseOperator):
     """Run a torchx component (``utils.sh``, ``dist.ddp``, ``path/file.py:fn``) or an AppDef."""
 
-    template_fields: Sequence[str] = ("component", "component_args", "scheduler", "cfg", "parent_run_id")
+    template_fields: Sequence[str] = (
+        "component",
+        "component_args",
+        "scheduler",
+        "cfg",
+        "parent_run_id",
+    )
     template_fields_renderers = {"component_args": "json", "cfg": "json"}
     operator_extra_links = (TorchXAppLink(), TorchXMLflowLink())
     ui_color = "#ee4c2c"
@@ -149,7 +155,9 @@ class TorchXOperator(BaseOperator):
 
     def _attach_key(self, context: Mapping[str, Any]) -> str:
         ti = context["ti"]
-        return "/".join(str(x) for x in (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1)))
+        return "/".join(
+            str(x) for x in (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+        )
 
     def _open_pipeline_run(self, context: Mapping[str, Any]) -> Optional[str]:
         if self.parent_run_id:
@@ -160,7 +168,9 @@ class TorchXOperator(BaseOperator):
         if trackers:
             import torchx.trackers.api as tracker_api
 
-            tracker_api.start_pipeline_run(run_id, trackers, orchestrator="airflow", dag_id=ti.dag_id)
+            tracker_api.start_pipeline_run(
+                run_id, trackers, orchestrator="airflow", dag_id=ti.dag_id
+            )
         return run_id
 
     def _cfg(self) -> Dict[str, Any]:
@@ -190,7 +200,9 @@ class TorchXOperator(BaseOperator):
             if self.app is not None:
                 handle = runner.run(self.app, self.scheduler, cfg, parent_run_id=parent)
             else:
-                handle = runner.run_component(self.component, self.component_args, self.scheduler, cfg, parent_run_id=parent)
+                handle = runner.run_component(
+                    self.component, self.component_args, self.scheduler, cfg, parent_run_id=parent
+                )
             record.save(handle)
             self.log.info("submitted %s", handle)
         self.app_handle = handle
@@ -204,7 +216,11 @@ class TorchXOperator(BaseOperator):
             from torchx.pipelines.airflow.trigger import TorchXTrigger
 
             self.defer(
-                trigger=TorchXTrigger(app_handle=handle, poll_interval=self.poll_interval, cancel_on_kill=self.cancel_on_kill),
+                trigger=TorchXTrigger(
+                    app_handle=handle,
+                    poll_interval=self.poll_interval,
+                    cancel_on_kill=self.cancel_on_kill,
+                ),
                 method_name="execute_complete",
             )
         if self.get_logs:
@@ -241,7 +257,9 @@ class TorchXOperator(BaseOperator):
     def _stream_logs(self, runner: Any, handle: str, tail: bool) -> None:
         from torchx.runner.logs import tail_app_logs
 
-        for error in tail_app_logs(runner, handle, lambda role, k, line: self.log.info("%s/%d %s", role, k, line), tail):
+        for error in tail_app_logs(
+            runner, handle, lambda role, k, line: self.log.info("%s/%d %s", role, k, line), tail
+        ):
             self.log.warning("could not read logs of %s: %s", handle, error)
 
     def on_kill(self) -> None:

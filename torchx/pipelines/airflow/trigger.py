@@ -17,7 +17,9 @@ class TorchXTrigger(BaseTrigger):
     (the task instance is still deferred then).
     """
 
-    def __init__(self, app_handle: str, poll_interval: float = 5.0, cancel_on_kill: bool = True) -> None:
+    def __init__(
+        self, app_handle: str, poll_interval: float = 5.0, cancel_on_kill: bool = True
+    ) -> None:
         super().__init__()
         self.app_handle = app_handle
         self.poll_interval = poll_interval
@@ -26,25 +28,41 @@ class TorchXTrigger(BaseTrigger):
     def serialize(self) -> Tuple[str, Dict[str, Any]]:
         return (
             "torchx.pipelines.airflow.trigger.TorchXTrigger",
-            {"app_handle": self.app_handle, "poll_interval": self.poll_interval, "cancel_on_kill": self.cancel_on_kill},
+            {
+                "app_handle": self.app_handle,
+                "poll_interval": self.poll_interval,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
         )
 
     def _status(self) -> Any:
         from torchx.runner import get_runner
 
         with get_runner() as runner:
-            return runner.wait(self.app_handle, wait_interval=self.poll_interval, timeout=self.poll_interval)
+            return runner.wait(
+                self.app_handle, wait_interval=self.poll_interval, timeout=self.poll_interval
+            )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             while True:
                 status = await asyncio.to_thread(self._status)
                 if status is None:
-                    yield TriggerEvent({"app_handle": self.app_handle, "state": "UNKNOWN", "message": "app not found"})
+                    yield TriggerEvent(
+                        {
+                            "app_handle": self.app_handle,
+                            "state": "UNKNOWN",
+                            "message": "app not found",
+                        }
+                    )
                     return
                 if status.is_terminal():
                     yield TriggerEvent(
-                        {"app_handle": self.app_handle, "state": str(status.state), "message": status.error_summary()}
+                        {
+                            "app_handle": self.app_handle,
+                            "state": str(status.state),
+                            "message": status.error_summary(),
+                        }
                     )
                     return
         except asyncio.CancelledError:

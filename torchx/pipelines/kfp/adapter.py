@@ -14,28 +14,43 @@ from torchx.specs.api import AppDef, InvalidArgumentError, Role
 from torchx.util.modules import import_optional
 
 _TOKEN = re.compile(r"\$\{(input|output|param):([A-Za-z_][\w]*)\}")
-ARTIFACT_TYPES = {"Dataset": "system.Dataset@0.0.1", "Model": "system.Model@0.0.1", "Metrics": "system.Metrics@0.0.1",
-                  "Artifact": "system.Artifact@0.0.1"}
+ARTIFACT_TYPES = {
+    "Dataset": "system.Dataset@0.0.1",
+    "Model": "system.Model@0.0.1",
+    "Metrics": "system.Metrics@0.0.1",
+    "Artifact": "system.Artifact@0.0.1",
+}
 
 
 def _single_role(app: AppDef) -> Role:
     if len(app.roles) != 1 or app.roles[0].num_replicas != 1:
         raise InvalidArgumentError(
-            f"app {app.name!r} has {len(app.roles)} role(s) / {app.roles[0].num_replicas if app.roles else 0} replica(s);"
-            " a KFP container component runs one process: use torchx_launcher for distributed or multi-role apps"
+            f"app {app.name!r} has {len(app.roles)} role(s)"
+            f" / {app.roles[0].num_replicas if app.roles else 0} replica(s);"
+            " a KFP container component runs one process:"
+            " use torchx_launcher for distributed or multi-role apps"
         )
     return app.roles[0]
 
 
 def _arg(value: str, types: Dict[str, str]) -> Any:
-    """A role argument with tokens replaced by KFP placeholders (concatenated when mixed with text)."""
+    """A role argument with tokens replaced by KFP placeholders.
+
+    Concatenated when mixed with text.
+    """
     parts: list = []
     pos = 0
     for m in _TOKEN.finditer(value):
         if m.start() > pos:
             parts.append(value[pos : m.start()])
         kind, name = m.groups()
-        parts.append({"input": {"inputPath": name}, "output": {"outputPath": name}, "param": {"inputValue": name}}[kind])
+        parts.append(
+            {
+                "input": {"inputPath": name},
+                "output": {"outputPath": name},
+                "param": {"inputValue": name},
+            }[kind]
+        )
         pos = m.end()
     if pos < len(value):
         parts.append(value[pos:])
@@ -50,14 +65,17 @@ def component_spec_from_app(
     """The component spec (as a dict) of a single-role app, and its role.
 
     ``inputs``/``outputs`` map names used in ``${input:x}``/``${output:x}``/``${param:x}``
-    tokens to types: ``Dataset``, ``Model``, ``Metrics``, ``Artifact`` or ``String``/``Integer``/``Float``.
+    tokens to types: ``Dataset``, ``Model``, ``Metrics``, ``Artifact`` or
+    ``String``/``Integer``/``Float``.
     """
     role = _single_role(app)
     inputs, outputs = dict(inputs or {}), dict(outputs or {})
     used = {m.group(2) for a in role.args for m in _TOKEN.finditer(a)}
     missing = used - set(inputs) - set(outputs)
     if missing:
-        raise InvalidArgumentError(f"app {app.name!r}: arguments use {sorted(missing)} but no inputs/outputs declare them")
+        raise InvalidArgumentError(
+            f"app {app.name!r}: arguments use {sorted(missing)} but no inputs/outputs declare them"
+        )
     spec = {
         "name": f"{app.name}-{role.name}",
         "description": f"torchx component {app.name}, role {role.name}",
@@ -78,7 +96,10 @@ def component_spec_from_app(
 def component_from_app(
     app: AppDef, inputs: Optional[Dict[str, str]] = None, outputs: Optional[Dict[str, str]] = None
 ) -> Any:
-    """A KFP component factory; calling it makes a task that carries the role's resources and env."""
+    """A KFP component factory.
+
+    Calling it makes a task that carries the role's resources and env.
+    """
     import yaml
 
     components = import_optional("kfp.components", "kfp")
@@ -106,7 +127,12 @@ def component_from_app(
     return make_task
 
 
-def container_from_app(app: AppDef, *args: Any, inputs: Optional[Dict[str, str]] = None,
-                       outputs: Optional[Dict[str, str]] = None, **kwargs: Any) -> Any:
+def container_from_app(
+    app: AppDef,
+    *args: Any,
+    inputs: Optional[Dict[str, str]] = None,
+    outputs: Optional[Dict[str, str]] = None,
+    **kwargs: Any,
+) -> Any:
     """``component_from_app(app, inputs, outputs)(*args, **kwargs)``: one task inside a pipeline."""
     return component_from_app(app, inputs, outputs)(*args, **kwargs)

@@ -1,4 +1,5 @@
-"""Compile a KFP pipeline function to IR YAML: ``python -m torchx.pipelines.kfp.compile MODULE_OR_FILE:FN OUT.yaml``."""
+"""Compile a KFP pipeline function to IR YAML:
+``python -m torchx.pipelines.kfp.compile MODULE_OR_FILE:FN OUT.yaml``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import sys
 def load(target: str) -> object:
     where, _, fn = target.rpartition(":")
     if not where or not fn:
-        raise SystemExit(f"compile: expected MODULE:FUNCTION or path/file.py:FUNCTION, got {target!r}")
+        raise SystemExit(
+            f"compile: expected MODULE:FUNCTION or path/file.py:FUNCTION, got {target!r}"
+        )
     if where.endswith(".py"):
         if not os.path.isfile(where):
             raise SystemExit(f"compile: {where} does not exist")

@@ -23,14 +23,25 @@ def _quantity_cpu(value: str) -> int:
 
 def _quantity_mb(value: str) -> int:
     v = str(value)
-    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": 1 / 1000, "M": 1, "G": 1000, "T": 1000 * 1000}
+    units = {
+        "Ki": 1 / 1024,
+        "Mi": 1,
+        "Gi": 1024,
+        "Ti": 1024 * 1024,
+        "K": 1 / 1000,
+        "M": 1,
+        "G": 1000,
+        "T": 1000 * 1000,
+    }
     for suffix in sorted(units, key=len, reverse=True):
         if v.endswith(suffix):
             return int(float(v[: -len(suffix)]) * units[suffix])
     return int(int(v) / (1024 * 1024))
 
 
-def apply_task_config(app: AppDef, cfg: Dict[str, Any], task_config: Optional[Mapping[str, Any]]) -> None:
+def apply_task_config(
+    app: AppDef, cfg: Dict[str, Any], task_config: Optional[Mapping[str, Any]]
+) -> None:
     """Forward the launcher task's KFP TaskConfig (resources, env, node selector, tolerations,
     volumes) to the launched app instead of the launcher pod."""
     if not task_config:
@@ -42,7 +53,9 @@ def apply_task_config(app: AppDef, cfg: Dict[str, Any], task_config: Optional[Ma
         cpu = _quantity_cpu(limits["cpu"]) if "cpu" in limits else r.cpu
         mem = _quantity_mb(limits["memory"]) if "memory" in limits else r.memMB
         gpu = int(limits.get("nvidia.com/gpu", r.gpu))
-        role.resource = Resource(cpu=cpu, gpu=gpu, memMB=mem, capabilities=dict(r.capabilities), devices=dict(r.devices))
+        role.resource = Resource(
+            cpu=cpu, gpu=gpu, memMB=mem, capabilities=dict(r.capabilities), devices=dict(r.devices)
+        )
         for item in task_config.get("env") or []:
             if "name" in item and "value" in item:
                 role.env[item["name"]] = str(item["value"])
@@ -68,7 +81,11 @@ def launch(
         app = runner.materialize_component(component, list(component_args))
         apply_task_config(app, cfg, task_config)
         opts = runner.scheduler_run_opts(scheduler)
-        cfg = {k: v for k, v in cfg.items() if opts.get(k) is not None or k in cfg and k not in ("node_selector", "tolerations")}
+        cfg = {
+            k: v
+            for k, v in cfg.items()
+            if opts.get(k) is not None or k in cfg and k not in ("node_selector", "tolerations")
+        }
         handle = runner.run(app, scheduler, cfg, parent_run_id=parent_run_id or None)
         print(f"torchx: launched {handle}", flush=True)
 

@@ -60,11 +60,22 @@ class TorchXJob(JobBlock):
     _block_type_name = "TorchX Job"
     _description = "Launch a PyTorch job (single process, distributed or elastic) with torchx."
 
-    component: str = Field(..., description="component name (e.g. dist.ddp) or path/to/file.py:function")
-    component_args: List[str] = Field(default_factory=list, description="component arguments, as on the command line")
-    scheduler: str = Field(default="local_cwd", description="torchx scheduler: local_cwd, slurm, kubernetes, aws_batch, ray")
-    cfg: Dict[str, Any] = Field(default_factory=dict, description="scheduler run options (see `torchx runopts`)")
-    parent_run_id: Optional[str] = Field(default=None, description="tracker run to nest the job's run under")
+    component: str = Field(
+        ..., description="component name (e.g. dist.ddp) or path/to/file.py:function"
+    )
+    component_args: List[str] = Field(
+        default_factory=list, description="component arguments, as on the command line"
+    )
+    scheduler: str = Field(
+        default="local_cwd",
+        description="torchx scheduler: local_cwd, slurm, kubernetes, aws_batch, ray",
+    )
+    cfg: Dict[str, Any] = Field(
+        default_factory=dict, description="scheduler run options (see `torchx runopts`)"
+    )
+    parent_run_id: Optional[str] = Field(
+        default=None, description="tracker run to nest the job's run under"
+    )
     poll_interval: float = Field(default=1.0, description="seconds between status checks")
 
     async def trigger(self) -> TorchXJobRun:
@@ -72,8 +83,13 @@ class TorchXJob(JobBlock):
 
         def _submit() -> str:
             with get_runner() as runner:
-                return runner.run_component(self.component, list(self.component_args), self.scheduler, dict(self.cfg),
-                                            parent_run_id=self.parent_run_id)
+                return runner.run_component(
+                    self.component,
+                    list(self.component_args),
+                    self.scheduler,
+                    dict(self.cfg),
+                    parent_run_id=self.parent_run_id,
+                )
 
         handle = await asyncio.to_thread(_submit)
         record_flow_run_app(handle)

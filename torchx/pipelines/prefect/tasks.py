@@ -104,7 +104,9 @@ def submit(
         if isinstance(component, AppDef):
             handle = runner.run(component, scheduler, cfg or {}, parent_run_id=parent)
         else:
-            handle = runner.run_component(component, component_args or [], scheduler, cfg or {}, parent_run_id=parent)
+            handle = runner.run_component(
+                component, component_args or [], scheduler, cfg or {}, parent_run_id=parent
+            )
     record.save(handle)
     record_flow_run_app(handle)
     logger.info("submitted %s", handle)
@@ -114,7 +116,9 @@ def submit(
 def _stream(runner: Any, handle: str, logger: Any) -> None:
     from torchx.runner.logs import tail_app_logs
 
-    for error in tail_app_logs(runner, handle, lambda role, k, line: logger.info("%s/%d %s", role, k, line)):
+    for error in tail_app_logs(
+        runner, handle, lambda role, k, line: logger.info("%s/%d %s", role, k, line)
+    ):
         logger.warning("could not read logs of %s: %s", handle, error)
 
 
@@ -122,9 +126,15 @@ def _artifacts(handle: str, status: AppStatus) -> None:
     safe = "".join(c if c.isalnum() else "-" for c in handle.split("/")[-1]).lower()
     if status.ui_url:
         create_link_artifact(status.ui_url, link_text=f"{handle} logs", key=f"torchx-logs-{safe}")
-    rows = [{"role": r.role, "replica": x.id, "state": str(x.state), "host": x.hostname} for r in status.roles for x in r.replicas]
+    rows = [
+        {"role": r.role, "replica": x.id, "state": str(x.state), "host": x.hostname}
+        for r in status.roles
+        for x in r.replicas
+    ]
     if rows:
-        create_table_artifact(rows, key=f"torchx-replicas-{safe}", description=f"{handle}: {status.state}")
+        create_table_artifact(
+            rows, key=f"torchx-replicas-{safe}", description=f"{handle}: {status.state}"
+        )
     try:
         from torchx.runner.config import get_configured_trackers
         from torchx.trackers.api import build_trackers
@@ -133,15 +143,22 @@ def _artifacts(handle: str, status: AppStatus) -> None:
             rid = getattr(tracker, "mlflow_run_id", lambda _: None)(handle)
             if rid:
                 uri = getattr(tracker, "tracking_uri", "")
-                link = f"{uri}/#/experiments/0/runs/{rid}" if str(uri).startswith("http") else f"mlflow-run:{rid} ({uri})"
-                create_link_artifact(link, link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}")
+                link = (
+                    f"{uri}/#/experiments/0/runs/{rid}"
+                    if str(uri).startswith("http")
+                    else f"mlflow-run:{rid} ({uri})"
+                )
+                create_link_artifact(
+                    link, link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
+                )
     except Exception as e:  # artifacts are best effort; never fail the task for them
         get_run_logger().warning("could not link the MLflow run: %s", e)
 
 
 @task(name="torchx-wait")
 def wait(handle: str, poll_interval: float = 1.0, get_logs: bool = True) -> Dict[str, Any]:
-    """Wait for the app; raises ``TorchXJobFailed`` unless it SUCCEEDED. Returns the status as JSON."""
+    """Wait for the app; raises ``TorchXJobFailed`` unless it SUCCEEDED. \
+Returns the status as JSON."""
     logger = get_run_logger()
     with _runner() as runner:
         try:
