@@ -7,7 +7,10 @@ with these differences on purpose:
 - ``wait`` returns as soon as the scheduler sees the app end (schedulers may
   override ``wait_for_change``), whatever ``wait_interval`` is;
 - ``TORCHX_*`` environment variables are not turned into scheduler kwargs;
-- a misconfigured tracker fails at submit time with one line.
+- a misconfigured tracker fails at submit time with one line; a dry run never contacts it;
+- ``run(..., idempotency_key=K)`` submits at most one live app per key: the scheduler
+  stores the key's token with the job, so a retry from any process or machine that can
+  see the scheduler re-attaches to the running (or, if asked, succeeded) app.
 """
 
 from __future__ import annotations
@@ -22,16 +25,25 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 from torchx.runner import config as torchx_config
 from torchx.runner.events import log_event
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
-from torchx.schedulers.api import InvalidAppError, ListAppResponse, Scheduler, Stream
+from torchx.schedulers.api import (
+    IDEMPOTENCY_TOKEN,
+    InvalidAppError,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    idempotency_token,
+)
 from torchx.specs.api import (
     MISSING,
     AppDef,
     AppDryRunInfo,
     AppHandle,
+    AppState,
     AppStatus,
     CfgVal,
     UnknownAppException,
     UnknownSchedulerException,
+    is_terminal,
     macros,
     make_app_handle,
     parse_app_handle,
@@ -58,8 +70,11 @@ class Runner:
         scheduler_factories: Mapping[str, SchedulerFactory],
         component_defaults: Optional[Dict[str, Dict[str, str]]] = None,
         scheduler_params: Optional[Dict[str, Any]] = None,
+        trackers: Optional[Mapping[str, Optional[str]]] = None,
     ) -> None:
         self._name = name
+        # None: the configured set (.torchxconfig / $TORCHX_TRACKERS), read at each dry run
+        self._trackers = None if trackers is None else dict(trackers)
         self._scheduler_factories = scheduler_factories
         self._component_defaults = component_defaults or {}
         self._scheduler_params = scheduler_params or {}
@@ -93,12 +108,23 @@ class Runner:
         cfg: Optional[Mapping[str, CfgVal]] = None,
         workspace: Optional[str] = None,
         parent_run_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        reattach_succeeded: bool = False,
     ) -> AppHandle:
-        """Materialize a component (``utils.echo``, ``file.py:fn``) and submit it."""
-        info = self.dryrun_component(
-            component, component_args, scheduler, cfg, workspace, parent_run_id
+        """Materialize a component (``utils.echo``, ``file.py:fn``) and submit it.
+
+        With ``idempotency_key`` see :meth:`run`.
+        """
+        app = self.materialize_component(component, component_args)
+        return self.run(
+            app,
+            scheduler,
+            cfg,
+            workspace,
+            parent_run_id,
+            idempotency_key=idempotency_key,
+            reattach_succeeded=reattach_succeeded,
         )
-        return self.schedule(info)
 
     def dryrun_component(
         self,
@@ -133,8 +159,62 @@ class Runner:
         cfg: Optional[Mapping[str, CfgVal]] = None,
         workspace: Optional[str] = None,
         parent_run_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        reattach_succeeded: bool = False,
     ) -> AppHandle:
-        return self.schedule(self.dryrun(app, scheduler, cfg, workspace, parent_run_id))
+        """Submit ``app``; returns ``scheduler://session/app_id``.
+
+        With ``idempotency_key``, at most one live app runs per key on the scheduler:
+        if an app submitted with the same key is pending or running (from any process
+        on any machine that sees the scheduler), its handle is returned and nothing is
+        submitted; a SUCCEEDED one is returned only with ``reattach_succeeded=True``; a
+        FAILED or CANCELLED one is never re-attached. Two submissions racing with one key
+        converge on the oldest: the newer one is cancelled and the oldest's handle returned.
+        """
+        if not idempotency_key:
+            return self.schedule(self.dryrun(app, scheduler, cfg, workspace, parent_run_id))
+        token = idempotency_token(idempotency_key)
+        existing = self._find_reusable(scheduler, token, reattach_succeeded)
+        if existing is not None:
+            logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
+            return existing
+        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, _token=token)
+        handle = self.schedule(info)
+        return self._converge(scheduler, token, handle)
+
+    def find_by_idempotency_key(
+        self, scheduler: str, idempotency_key: str, reattach_succeeded: bool = False
+    ) -> Optional[AppHandle]:
+        """The app :meth:`run` would re-attach to for this key (None: it would submit)."""
+        return self._find_reusable(
+            scheduler, idempotency_token(idempotency_key), reattach_succeeded
+        )
+
+    def _find_reusable(
+        self, scheduler: str, token: str, reattach_succeeded: bool
+    ) -> Optional[AppHandle]:
+        """The newest app with ``token`` that may be re-attached, if any."""
+        reusable = [AppState.SUCCEEDED] if reattach_succeeded else []
+        for app in reversed(self._scheduler(scheduler).find_by_idempotency_token(token)):
+            if not is_terminal(app.state) or app.state in reusable:
+                return make_app_handle(scheduler, self._name, app.app_id)
+        return None
+
+    def _converge(self, scheduler: str, token: str, handle: AppHandle) -> AppHandle:
+        """After a keyed submission: if an older live app has the same token (a concurrent
+        submitter won the race), cancel ours and return the older one."""
+        sched = self._scheduler(scheduler)
+        ours = parse_app_handle(handle).app_id
+        live = [
+            a.app_id
+            for a in sched.find_by_idempotency_token(token)
+            if not is_terminal(a.state) or a.app_id == ours
+        ]
+        if not live or live[0] == ours:
+            return handle
+        logger.info("%s lost a submission race to %s: cancelling it", handle, live[0])
+        sched.cancel(ours)
+        return make_app_handle(scheduler, self._name, live[0])
 
     def dryrun(
         self,
@@ -143,13 +223,18 @@ class Runner:
         cfg: Optional[Mapping[str, CfgVal]] = None,
         workspace: Optional[str] = None,
         parent_run_id: Optional[str] = None,
+        _token: Optional[str] = None,
     ) -> AppDryRunInfo[Any]:
-        """The scheduler request for ``app`` (on a copy: the caller's AppDef is untouched)."""
+        """The scheduler request for ``app`` (on a copy: the caller's AppDef is untouched).
+
+        Offline: trackers are checked by :meth:`schedule`, not here.
+        """
         _validate_app(app)
         app = copy.deepcopy(app)
         sched = self._scheduler(scheduler)
-        trackers = torchx_config.get_configured_trackers()
-        _check_trackers(trackers)
+        trackers = self.trackers()
+        if _token:
+            app.metadata[IDEMPOTENCY_TOKEN] = _token
         parent = os.environ.get(ENV_TORCHX_PARENT_RUN_ID) or parent_run_id
         job_id = make_app_handle(scheduler, self._name, macros.app_id)
         for role in app.roles:
@@ -175,6 +260,8 @@ class Runner:
         if scheduler is None:
             raise ValueError("dryrun_info has no scheduler; create it with Runner.dryrun")
         sched = self._scheduler(scheduler)
+        if dryrun_info._app is not None:
+            _check_trackers(_trackers_of(dryrun_info._app))
         with log_event("schedule", scheduler) as event:
             app_id = sched.schedule(dryrun_info)
             event.app_id = app_id
@@ -295,6 +382,12 @@ class Runner:
             cfg.update(opts.cfg_from_str(literal))
         return cfg
 
+    def trackers(self) -> Dict[str, Optional[str]]:
+        """``{tracker: config}`` that jobs submitted by this runner report to."""
+        if self._trackers is not None:
+            return dict(self._trackers)
+        return torchx_config.get_configured_trackers()
+
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)
         if sched is None:
@@ -326,6 +419,13 @@ def _validate_app(app: AppDef) -> None:
             )
 
 
+def _trackers_of(app: AppDef) -> Dict[str, Optional[str]]:
+    """The trackers a dry run put into the app's env (what its jobs will report to)."""
+    env = app.roles[0].env if app.roles else {}
+    names = [n for n in env.get(ENV_TORCHX_TRACKERS, "").split(",") if n]
+    return {n: env.get(tracker_config_env_var_name(n)) for n in names}
+
+
 def _check_trackers(trackers: Mapping[str, Optional[str]]) -> None:
     """Fail at submit time, in one line, on an unknown or unreachable tracker."""
     if not trackers:
@@ -343,12 +443,37 @@ def _image(app: AppDef) -> Optional[str]:
 def get_runner(
     name: Optional[str] = None,
     component_defaults: Optional[Dict[str, Dict[str, str]]] = None,
+    trackers: Optional[Mapping[str, Optional[str]]] = None,
     **scheduler_params: Any,
 ) -> Runner:
-    """A Runner over every registered scheduler; ``name`` is the session (default ``torchx``)."""
+    """A Runner over every registered scheduler; ``name`` is the session (default ``torchx``).
+
+    ``trackers`` (``{name: config}``) overrides the configured trackers for jobs this
+    runner submits; ``{}`` turns tracking off.
+    """
     return Runner(
         name or DEFAULT_SESSION_NAME,
         SchedulerFactories(),
         component_defaults,
         scheduler_params,
+        trackers,
     )
+
+
+def get_configured_trackers() -> Dict[str, Optional[str]]:
+    """Upstream's ``torchx.runner.api.get_configured_trackers``: ``{tracker: config}``."""
+    return torchx_config.get_configured_trackers()
+
+
+def get_component(name: str) -> Any:
+    """Upstream's ``torchx.runner.api.get_component``: the component's ``_Component``."""
+    from torchx.specs.finder import get_component as find
+
+    return find(name)
+
+
+def materialize_appdef(*args: Any, **kwargs: Any) -> AppDef:
+    """Upstream's ``torchx.runner.api.materialize_appdef`` (see ``torchx.specs.builders``)."""
+    from torchx.specs.builders import materialize_appdef as materialize
+
+    return materialize(*args, **kwargs)

@@ -17,6 +17,7 @@ from torchx.trackers.api import (
     tracker_config_env_var_name,
     trackers_from_environ,
 )
+from torchx.trackers.markers import record_input, record_output
 
 __all__ = [
     "ENV_TORCHX_JOB_ID",
@@ -32,6 +33,8 @@ __all__ = [
     "TrackerSource",
     "app_run_from_env",
     "build_trackers",
+    "record_input",
+    "record_output",
     "tracker_config_env_var_name",
     "trackers_from_environ",
 ]

@@ -121,6 +121,10 @@ class TrackerBase(abc.ABC):
     def end_run(self, run_id: str, status: str) -> None:
         """Mark the run ``FINISHED``, ``FAILED`` or ``KILLED``."""
 
+    def run_url(self, run_id: str) -> Optional[str]:
+        """A URL a person can open for the run, or None where the backend has no UI."""
+        return None
+
     def lineage(self, run_id: str) -> Lineage:
         """Walk sources (upstream) and descendants (downstream) transitively."""
         lineage = Lineage(run_id)

@@ -2,7 +2,7 @@
 
 Config (``[tracker:mlflow] config=`` or ``TORCHX_TRACKER_MLFLOW_CONFIG``): a tracking
 URI (``sqlite:///...``, ``http://host:5000``), or a file of ``key=value`` lines
-(``tracking_uri``, ``experiment_name``, ``artifact_location``); unset means
+(``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset means
 ``$MLFLOW_TRACKING_URI``, else an embedded sqlite store under ``$TORCHX_HOME/mlflow``
 (MLflow >= 3.13 refuses plain ``file:`` stores).
 
@@ -19,6 +19,7 @@ URI (``sqlite:///...``, ``http://host:5000``), or a file of ``key=value`` lines
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
@@ -60,6 +61,7 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
         "tracking_uri": None,
         "experiment_name": None,
         "artifact_location": None,
+        "ui_url": None,
     }
     if config and os.path.isfile(config):
         with open(config) as f:
@@ -84,6 +86,15 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     return out
 
 
+def ui_url_for(tracking_uri: str, ui_url: Optional[str] = None) -> Optional[str]:
+    """The MLflow UI base: ``ui_url`` (or ``$TORCHX_MLFLOW_UI_URL``), else the tracking URI
+    when it is an http(s) server; None for a store without a UI (a link would be fake)."""
+    base = ui_url or os.environ.get("TORCHX_MLFLOW_UI_URL")
+    if not base and str(tracking_uri).startswith(("http://", "https://")):
+        base = str(tracking_uri)
+    return base.rstrip("/") if base else None
+
+
 def _is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
@@ -94,6 +105,7 @@ class MLflowTracker(TrackerBase):
         experiment_name: Optional[str] = None,
         tracking_uri: Optional[str] = None,
         artifact_location: Optional[str] = None,
+        ui_url: Optional[str] = None,
     ) -> None:
         import_optional("mlflow", "mlflow")
         _bound_http_retries()
@@ -103,6 +115,7 @@ class MLflowTracker(TrackerBase):
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
+        self.ui_url = ui_url_for(self.tracking_uri, ui_url)
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
         self._lock = threading.Lock()
         self._owned: List[str] = []
@@ -248,7 +261,7 @@ class MLflowTracker(TrackerBase):
     ) -> None:
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        digest = str(meta.get("digest") or abs(hash(source)))[:36]
+        digest = str(meta.get("digest") or hashlib.sha256(source.encode()).hexdigest())[:36]
         dataset = Dataset(
             name=name, digest=digest, source_type="torchx", source=json.dumps({"uri": source})
         )
@@ -333,6 +346,17 @@ class MLflowTracker(TrackerBase):
         if rid is not None:
             self.client.set_terminated(rid, status)
 
+    def run_url(self, run_id: str) -> Optional[str]:
+        """``<ui>/#/experiments/<exp>/runs/<run>`` in the run's own experiment; None without
+        a UI (an embedded sqlite store has none unless ``ui_url`` is configured)."""
+        if not self.ui_url:
+            return None
+        rid = self._run(run_id, create=False)
+        if rid is None:
+            return None
+        exp = self.client.get_run(rid).info.experiment_id
+        return f"{self.ui_url}/#/experiments/{exp}/runs/{rid}"
+
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         exp_ids = [e.experiment_id for e in self.client.search_experiments()]
         if not exp_ids:
@@ -354,7 +378,7 @@ def create(config: Optional[str] = None) -> MLflowTracker:
     experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
     if experiment == "default-experiment":  # dist.ddp's placeholder: keep pipeline stages together
         experiment = None
-    return MLflowTracker(experiment, cfg["tracking_uri"], cfg["artifact_location"])
+    return MLflowTracker(experiment, cfg["tracking_uri"], cfg["artifact_location"], cfg["ui_url"])
 
 
 def _validate(config: Optional[str]) -> None:

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from torchx.pipelines.airflow import TorchXOperator
+from torchx.pipelines.airflow import TorchXOperator, close_pipeline_run
 
 COMPONENTS = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "components.py")
 COMPONENTS = os.path.abspath(COMPONENTS)
@@ -42,6 +42,8 @@ with DAG(
         "limit": Param(0, type="integer", description="rows of data to use (0: all)"),
     },
     tags=["torchx"],
+    on_success_callback=close_pipeline_run,  # the DAG run's tracker run ends FINISHED
+    on_failure_callback=close_pipeline_run,  # ... or FAILED
 ) as dag:
     datapreproc = TorchXOperator(
         task_id="datapreproc",

@@ -13,7 +13,11 @@ import os
 
 from kfp import dsl
 
-from torchx.pipelines.kfp.components import start_pipeline_run, torchx_launcher
+from torchx.pipelines.kfp.components import (
+    close_pipeline_run,
+    start_pipeline_run,
+    torchx_launcher,
+)
 
 COMPONENTS = os.path.abspath(
     os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "components.py")
@@ -38,35 +42,55 @@ def reference_pipeline(
     )
     run.set_caching_options(False)
     data, model, evaluation = f"{base_dir}/data", f"{base_dir}/model", f"{base_dir}/eval"
-    prep = torchx_launcher(
-        component=f"{components}:datapreproc",
-        component_args=["--output_path", data, "--limit", limit],
-        scheduler=scheduler,
-        parent_run_id=run.output,
+    # a retried step re-attaches to its app: the key is the pipeline job id + the task name
+    identity = dict(
+        job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER
     )
-    train = torchx_launcher(
-        component=f"{components}:trainer",
-        component_args=[
-            "--data_path",
-            data,
-            "--output_path",
-            model,
-            "--checkpoint_path",
-            f"{base_dir}/checkpoints",
-            "-j",
-            j,
-            "--epochs",
-            epochs,
-        ],
-        scheduler=scheduler,
-        cfg=train_cfg,
-        parent_run_id=run.output,
-    ).after(prep)
-    evaluate = torchx_launcher(
-        component=f"{components}:evaluate",
-        component_args=["--model_path", model, "--data_path", data, "--output_path", evaluation],
-        scheduler=scheduler,
-        parent_run_id=run.output,
-    ).after(train)
+    # ends the tracker run with the pipeline: FINISHED, FAILED or KILLED
+    close = close_pipeline_run(
+        pipeline_name="torchx-reference", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    )
+    close.set_caching_options(False)
+    with dsl.ExitHandler(close):
+        prep = torchx_launcher(
+            component=f"{components}:datapreproc",
+            component_args=["--output_path", data, "--limit", limit],
+            scheduler=scheduler,
+            parent_run_id=run.output,
+            **identity,
+        )
+        train = torchx_launcher(
+            component=f"{components}:trainer",
+            component_args=[
+                "--data_path",
+                data,
+                "--output_path",
+                model,
+                "--checkpoint_path",
+                f"{base_dir}/checkpoints",
+                "-j",
+                j,
+                "--epochs",
+                epochs,
+            ],
+            scheduler=scheduler,
+            cfg=train_cfg,
+            parent_run_id=run.output,
+            **identity,
+        ).after(prep)
+        evaluate = torchx_launcher(
+            component=f"{components}:evaluate",
+            component_args=[
+                "--model_path",
+                model,
+                "--data_path",
+                data,
+                "--output_path",
+                evaluation,
+            ],
+            scheduler=scheduler,
+            parent_run_id=run.output,
+            **identity,
+        ).after(train)
     for task in (prep, train, evaluate):
         task.set_caching_options(False)

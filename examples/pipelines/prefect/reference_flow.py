@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional
 
 from prefect import flow
 
-from torchx.pipelines.prefect import cancel_flow_run_apps, submit, wait
+from torchx.pipelines.prefect import cancel_flow_run_apps, close_pipeline_run, submit, wait
 
 COMPONENTS = str(Path(__file__).resolve().parents[2] / "components.py")
 
@@ -26,6 +26,8 @@ COMPONENTS = str(Path(__file__).resolve().parents[2] / "components.py")
     name="torchx-reference",
     on_cancellation=[cancel_flow_run_apps],
     on_crashed=[cancel_flow_run_apps],
+    on_completion=[close_pipeline_run],
+    on_failure=[close_pipeline_run],
 )
 def reference_flow(
     base_dir: str,
@@ -40,7 +42,7 @@ def reference_flow(
     if limit:
         prep_args["limit"] = limit
     prep = submit(f"{COMPONENTS}:datapreproc", prep_args, scheduler, key="datapreproc")
-    wait(prep)
+    wait(prep, key="datapreproc")
     train = submit(
         f"{COMPONENTS}:trainer",
         {
@@ -54,14 +56,14 @@ def reference_flow(
         cfg=train_cfg or {},
         key="train",
     )
-    wait(train)
+    wait(train, key="train")
     ev = submit(
         f"{COMPONENTS}:evaluate",
         {"model_path": model, "data_path": data, "output_path": evaluation},
         scheduler,
         key="evaluate",
     )
-    wait(ev)
+    wait(ev, key="evaluate")
     accuracy = (
         json.loads(Path(evaluation, "metrics.json").read_text())["test_accuracy"]
         if "://" not in evaluation

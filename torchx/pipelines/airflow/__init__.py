@@ -13,6 +13,8 @@ _LAZY = {
     "TorchXOperator": "torchx.pipelines.airflow.operator",
     "TorchXAppLink": "torchx.pipelines.airflow.operator",
     "TorchXMLflowLink": "torchx.pipelines.airflow.operator",
+    "close_pipeline_run": "torchx.pipelines.airflow.operator",
+    "pipeline_run_id": "torchx.pipelines.airflow.operator",
     "TorchXTrigger": "torchx.pipelines.airflow.trigger",
     "TorchXSensor": "torchx.pipelines.airflow.sensor",
 }

@@ -7,27 +7,30 @@
 - ``deferrable=True`` hands the wait to ``TorchXTrigger``, freeing the worker slot.
 - ``on_kill`` (task marked failed, DAG run stopped) cancels the app; a deferred task is
   cancelled by the trigger's cleanup (Airflow does not call ``on_kill`` for it).
-- Retries re-attach: the handle of each (dag, task, run, map index) is recorded under
-  ``$TORCHX_HOME/airflow``; a retried try whose app is still running or already
-  succeeded waits on that app instead of submitting a second one.
+- Retries re-attach on any worker: the submission's idempotency key (dag, task, run, map
+  index) is stored by the scheduler with the job, and on Airflow >= 3.3 the handle is also
+  kept in the task state store. A cleared task whose app SUCCEEDED runs again, unless
+  ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
 - Lineage: every job of a DAG run is nested under one tracker run
-  ``airflow://<dag_id>/<run_id>``; extra links point at the app's logs.
+  ``airflow://<dag_id>/<run_id>``; give the DAG ``on_success_callback`` and
+  ``on_failure_callback`` = ``close_pipeline_run`` so that run ends FINISHED or FAILED.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from torchx.pipelines.attach import AttachRecord
-from torchx.specs.api import AppDef, AppState, AppStatus
+from torchx.pipelines import core
+from torchx.specs.api import AppDef, AppStatus
 
 try:  # Airflow 3
     from airflow.exceptions import AirflowException
 except ImportError:  # pragma: no cover
     AirflowException = RuntimeError  # type: ignore[misc, assignment]
+
+STATE_STORE_KEY = "torchx_app_handle"
 
 
 def _default_deferrable() -> bool:
@@ -39,49 +42,30 @@ def _default_deferrable() -> bool:
         return False
 
 
-class TorchXAppLink(BaseOperatorLink):
+class _XComLink(BaseOperatorLink):
+    """An extra link whose URL the task pushed to XCom (no link when none was pushed)."""
+
+    name = ""
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
+        except Exception:
+            return ""
+
+
+class TorchXAppLink(_XComLink):
     """Extra link: where the app's logs / UI are (the scheduler's ``ui_url``)."""
 
     name = "TorchX app"
 
-    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        try:
-            from airflow.sdk.execution_time.xcom import XCom
 
-            return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
-        except Exception:
-            return ""
-
-
-class TorchXMLflowLink(BaseOperatorLink):
-    """Extra link: the MLflow run of the app (when an MLflow tracker is configured)."""
+class TorchXMLflowLink(_XComLink):
+    """Extra link: the app's MLflow run in the MLflow UI (when there is a UI)."""
 
     name = "MLflow run"
-
-    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        try:
-            from airflow.sdk.execution_time.xcom import XCom
-
-            return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
-        except Exception:
-            return ""
-
-
-def mlflow_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Optional[str]:
-    """URL (or ``mlflow-run:<id>`` for a local store) of the app's MLflow run, if tracked."""
-    if "mlflow" not in trackers:
-        return None
-    from torchx.trackers.api import build_trackers
-
-    tracker = build_trackers({"mlflow": trackers["mlflow"]})[0]
-    rid = tracker.mlflow_run_id(handle)  # type: ignore[attr-defined]
-    if not rid:
-        return None
-    uri = str(tracker.tracking_uri)  # type: ignore[attr-defined]
-    if uri.startswith(("http://", "https://")):
-        exp = tracker.client.get_run(rid).info.experiment_id  # type: ignore[attr-defined]
-        return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{rid}"
-    return f"mlflow-run:{rid} ({uri})"
 
 
 def pipeline_run_id(dag_id: str, run_id: str) -> str:
@@ -89,8 +73,47 @@ def pipeline_run_id(dag_id: str, run_id: str) -> str:
     return f"airflow://{dag_id}/{run_id}"
 
 
+def close_pipeline_run(
+    context: Mapping[str, Any], trackers: Optional[Mapping[str, Optional[str]]] = None
+) -> None:
+    """DAG ``on_success_callback`` / ``on_failure_callback``: end the DAG run's tracker run
+    FINISHED (DAG run succeeded) or FAILED. ``trackers`` default to the configured ones;
+    bind them with ``functools.partial`` when the operators are given ``trackers=``."""
+    from torchx.runner.config import get_configured_trackers
+
+    dag_run = context["dag_run"]
+    state = str(getattr(dag_run, "state", "") or "")
+    succeeded = state.endswith("success")
+    core.close_pipeline_run(
+        pipeline_run_id(dag_run.dag_id, dag_run.run_id),
+        get_configured_trackers() if trackers is None else trackers,
+        core.final_state(succeeded),
+    )
+
+
 class TorchXOperator(BaseOperator):
-    """Run a torchx component (``utils.sh``, ``dist.ddp``, ``path/file.py:fn``) or an AppDef."""
+    """Run a torchx component (``utils.sh``, ``dist.ddp``, ``path/file.py:fn``) or an AppDef.
+
+    :param component: component name or ``path/file.py:function`` (or give ``app``).
+    :param app: an ``AppDef`` to run instead of a component.
+    :param component_args: the component's arguments, as on the command line
+        (``["--msg", "hi"]``) or as a dict of its parameters (``{"msg": "hi"}``); a
+        variadic component's extra args go under ``"args"`` (``{"args": ["echo", "hi"]}``
+        for ``utils.sh``). Templated.
+    :param scheduler: torchx scheduler (``local_cwd``, ``slurm``, ``kubernetes``, ...). Templated.
+    :param cfg: scheduler run options (see ``torchx runopts``). Templated.
+    :param wait_for_completion: wait for the app to end (else return the handle at once).
+    :param deferrable: wait in the triggerer (``TorchXTrigger``), freeing the worker slot.
+    :param poll_interval: seconds between status checks where the scheduler cannot push.
+    :param get_logs: copy the replicas' log lines into the task log.
+    :param cancel_on_kill: cancel the app when the task is killed or marked failed.
+    :param trackers: ``{tracker: config}`` for this task's job (default: the configured ones;
+        ``{}`` turns tracking off).
+    :param parent_run_id: tracker run to nest the job under (default: the DAG run's).
+    :param reattach: re-attach a retry to the app its earlier try submitted.
+    :param reuse_succeeded: with ``reattach``, a cleared task whose app already SUCCEEDED
+        returns that app instead of running again.
+    """
 
     template_fields: Sequence[str] = (
         "component",
@@ -119,6 +142,7 @@ class TorchXOperator(BaseOperator):
         trackers: Optional[Dict[str, Optional[str]]] = None,
         parent_run_id: Optional[str] = None,
         reattach: bool = True,
+        reuse_succeeded: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -137,74 +161,79 @@ class TorchXOperator(BaseOperator):
         self.trackers = trackers
         self.parent_run_id = parent_run_id
         self.reattach = reattach
+        self.reuse_succeeded = reuse_succeeded
         self.app_handle: Optional[str] = None
 
     # ------------------------------------------------------------------ helpers
 
     def _runner(self) -> Any:
-        from torchx.runner import get_runner
+        return core.runner_for(self.trackers)
 
-        return get_runner()
-
-    def _tracker_config(self) -> Dict[str, Optional[str]]:
-        if self.trackers is not None:
-            return dict(self.trackers)
-        from torchx.runner.config import get_configured_trackers
-
-        return get_configured_trackers()
-
-    def _attach_key(self, context: Mapping[str, Any]) -> str:
+    def _idempotency_key(self, context: Mapping[str, Any]) -> Optional[str]:
+        if not self.reattach:
+            return None
         ti = context["ti"]
-        return "/".join(
-            str(x) for x in (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+        map_index = getattr(ti, "map_index", -1)
+        return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, map_index)
+
+    def _cached_handle(self, context: Mapping[str, Any], runner: Any) -> Optional[str]:
+        """The handle an earlier try kept in Airflow's task state store, if still reusable."""
+        store = context.get("task_state_store")
+        if store is None or not self.reattach:
+            return None
+        try:
+            handle = store.get(STATE_STORE_KEY)
+        except Exception:
+            return None
+        if not handle:
+            return None
+        status = runner.status(handle)
+        if status is None:
+            return None
+        if not status.is_terminal() or (self.reuse_succeeded and status.state.name == "SUCCEEDED"):
+            return str(handle)
+        return None
+
+    def _submit(self, context: Mapping[str, Any], runner: Any) -> str:
+        ti = context["ti"]
+        handle = self._cached_handle(context, runner)
+        if handle is not None:
+            self.log.info("re-attaching to %s (task state store)", handle)
+            return handle
+        parent = self.parent_run_id or core.open_pipeline_run(
+            pipeline_run_id(ti.dag_id, ti.run_id),
+            runner.trackers(),
+            orchestrator="airflow",
+            dag_id=ti.dag_id,
         )
-
-    def _open_pipeline_run(self, context: Mapping[str, Any]) -> Optional[str]:
-        if self.parent_run_id:
-            return self.parent_run_id
-        trackers = self._tracker_config()
-        ti = context["ti"]
-        run_id = pipeline_run_id(ti.dag_id, ti.run_id)
-        if trackers:
-            import torchx.trackers.api as tracker_api
-
-            tracker_api.start_pipeline_run(
-                run_id, trackers, orchestrator="airflow", dag_id=ti.dag_id
-            )
-        return run_id
-
-    def _cfg(self) -> Dict[str, Any]:
-        cfg = dict(self.cfg)
-        if self.trackers is not None:
-            # make the job see the operator's trackers (the Runner reads them from the env)
-            from torchx.trackers.api import tracker_config_env_var_name
-
-            os.environ["TORCHX_TRACKERS"] = ",".join(self.trackers)
-            for name, config in self.trackers.items():
-                if config:
-                    os.environ[tracker_config_env_var_name(name)] = config
-        return cfg
+        submission = core.submit_or_attach(
+            runner,
+            self.app if self.app is not None else str(self.component),
+            self.component_args,
+            self.scheduler,
+            self.cfg,
+            self._idempotency_key(context),
+            parent_run_id=parent,
+            reattach_succeeded=self.reuse_succeeded,
+        )
+        verb = "re-attaching to" if submission.reattached else "submitted"
+        self.log.info("%s %s", verb, submission.handle)
+        store = context.get("task_state_store")
+        if store is not None:
+            try:
+                store.set(STATE_STORE_KEY, submission.handle)
+            except Exception as e:  # a cache only: the scheduler holds the key
+                self.log.warning(
+                    "could not keep %s in the task state store: %s", submission.handle, e
+                )
+        return submission.handle
 
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Any) -> str:
         ti = context["ti"]
         runner = self._runner()
-        record = AttachRecord("airflow", self._attach_key(context))
-        handle = record.reusable(runner) if self.reattach else None
-        if handle is not None:
-            self.log.info("re-attaching to %s submitted by an earlier try", handle)
-        if handle is None:
-            parent = self._open_pipeline_run(context)
-            cfg = self._cfg()
-            if self.app is not None:
-                handle = runner.run(self.app, self.scheduler, cfg, parent_run_id=parent)
-            else:
-                handle = runner.run_component(
-                    self.component, self.component_args, self.scheduler, cfg, parent_run_id=parent
-                )
-            record.save(handle)
-            self.log.info("submitted %s", handle)
+        handle = self._submit(context, runner)
         self.app_handle = handle
         ti.xcom_push(key="app_handle", value=handle)
         status = runner.status(handle)
@@ -223,10 +252,13 @@ class TorchXOperator(BaseOperator):
                 ),
                 method_name="execute_complete",
             )
-        if self.get_logs:
-            self._stream_logs(runner, handle, tail=True)
-        final = runner.wait(handle, wait_interval=self.poll_interval)
-        return self._finish(ti, handle, final)
+        emit = self._emit if self.get_logs else None
+        try:
+            status = core.wait_or_cancel(runner, handle, self.poll_interval, emit)
+        except core.StageFailed as e:
+            self._finish(ti, handle, e.status, runner)
+            raise AirflowException(str(e)) from None
+        return self._finish(ti, handle, status, runner)
 
     def execute_complete(self, context: Any, event: Optional[Dict[str, Any]] = None) -> str:
         """Resume after the trigger fired: check the event, copy the logs, raise on failure."""
@@ -236,33 +268,30 @@ class TorchXOperator(BaseOperator):
         self.app_handle = handle
         runner = self._runner()
         if self.get_logs:
-            self._stream_logs(runner, handle, tail=False)
-        return self._finish(context["ti"], handle, runner.status(handle))
-
-    def _finish(self, ti: Any, handle: str, status: Optional[AppStatus]) -> str:
-        if status is None:
-            raise AirflowException(f"{handle} is not known to its scheduler any more")
-        ti.xcom_push(key="app_status", value=status.to_json())
+            core.follow_logs(runner, handle, self._emit, tail=False)
+        status = runner.status(handle)
+        self._finish(context["ti"], handle, status, runner)
         try:
-            link = mlflow_run_link(handle, self._tracker_config())
-            if link:
-                ti.xcom_push(key=TorchXMLflowLink().xcom_key, value=link)
-        except Exception as e:  # a link is never worth failing the task
-            self.log.warning("could not link the MLflow run of %s: %s", handle, e)
-        if status.state != AppState.SUCCEEDED:
-            raise AirflowException(f"torchx app {handle} {status.error_summary()}")
-        self.log.info("%s SUCCEEDED", handle)
+            core.check_succeeded(handle, status)
+        except core.StageFailed as e:
+            raise AirflowException(str(e)) from None
         return handle
 
-    def _stream_logs(self, runner: Any, handle: str, tail: bool) -> None:
-        from torchx.runner.logs import tail_app_logs
+    def _emit(self, role: str, replica: int, line: str) -> None:
+        self.log.info("%s/%d %s", role, replica, line)
 
-        for error in tail_app_logs(
-            runner, handle, lambda role, k, line: self.log.info("%s/%d %s", role, k, line), tail
-        ):
-            self.log.warning("could not read logs of %s: %s", handle, error)
+    def _finish(self, ti: Any, handle: str, status: Optional[AppStatus], runner: Any) -> str:
+        """Push the final status and the tracker link (links only where there is a UI)."""
+        if status is not None:
+            ti.xcom_push(key="app_status", value=status.to_json())
+        link = core.tracker_run_link(handle, runner.trackers())
+        if link:
+            ti.xcom_push(key=TorchXMLflowLink().xcom_key, value=link)
+        if status is not None and status.state.name == "SUCCEEDED":
+            self.log.info("%s SUCCEEDED", handle)
+        return handle
 
     def on_kill(self) -> None:
         if self.cancel_on_kill and self.app_handle:
             self.log.info("task killed: cancelling %s", self.app_handle)
-            self._runner().cancel(self.app_handle)
+            core.cancel_quietly(self._runner(), self.app_handle)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Dict, Tuple
+from typing import Any, AsyncIterator, Dict, Optional, Tuple
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -71,12 +71,38 @@ class TorchXTrigger(BaseTrigger):
             raise
 
     def _task_was_killed(self) -> bool:
+        """Whether the task left the deferred state (marked failed, DAG run stopped) rather
+        than the triggerer stopping. Decided from the live task state, as Airflow's own
+        provider triggers do; the snapshot taken when the trigger started is only a fallback
+        where the triggerer's API is not reachable."""
         ti = getattr(self, "task_instance", None)
-        state = str(getattr(ti, "state", "") or "")
-        return state not in ("deferred", "TaskInstanceState.DEFERRED")
+        if ti is None:
+            return False
+        state = _live_task_state(ti)
+        if state is None:
+            state = str(getattr(ti, "state", "") or "")
+        return state.rsplit(".", 1)[-1].lower() != "deferred"
 
     def _cancel(self) -> None:
         from torchx.runner import get_runner
 
         with get_runner() as runner:
             runner.cancel(self.app_handle)
+
+
+def _live_task_state(ti: Any) -> Optional[str]:
+    """The task instance's current state from the Airflow API (None if unreachable)."""
+    try:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        states = RuntimeTaskInstance.get_task_states(
+            dag_id=ti.dag_id,
+            map_index=getattr(ti, "map_index", None),
+            task_ids=[ti.task_id],
+            run_ids=[ti.run_id],
+        )
+    except Exception:
+        return None
+    by_task = states.get(ti.run_id, states) if isinstance(states, dict) else {}
+    state = by_task.get(ti.task_id) if isinstance(by_task, dict) else None
+    return None if state is None else str(state)

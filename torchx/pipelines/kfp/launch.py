@@ -13,7 +13,8 @@ import sys
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from torchx.specs.api import AppDef, AppState, Resource
+from torchx.pipelines import core
+from torchx.specs.api import AppDef, Resource
 
 
 def _quantity_cpu(value: str) -> int:
@@ -65,6 +66,22 @@ def apply_task_config(
         cfg.setdefault("tolerations", json.dumps(task_config["tolerations"]))
 
 
+def pipeline_run_id(pipeline_name: str, job_id: str) -> Optional[str]:
+    """``kfp://<pipeline>/<job id>``: the tracker run of one pipeline job (None when the job
+    id is a placeholder KFP did not substitute)."""
+    if not job_id or "{{" in job_id:
+        return None
+    return f"kfp://{pipeline_name}/{job_id}"
+
+
+def launcher_key(job_id: str, task_name: str) -> Optional[str]:
+    """The idempotency key of a launcher step: pipeline job id + task name (None when the
+    pipeline did not pass them, or passed unsubstituted placeholders)."""
+    if not job_id or not task_name or "{{" in job_id + task_name:
+        return None
+    return core.stage_key("kfp", job_id, task_name)
+
+
 def launch(
     component: str,
     component_args: List[str],
@@ -72,12 +89,12 @@ def launch(
     cfg: Optional[Dict[str, Any]] = None,
     parent_run_id: str = "",
     task_config: Optional[Mapping[str, Any]] = None,
+    idempotency_key: Optional[str] = None,
 ) -> Tuple[str, str]:
-    """Run the component to completion; returns ``(app_handle, tracker_run_id)``."""
-    from torchx.runner import get_runner
-
+    """Run the component to completion (or re-attach to this step's app if a retried step
+    finds it still running or succeeded); returns ``(app_handle, tracker_run_id)``."""
     cfg = dict(cfg or {})
-    with get_runner() as runner:
+    with core.runner_for() as runner:
         app = runner.materialize_component(component, list(component_args))
         apply_task_config(app, cfg, task_config)
         opts = runner.scheduler_run_opts(scheduler)
@@ -86,31 +103,36 @@ def launch(
             for k, v in cfg.items()
             if opts.get(k) is not None or k in cfg and k not in ("node_selector", "tolerations")
         }
-        handle = runner.run(app, scheduler, cfg, parent_run_id=parent_run_id or None)
-        print(f"torchx: launched {handle}", flush=True)
+        submission = core.submit_or_attach(
+            runner,
+            app,
+            None,
+            scheduler,
+            cfg,
+            idempotency_key,
+            parent_run_id=parent_run_id or None,
+            reattach_succeeded=True,  # a retried step whose app succeeded is done
+        )
+        handle = submission.handle
+        verb = "re-attached to" if submission.reattached else "launched"
+        print(f"torchx: {verb} {handle}", flush=True)
 
         def on_term(signum: int, _: Any) -> None:
             print(f"torchx: step terminated (signal {signum}); cancelling {handle}", flush=True)
-            runner.cancel(handle)
+            core.cancel_quietly(runner, handle)
             runner.wait(handle, wait_interval=1, timeout=60)
             sys.exit(128 + signum)
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_term)
-        _stream(runner, handle)
-        status = runner.wait(handle, wait_interval=1)
-        if status is None or status.state != AppState.SUCCEEDED:
-            summary = status.error_summary() if status else "app disappeared"
-            raise RuntimeError(f"torchx app {handle} {summary}")
+        try:
+            core.wait_or_cancel(runner, handle, 1.0, _print_line)
+        except core.StageFailed as e:
+            raise RuntimeError(str(e)) from None
         print(f"torchx: {handle} SUCCEEDED", flush=True)
         return handle, handle
 
 
-def _stream(runner: Any, handle: str) -> None:
-    from torchx.runner.logs import tail_app_logs
-
-    def emit(role: str, k: int, line: str) -> None:
-        sys.stdout.write(f"{role}/{k} {line}\n")
-        sys.stdout.flush()
-
-    tail_app_logs(runner, handle, emit)
+def _print_line(role: str, k: int, line: str) -> None:
+    sys.stdout.write(f"{role}/{k} {line}\n")
+    sys.stdout.flush()

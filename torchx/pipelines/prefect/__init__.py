@@ -17,6 +17,7 @@ _LAZY = {
     "TorchXJobFailed": "torchx.pipelines.prefect.tasks",
     "cancel_flow_run_apps": "torchx.pipelines.prefect.tasks",
     "pipeline_run_id": "torchx.pipelines.prefect.tasks",
+    "close_pipeline_run": "torchx.pipelines.prefect.tasks",
     "TorchXJob": "torchx.pipelines.prefect.blocks",
     "TorchXJobRun": "torchx.pipelines.prefect.blocks",
 }

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional
 from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
+from torchx.pipelines import core
 from torchx.pipelines.prefect.tasks import record_flow_run_app
-from torchx.specs.api import AppState
 
 
 class TorchXJobRun(JobRun[Dict[str, Any]]):
@@ -24,34 +24,24 @@ class TorchXJobRun(JobRun[Dict[str, Any]]):
         self.status: Any = None
 
     async def wait_for_completion(self) -> None:  # type: ignore[override]
-        from torchx.runner import get_runner
+        """Wait for the app to end (cancelling it if the wait is interrupted)."""
 
         def _wait() -> Any:
-            with get_runner() as runner:
-                return runner.wait(self.handle, wait_interval=self._job.poll_interval)
+            with core.runner_for() as runner:
+                try:
+                    return core.wait_or_cancel(runner, self.handle, self._job.poll_interval)
+                except core.StageFailed as e:
+                    return e.status
 
-        try:
-            self.status = await asyncio.to_thread(_wait)
-        except BaseException:
-            await asyncio.to_thread(self._cancel)
-            raise
+        self.status = await asyncio.to_thread(_wait)
         self.logger.info("%s %s", self.handle, self.status.state if self.status else "UNKNOWN")
-
-    def _cancel(self) -> None:
-        from torchx.runner import get_runner
-
-        with get_runner() as runner:
-            runner.cancel(self.handle)
 
     async def fetch_result(self) -> Dict[str, Any]:
         """The final status as JSON; raises ``TorchXJobFailed`` if the app did not succeed."""
-        from torchx.pipelines.prefect.tasks import TorchXJobFailed
-
         if self.status is None:
             await self.wait_for_completion()
-        if self.status is None or self.status.state != AppState.SUCCEEDED:
-            raise TorchXJobFailed(self.handle, self.status)
-        return {"app_handle": self.handle, **self.status.to_json()}
+        status = core.check_succeeded(self.handle, self.status)
+        return {"app_handle": self.handle, **status.to_json()}
 
 
 class TorchXJob(JobBlock):
@@ -79,17 +69,22 @@ class TorchXJob(JobBlock):
     poll_interval: float = Field(default=1.0, description="seconds between status checks")
 
     async def trigger(self) -> TorchXJobRun:
-        from torchx.runner import get_runner
+        """Submit the component (or re-attach to this flow run's app of the same stage)."""
+        from torchx.pipelines.prefect.tasks import stage_key
 
         def _submit() -> str:
-            with get_runner() as runner:
-                return runner.run_component(
+            args = list(self.component_args)
+            with core.runner_for() as runner:
+                return core.submit_or_attach(
+                    runner,
                     self.component,
-                    list(self.component_args),
+                    args,
                     self.scheduler,
                     dict(self.cfg),
+                    stage_key(self.component, args, self.scheduler, dict(self.cfg), None),
                     parent_run_id=self.parent_run_id,
-                )
+                    reattach_succeeded=True,
+                ).handle
 
         handle = await asyncio.to_thread(_submit)
         record_flow_run_app(handle)

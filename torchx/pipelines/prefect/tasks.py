@@ -1,13 +1,18 @@
 """Prefect tasks that submit, wait on and cancel torchx apps.
 
-- ``submit`` is idempotent per flow run and ``key``: a retried submit whose app is still
-  running or already succeeded returns that app instead of launching another.
+- ``submit`` is idempotent per flow run and stage: its idempotency key is the flow run
+  plus ``key=`` when given, else a digest of component, args, scheduler and cfg, and the
+  scheduler stores it with the job. A retried task (or flow run) on any worker re-attaches
+  to the app that is still running, or already succeeded in this flow run; two different
+  stages never share an app.
 - ``wait`` streams the job's log lines into ``get_run_logger()`` (``role/replica``
-  prefixed), publishes a link artifact (logs / UI) and a table artifact (replica
+  prefixed), publishes a link artifact (app UI, MLflow UI) and a table artifact (replica
   states), and raises ``TorchXJobFailed`` carrying the worker's error. If the wait is
   interrupted (flow cancelled, timeout), it cancels the app first.
 - ``cancel_flow_run_apps`` is an ``on_cancellation`` / ``on_crashed`` flow hook that
-  cancels every app the flow run submitted (tasks and ``TorchXJob`` blocks).
+  cancels every app the flow run submitted (tasks and ``TorchXJob`` blocks) and ends the
+  flow run's tracker run KILLED; ``close_pipeline_run`` (``on_completion`` /
+  ``on_failure``) ends it FINISHED or FAILED.
 - Every app of a flow run is nested under the tracker run ``prefect://<flow>/<id>``.
 """
 
@@ -19,25 +24,15 @@ from typing import Any, Dict, List, Optional, Union
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_table_artifact
 
-from torchx.pipelines.attach import AttachRecord
-from torchx.specs.api import AppDef, AppState, AppStatus
+from torchx.pipelines import core
+from torchx.specs.api import AppDef, AppStatus
 from torchx.util.paths import torchx_home
 
-
-class TorchXJobFailed(Exception):
-    """A torchx app did not succeed; ``status`` has the replicas and the worker's error."""
-
-    def __init__(self, handle: str, status: Optional[AppStatus]) -> None:
-        summary = status.error_summary() if status else "app not found"
-        super().__init__(f"torchx app {handle} {summary}")
-        self.handle = handle
-        self.status = status
+TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
 
 def _runner() -> Any:
-    from torchx.runner import get_runner
-
-    return get_runner()
+    return core.runner_for()
 
 
 def _flow_run() -> tuple[str, str]:
@@ -69,16 +64,21 @@ def record_flow_run_app(handle: str) -> None:
         f.write(handle + "\n")
 
 
-def _open_pipeline_run() -> str:
-    from torchx.runner.config import get_configured_trackers
+def _open_pipeline_run(runner: Any) -> str:
+    return core.open_pipeline_run(pipeline_run_id(), runner.trackers(), orchestrator="prefect")
 
-    run_id = pipeline_run_id()
-    trackers = get_configured_trackers()
-    if trackers:
-        from torchx.trackers.api import start_pipeline_run
 
-        start_pipeline_run(run_id, trackers, orchestrator="prefect")
-    return run_id
+def stage_key(
+    component: Union[str, AppDef],
+    component_args: Union[List[str], Dict[str, Any], None],
+    scheduler: str,
+    cfg: Optional[Dict[str, Any]],
+    key: Optional[str],
+) -> str:
+    """The idempotency key of a stage in the current flow run."""
+    fid, _ = _flow_run()
+    what = key or core.content_key(component, component_args, scheduler, cfg or {})
+    return core.stage_key("prefect", fid, what)
 
 
 @task(name="torchx-submit")
@@ -90,42 +90,46 @@ def submit(
     key: Optional[str] = None,
     parent_run_id: Optional[str] = None,
 ) -> str:
-    """Submit a component (name or ``file.py:fn``) or an AppDef; returns the app handle."""
+    """Submit a component (name or ``file.py:fn``) or an AppDef; returns the app handle.
+
+    Args:
+        component: component name (``dist.ddp``), ``path/file.py:function``, or an AppDef
+        component_args: the component's arguments, as a list (``["--msg", "hi"]``) or a
+            dict of its parameters (a variadic component's extras under ``"args"``)
+        scheduler: torchx scheduler (``local_cwd``, ``slurm``, ``kubernetes``, ...)
+        cfg: scheduler run options (see ``torchx runopts``)
+        key: names this stage within the flow run (default: a digest of what it runs);
+            a retry with the same key re-attaches to its app
+        parent_run_id: tracker run to nest the job under (default: the flow run's)
+    """
     logger = get_run_logger()
-    fid, _ = _flow_run()
-    name = component.name if isinstance(component, AppDef) else component
-    record = AttachRecord("prefect", f"{fid}/{key or name}")
     with _runner() as runner:
-        handle = record.reusable(runner)
-        if handle is not None:
-            logger.info("re-attaching to %s submitted by an earlier try", handle)
-            return handle
-        parent = parent_run_id or _open_pipeline_run()
-        if isinstance(component, AppDef):
-            handle = runner.run(component, scheduler, cfg or {}, parent_run_id=parent)
-        else:
-            handle = runner.run_component(
-                component, component_args or [], scheduler, cfg or {}, parent_run_id=parent
-            )
-    record.save(handle)
-    record_flow_run_app(handle)
-    logger.info("submitted %s", handle)
-    return handle
+        submission = core.submit_or_attach(
+            runner,
+            component,
+            component_args,
+            scheduler,
+            cfg,
+            stage_key(component, component_args, scheduler, cfg, key),
+            parent_run_id=parent_run_id or _open_pipeline_run(runner),
+            reattach_succeeded=True,  # within one flow run, a succeeded stage is done
+        )
+    record_flow_run_app(submission.handle)
+    verb = "re-attaching to" if submission.reattached else "submitted"
+    logger.info("%s %s", verb, submission.handle)
+    return submission.handle
 
 
-def _stream(runner: Any, handle: str, logger: Any) -> None:
-    from torchx.runner.logs import tail_app_logs
-
-    for error in tail_app_logs(
-        runner, handle, lambda role, k, line: logger.info("%s/%d %s", role, k, line)
-    ):
-        logger.warning("could not read logs of %s: %s", handle, error)
-
-
-def _artifacts(handle: str, status: AppStatus) -> None:
-    safe = "".join(c if c.isalnum() else "-" for c in handle.split("/")[-1]).lower()
-    if status.ui_url:
-        create_link_artifact(status.ui_url, link_text=f"{handle} logs", key=f"torchx-logs-{safe}")
+def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -> None:
+    """Link and table artifacts under stable per-stage keys (Prefect keeps their history)."""
+    safe = "".join(c if c.isalnum() else "-" for c in artifact_key).lower().strip("-")[:60]
+    links = core.stage_links(handle, status, runner.trackers())
+    if "app" in links:
+        create_link_artifact(links["app"], link_text=f"{handle} logs", key=f"torchx-logs-{safe}")
+    if "tracker" in links:
+        create_link_artifact(
+            links["tracker"], link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
+        )
     rows = [
         {"role": r.role, "replica": x.id, "state": str(x.state), "host": x.hostname}
         for r in status.roles
@@ -135,47 +139,43 @@ def _artifacts(handle: str, status: AppStatus) -> None:
         create_table_artifact(
             rows, key=f"torchx-replicas-{safe}", description=f"{handle}: {status.state}"
         )
-    try:
-        from torchx.runner.config import get_configured_trackers
-        from torchx.trackers.api import build_trackers
-
-        for tracker in build_trackers(get_configured_trackers()):
-            rid = getattr(tracker, "mlflow_run_id", lambda _: None)(handle)
-            if rid:
-                uri = getattr(tracker, "tracking_uri", "")
-                link = (
-                    f"{uri}/#/experiments/0/runs/{rid}"
-                    if str(uri).startswith("http")
-                    else f"mlflow-run:{rid} ({uri})"
-                )
-                create_link_artifact(
-                    link, link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
-                )
-    except Exception as e:  # artifacts are best effort; never fail the task for them
-        get_run_logger().warning("could not link the MLflow run: %s", e)
 
 
 @task(name="torchx-wait")
-def wait(handle: str, poll_interval: float = 1.0, get_logs: bool = True) -> Dict[str, Any]:
-    """Wait for the app; raises ``TorchXJobFailed`` unless it SUCCEEDED. \
-Returns the status as JSON."""
+def wait(
+    handle: str, poll_interval: float = 1.0, get_logs: bool = True, key: Optional[str] = None
+) -> Dict[str, Any]:
+    """Wait for the app; raises ``TorchXJobFailed`` unless it SUCCEEDED.
+
+    Args:
+        handle: the app handle ``submit`` returned
+        poll_interval: seconds between status checks where the scheduler cannot push
+        get_logs: copy the replicas' log lines into the task's log
+        key: artifact key of this stage (default: the app name), stable across runs
+
+    Returns the final status as JSON. An interrupted wait cancels the app.
+    """
     logger = get_run_logger()
+
+    def emit(role: str, k: int, line: str) -> None:
+        logger.info("%s/%d %s", role, k, line)
+
     with _runner() as runner:
         try:
-            if get_logs:
-                _stream(runner, handle, logger)
-            status = runner.wait(handle, wait_interval=poll_interval)
-        except BaseException:
-            logger.warning("wait interrupted: cancelling %s", handle)
-            runner.cancel(handle)
+            status = core.wait_or_cancel(runner, handle, poll_interval, emit if get_logs else None)
+        except core.StageFailed as e:
+            if e.status is not None:
+                _artifacts(handle, e.status, key or _app_name(handle), runner)
             raise
-    if status is None:
-        raise TorchXJobFailed(handle, None)
-    _artifacts(handle, status)
-    if status.state != AppState.SUCCEEDED:
-        raise TorchXJobFailed(handle, status)
+        _artifacts(handle, status, key or _app_name(handle), runner)
     logger.info("%s SUCCEEDED", handle)
     return status.to_json()
+
+
+def _app_name(handle: str) -> str:
+    """The app's name part of its id (``echo-ab12cd`` -> ``echo``), stable across runs."""
+    app_id = handle.rstrip("/").rsplit("/", 1)[-1]
+    return app_id.rsplit("-", 1)[0] if "-" in app_id else app_id
 
 
 @task(name="torchx-cancel")
@@ -193,23 +193,40 @@ def run(
     key: Optional[str] = None,
     poll_interval: float = 1.0,
 ) -> str:
-    """Submit and wait (one task); returns the handle of the app that succeeded."""
+    """Submit and wait (one task); returns the handle of the app that succeeded.
+
+    Arguments as for ``submit`` and ``wait``.
+    """
     handle = submit.fn(component, component_args, scheduler, cfg, key)
-    wait.fn(handle, poll_interval)
+    wait.fn(handle, poll_interval, key=key)
     return handle
 
 
 def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:
-    """Flow hook (``on_cancellation=[...]``, ``on_crashed=[...]``): cancel the flow run's apps."""
+    """Flow hook (``on_cancellation=[...]``, ``on_crashed=[...]``): cancel the flow run's
+    apps and end its tracker run KILLED."""
     fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
     path = _flow_apps_file(fid)
-    if not path.exists():
-        return
     with _runner() as runner:
-        for handle in dict.fromkeys(path.read_text().split()):
-            status = runner.status(handle)
-            if status is not None and not status.is_terminal():
-                runner.cancel(handle)
+        if path.exists():
+            for handle in dict.fromkeys(path.read_text().split()):
+                status = runner.status(handle)
+                if status is not None and not status.is_terminal():
+                    core.cancel_quietly(runner, handle)
+        name = getattr(flow, "name", None) or _flow_run()[1]
+        core.close_pipeline_run(f"prefect://{name}/{fid}", runner.trackers(), core.KILLED)
+
+
+def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:
+    """Flow hook (``on_completion=[...]``, ``on_failure=[...]``): end the flow run's tracker
+    run FINISHED or FAILED."""
+    fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
+    name = getattr(flow, "name", None) or _flow_run()[1]
+    succeeded = bool(state.is_completed()) if state is not None else True
+    with _runner() as runner:
+        core.close_pipeline_run(
+            f"prefect://{name}/{fid}", runner.trackers(), core.final_state(succeeded)
+        )
 
 
 def status_json(handle: str) -> str:

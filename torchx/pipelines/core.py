@@ -1,0 +1,231 @@
+"""What every orchestrator adapter does with a torchx stage, written once.
+
+Airflow, KFP and Prefect differ in idioms (XCom and triggers, task outputs, loggers and
+artifacts) but a stage is the same everywhere:
+
+1. open the pipeline's tracker run (idempotent), so stage runs nest under it;
+2. submit or re-attach: the submission carries an idempotency key that the *scheduler*
+   stores with the job, so a retry on any worker finds the app its earlier try started;
+3. follow the replicas' logs into a callback while waiting;
+4. cancel the app if the wait is interrupted (task killed, flow cancelled, SIGTERM);
+5. raise one exception, ``StageFailed``, carrying the status and the worker's error;
+6. link the app's UI and its tracker run;
+7. close the pipeline run FINISHED, FAILED or KILLED when the pipeline ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+
+from torchx.runner.api import Runner, get_runner
+from torchx.specs.api import AppDef, AppState, AppStatus
+
+logger = logging.getLogger(__name__)
+
+Component = Union[str, AppDef]
+ComponentArgs = Union[List[str], Dict[str, Any], None]
+Emit = Callable[[str, int, str], None]
+
+# how a pipeline run ends, in MLflow's run-status words
+FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+
+
+class StageFailed(Exception):
+    """A torchx stage did not succeed; ``status`` has the replicas and the worker's error."""
+
+    def __init__(self, handle: str, status: Optional[AppStatus]) -> None:
+        summary = status.error_summary() if status else "is not known to its scheduler any more"
+        super().__init__(f"torchx app {handle} {summary}")
+        self.handle = handle
+        self.status = status
+
+
+@dataclass
+class Submission:
+    """The app a stage runs, and whether it was found (re-attached) rather than submitted."""
+
+    handle: str
+    reattached: bool
+
+
+def runner_for(trackers: Optional[Mapping[str, Optional[str]]] = None) -> Runner:
+    """A Runner whose jobs report to ``trackers`` (None: the configured ones)."""
+    return get_runner(trackers=trackers)
+
+
+# ---------------------------------------------------------------------------- keys
+
+
+def stage_key(*parts: object) -> str:
+    """A stable key from the orchestrator's identity of a stage (same parts, same key)."""
+    return "/".join(str(p) for p in parts)
+
+
+def content_key(
+    component: Component, component_args: ComponentArgs, scheduler: str, cfg: Mapping[str, Any]
+) -> str:
+    """A stable digest of what a stage runs: two different stages never share it."""
+    if isinstance(component, AppDef):
+        from torchx.specs.serialize import appdef_to_dict
+
+        what: Any = appdef_to_dict(component)
+    else:
+        what = [component, component_args]
+    text = json.dumps([what, scheduler, dict(cfg)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+# ---------------------------------------------------------------------------- pipeline run
+
+
+def open_pipeline_run(
+    run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object
+) -> str:
+    """Open (idempotently) the tracker run that groups a pipeline run's stages."""
+    if trackers:
+        from torchx.trackers.api import start_pipeline_run
+
+        start_pipeline_run(run_id, trackers, **metadata)
+    return run_id
+
+
+def close_pipeline_run(run_id: str, trackers: Mapping[str, Optional[str]], state: str) -> None:
+    """End the pipeline's tracker run as ``FINISHED``, ``FAILED`` or ``KILLED`` (best effort)."""
+    if not trackers:
+        return
+    from torchx.trackers.api import end_run
+
+    try:
+        end_run(run_id, state, trackers)
+    except Exception as e:  # closing a run is never worth failing the pipeline
+        logger.warning("could not end pipeline run %s as %s: %s", run_id, state, e)
+
+
+# ---------------------------------------------------------------------------- submit
+
+
+def submit_or_attach(
+    runner: Runner,
+    component: Component,
+    component_args: ComponentArgs,
+    scheduler: str,
+    cfg: Optional[Mapping[str, Any]],
+    key: Optional[str],
+    parent_run_id: Optional[str] = None,
+    reattach_succeeded: bool = False,
+) -> Submission:
+    """Re-attach to the live app submitted with ``key``, else submit the stage with it."""
+    if key:
+        found = runner.find_by_idempotency_key(scheduler, key, reattach_succeeded)
+        if found is not None:
+            return Submission(found, reattached=True)
+    cfg = dict(cfg or {})
+    if isinstance(component, AppDef):
+        handle = runner.run(
+            component,
+            scheduler,
+            cfg,
+            parent_run_id=parent_run_id,
+            idempotency_key=key,
+            reattach_succeeded=reattach_succeeded,
+        )
+    else:
+        handle = runner.run_component(
+            component,
+            component_args if component_args is not None else [],
+            scheduler,
+            cfg,
+            parent_run_id=parent_run_id,
+            idempotency_key=key,
+            reattach_succeeded=reattach_succeeded,
+        )
+    return Submission(handle, reattached=False)
+
+
+# ---------------------------------------------------------------------------- wait
+
+
+def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> None:
+    """Call ``emit(role, replica, line)`` for every log line; reader errors are logged."""
+    from torchx.runner.logs import tail_app_logs
+
+    for error in tail_app_logs(runner, handle, emit, tail):
+        logger.warning("could not read logs of %s: %s", handle, error)
+
+
+def wait_or_cancel(
+    runner: Runner,
+    handle: str,
+    poll_interval: float = 1.0,
+    emit: Optional[Emit] = None,
+) -> AppStatus:
+    """Wait for the app (following its logs into ``emit``); cancel it if interrupted.
+
+    Returns the final status if it SUCCEEDED, else raises ``StageFailed``.
+    """
+    try:
+        if emit is not None:
+            follow_logs(runner, handle, emit)
+        status = runner.wait(handle, wait_interval=poll_interval)
+    except BaseException:
+        logger.warning("wait interrupted: cancelling %s", handle)
+        cancel_quietly(runner, handle)
+        raise
+    return check_succeeded(handle, status)
+
+
+def check_succeeded(handle: str, status: Optional[AppStatus]) -> AppStatus:
+    """``status`` if the app SUCCEEDED, else ``StageFailed``."""
+    if status is None or status.state != AppState.SUCCEEDED:
+        raise StageFailed(handle, status)
+    return status
+
+
+def cancel_quietly(runner: Runner, handle: str) -> None:
+    """Cancel the app; an app already gone or unreachable is logged, not raised."""
+    try:
+        runner.cancel(handle)
+    except Exception as e:
+        logger.warning("could not cancel %s: %s", handle, e)
+
+
+# ---------------------------------------------------------------------------- links
+
+
+def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Optional[str]:
+    """The URL of the app's tracker run (None without trackers, a UI, or a run)."""
+    if not trackers:
+        return None
+    from torchx.trackers.api import build_trackers
+
+    for tracker in build_trackers(trackers):
+        try:
+            url = tracker.run_url(handle)
+        except Exception as e:  # a link is never worth failing a stage
+            logger.warning("could not link the tracker run of %s: %s", handle, e)
+            continue
+        if url:
+            return url
+    return None
+
+
+def stage_links(
+    handle: str, status: Optional[AppStatus], trackers: Mapping[str, Optional[str]]
+) -> Dict[str, str]:
+    """``{"app": ui url, "tracker": run url}``, each only when there is a real URL."""
+    links: Dict[str, str] = {}
+    if status is not None and status.ui_url:
+        links["app"] = status.ui_url
+    run = tracker_run_link(handle, trackers)
+    if run:
+        links["tracker"] = run
+    return links
+
+
+def final_state(succeeded: bool, cancelled: bool = False) -> str:
+    """The pipeline run's end state from the orchestrator's outcome."""
+    return KILLED if cancelled else (FINISHED if succeeded else FAILED)
