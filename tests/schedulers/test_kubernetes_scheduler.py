@@ -511,6 +511,24 @@ def test_volcano_phase_mapping(srv: KMockServer) -> None:
         assert _status(runner, handle).state == state, phase
 
 
+def test_describe_reads_limits_with_the_one_quantity_parser(srv: KMockServer) -> None:
+    """A job edited with kubectl to decimal units reads back as Kubernetes means them."""
+    sched = create_scheduler("test")
+    app_id = sched.submit(_echo(), {"queue": "q"})
+    ns, name = app_id.split(":")
+    job = srv.get(VOLCANO_JOBS, ns, name)
+    assert job is not None
+    _container(job["spec"]["tasks"][0]["template"])["resources"]["limits"] = {
+        "cpu": "2500m",
+        "memory": "8e9",  # 8G in exponent form
+    }
+    srv.put(VOLCANO_JOBS, ns, name, job)
+    desc = sched.describe(app_id)
+    assert desc is not None
+    resource = desc.roles[0].resource
+    assert (resource.cpu, resource.memMB) == (3, 7629)  # cpu rounded up, never down
+
+
 def test_cancel_deletes_the_job(srv: KMockServer) -> None:
     runner = get_runner()
     handle = runner.run(_ddp(), "kubernetes", {"queue": "default"})

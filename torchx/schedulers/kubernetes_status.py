@@ -8,7 +8,6 @@ of sitting in PENDING forever (upstream torchx#207).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -22,6 +21,7 @@ from torchx.schedulers.kubernetes_manifests import (
     label_value,
 )
 from torchx.specs.api import AppState, Resource, Role
+from torchx.util.quantity import InvalidQuantityError, cpu_whole_cores, memory_mib
 
 Obj = Dict[str, Any]
 
@@ -248,32 +248,19 @@ def combine_states(states: List[AppState]) -> AppState:
 # --------------------------------------------------------------------------- roles
 
 
-_QUANTITY = re.compile(r"^(?P<num>[0-9.]+)(?P<unit>[A-Za-z]*)$")
-_MEM_UNITS_MB = {
-    "": 1 / 2**20,
-    "Ki": 1 / 1024,
-    "Mi": 1,
-    "Gi": 1024,
-    "Ti": 2**20,
-    "k": 1e3 / 2**20,
-    "M": 1e6 / 2**20,
-    "G": 1e9 / 2**20,
-}
-
-
 def _cpu(q: Optional[str]) -> int:
-    m = _QUANTITY.match(str(q or ""))
-    if not m:
+    """Whole cores of a limit read back (-1: none or not a quantity a user could fix here)."""
+    try:
+        return cpu_whole_cores(q) if q else -1
+    except InvalidQuantityError:
         return -1
-    value = float(m["num"]) / (1000 if m["unit"] == "m" else 1)
-    return max(int(round(value)), 1)
 
 
 def _mem_mb(q: Optional[str]) -> int:
-    m = _QUANTITY.match(str(q or ""))
-    if not m or m["unit"] not in _MEM_UNITS_MB:
+    try:
+        return memory_mib(q) if q else -1
+    except InvalidQuantityError:
         return -1
-    return int(round(float(m["num"]) * _MEM_UNITS_MB[m["unit"]]))
 
 
 def role_from_template(

@@ -1,0 +1,104 @@
+"""Kubernetes resource quantities (``500m``, ``8Gi``, ``8G``, ``1.5``, ``1e3``) as torchx numbers.
+
+The one parser for every place that reads a quantity (the kubernetes scheduler reading
+a job back, the KFP launcher reading a task's resources), so ``8G`` means the same
+everywhere: 8e9 bytes, 7629 MiB; ``8Gi`` is 8192 MiB; a plain number of memory is bytes.
+The grammar is Kubernetes' (``k8s.io/apimachinery/pkg/api/resource``): a signed decimal
+number, then a binary suffix (Ki..Ei), a decimal one (n, u, m, k, M..E) or an exponent.
+Values are exact (``Decimal``) until the final rounding.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Union
+
+from torchx.specs.api import InvalidArgumentError
+
+MIB = 2**20
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(
+    r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?[0-9]+))?$"
+)
+
+_MAX_EXPONENT = 100  # Kubernetes itself caps quantities far below 1e100
+
+Quantity = Union[str, int, float]
+
+
+class InvalidQuantityError(InvalidArgumentError):
+    """A value that is not a Kubernetes quantity."""
+
+
+def parse_quantity(value: Quantity, what: str = "quantity") -> Decimal:
+    """The exact value of a quantity in base units (cores, bytes): ``"500m"`` -> 0.5.
+
+    ``what`` names the value in the error (e.g. ``"memory limit"``).
+    """
+    if isinstance(value, bool):
+        raise InvalidQuantityError(f"{what} {value!r} is not a number")
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidQuantityError(f"{what} {value!r} is not a finite number")
+        return Decimal(str(value))
+    text = str(value).strip()
+    m = _QUANTITY.match(text)
+    if not m:
+        raise InvalidQuantityError(
+            f"{what} {value!r} is not a Kubernetes quantity;"
+            " use a number with an optional suffix, e.g. 500m, 2, 512Mi, 8Gi or 8G"
+        )
+    suffix = m["suffix"] or ""
+    try:
+        num = Decimal(m["num"])
+        if m["exp"] is not None:
+            exp = int(m["exp"])
+            if abs(exp) > _MAX_EXPONENT:
+                raise InvalidOperation
+            return num.scaleb(exp)
+        return num * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+    except (InvalidOperation, ArithmeticError):
+        raise InvalidQuantityError(f"{what} {value!r} is out of range") from None
+
+
+def cpu_cores(value: Quantity) -> float:
+    """CPU cores: ``"500m"`` -> 0.5, ``"2"`` -> 2.0."""
+    cores = parse_quantity(value, "cpu")
+    if cores < 0:
+        raise InvalidQuantityError(f"cpu {value!r} is negative")
+    return float(cores)
+
+
+def cpu_whole_cores(value: Quantity) -> int:
+    """CPU as torchx's integer ``Resource.cpu``: rounded up, at least 1 (``"500m"`` -> 1).
+
+    Up, so a role never gets less than the quantity asked for.
+    """
+    return max(1, math.ceil(cpu_cores(value)))
+
+
+def memory_mib(value: Quantity) -> int:
+    """Memory in MiB (torchx's ``memMB``), rounded down: ``"8G"`` -> 7629, ``"8Gi"`` -> 8192.
+
+    A plain number is bytes. Down, so the result never exceeds the quantity (a limit).
+    """
+    size = parse_quantity(value, "memory")
+    if size < 0:
+        raise InvalidQuantityError(f"memory {value!r} is negative")
+    return int(size / MIB)
