@@ -29,10 +29,11 @@ def _dag(dag_id: str, **op_kwargs: Any) -> Any:
     code = textwrap.dedent(f"""
         from datetime import datetime
         from airflow.sdk import DAG, task
-        from torchx.pipelines.airflow import TorchXOperator
+        from torchx.pipelines.airflow import TorchXOperator, close_pipeline_run
 
         with DAG(
-            dag_id={dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False
+            dag_id={dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+            on_success_callback=close_pipeline_run, on_failure_callback=close_pipeline_run,
         ) as dag:
             job = TorchXOperator(task_id="job", **{op_kwargs!r})
 
@@ -81,6 +82,8 @@ def test_reference_dag_end_to_end_with_lineage(torchx_env: Path) -> None:
     assert (handles["train"], handles["evaluate"], "model") in edges
     assert (handles["datapreproc"], handles["train"], "dataset") in edges
     parent_mlflow = tracker.mlflow_run_id(pipeline)
+    # the DAG's success callback ended the pipeline run
+    assert tracker.client.get_run(parent_mlflow).info.status == "FINISHED"
     for h in handles.values():
         assert (
             tracker.client.get_run(tracker.mlflow_run_id(h)).data.tags["mlflow.parentRunId"]
@@ -102,6 +105,7 @@ def test_success_returns_handle_and_streams_logs(
     dag_run = dag.test()
     assert _states(dag_run) == {"job": "success", "downstream": "success"}
     assert "sh/0 hello-from-job" in capfd.readouterr().out
+    assert _pipeline_status(dag_run) == "FINISHED"
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
@@ -120,6 +124,15 @@ def test_failing_stage_fails_task_with_worker_error(
     assert states["job"] == "failed" and states["downstream"] != "success", states
     out = capfd.readouterr().out
     assert "ValueError: bad learning rate" in out
+    assert _pipeline_status(dag_run) == "FAILED"  # the DAG's failure callback ended it
+
+
+def _pipeline_status(dag_run: Any) -> str:
+    from torchx.trackers.api import build_trackers
+
+    tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
+    rid = tracker.mlflow_run_id(f"airflow://{dag_run.dag_id}/{dag_run.run_id}")  # type: ignore[attr-defined]
+    return tracker.client.get_run(rid).info.status  # type: ignore[attr-defined]
 
 
 class _TI:
@@ -199,16 +212,18 @@ def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -
         )
         op.execute({{"ti": _TI("retry")}})
     """)
+    # the retry runs on "another worker": its own $TORCHX_HOME for its own files; only the
+    # scheduler's state dir is shared (the local scheduler keeps it under TORCHX_HOME)
     worker = subprocess.Popen([sys.executable, "-c", first_try], env=dict(os.environ), cwd=tmp_path)
-    records = Path(os.environ["TORCHX_HOME"]) / "airflow"
-    deadline = time.monotonic() + 60
-    while not (records.exists() and any(records.glob("*.json"))) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    worker.kill()  # the worker dies while the job runs
-    worker.wait(timeout=30)
-
     from torchx.pipelines.airflow import TorchXOperator
     from torchx.runner import get_runner
+
+    deadline = time.monotonic() + 60
+    with get_runner() as runner:
+        while not runner.list("local_cwd") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    worker.kill()  # the worker dies while the job runs
+    worker.wait(timeout=30)
 
     op = TorchXOperator(
         task_id="t",
@@ -225,21 +240,52 @@ def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -
     assert ti.xcoms["app_status"]["state"] == "SUCCEEDED"
 
 
-def test_mlflow_link_is_pushed(torchx_env: Path) -> None:
+def test_mlflow_link_only_where_there_is_a_ui(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from torchx.pipelines.airflow import TorchXMLflowLink, TorchXOperator
+    from torchx.trackers.api import build_trackers
 
-    op = TorchXOperator(
-        task_id="t",
-        component="utils.python",
-        component_args=[
-            "--c",
-            "from torchx.tracker import app_run_from_env as r; r().add_metadata(a=1)",
-        ],
-    )
-    ti = _TI("link")
-    op.execute({"ti": ti})
+    def run(name: str) -> _TI:
+        op = TorchXOperator(
+            task_id="t",
+            component="utils.python",
+            component_args=["--c", "print(1)"],
+            poll_interval=0.5,
+        )
+        ti = _TI(name)
+        op.execute({"ti": ti})
+        return ti
+
+    ti = run("no-ui")  # an embedded sqlite store has no UI: no (fake) link
+    assert TorchXMLflowLink().xcom_key not in ti.xcoms
+    monkeypatch.setenv("TORCHX_MLFLOW_UI_URL", "http://127.0.0.1:5999/")
+    ti = run("ui")
     link = ti.xcoms[TorchXMLflowLink().xcom_key]
-    assert link.startswith("mlflow-run:") and "sqlite:///" in link
+    tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
+    rid = tracker.mlflow_run_id(ti.xcoms["app_handle"])  # type: ignore[attr-defined]
+    exp = tracker.client.get_run(rid).info.experiment_id  # type: ignore[attr-defined]
+    assert link == f"http://127.0.0.1:5999/#/experiments/{exp}/runs/{rid}"
+
+
+def test_cleared_succeeded_task_runs_again_unless_reusing_success(torchx_env: Path) -> None:
+    from torchx.pipelines.airflow import TorchXOperator
+
+    def execute(**kwargs: Any) -> str:
+        op = TorchXOperator(
+            task_id="t",
+            component="utils.sh",
+            component_args=["true"],
+            poll_interval=0.5,
+            trackers={},
+            **kwargs,
+        )
+        return op.execute({"ti": _TI("cleared")})
+
+    first = execute()
+    second = execute()
+    assert second != first  # cleared after success: a new app
+    assert execute(reuse_succeeded=True) == second  # the newest succeeded app is reused
 
 
 def test_provider_info_and_bad_arguments() -> None:

@@ -168,6 +168,8 @@ def test_reference_pipeline_runs_with_kfp_local_and_records_lineage(tmp_path: Pa
     assert len(pipeline) == 1
     stages = list(tracker.run_ids(parent_run_id=pipeline[0]))
     assert len(stages) == 3
+    rid = tracker.mlflow_run_id(pipeline[0])  # type: ignore[attr-defined]
+    assert tracker.client.get_run(rid).info.status == "FINISHED"  # type: ignore[attr-defined]
     evaluate = [s for s in stages if "evaluate" in s][0]
     assert {e.artifact for e in tracker.lineage(evaluate).upstream(evaluate)} == {
         "model",
@@ -179,14 +181,24 @@ def test_failing_training_stage_fails_the_run_with_the_workers_error(tmp_path: P
     code = textwrap.dedent(f"""
         import kfp.local
         from kfp import dsl
-        from torchx.pipelines.kfp.components import torchx_launcher
+        from torchx.pipelines.kfp.components import (
+            close_pipeline_run, start_pipeline_run, torchx_launcher
+        )
 
         @dsl.pipeline(name="failing")
         def failing() -> None:
-            torchx_launcher(
-                component="utils.python",
-                component_args=["--c", "raise ValueError('diverged at step 7')"],
+            run = start_pipeline_run(
+                pipeline_name="failing", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
             )
+            close = close_pipeline_run(
+                pipeline_name="failing", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+            )
+            with dsl.ExitHandler(close):
+                torchx_launcher(
+                    component="utils.python",
+                    component_args=["--c", "raise ValueError('diverged at step 7')"],
+                    parent_run_id=run.output,
+                )
 
         kfp.local.init(
             runner=kfp.local.SubprocessRunner(use_venv=False),
@@ -205,6 +217,72 @@ def test_failing_training_stage_fails_the_run_with_the_workers_error(tmp_path: P
     out = run.stdout + run.stderr
     assert run.returncode != 0
     assert "ValueError: diverged at step 7" in out and "FAILED" in out
+    from torchx.trackers.api import build_trackers
+
+    tracker = build_trackers({"mlflow": f"sqlite:///{tmp_path / 'mlflow.db'}"})[0]
+    pipeline = [r for r in tracker.run_ids() if r.startswith("kfp://failing/")]
+    rid = tracker.mlflow_run_id(pipeline[0])  # type: ignore[attr-defined]
+    assert tracker.client.get_run(rid).info.status == "FAILED"  # type: ignore[attr-defined]
+
+
+def test_retried_launcher_step_reattaches_under_kfp_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first try's launcher dies (SIGKILL, as a lost pod); KFP's retry of the same task
+    in the same pipeline job finds the app through the scheduler and waits on it."""
+    first_try = (
+        "from torchx.pipelines.kfp.launch import launch, launcher_key; "
+        "launch('utils.sh', ['sh', '-c', 'sleep 4; echo stage-done'],"
+        " idempotency_key=launcher_key('job-1', 'train'))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", first_try],
+        env=_kfp_env(tmp_path),
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    handle = proc.stdout.readline().split()[-1]
+    assert handle.startswith("local_cwd://")
+    proc.kill()
+    proc.wait(timeout=30)
+    code = textwrap.dedent(f"""
+        import kfp.local
+        from kfp import dsl
+        from torchx.pipelines.kfp.components import torchx_launcher
+
+        @dsl.pipeline(name="retry")
+        def retry(job_id: str) -> str:
+            return torchx_launcher(
+                component="utils.sh",
+                component_args=["sh", "-c", "sleep 4; echo stage-done"],
+                job_id=job_id,
+                task_name="train",
+            ).outputs["app_handle"]
+
+        kfp.local.init(
+            runner=kfp.local.SubprocessRunner(use_venv=False),
+            pipeline_root={str(tmp_path / "root")!r},
+        )
+        print("HANDLE", retry(job_id="job-1").output)
+    """)
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_kfp_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert f"HANDLE {handle}" in out and f"re-attached to {handle}" in out
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    with get_runner(trackers={}) as runner:
+        assert [a.app_handle for a in runner.list("local_cwd")] == [handle]
 
 
 def test_terminating_the_launcher_cancels_the_app(tmp_path: Path) -> None:

@@ -38,7 +38,10 @@ async def _artifact_keys() -> list:
 
 
 @pytest.mark.slow
-def test_reference_flow_completes_with_lineage_and_artifacts(env: Path) -> None:
+def test_reference_flow_completes_with_lineage_and_artifacts(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_MLFLOW_UI_URL", "http://127.0.0.1:5999")
     sys.path.insert(0, str(ROOT / "examples" / "pipelines" / "prefect"))
     from reference_flow import reference_flow
 
@@ -49,6 +52,8 @@ def test_reference_flow_completes_with_lineage_and_artifacts(env: Path) -> None:
     tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
     pipeline = [r for r in tracker.run_ids() if r.startswith("prefect://torchx-reference/")]
     assert len(pipeline) == 1
+    pipeline_rid = tracker.mlflow_run_id(pipeline[0])  # type: ignore[attr-defined]
+    assert tracker.client.get_run(pipeline_rid).info.status == "FINISHED"  # type: ignore[attr-defined]
     assert sorted(tracker.run_ids(parent_run_id=pipeline[0])) == sorted(
         [result["datapreproc"], result["train"], result["evaluate"]]
     )
@@ -57,7 +62,22 @@ def test_reference_flow_completes_with_lineage_and_artifacts(env: Path) -> None:
     keys = asyncio.run(_artifact_keys())
     assert any(k and k.startswith("torchx-replicas-train") for k in keys), keys
     assert any(k and k.startswith("torchx-logs-evaluate") for k in keys), keys
-    assert any(k and k.startswith("torchx-mlflow-train") for k in keys), keys
+    assert "torchx-mlflow-train" in keys, keys  # stable per stage: Prefect keeps its history
+    links = asyncio.run(_artifact_data("torchx-mlflow-train"))
+    train_rid = tracker.mlflow_run_id(result["train"])  # type: ignore[attr-defined]
+    exp = tracker.client.get_run(train_rid).info.experiment_id  # type: ignore[attr-defined]
+    assert links == [f"http://127.0.0.1:5999/#/experiments/{exp}/runs/{train_rid}"]
+
+
+async def _artifact_data(key: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
+    return [a.data for a in found]
 
 
 def test_failing_stage_fails_the_flow_with_the_workers_error(
@@ -65,16 +85,44 @@ def test_failing_stage_fails_the_flow_with_the_workers_error(
 ) -> None:
     from prefect import flow
 
-    from torchx.pipelines.prefect import TorchXJobFailed, submit, wait
+    from torchx.pipelines.prefect import TorchXJobFailed, close_pipeline_run, submit, wait
 
     @flow
     def failing() -> None:
         wait(submit("utils.python", ["--c", "raise RuntimeError('loss is nan')"]))
 
     with pytest.raises(TorchXJobFailed, match="RuntimeError: loss is nan") as e:
-        failing()
+        failing.with_options(on_failure=[close_pipeline_run])()
     assert e.value.status is not None and str(e.value.status.state) == "FAILED"
     assert "python/0 RuntimeError: loss is nan" in caplog.text  # streamed into the task log
+    from torchx.trackers.api import build_trackers
+
+    tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
+    pipeline = [r for r in tracker.run_ids() if r.startswith("prefect://failing/")]
+    rid = tracker.mlflow_run_id(pipeline[0])  # type: ignore[attr-defined]
+    assert tracker.client.get_run(rid).info.status == "FAILED"  # type: ignore[attr-defined]
+
+
+def test_distinct_stages_get_their_own_apps(env: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from prefect import flow
+
+    from torchx.pipelines.prefect import submit, wait
+    from torchx.runner import get_runner
+
+    @flow
+    def two_echoes() -> tuple:
+        a = submit("utils.echo", ["--msg", "first-stage"])
+        b = submit("utils.echo", ["--msg", "second-stage"])
+        wait(a)
+        wait(b)
+        return a, b
+
+    a, b = two_echoes()
+    assert a != b
+    with get_runner() as runner:
+        assert sorted(x.app_handle for x in runner.list("local_cwd")) == sorted([a, b])
+    assert caplog.text.count("echo/0 first-stage") == 1
+    assert caplog.text.count("echo/0 second-stage") == 1
 
 
 def test_submit_is_idempotent_per_flow_run_and_key(env: Path) -> None:
