@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 from typing import Any, Dict, List, Optional, Union
+from uuid import UUID
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_table_artifact
 
 from torchx.pipelines import core
 from torchx.specs.api import AppDef, AppStatus
-from torchx.util.paths import torchx_home
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
@@ -47,21 +47,35 @@ def pipeline_run_id() -> str:
     return f"prefect://{name}/{fid}"
 
 
-def _flow_apps_file(flow_run_id: str) -> Any:
-    return torchx_home() / "prefect" / f"flow-{flow_run_id}.apps"
+APP_LABEL_PREFIX = "torchx.app."
 
 
 def record_flow_run_app(handle: str) -> None:
-    """Note ``handle`` as an app of the current flow run, for ``cancel_flow_run_apps``."""
+    """Label the current flow run with ``handle``, for ``cancel_flow_run_apps``.
+
+    The record lives with the flow run on the Prefect server, so the hook finds it from
+    whichever process runs it (the flow's, or the runner's after a crash).
+    """
+    import hashlib
+
+    from prefect.client.orchestration import get_client
     from prefect.runtime import flow_run
 
     fid = flow_run.get_id()
     if not fid:  # not inside a flow run: there is nothing that could cancel it
         return
-    path = _flow_apps_file(str(fid))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(handle + "\n")
+    label = APP_LABEL_PREFIX + hashlib.sha256(handle.encode()).hexdigest()[:16]
+    with get_client(sync_client=True) as client:
+        client.update_flow_run_labels(UUID(str(fid)), {label: handle})
+
+
+def flow_run_apps(flow_run_id: str) -> List[str]:
+    """The handles of the apps a flow run submitted (from its labels)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        labels = client.read_flow_run(UUID(flow_run_id)).labels
+    return [str(v) for k, v in labels.items() if k.startswith(APP_LABEL_PREFIX)]
 
 
 def _open_pipeline_run(runner: Any) -> str:
@@ -74,8 +88,12 @@ def stage_key(
     scheduler: str,
     cfg: Optional[Dict[str, Any]],
     key: Optional[str],
-) -> str:
-    """The idempotency key of a stage in the current flow run."""
+) -> Optional[str]:
+    """The idempotency key of a stage in the current flow run (None outside a flow run)."""
+    from prefect.runtime import flow_run
+
+    if not flow_run.get_id():
+        return None
     fid, _ = _flow_run()
     what = key or core.content_key(component, component_args, scheduler, cfg or {})
     return core.stage_key("prefect", fid, what)
@@ -206,13 +224,11 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
     """Flow hook (``on_cancellation=[...]``, ``on_crashed=[...]``): cancel the flow run's
     apps and end its tracker run KILLED."""
     fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
-    path = _flow_apps_file(fid)
     with _runner() as runner:
-        if path.exists():
-            for handle in dict.fromkeys(path.read_text().split()):
-                status = runner.status(handle)
-                if status is not None and not status.is_terminal():
-                    core.cancel_quietly(runner, handle)
+        for handle in flow_run_apps(fid):
+            status = runner.status(handle)
+            if status is not None and not status.is_terminal():
+                core.cancel_quietly(runner, handle)
         name = getattr(flow, "name", None) or _flow_run()[1]
         core.close_pipeline_run(f"prefect://{name}/{fid}", runner.trackers(), core.KILLED)
 
