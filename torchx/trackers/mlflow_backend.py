@@ -382,7 +382,14 @@ def create(config: Optional[str] = None) -> MLflowTracker:
 
 
 def _validate(config: Optional[str]) -> None:
-    import_optional("mlflow", "mlflow")
+    """Submit-time check, without importing mlflow (seconds per import): the package is
+    installed and the store is reachable or creatable."""
+    import importlib.util
+
+    from torchx.util.modules import MissingExtraError
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise MissingExtraError("mlflow", "mlflow")
     cfg = parse_config(config)
     uri = str(cfg["tracking_uri"])
     if uri.startswith(("http://", "https://")):
