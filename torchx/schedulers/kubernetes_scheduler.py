@@ -16,35 +16,20 @@ App ids are ``{namespace}:{name}``. ``describe`` reports per-replica states from
 pods and names the reason a pod cannot run (ImagePullBackOff, ErrImagePull, OOMKilled,
 Unschedulable, ...); a bad image fails the app instead of leaving it PENDING forever
 (torchx#207). ``log_iter`` streams pod logs with the client's ``follow`` and keeps
-every line's newline (torchx#983).
+every line's newline (torchx#983; see ``kubernetes_logs``). Client set-up and error
+translation live in ``kubernetes_api``.
 """
 
 from __future__ import annotations
 
-import codecs
-import functools
 import json
 import logging
-import os
-import time
-from datetime import datetime, timezone
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Set,
-    Tuple,
-    TypedDict,
-    TypeVar,
-)
+from datetime import datetime
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, TypedDict
 
 import yaml
 
+from torchx.schedulers import kubernetes_logs as kl
 from torchx.schedulers import kubernetes_status as ks
 from torchx.schedulers.api import (
     DescribeAppResponse,
@@ -52,8 +37,16 @@ from torchx.schedulers.api import (
     Scheduler,
     Stream,
     filter_regex,
-    split_lines_iterator,
 )
+from torchx.schedulers.kubernetes_api import (
+    KubernetesError,
+    api_errors,
+    guarded,
+    kubeconfig_path,
+    load_api_client,
+    status_message,
+)
+from torchx.schedulers.kubernetes_logs import TAIL_POLL_SECONDS as TAIL_POLL_SECONDS  # re-export
 from torchx.schedulers.kubernetes_manifests import (
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
@@ -84,7 +77,6 @@ from torchx.specs.api import (
     InvalidRunConfigException,
     ReplicaStatus,
     RoleStatus,
-    TorchXError,
     is_terminal,
     runopts,
 )
@@ -92,7 +84,6 @@ from torchx.util.modules import import_optional
 
 logger = logging.getLogger(__name__)
 
-TAIL_POLL_SECONDS = 1.0
 MANAGED_SELECTOR = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
 
 
@@ -107,10 +98,6 @@ class KubernetesOpts(TypedDict, total=False):
     tolerations: Optional[List[str]]
     image_pull_secrets: Optional[List[str]]
     job_type: str
-
-
-class KubernetesError(TorchXError):
-    """The Kubernetes API refused a request (the message says why and what to do)."""
 
 
 class KubernetesJob:
@@ -133,34 +120,6 @@ class KubernetesJob:
         return yaml.safe_dump_all(self.manifests, sort_keys=False, width=1000)
 
     __repr__ = __str__
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _api_errors(fn: F) -> F:
-    """API failures (HTTP errors, unreachable server) become one-line KubernetesErrors."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from kubernetes.client.rest import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return fn(*args, **kwargs)
-        except (ApiException, HTTPError) as e:
-            raise _kubernetes_error(e) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _kubernetes_error(e: Exception) -> KubernetesError:
-    status = getattr(e, "status", None)
-    if status is not None:
-        return KubernetesError(
-            f"Kubernetes API error {status} ({getattr(e, 'reason', '')}): {_status_message(e)}"
-        )
-    return KubernetesError(f"cannot reach the Kubernetes API server: {e}")
 
 
 def parse_app_id(app_id: str) -> Tuple[str, str]:
@@ -190,23 +149,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
     def _api_client(self) -> Any:
         if self._client is None:
-            import_optional("kubernetes", "kubernetes")
-            from kubernetes import client, config
-
-            configuration = client.Configuration()
-            try:
-                config.load_kube_config(
-                    config_file=_kubeconfig_path(), client_configuration=configuration
-                )
-            except (config.ConfigException, OSError, TypeError) as kube_err:
-                try:
-                    config.load_incluster_config(client_configuration=configuration)
-                except config.ConfigException:
-                    raise KubernetesError(
-                        f"no Kubernetes configuration found ({kube_err}); set KUBECONFIG or"
-                        " ~/.kube/config, or run inside a cluster"
-                    ) from None
-            self._client = client.ApiClient(configuration)
+            self._client = load_api_client()
         return self._client
 
     def _custom(self) -> Any:
@@ -237,7 +180,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             import_optional("kubernetes", "kubernetes")
             from kubernetes import config
 
-            _, active = config.list_kube_config_contexts(config_file=_kubeconfig_path())
+            _, active = config.list_kube_config_contexts(config_file=kubeconfig_path())
             namespace = (active or {}).get("context", {}).get("namespace")
         except Exception:  # no kubeconfig: fine for dry runs
             namespace = None
@@ -336,7 +279,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             manifests = indexed_jobs(app, name, namespace, opts)
         return AppDryRunInfo(KubernetesJob(manifests, namespace, name, job_type), str)
 
-    @_api_errors
+    @api_errors
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
         from kubernetes.client.rest import ApiException
 
@@ -364,7 +307,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         return app_id
 
     def _api_error(self, e: Any, req: KubernetesJob) -> KubernetesError:
-        reason = _status_message(e)
+        reason = status_message(e)
         if e.status == 409:
             return KubernetesError(
                 f"a job named {req.name} already exists in namespace {req.namespace}: {reason}"
@@ -411,7 +354,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         resp = method(namespace, label_selector=selector, _preload_content=False)
         return list(json.loads(resp.data).get("items") or [])
 
-    @_api_errors
+    @api_errors
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         namespace, name = parse_app_id(app_id)
         kind = self._kinds.get(app_id)
@@ -502,7 +445,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
     # ------------------------------------------------------------------ list / cancel
 
-    @_api_errors
+    @api_errors
     def list(self) -> List[ListAppResponse]:
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
         from kubernetes.client.rest import ApiException
@@ -538,7 +481,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             apps.append(ListAppResponse(f"{namespace}:{name}", state, name=_app_name(jobs[0])))
         return apps
 
-    @_api_errors
+    @api_errors
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = parse_app_id(app_id)
         if self._get_volcano(namespace, name) is not None:
@@ -593,106 +536,20 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
                 " use --streams combined (the default)"
             )
         namespace, name = parse_app_id(app_id)
-        lines = self._pod_lines(app_id, namespace, name, role_name, k, since, until, should_tail)
-        return filter_regex(regex, _guarded(lines))
+        lines = kl.pod_log_lines(
+            self._core,
+            lambda: kl.newest_pod(self._pods(namespace, name), role_name, k),
+            lambda: self._ended(app_id),
+            namespace,
+            since,
+            until,
+            should_tail,
+        )
+        return filter_regex(regex, guarded(lines))
 
-    def _find_pod(
-        self, namespace: str, name: str, role_name: str, k: int
-    ) -> Optional[Dict[str, Any]]:
-        pods = [
-            p
-            for p in self._pods(namespace, name)
-            if ks.role_matches(p, role_name) and ks.replica_id_of(p) == k
-        ]
-        pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-        return pods[-1] if pods else None
-
-    def _pod_lines(
-        self,
-        app_id: str,
-        namespace: str,
-        name: str,
-        role_name: str,
-        k: int,
-        since: Optional[datetime],
-        until: Optional[datetime],
-        should_tail: bool,
-    ) -> Iterator[str]:
-        from kubernetes.client.rest import ApiException
-
-        kwargs: Dict[str, Any] = {}
-        if since is not None:
-            kwargs["since_seconds"] = max(1, int(time.time() - since.timestamp()))
-        if until is not None:
-            kwargs["timestamps"] = True
-            until = until.astimezone(timezone.utc)  # a naive time is local time
-        while True:
-            pod = self._find_pod(namespace, name, role_name, k)
-            if pod is not None:
-                try:
-                    resp = self._core().read_namespaced_pod_log(
-                        pod["metadata"]["name"],
-                        namespace,
-                        follow=should_tail,
-                        _preload_content=False,
-                        **kwargs,
-                    )
-                except ApiException as e:
-                    if e.status not in (400, 404):  # 400: container not started yet
-                        raise
-                else:
-                    yield from _response_lines(resp, until)
-                    return
-            if not should_tail:
-                return
-            desc = self.describe(app_id)
-            if desc is None or is_terminal(desc.state):
-                return
-            time.sleep(TAIL_POLL_SECONDS)
-
-
-def _guarded(lines: Iterator[str]) -> Iterator[str]:
-    """``_api_errors`` for a generator: errors surface while iterating."""
-    from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        yield from lines
-    except (ApiException, HTTPError) as e:
-        raise _kubernetes_error(e) from None
-
-
-def _response_lines(resp: Any, until: Optional[datetime]) -> Iterator[str]:
-    """Whole lines (keeping ``\\n``) from a streamed log response, as chunks arrive."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    chunks = (decoder.decode(c) for c in resp.stream(amt=64 * 1024, decode_content=True))
-    try:
-        for line in split_lines_iterator(chunks):
-            if until is None:
-                yield line
-                continue
-            stamp, _, text = line.partition(" ")
-            if _parse_time(stamp) > until:
-                return
-            yield text
-    finally:
-        resp.release_conn()
-
-
-def _parse_time(stamp: str) -> datetime:
-    try:
-        value = stamp.rstrip("Z")
-        if "." in value:
-            head, frac = value.split(".", 1)
-            value = f"{head}.{frac[:6]}"
-        return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
-    except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
-
-
-def _kubeconfig_path() -> str:
-    # Read at call time: the client reads $KUBECONFIG once, when it is first imported.
-    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    def _ended(self, app_id: str) -> bool:
+        desc = self.describe(app_id)
+        return desc is None or is_terminal(desc.state)
 
 
 def _labels(obj: Dict[str, Any]) -> Dict[str, str]:
@@ -704,13 +561,6 @@ def _app_name(obj: Dict[str, Any]) -> str:
     return (meta.get("annotations") or {}).get("torchx.pytorch.org/app-name") or _labels(obj).get(
         LABEL_APP_NAME, ""
     )
-
-
-def _status_message(e: Any) -> str:
-    try:
-        return str(json.loads(e.body).get("message") or e.reason)
-    except (TypeError, ValueError, AttributeError):
-        return str(e.reason)
 
 
 def app_to_resource(
