@@ -218,3 +218,38 @@ def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.Monkey
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_lineage_cli_accepts_mlflow_run_ids_and_draws_a_pipeline_with_its_stages(
+    mlflow_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs written through the tracker API the way stages write them (no jobs needed)."""
+    from torchx.trackers.api import start_pipeline_run
+
+    monkeypatch.delenv("TORCHX_JOB_ID", raising=False)
+    pipeline = "airflow://dag/run-1"
+    start_pipeline_run(pipeline, {"mlflow": mlflow_env}, orchestrator="airflow")
+    tracker = build_trackers({"mlflow": mlflow_env})[0]
+    tracker.set_parent("local_cwd://torchx/prep-1", pipeline)
+    tracker.add_artifact("local_cwd://torchx/prep-1", "dataset", "/data", {"digest": "d1"})
+    tracker.set_parent("local_cwd://torchx/train-1", pipeline)
+    tracker.add_source("local_cwd://torchx/train-1", "local_cwd://torchx/prep-1", "dataset")
+
+    torchx = os.path.join(os.path.dirname(sys.executable), "torchx")
+    out = subprocess.run(
+        [torchx, "tracker", "lineage", pipeline], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "stage local_cwd://torchx/prep-1" in out.stdout
+    assert "stage local_cwd://torchx/train-1" in out.stdout
+    assert "<- dataset <- local_cwd://torchx/prep-1" in out.stdout
+
+    mlflow_id = tracker.mlflow_run_id("local_cwd://torchx/train-1")  # type: ignore[attr-defined]
+    out = subprocess.run(
+        [torchx, "tracker", "lineage", mlflow_id, "--format", "mermaid"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "|dataset|" in out.stdout and "local_cwd://torchx/train-1" in out.stdout

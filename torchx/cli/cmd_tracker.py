@@ -65,8 +65,8 @@ class CmdTracker(SubCommand):
         if args.tracker_cmd == "lineage" or what == "lineage":
             from torchx.trackers import render
 
-            lineage = tracker.lineage(args.run_id)
-            if not lineage.runs.get(args.run_id) and not lineage.edges:
+            lineage = tracker.pipeline_lineage(args.run_id)
+            if not lineage.runs.get(lineage.run_id) and not lineage.edges:
                 raise CommandError(f"no tracked run {args.run_id!r}")
             print(
                 {"text": render.as_text, "dot": render.as_dot, "mermaid": render.as_mermaid}[

@@ -66,6 +66,7 @@ class Lineage:
     run_id: str
     edges: List[LineageEdge] = field(default_factory=list)
     runs: Dict[str, Dict[str, object]] = field(default_factory=dict)
+    stages: List[str] = field(default_factory=list)  # for a pipeline run: its stage runs
 
     def upstream(self, run_id: Optional[str] = None) -> List[LineageEdge]:
         rid = run_id or self.run_id
@@ -120,6 +121,24 @@ class TrackerBase(abc.ABC):
 
     def end_run(self, run_id: str, status: str) -> None:
         """Mark the run ``FINISHED``, ``FAILED`` or ``KILLED``."""
+
+    def resolve_run_id(self, run_id: str) -> str:
+        """The torchx run id for ``run_id`` (backends may also accept their own run ids)."""
+        return run_id
+
+    def pipeline_lineage(self, run_id: str) -> Lineage:
+        """The lineage of a run; for a pipeline run, of all its stages together."""
+        run_id = self.resolve_run_id(run_id)
+        stages = list(self.run_ids(parent_run_id=run_id))
+        if not stages:
+            return self.lineage(run_id)
+        merged = Lineage(run_id, stages=stages)
+        merged.runs[run_id] = dict(self.metadata(run_id))
+        for stage in stages:
+            part = self.lineage(stage)
+            merged.edges.extend(e for e in part.edges if e not in merged.edges)
+            merged.runs.update(part.runs)
+        return merged
 
     def run_url(self, run_id: str) -> Optional[str]:
         """A URL a person can open for the run, or None where the backend has no UI."""

@@ -346,6 +346,18 @@ class MLflowTracker(TrackerBase):
         if rid is not None:
             self.client.set_terminated(rid, status)
 
+    def resolve_run_id(self, run_id: str) -> str:
+        """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""
+        import re
+
+        if re.fullmatch(r"[0-9a-f]{32}", run_id) and self._find(run_id) is None:
+            try:
+                tags = self.client.get_run(run_id).data.tags
+            except Exception:
+                return run_id
+            return str(tags.get(TAG_JOB_ID, run_id))
+        return run_id
+
     def run_url(self, run_id: str) -> Optional[str]:
         """``<ui>/#/experiments/<exp>/runs/<run>`` in the run's own experiment; None without
         a UI (an embedded sqlite store has none unless ``ui_url`` is configured)."""

@@ -30,6 +30,9 @@ def as_text(lineage: Lineage) -> str:
 
     up(lineage.run_id, 1, {lineage.run_id})
     down(lineage.run_id, 1, {lineage.run_id})
+    for stage in lineage.stages:  # a pipeline run: each stage with what it consumed
+        lines.append(f"  stage {_label(lineage, stage)}")
+        up(stage, 2, {stage})
     return "\n".join(lines)
 
 
@@ -40,6 +43,10 @@ def as_dot(lineage: Lineage) -> str:
         out.append(f'  "{rid}" [label="{_label(lineage, rid)}"{style}];')
     for e in lineage.edges:
         out.append(f'  "{e.source}" -> "{e.target}" [label="{e.artifact or ""}"];')
+    if lineage.stages:
+        out.append(f'  subgraph "cluster_pipeline" {{ label="{lineage.run_id}";')
+        out.extend(f'    "{stage}";' for stage in lineage.stages)
+        out.append("  }")
     out.append("}")
     return "\n".join(out)
 
@@ -48,7 +55,12 @@ def as_mermaid(lineage: Lineage) -> str:
     ids = {rid: f"r{i}" for i, rid in enumerate(sorted(lineage.runs))}
     out = ["flowchart LR"]
     for rid, node in ids.items():
-        out.append(f'  {node}["{_label(lineage, rid)}"]')
+        if rid not in lineage.stages:
+            out.append(f'  {node}["{_label(lineage, rid)}"]')
+    if lineage.stages:
+        out.append(f'  subgraph pipeline["{lineage.run_id}"]')
+        out.extend(f'    {ids[s]}["{_label(lineage, s)}"]' for s in lineage.stages if s in ids)
+        out.append("  end")
     for e in lineage.edges:
         label = f"|{e.artifact}|" if e.artifact else ""
         out.append(f"  {ids[e.source]} -->{label} {ids[e.target]}")
