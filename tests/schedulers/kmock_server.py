@@ -5,23 +5,31 @@ the emulator's event loop on its own thread, listens on 127.0.0.1, and offers:
 
 - ``url`` / ``write_kubeconfig(path)``: where the client (or the CLI) connects;
 - ``objects`` access made thread-safe through ``call`` (mutations run on the loop thread);
+- ``list_selectors``: the label selectors the client sent (kmock does not apply them);
 - pod logs: ``set_log(ns, pod, text)`` serves ``GET .../pods/{pod}/log``; with
   ``follow=true`` the text is streamed in small chunks that split lines, so the
   client's line re-assembly is exercised (upstream torchx#983).
 
-There are no controllers: tests set job/pod status themselves (``patch``/``put``).
+There are no controllers: tests set job/pod status themselves (``patch``/``put``), or
+with the emulated controllers ``volcano_pods`` / ``indexed_pods``. The test apps and
+checks the kubernetes test modules share are at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import re
 import threading
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple, TypeVar
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, TypeVar
 
+import pytest
 import yaml
+
+from torchx import specs
+from torchx.components.dist import ddp
 
 R = TypeVar("R")
 
@@ -97,6 +105,16 @@ class KMockServer:
             self._ready.set()
             await self._stop.wait()
 
+    def fresh(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KMockServer:
+        """Per test: no objects, logs or log requests; the client (and CLI) point here."""
+        self.call(self.km.objects.clear)
+        self.logs.clear()
+        self.log_requests.clear()
+        monkeypatch.setenv("KUBECONFIG", str(self.write_kubeconfig(tmp_path / "kubeconfig")))
+        monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+        monkeypatch.chdir(tmp_path)
+        return self
+
     # ------------------------------------------------------------------ state access
 
     def call(self, fn: Callable[[], R]) -> R:
@@ -151,6 +169,25 @@ class KMockServer:
         """Merge ``changes`` into the object (e.g. a status update)."""
         self.call(lambda: self.km.objects[resource, namespace, name].patch(changes))
 
+    def request_count(self) -> int:
+        """How many requests the emulator has served (a mark for ``list_selectors``)."""
+        return self.call(lambda: len(list(self.km)))
+
+    def list_selectors(self, since: int = 0) -> list[Tuple[str, str]]:
+        """(path, labelSelector) of the GET requests served after mark ``since``.
+
+        kmock itself ignores label selectors, so tests check what the client asked for.
+        """
+
+        def read() -> list[Tuple[str, str]]:
+            return [
+                (r.url.path, str(r.params.get("labelSelector", "")))
+                for r in list(self.km)[since:]
+                if str(r.method.value).upper() == "GET"
+            ]
+
+        return self.call(read)
+
     def set_log(self, namespace: str, pod: str, text: str) -> None:
         self.logs[(namespace, pod)] = text
 
@@ -203,3 +240,126 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+# ------------------------------------------------------------------ test apps and checks
+
+
+def ddp_app() -> specs.AppDef:
+    """The reference training stage: elastic DDP on 1 to 2 nodes x 2 processes."""
+    return ddp(
+        "--epochs",
+        "1",
+        script="train.py",
+        j="1:2x2",
+        cpu=2,
+        gpu=2,
+        memMB=4096,
+        name="trainer",
+        max_retries=2,
+    )
+
+
+def echo_app(name: str = "echo", n: int = 1, **kw: Any) -> specs.AppDef:
+    role = specs.Role(
+        name="echo",
+        image="alpine",
+        entrypoint="echo",
+        args=["hi", specs.macros.replica_id],
+        num_replicas=n,
+        resource=specs.Resource(cpu=1, gpu=0, memMB=512),
+        **kw,
+    )
+    return specs.AppDef(name=name, roles=[role])
+
+
+def accepts(manifest: Dict[str, Any], model: str) -> Any:
+    """The official client parses the manifest into ``model`` and writes back the same data."""
+    from kubernetes.client import ApiClient
+
+    class _Resp:
+        data = json.dumps(manifest)
+
+    api = ApiClient()
+    obj = api.deserialize(_Resp(), model)
+    assert api.sanitize_for_serialization(obj) == manifest
+    return obj
+
+
+def container(template: Dict[str, Any]) -> Dict[str, Any]:
+    return template["spec"]["containers"][0]
+
+
+def container_env(template: Dict[str, Any]) -> Dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(template)["env"]}
+
+
+def app_status(runner: Any, handle: str) -> specs.AppStatus:
+    status = runner.status(handle)
+    assert status is not None, handle
+    return status
+
+
+# ------------------------------------------------------------------ emulated controllers
+
+
+def volcano_pods(srv: KMockServer, app_id: str, phases: List[str], **status: Any) -> None:
+    """Play Volcano + kubelet: one pod per task, named ``{job}-{task}-0``, in ``phases``."""
+    ns, name = app_id.split(":")
+    job = srv.get(VOLCANO_JOBS, ns, name)
+    assert job is not None
+    for task, phase in zip(job["spec"]["tasks"], phases, strict=False):
+        tmpl = task["template"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {**tmpl["metadata"], "creationTimestamp": "2025-01-01T00:00:00Z"},
+            "spec": {
+                **tmpl["spec"],
+                "nodeName": "node-1",
+                "hostname": f"{name}-{task['name']}-0",
+                "subdomain": name,
+            },
+            "status": {"phase": phase, **status},
+        }
+        srv.put(PODS, ns, f"{name}-{task['name']}-0", pod)
+
+
+def indexed_pods(
+    srv: KMockServer, ns: str, job_name: str, phases: List[str], **status: Any
+) -> List[str]:
+    """Play the Job controller + kubelet for an Indexed Job."""
+    job = srv.get(BATCH_JOBS, ns, job_name)
+    assert job is not None
+    tmpl = job["spec"]["template"]
+    names = []
+    for i, phase in enumerate(phases):
+        meta = {
+            "labels": {
+                **tmpl["metadata"]["labels"],
+                "batch.kubernetes.io/job-completion-index": str(i),
+                "job-name": job_name,
+            },
+            "annotations": {
+                **tmpl["metadata"]["annotations"],
+                "batch.kubernetes.io/job-completion-index": str(i),
+            },
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+        }
+        pod_name = f"{job_name}-{i}-abcde"
+        srv.put(
+            PODS,
+            ns,
+            pod_name,
+            {
+                "metadata": meta,
+                "spec": {**tmpl["spec"], "nodeName": f"node-{i}"},
+                "status": {"phase": phase, **status},
+            },
+        )
+        names.append(pod_name)
+    return names
+
+
+def replica_states(status: specs.AppStatus) -> Dict[str, List[specs.AppState]]:
+    return {r.role: [x.state for x in r.replicas] for r in status.roles}

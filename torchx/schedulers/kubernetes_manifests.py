@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import posixpath
 import re
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torchx
-from torchx.schedulers.api import InvalidAppError
+from torchx.schedulers.api import InvalidAppError, app_idempotency_token
 from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     AppDef,
@@ -40,12 +41,17 @@ LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
 LABEL_KUBE_APP_NAME = "app.kubernetes.io/name"
 LABEL_ORGANIZATION = "app.kubernetes.io/managed-by"
 LABEL_UNIQUE_NAME = "app.kubernetes.io/instance"
+# The Runner's idempotency token (api.idempotency_token): found with a label selector.
+LABEL_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
 ORGANIZATION = "torchx.pytorch.org"
 # Annotations keep the exact (unsanitized) names that labels cannot hold.
 ANNOTATION_ROLE_NAME = "torchx.pytorch.org/role-name"
 ANNOTATION_APP_NAME = "torchx.pytorch.org/app-name"
 ANNOTATION_ISTIO_SIDECAR = "sidecar.istio.io/inject"
 ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# Nanoseconds since the epoch (submitter's clock) of a keyed submission: orders two jobs
+# whose creationTimestamps (whole seconds) are equal.
+ANNOTATION_SUBMITTED_AT = "torchx.pytorch.org/submitted-at"
 
 VOLCANO_GROUP = "batch.volcano.sh"
 VOLCANO_VERSION = "v1alpha1"
@@ -316,13 +322,27 @@ def pod_template(
 
 
 def _app_labels(app: AppDef, unique_name: str) -> Dict[str, str]:
-    return {
+    labels = {
         LABEL_VERSION: label_value(torchx.__version__),
         LABEL_APP_NAME: label_value(app.name),
         LABEL_KUBE_APP_NAME: label_value(app.name),
         LABEL_ORGANIZATION: ORGANIZATION,
         LABEL_UNIQUE_NAME: unique_name,
     }
+    token = app_idempotency_token(app)
+    if token:
+        if label_value(token) != token:
+            raise InvalidAppError(
+                f"idempotency token {token!r} is not a valid Kubernetes label value;"
+                " make it with torchx.schedulers.api.idempotency_token(key)"
+            )
+        labels[LABEL_IDEMPOTENCY_TOKEN] = token
+    return labels
+
+
+def _job_annotations(app: AppDef) -> Dict[str, str]:
+    """Annotations of the app's top-level objects (a keyed submission's submit time)."""
+    return {ANNOTATION_SUBMITTED_AT: str(time.time_ns())} if app_idempotency_token(app) else {}
 
 
 def _role_labels(app: AppDef, unique_name: str, role_idx: int, role: Role) -> Dict[str, str]:
@@ -406,7 +426,11 @@ def volcano_job(
     }
     if cfg.get("priority_class"):
         spec["priorityClassName"] = cfg["priority_class"]
-    metadata = serialize(_metadata(unique_name, namespace, _app_labels(app, unique_name)))
+    metadata = serialize(
+        _metadata(
+            unique_name, namespace, _app_labels(app, unique_name), _job_annotations(app) or None
+        )
+    )
     return {
         "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
         "kind": "Job",
@@ -456,6 +480,7 @@ def indexed_jobs(
     )
 
     role_names = role_dns_names(app)
+    job_annotations = _job_annotations(app)
     rank0_host = f"{indexed_job_name(unique_name, role_names[0])}-0.{unique_name}"
     ports = {
         normalize_name(name, 15, fallback=f"port-{port}"): port
@@ -505,7 +530,9 @@ def indexed_jobs(
         job = V1Job(
             api_version="batch/v1",
             kind="Job",
-            metadata=_metadata(job_name, namespace, labels, {ANNOTATION_ROLE_NAME: role.name}),
+            metadata=_metadata(
+                job_name, namespace, labels, {ANNOTATION_ROLE_NAME: role.name, **job_annotations}
+            ),
             spec=V1JobSpec(
                 completion_mode="Indexed",
                 completions=role.num_replicas,

@@ -48,10 +48,12 @@ from torchx.schedulers.kubernetes_api import (
 )
 from torchx.schedulers.kubernetes_logs import TAIL_POLL_SECONDS as TAIL_POLL_SECONDS  # re-export
 from torchx.schedulers.kubernetes_manifests import (
+    ANNOTATION_SUBMITTED_AT,
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
     JOB_TYPES,
     LABEL_APP_NAME,
+    LABEL_IDEMPOTENCY_TOKEN,
     LABEL_ORGANIZATION,
     LABEL_UNIQUE_NAME,
     ORGANIZATION,
@@ -68,15 +70,12 @@ from torchx.schedulers.kubernetes_manifests import (
     volcano_job,
 )
 from torchx.specs.api import (
-    NONE,
     AppDef,
     AppDryRunInfo,
     AppState,
     CfgVal,
     InvalidArgumentError,
     InvalidRunConfigException,
-    ReplicaStatus,
-    RoleStatus,
     is_terminal,
     runopts,
 )
@@ -382,7 +381,7 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             return ks.volcano_task_state(job, task_name(role_dns, replica_id))
 
         restarts = int((job.get("status") or {}).get("retryCount") or 0)
-        return self._response(
+        return ks.describe_response(
             app_id, ks.volcano_state(job), roles, pods, from_task_counts, restarts, ""
         )
 
@@ -394,91 +393,61 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         state = ks.combine_states([s for s, _ in parts])
         msg = next((m for s, m in parts if s == AppState.FAILED and m), "")
         restarts = sum(int((j.get("status") or {}).get("failed") or 0) for j in jobs)
-        return self._response(app_id, state, roles, pods, lambda r, i: None, restarts, msg)
-
-    def _response(
-        self,
-        app_id: str,
-        state: AppState,
-        roles: List[Any],
-        pods: List[Dict[str, Any]],
-        fallback: Any,
-        restarts: int,
-        msg: str,
-    ) -> DescribeAppResponse:
-        latest = ks.latest_pods(pods)
-        statuses: List[RoleStatus] = []
-        problems: List[Tuple[bool, str]] = []
-        for role_idx, role in enumerate(roles):
-            replicas = []
-            for i in range(role.num_replicas):
-                info = latest.get((role.name, i))
-                if info is not None:
-                    r_state, host, err = info.state, info.hostname, info.problem
-                    if info.problem:
-                        problems.append((info.fatal, f"{role.name}[{i}]: {info.problem}"))
-                else:
-                    r_state = fallback(role_idx, i) or (
-                        state if is_terminal(state) else AppState.PENDING
-                    )
-                    host, err = "", ""
-                if state == AppState.CANCELLED and not is_terminal(r_state):
-                    r_state = AppState.CANCELLED
-                replicas.append(ReplicaStatus(i, r_state, role.name, host, err or NONE))
-            statuses.append(RoleStatus(role.name, replicas))
-        fatal = [p for f, p in problems if f]
-        if fatal and state in (AppState.SUBMITTED, AppState.PENDING):
-            # A pod that can never start: report it instead of PENDING forever (torchx#207).
-            state = AppState.FAILED
-            msg = f"{fatal[0]} (the job is still on the cluster: `torchx cancel` deletes it)"
-        elif problems and not msg:
-            msg = problems[0][1]
-        return DescribeAppResponse(
-            app_id=app_id,
-            state=state,
-            num_restarts=restarts,
-            msg=msg or NONE,
-            structured_error_msg=NONE,
-            roles_statuses=statuses,
-            roles=roles,
-        )
+        return ks.describe_response(app_id, state, roles, pods, lambda r, i: None, restarts, msg)
 
     # ------------------------------------------------------------------ list / cancel
 
     @api_errors
     def list(self) -> List[ListAppResponse]:
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
+        return [app for _, app in self._apps({LABEL_ORGANIZATION: ORGANIZATION})]
+
+    @api_errors
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """Apps labelled with ``token`` in the scheduler's namespace, oldest first.
+
+        The API server filters by label selector. Order: creationTimestamp (whole
+        seconds), then the submitter's submit time, then the app id.
+        """
+        found = self._apps({LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token})
+        found.sort(key=lambda pair: (*_created(pair[0]), pair[1].app_id))
+        return [app for _, app in found]
+
+    def _apps(self, labels: Dict[str, str]) -> List[Tuple[Dict[str, Any], ListAppResponse]]:
+        """(oldest object, entry) of each app whose objects carry ``labels``."""
         from kubernetes.client.rest import ApiException
 
         namespace = self.default_namespace()
-        apps: List[ListAppResponse] = []
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+
+        def matches(obj: Dict[str, Any]) -> bool:  # also when a server ignores the selector
+            return all(_labels(obj).get(k) == v for k, v in labels.items())
+
+        apps: List[Tuple[Dict[str, Any], ListAppResponse]] = []
         try:
             resp = self._custom().list_namespaced_custom_object(
-                VOLCANO_GROUP,
-                VOLCANO_VERSION,
-                namespace,
-                VOLCANO_PLURAL,
-                label_selector=MANAGED_SELECTOR,
+                VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, label_selector=selector
             )
-            for job in resp.get("items") or []:
-                if _labels(job).get(LABEL_ORGANIZATION) == ORGANIZATION:
-                    name = job["metadata"]["name"]
-                    apps.append(
-                        ListAppResponse(
-                            f"{namespace}:{name}", ks.volcano_state(job), name=_app_name(job)
-                        )
-                    )
         except ApiException as e:
             if e.status != 404:  # 404: Volcano not installed
                 raise
+            resp = {}
+        for job in resp.get("items") or []:
+            if matches(job):
+                app_id = f"{namespace}:{job['metadata']['name']}"
+                apps.append(
+                    (job, ListAppResponse(app_id, ks.volcano_state(job), name=_app_name(job)))
+                )
         groups: Dict[str, List[Dict[str, Any]]] = {}
-        for job in self._list_json(self._batch().list_namespaced_job, namespace, MANAGED_SELECTOR):
-            labels = _labels(job)
-            if labels.get(LABEL_ORGANIZATION) == ORGANIZATION and labels.get(LABEL_UNIQUE_NAME):
-                groups.setdefault(labels[LABEL_UNIQUE_NAME], []).append(job)
+        for job in self._list_json(self._batch().list_namespaced_job, namespace, selector):
+            if matches(job) and _labels(job).get(LABEL_UNIQUE_NAME):
+                groups.setdefault(_labels(job)[LABEL_UNIQUE_NAME], []).append(job)
         for name, jobs in groups.items():
             state = ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])
-            apps.append(ListAppResponse(f"{namespace}:{name}", state, name=_app_name(jobs[0])))
+            oldest = min(jobs, key=_created)
+            apps.append(
+                (oldest, ListAppResponse(f"{namespace}:{name}", state, name=_app_name(oldest)))
+            )
         return apps
 
     @api_errors
@@ -554,6 +523,13 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
 
 def _labels(obj: Dict[str, Any]) -> Dict[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _created(obj: Dict[str, Any]) -> Tuple[str, int]:
+    """(creationTimestamp, submit time in ns): RFC 3339 UTC stamps sort as strings."""
+    meta = obj.get("metadata") or {}
+    submitted = str((meta.get("annotations") or {}).get(ANNOTATION_SUBMITTED_AT) or "")
+    return str(meta.get("creationTimestamp") or ""), int(submitted) if submitted.isdigit() else 0
 
 
 def _app_name(obj: Dict[str, Any]) -> str:

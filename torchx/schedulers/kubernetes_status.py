@@ -9,8 +9,9 @@ of sitting in PENDING forever (upstream torchx#207).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from torchx.schedulers.api import DescribeAppResponse
 from torchx.schedulers.kubernetes_manifests import (
     ANNOTATION_COMPLETION_INDEX,
     ANNOTATION_ROLE_NAME,
@@ -20,7 +21,15 @@ from torchx.schedulers.kubernetes_manifests import (
     LABEL_ROLE_NAME,
     label_value,
 )
-from torchx.specs.api import AppState, Resource, Role
+from torchx.specs.api import (
+    NONE,
+    AppState,
+    ReplicaStatus,
+    Resource,
+    Role,
+    RoleStatus,
+    is_terminal,
+)
 from torchx.util.quantity import InvalidQuantityError, cpu_whole_cores, memory_mib
 
 Obj = Dict[str, Any]
@@ -243,6 +252,55 @@ def combine_states(states: List[AppState]) -> AppState:
     if AppState.PENDING in states:
         return AppState.PENDING
     return states[0]
+
+
+def describe_response(
+    app_id: str,
+    state: AppState,
+    roles: List[Role],
+    pods: List[Obj],
+    fallback: Callable[[int, int], Optional[AppState]],
+    restarts: int,
+    msg: str,
+) -> DescribeAppResponse:
+    """The app's response from its job state and pods: each replica's state comes from its
+    newest pod, else ``fallback(role_idx, replica_id)``, else the app's state."""
+    latest = latest_pods(pods)
+    statuses: List[RoleStatus] = []
+    problems: List[Tuple[bool, str]] = []
+    for role_idx, role in enumerate(roles):
+        replicas = []
+        for i in range(role.num_replicas):
+            info = latest.get((role.name, i))
+            if info is not None:
+                r_state, host, err = info.state, info.hostname, info.problem
+                if info.problem:
+                    problems.append((info.fatal, f"{role.name}[{i}]: {info.problem}"))
+            else:
+                r_state = fallback(role_idx, i) or (
+                    state if is_terminal(state) else AppState.PENDING
+                )
+                host, err = "", ""
+            if state == AppState.CANCELLED and not is_terminal(r_state):
+                r_state = AppState.CANCELLED
+            replicas.append(ReplicaStatus(i, r_state, role.name, host, err or NONE))
+        statuses.append(RoleStatus(role.name, replicas))
+    fatal = [p for f, p in problems if f]
+    if fatal and state in (AppState.SUBMITTED, AppState.PENDING):
+        # A pod that can never start: report it instead of PENDING forever (torchx#207).
+        state = AppState.FAILED
+        msg = f"{fatal[0]} (the job is still on the cluster: `torchx cancel` deletes it)"
+    elif problems and not msg:
+        msg = problems[0][1]
+    return DescribeAppResponse(
+        app_id=app_id,
+        state=state,
+        num_restarts=restarts,
+        msg=msg or NONE,
+        structured_error_msg=NONE,
+        roles_statuses=statuses,
+        roles=roles,
+    )
 
 
 # --------------------------------------------------------------------------- roles
