@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -19,8 +20,13 @@ import yaml
 from torchx import specs
 from torchx.components.dist import ddp
 from torchx.runner import get_runner
-from torchx.schedulers.api import InvalidAppError, Stream
-from torchx.schedulers.aws_batch_scheduler import CANCEL_REASON, AWSBatchError
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, Stream, idempotency_token
+from torchx.schedulers.aws_batch_scheduler import (
+    CANCEL_REASON,
+    TAG_IDEMPOTENCY_TOKEN,
+    AWSBatchError,
+    create_scheduler,
+)
 
 from .moto_server import REGION, MotoBatchServer
 
@@ -342,6 +348,45 @@ def test_list_shows_only_torchx_jobs_in_every_queue(moto: MotoBatchServer) -> No
     h1 = runner.run(specs.AppDef("a", [_role("r")]), "aws_batch", {"queue": QUEUE})
     h2 = runner.run(specs.AppDef("b", [_role("r")]), "aws_batch", {"queue": "other-q"})
     assert sorted(a.app_handle for a in runner.list("aws_batch")) == sorted([h1, h2])
+
+
+def test_token_is_a_tag_and_found_oldest_first(moto: MotoBatchServer) -> None:
+    moto.create_queue("other-q")
+    sched = create_scheduler("test")
+    t1, t2 = idempotency_token("dag/task/run-1"), idempotency_token("dag/task/run-2")
+
+    def keyed(token: str) -> specs.AppDef:
+        return specs.AppDef("a", [_role("r")], metadata={IDEMPOTENCY_TOKEN: token})
+
+    first = sched.submit(keyed(t1), {"queue": QUEUE})
+    second = sched.submit(keyed(t1), {"queue": "other-q"})  # found in any queue
+    other = sched.submit(keyed(t2), {"queue": QUEUE})
+    sched.submit(specs.AppDef("a", [_role("r")]), {"queue": QUEUE})
+    job = sched._get_job(first)
+    assert job is not None and job["tags"][TAG_IDEMPOTENCY_TOKEN] == t1
+    assert IDEMPOTENCY_TOKEN not in job["tags"]  # one tag, not the raw metadata key too
+
+    sent: List[Dict[str, Any]] = []
+    sched.client.meta.events.register(
+        "provide-client-params.batch.ListJobs", lambda params, **_: sent.append(params)
+    )
+    assert [a.app_id for a in sched.find_by_idempotency_token(t1)] == [first, second]
+    # Batch filters by the keyed job definition (moto ignores that filter; the tag is checked)
+    assert [p["filters"] for p in sent] == [
+        [{"name": "JOB_DEFINITION", "values": [f"torchx-{t1}"]}]
+    ] * 2
+    assert [a.app_id for a in sched.find_by_idempotency_token(t2)] == [other]
+    assert sched.find_by_idempotency_token(idempotency_token("never used")) == []
+    # Batch's createdAt decides, not the order this process submitted in.
+    moto.job(job["jobId"]).job_created_at = datetime.now() + timedelta(seconds=5)
+    found = sched.find_by_idempotency_token(t1)
+    assert [(a.app_id, a.name) for a in found] == [(second, "a"), (first, "a")]
+
+
+def test_a_token_that_cannot_name_a_job_definition_is_refused(moto: MotoBatchServer) -> None:
+    app = specs.AppDef("a", [_role("r")], metadata={IDEMPOTENCY_TOKEN: "has spaces"})
+    with pytest.raises(InvalidAppError, match="cannot name an AWS Batch job definition"):
+        get_runner().dryrun(app, "aws_batch", {"queue": QUEUE})
 
 
 def test_unknown_app_bad_id_and_no_region(

@@ -16,22 +16,20 @@ Batch has no elastic size: ``numNodes`` is the sum of ``num_replicas`` (the MAX 
 ``torchx.pytorch.org/{version,app-name,app-id,user}`` plus the app's metadata, and
 ``list`` shows only jobs with those tags. ``describe`` reports each node's state (Batch's
 node jobs ``{jobId}#{index}``), ``cancel`` terminates the job (reported as CANCELLED),
-and ``log_iter`` reads (and tails) the node's CloudWatch log stream.
+and ``log_iter`` reads (and tails) the node's CloudWatch log stream. A keyed submission
+(``Runner.run(idempotency_key=...)``) is tagged with its token and registers a revision
+of the job definition ``torchx-{token}``, so ``find_by_idempotency_token`` filters on the
+service side. The request is built by ``aws_batch_request`` (names re-exported here).
 """
 
 from __future__ import annotations
 
 import getpass
 import logging
-import re
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypedDict
 
-import yaml
-
-import torchx
 from torchx.schedulers.api import (
     DescribeAppResponse,
     InvalidAppError,
@@ -40,49 +38,50 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.schedulers.ids import random_id
+from torchx.schedulers.aws_batch_request import DEVICE_PATHS as DEVICE_PATHS
+from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_IDX as ENV_TORCHX_ROLE_IDX
+from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_NAME as ENV_TORCHX_ROLE_NAME
+from torchx.schedulers.aws_batch_request import K8S_ITYPE as K8S_ITYPE
+from torchx.schedulers.aws_batch_request import MAX_ATTEMPTS as MAX_ATTEMPTS
+from torchx.schedulers.aws_batch_request import (
+    MAX_NODE_RANGES,
+    TAG_APP_NAME,
+    TAG_IDEMPOTENCY_TOKEN,
+    TAG_VERSION,
+    BatchJob,
+    batch_job,
+    keyed_definition,
+    roles_of,
+)
+from torchx.schedulers.aws_batch_request import NODE_INDEX_ENV as NODE_INDEX_ENV
+from torchx.schedulers.aws_batch_request import RANK0_ENV as RANK0_ENV
+from torchx.schedulers.aws_batch_request import TAG_APP_ID as TAG_APP_ID
+from torchx.schedulers.aws_batch_request import TAG_USER as TAG_USER
+from torchx.schedulers.aws_batch_request import container_properties as container_properties
+from torchx.schedulers.aws_batch_request import job_name as job_name
+from torchx.schedulers.aws_batch_request import resource_requirements as resource_requirements
 from torchx.specs.api import (
     NONE,
     AppDef,
     AppDryRunInfo,
     AppState,
-    BindMount,
     CfgVal,
-    DeviceMount,
     InvalidArgumentError,
     ReplicaStatus,
-    Resource,
     Role,
     RoleStatus,
     TorchXError,
-    VolumeMount,
     is_terminal,
-    macros,
     runopts,
 )
 from torchx.util.modules import import_optional
 
 logger = logging.getLogger(__name__)
 
-RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
-NODE_INDEX_ENV = "AWS_BATCH_JOB_NODE_INDEX"
-ENV_TORCHX_ROLE_IDX = "TORCHX_ROLE_IDX"
-ENV_TORCHX_ROLE_NAME = "TORCHX_ROLE_NAME"
-TAG_VERSION = "torchx.pytorch.org/version"
-TAG_APP_NAME = "torchx.pytorch.org/app-name"
-TAG_APP_ID = "torchx.pytorch.org/app-id"
-TAG_USER = "torchx.pytorch.org/user"
 DEFAULT_LOG_GROUP = "/aws/batch/job"
 CANCEL_REASON = "cancelled by torchx"
-MAX_NODE_RANGES = 5
-MAX_ATTEMPTS = 10
 TAIL_POLL_SECONDS = 1.0
-K8S_ITYPE = "node.kubernetes.io/instance-type"
-# resource.devices -> host device paths (one per unit), as upstream's device mounts
-DEVICE_PATHS = {
-    "vpc.amazonaws.com/efa": "/dev/infiniband/uverbs{}",
-    "aws.amazon.com/neurondevice": "/dev/neuron{}",
-}
+FIND_MAX_JOBS = 1000  # per queue: a bound on find_by_idempotency_token's scan
 
 JOB_STATE: Dict[str, AppState] = {
     "SUBMITTED": AppState.SUBMITTED,
@@ -114,40 +113,6 @@ class AWSBatchError(TorchXError):
     """AWS refused a request or is not configured (the message says what to do)."""
 
 
-@dataclass
-class BatchJob:
-    """What ``schedule`` sends: a job definition and the job that uses it."""
-
-    name: str
-    queue: str
-    share_id: Optional[str]
-    priority: int
-    job_def: Dict[str, Any]
-
-    @property
-    def submit_args(self) -> Dict[str, Any]:
-        args: Dict[str, Any] = {
-            "jobName": self.name,
-            "jobQueue": self.queue,
-            "jobDefinition": self.name,
-            "tags": dict(self.job_def["tags"]),
-            "propagateTags": True,
-        }
-        if self.share_id:
-            args["shareIdentifier"] = self.share_id
-            args["schedulingPriorityOverride"] = self.priority
-        return args
-
-    def __str__(self) -> str:
-        return yaml.safe_dump(
-            {"registerJobDefinition": self.job_def, "submitJob": self.submit_args},
-            sort_keys=False,
-            width=1000,
-        )
-
-    __repr__ = __str__
-
-
 def parse_app_id(app_id: str) -> Tuple[str, str]:
     queue, sep, name = app_id.partition(":")
     if not sep or not queue or not name:
@@ -155,84 +120,6 @@ def parse_app_id(app_id: str) -> Tuple[str, str]:
             f"{app_id!r} is not an aws_batch app id; expected QUEUE:JOB_NAME"
         )
     return queue, name
-
-
-def job_name(app_name: str) -> str:
-    """``{name}-{random}``: Batch allows letters, digits, '-' and '_' (128 chars, alnum first)."""
-    base = re.sub(r"[^A-Za-z0-9_-]+", "-", app_name).strip("-_")[:100] or "app"
-    return f"{base}-{random_id(8)}"
-
-
-def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
-    if resource.memMB <= 0:
-        raise InvalidAppError(f"aws_batch needs memMB > 0 for every role, got {resource.memMB}")
-    reqs = [
-        {"type": "VCPU", "value": str(max(int(resource.cpu), 1))},
-        {"type": "MEMORY", "value": str(int(resource.memMB))},
-    ]
-    if resource.gpu > 0:
-        reqs.append({"type": "GPU", "value": str(int(resource.gpu))})
-    return reqs
-
-
-def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """(volumes, mountPoints, devices) of a role's mounts and resource devices."""
-    perms = {"r": "READ", "w": "WRITE", "m": "MKNOD"}
-    volumes: List[Dict[str, Any]] = []
-    mount_points: List[Dict[str, Any]] = []
-    devices: List[Dict[str, Any]] = []
-    mounts = list(role.mounts)
-    for device, count in role.resource.devices.items():
-        if device in DEVICE_PATHS:
-            mounts += [
-                DeviceMount(DEVICE_PATHS[device].format(i), DEVICE_PATHS[device].format(i))
-                for i in range(count)
-            ]
-    for i, mount in enumerate(mounts):
-        name = f"mount_{i}"
-        if isinstance(mount, BindMount):
-            volumes.append({"name": name, "host": {"sourcePath": mount.src_path}})
-            mount_points.append(
-                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
-            )
-        elif isinstance(mount, VolumeMount):
-            volumes.append({"name": name, "efsVolumeConfiguration": {"fileSystemId": mount.src}})
-            mount_points.append(
-                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
-            )
-        elif isinstance(mount, DeviceMount):
-            devices.append(
-                {
-                    "hostPath": mount.src_path,
-                    "containerPath": mount.dst_path,
-                    "permissions": [perms[p] for p in mount.permissions if p in perms],
-                }
-            )
-    return volumes, mount_points, devices
-
-
-def container_properties(role: Role, cfg: Mapping[str, CfgVal]) -> Dict[str, Any]:
-    volumes, mount_points, devices = _mounts(role)
-    container: Dict[str, Any] = {
-        "image": role.image,
-        "command": [role.entrypoint, *role.args],
-        "environment": [{"name": k, "value": v} for k, v in role.env.items()],
-        "privileged": bool(cfg.get("privileged")),
-        "resourceRequirements": resource_requirements(role.resource),
-        # PyTorch data loaders need more than Docker's 64 MB of /dev/shm.
-        "linuxParameters": {"sharedMemorySize": int(role.resource.memMB), "devices": devices},
-        "logConfiguration": {"logDriver": "awslogs"},
-        "mountPoints": mount_points,
-        "volumes": volumes,
-    }
-    instance_type = role.resource.capabilities.get(K8S_ITYPE)
-    if instance_type:
-        container["instanceType"] = str(instance_type)
-    if cfg.get("job_role_arn"):
-        container["jobRoleArn"] = cfg["job_role_arn"]
-    if cfg.get("execution_role_arn"):
-        container["executionRoleArn"] = cfg["execution_role_arn"]
-    return container
 
 
 def _error_text(job: Dict[str, Any]) -> str:
@@ -350,63 +237,7 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
             )
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[BatchJob]:
-        queue = str(cfg["queue"])
-        name = job_name(app.name)
-        app_id = f"{queue}:{name}"
-        node_ranges = []
-        start = 0
-        for role_idx, role in enumerate(app.roles):
-            replica_id = f"${NODE_INDEX_ENV}" if start == 0 else f"$(({NODE_INDEX_ENV}-{start}))"
-            values = macros.Values(
-                img_root="", app_id=app_id, replica_id=replica_id, rank0_env=RANK0_ENV
-            )
-            node_role = values.apply(role)
-            node_role.env[ENV_TORCHX_ROLE_IDX] = str(role_idx)
-            node_role.env[ENV_TORCHX_ROLE_NAME] = role.name
-            node_ranges.append(
-                {
-                    "targetNodes": f"{start}:{start + role.num_replicas - 1}",
-                    "container": container_properties(node_role, cfg),
-                }
-            )
-            start += role.num_replicas
-        tags = {
-            TAG_VERSION: torchx.__version__,
-            TAG_APP_NAME: app.name,
-            TAG_APP_ID: app_id,
-            TAG_USER: str(cfg.get("user") or getpass.getuser()),
-        }
-        tags.update({str(k): str(v) for k, v in app.metadata.items()})
-        retries = max(role.max_retries for role in app.roles)
-        job_def: Dict[str, Any] = {
-            "jobDefinitionName": name,
-            "type": "multinode",
-            "nodeProperties": {
-                "numNodes": start,
-                "mainNode": 0,
-                "nodeRangeProperties": node_ranges,
-            },
-            # attempts = first try + retries; a node exiting 0 never causes a retry
-            "retryStrategy": {
-                "attempts": min(1 + retries, MAX_ATTEMPTS),
-                "evaluateOnExit": [{"onExitCode": "0", "action": "EXIT"}],
-            },
-            "platformCapabilities": ["EC2"],
-            "propagateTags": True,
-            "tags": tags,
-        }
-        priority = int(cfg.get("priority") or 0)  # type: ignore[arg-type]
-        if priority:
-            job_def["schedulingPriority"] = priority
-        share_id = cfg.get("share_id")
-        req = BatchJob(
-            name=name,
-            queue=queue,
-            share_id=str(share_id) if share_id else None,
-            priority=priority,
-            job_def=job_def,
-        )
-        return AppDryRunInfo(req, str)
+        return AppDryRunInfo(batch_job(app, cfg), str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
         req = dryrun_info.request
@@ -509,70 +340,74 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
 
     @staticmethod
     def _roles(job: Dict[str, Any]) -> List[Role]:
-        num_nodes = int((job.get("nodeProperties") or {}).get("numNodes") or 1)
-        roles: List[Role] = []
-        for node_range in (job.get("nodeProperties") or {}).get("nodeRangeProperties") or []:
-            first, sep, last = str(node_range.get("targetNodes", "0:0")).partition(":")
-            lo = int(first) if first else 0
-            hi = (int(last) if last else num_nodes - 1) if sep else lo
-            container = node_range.get("container") or {}
-            env = {e["name"]: e["value"] for e in container.get("environment") or []}
-            reqs = {r["type"]: int(r["value"]) for r in container.get("resourceRequirements") or []}
-            command = list(container.get("command") or [])
-            roles.append(
-                Role(
-                    name=env.get(ENV_TORCHX_ROLE_NAME, f"role{len(roles)}"),
-                    image=container.get("image", ""),
-                    entrypoint=command[0] if command else "",
-                    args=command[1:],
-                    env=env,
-                    num_replicas=hi - lo + 1,
-                    resource=Resource(
-                        cpu=reqs.get("VCPU", 1),
-                        gpu=reqs.get("GPU", 0),
-                        memMB=reqs.get("MEMORY", -1),
-                    ),
-                )
-            )
-        return roles
+        return roles_of(job)
 
     # ------------------------------------------------------------------ list / cancel
 
     def list(self) -> List[ListAppResponse]:
         """torchx jobs (found by their tags) in every job queue, in all states."""
         apps = []
-        queues = [
-            q["jobQueueName"]
-            for q in self._call(self.client, "describe_job_queues").get("jobQueues") or []
-        ]
-        for queue in queues:
-            summaries = []
-            token: Optional[str] = None
-            while True:
-                kwargs: Dict[str, Any] = {
-                    "jobQueue": queue,
-                    "filters": [{"name": "AFTER_CREATED_AT", "values": ["1"]}],
-                }
-                if token:
-                    kwargs["nextToken"] = token
-                resp = self._call(self.client, "list_jobs", **kwargs)
-                summaries += [
-                    s for s in resp.get("jobSummaryList") or [] if "#" not in s.get("jobId", "")
-                ]
-                token = resp.get("nextToken")
-                if not token:
-                    break
-            for job in self._describe_jobs([s["jobId"] for s in summaries]):
-                tags = job.get("tags") or {}
-                if TAG_VERSION in tags:
-                    apps.append(
-                        ListAppResponse(
-                            f"{queue}:{job['jobName']}",
-                            self._state(job),
-                            name=tags.get(TAG_APP_NAME, ""),
-                        )
-                    )
+        for queue in self._queues():
+            # AFTER_CREATED_AT=1: a filter makes ListJobs return every state, not just RUNNING
+            for job in self._list_jobs(queue, {"name": "AFTER_CREATED_AT", "values": ["1"]}):
+                if TAG_VERSION in (job.get("tags") or {}):
+                    apps.append(self._entry(queue, job))
         return apps
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """Jobs tagged with ``token`` in every queue, oldest first (``createdAt``, app id).
+
+        ListJobs cannot filter on tags; keyed jobs share the job definition
+        ``keyed_definition(token)``, which its JOB_DEFINITION filter matches on the
+        service side. The tag is checked on each job found, and at most
+        ``FIND_MAX_JOBS`` jobs per queue are read.
+        """
+        flt = {"name": "JOB_DEFINITION", "values": [keyed_definition(token)]}
+        found = []
+        for queue in self._queues():
+            for job in self._list_jobs(queue, flt, limit=FIND_MAX_JOBS):
+                tags = job.get("tags") or {}
+                if TAG_VERSION in tags and tags.get(TAG_IDEMPOTENCY_TOKEN) == token:
+                    found.append((int(job.get("createdAt") or 0), self._entry(queue, job)))
+        found.sort(key=lambda pair: (pair[0], pair[1].app_id))
+        return [entry for _, entry in found]
+
+    def _entry(self, queue: str, job: Dict[str, Any]) -> ListAppResponse:
+        name = (job.get("tags") or {}).get(TAG_APP_NAME, "")
+        return ListAppResponse(f"{queue}:{job['jobName']}", self._state(job), name=name)
+
+    def _queues(self) -> List[str]:
+        names: List[str] = []
+        token: Optional[str] = None
+        while True:
+            resp = self._call(
+                self.client, "describe_job_queues", **({"nextToken": token} if token else {})
+            )
+            names += [q["jobQueueName"] for q in resp.get("jobQueues") or []]
+            token = resp.get("nextToken")
+            if not token:
+                return names
+
+    def _list_jobs(
+        self, queue: str, flt: Dict[str, Any], limit: Optional[int] = None
+    ) -> List[Dict[str, Any]]:
+        """Described (main, not node) jobs of ``queue`` that ListJobs' filter ``flt`` returns."""
+        ids: List[str] = []
+        token: Optional[str] = None
+        while limit is None or len(ids) < limit:
+            kwargs: Dict[str, Any] = {"jobQueue": queue, "filters": [flt]}
+            if token:
+                kwargs["nextToken"] = token
+            resp = self._call(self.client, "list_jobs", **kwargs)
+            ids += [
+                s["jobId"]
+                for s in resp.get("jobSummaryList") or []
+                if "#" not in s.get("jobId", "")
+            ]
+            token = resp.get("nextToken")
+            if not token:
+                break
+        return self._describe_jobs(ids if limit is None else ids[:limit])
 
     def _cancel_existing(self, app_id: str) -> None:
         job = self._get_job(app_id)

@@ -1,0 +1,268 @@
+"""The AWS Batch request for an AppDef: a ``multinode`` job definition and the job using it.
+
+Pure data building (no AWS calls): what ``aws_batch`` submits and shows in a dry run,
+and the roles read back from a described job.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import yaml
+
+import torchx
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, app_idempotency_token
+from torchx.schedulers.ids import random_id
+from torchx.specs.api import (
+    AppDef,
+    BindMount,
+    CfgVal,
+    DeviceMount,
+    Resource,
+    Role,
+    VolumeMount,
+    macros,
+)
+
+RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+NODE_INDEX_ENV = "AWS_BATCH_JOB_NODE_INDEX"
+ENV_TORCHX_ROLE_IDX = "TORCHX_ROLE_IDX"
+ENV_TORCHX_ROLE_NAME = "TORCHX_ROLE_NAME"
+TAG_VERSION = "torchx.pytorch.org/version"
+TAG_APP_NAME = "torchx.pytorch.org/app-name"
+TAG_APP_ID = "torchx.pytorch.org/app-id"
+TAG_USER = "torchx.pytorch.org/user"
+# The Runner's idempotency token (api.idempotency_token). ListJobs cannot filter on tags,
+# so a keyed job also uses the job definition named ``keyed_definition(token)``, which
+# ListJobs' JOB_DEFINITION filter matches (every revision) on the service side.
+TAG_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
+KEYED_DEFINITION_PREFIX = "torchx-"
+MAX_NODE_RANGES = 5
+MAX_ATTEMPTS = 10
+K8S_ITYPE = "node.kubernetes.io/instance-type"
+# resource.devices -> host device paths (one per unit), as upstream's device mounts
+DEVICE_PATHS = {
+    "vpc.amazonaws.com/efa": "/dev/infiniband/uverbs{}",
+    "aws.amazon.com/neurondevice": "/dev/neuron{}",
+}
+_DEFINITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+@dataclass
+class BatchJob:
+    """What ``schedule`` sends: a job definition and the job that uses it."""
+
+    name: str
+    queue: str
+    share_id: Optional[str]
+    priority: int
+    job_def: Dict[str, Any]
+
+    @property
+    def definition(self) -> str:
+        """The job definition's name: the job's own, or the keyed submissions' shared one."""
+        return str(self.job_def["jobDefinitionName"])
+
+    @property
+    def submit_args(self) -> Dict[str, Any]:
+        args: Dict[str, Any] = {
+            "jobName": self.name,
+            "jobQueue": self.queue,
+            "jobDefinition": self.definition,
+            "tags": dict(self.job_def["tags"]),
+            "propagateTags": True,
+        }
+        if self.share_id:
+            args["shareIdentifier"] = self.share_id
+            args["schedulingPriorityOverride"] = self.priority
+        return args
+
+    def __str__(self) -> str:
+        return yaml.safe_dump(
+            {"registerJobDefinition": self.job_def, "submitJob": self.submit_args},
+            sort_keys=False,
+            width=1000,
+        )
+
+    __repr__ = __str__
+
+
+def job_name(app_name: str) -> str:
+    """``{name}-{random}``: Batch allows letters, digits, '-' and '_' (128 chars, alnum first)."""
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", app_name).strip("-_")[:100] or "app"
+    return f"{base}-{random_id(8)}"
+
+
+def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
+    if resource.memMB <= 0:
+        raise InvalidAppError(f"aws_batch needs memMB > 0 for every role, got {resource.memMB}")
+    reqs = [
+        {"type": "VCPU", "value": str(max(int(resource.cpu), 1))},
+        {"type": "MEMORY", "value": str(int(resource.memMB))},
+    ]
+    if resource.gpu > 0:
+        reqs.append({"type": "GPU", "value": str(int(resource.gpu))})
+    return reqs
+
+
+def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(volumes, mountPoints, devices) of a role's mounts and resource devices."""
+    perms = {"r": "READ", "w": "WRITE", "m": "MKNOD"}
+    volumes: List[Dict[str, Any]] = []
+    mount_points: List[Dict[str, Any]] = []
+    devices: List[Dict[str, Any]] = []
+    mounts = list(role.mounts)
+    for device, count in role.resource.devices.items():
+        if device in DEVICE_PATHS:
+            mounts += [
+                DeviceMount(DEVICE_PATHS[device].format(i), DEVICE_PATHS[device].format(i))
+                for i in range(count)
+            ]
+    for i, mount in enumerate(mounts):
+        name = f"mount_{i}"
+        if isinstance(mount, BindMount):
+            volumes.append({"name": name, "host": {"sourcePath": mount.src_path}})
+            mount_points.append(
+                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
+            )
+        elif isinstance(mount, VolumeMount):
+            volumes.append({"name": name, "efsVolumeConfiguration": {"fileSystemId": mount.src}})
+            mount_points.append(
+                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
+            )
+        elif isinstance(mount, DeviceMount):
+            devices.append(
+                {
+                    "hostPath": mount.src_path,
+                    "containerPath": mount.dst_path,
+                    "permissions": [perms[p] for p in mount.permissions if p in perms],
+                }
+            )
+    return volumes, mount_points, devices
+
+
+def container_properties(role: Role, cfg: Mapping[str, CfgVal]) -> Dict[str, Any]:
+    volumes, mount_points, devices = _mounts(role)
+    container: Dict[str, Any] = {
+        "image": role.image,
+        "command": [role.entrypoint, *role.args],
+        "environment": [{"name": k, "value": v} for k, v in role.env.items()],
+        "privileged": bool(cfg.get("privileged")),
+        "resourceRequirements": resource_requirements(role.resource),
+        # PyTorch data loaders need more than Docker's 64 MB of /dev/shm.
+        "linuxParameters": {"sharedMemorySize": int(role.resource.memMB), "devices": devices},
+        "logConfiguration": {"logDriver": "awslogs"},
+        "mountPoints": mount_points,
+        "volumes": volumes,
+    }
+    instance_type = role.resource.capabilities.get(K8S_ITYPE)
+    if instance_type:
+        container["instanceType"] = str(instance_type)
+    if cfg.get("job_role_arn"):
+        container["jobRoleArn"] = cfg["job_role_arn"]
+    if cfg.get("execution_role_arn"):
+        container["executionRoleArn"] = cfg["execution_role_arn"]
+    return container
+
+
+def keyed_definition(token: str) -> str:
+    """The job definition every submission with ``token`` registers a revision of."""
+    name = f"{KEYED_DEFINITION_PREFIX}{token}"
+    if not _DEFINITION_NAME.match(name):
+        raise InvalidAppError(
+            f"idempotency token {token!r} cannot name an AWS Batch job definition;"
+            " make it with torchx.schedulers.api.idempotency_token(key)"
+        )
+    return name
+
+
+def batch_job(app: AppDef, cfg: Mapping[str, CfgVal]) -> BatchJob:
+    """The job definition (one node range per role, role 0 first) and job for ``app``."""
+    queue = str(cfg["queue"])
+    name = job_name(app.name)
+    app_id = f"{queue}:{name}"
+    node_ranges = []
+    start = 0
+    for role_idx, role in enumerate(app.roles):
+        replica_id = f"${NODE_INDEX_ENV}" if start == 0 else f"$(({NODE_INDEX_ENV}-{start}))"
+        values = macros.Values(
+            img_root="", app_id=app_id, replica_id=replica_id, rank0_env=RANK0_ENV
+        )
+        node_role = values.apply(role)
+        node_role.env[ENV_TORCHX_ROLE_IDX] = str(role_idx)
+        node_role.env[ENV_TORCHX_ROLE_NAME] = role.name
+        node_ranges.append(
+            {
+                "targetNodes": f"{start}:{start + role.num_replicas - 1}",
+                "container": container_properties(node_role, cfg),
+            }
+        )
+        start += role.num_replicas
+    tags = {
+        TAG_VERSION: torchx.__version__,
+        TAG_APP_NAME: app.name,
+        TAG_APP_ID: app_id,
+        TAG_USER: str(cfg.get("user") or getpass.getuser()),
+    }
+    tags.update({str(k): str(v) for k, v in app.metadata.items() if k != IDEMPOTENCY_TOKEN})
+    token = app_idempotency_token(app)
+    if token:
+        tags[TAG_IDEMPOTENCY_TOKEN] = token
+    retries = max(role.max_retries for role in app.roles)
+    job_def: Dict[str, Any] = {
+        "jobDefinitionName": keyed_definition(token) if token else name,
+        "type": "multinode",
+        "nodeProperties": {"numNodes": start, "mainNode": 0, "nodeRangeProperties": node_ranges},
+        # attempts = first try + retries; a node exiting 0 never causes a retry
+        "retryStrategy": {
+            "attempts": min(1 + retries, MAX_ATTEMPTS),
+            "evaluateOnExit": [{"onExitCode": "0", "action": "EXIT"}],
+        },
+        "platformCapabilities": ["EC2"],
+        "propagateTags": True,
+        "tags": tags,
+    }
+    priority = int(cfg.get("priority") or 0)  # type: ignore[arg-type]
+    if priority:
+        job_def["schedulingPriority"] = priority
+    share_id = cfg.get("share_id")
+    return BatchJob(
+        name=name,
+        queue=queue,
+        share_id=str(share_id) if share_id else None,
+        priority=priority,
+        job_def=job_def,
+    )
+
+
+def roles_of(job: Dict[str, Any]) -> List[Role]:
+    """The roles of a described job, read back from its node ranges."""
+    num_nodes = int((job.get("nodeProperties") or {}).get("numNodes") or 1)
+    roles: List[Role] = []
+    for node_range in (job.get("nodeProperties") or {}).get("nodeRangeProperties") or []:
+        first, sep, last = str(node_range.get("targetNodes", "0:0")).partition(":")
+        lo = int(first) if first else 0
+        hi = (int(last) if last else num_nodes - 1) if sep else lo
+        container = node_range.get("container") or {}
+        env = {e["name"]: e["value"] for e in container.get("environment") or []}
+        reqs = {r["type"]: int(r["value"]) for r in container.get("resourceRequirements") or []}
+        command = list(container.get("command") or [])
+        roles.append(
+            Role(
+                name=env.get(ENV_TORCHX_ROLE_NAME, f"role{len(roles)}"),
+                image=container.get("image", ""),
+                entrypoint=command[0] if command else "",
+                args=command[1:],
+                env=env,
+                num_replicas=hi - lo + 1,
+                resource=Resource(
+                    cpu=reqs.get("VCPU", 1),
+                    gpu=reqs.get("GPU", 0),
+                    memMB=reqs.get("MEMORY", -1),
+                ),
+            )
+        )
+    return roles
