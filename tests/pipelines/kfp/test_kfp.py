@@ -326,3 +326,14 @@ def test_task_config_is_forwarded_to_the_app() -> None:
         "NCCL_DEBUG"
     ] == "INFO"
     assert cfg == {"node_selector": {"pool": "gpu"}}
+
+
+def test_task_config_quantities_mean_what_they_mean_on_kubernetes() -> None:
+    """One quantity parser: ``8G`` is 8e9 bytes (7629 MiB) here as in the k8s scheduler."""
+    from torchx.pipelines.kfp.launch import apply_task_config
+    from torchx.util.quantity import memory_mib
+
+    app = utils.sh("true", cpu=1, memMB=1024)
+    apply_task_config(app, {}, {"resources": {"limits": {"cpu": "500m", "memory": "8G"}}})
+    res = app.roles[0].resource
+    assert (res.cpu, res.memMB) == (1, 7629) == (1, memory_mib("8G"))

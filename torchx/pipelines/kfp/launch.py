@@ -15,29 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.pipelines import core
 from torchx.specs.api import AppDef, Resource
-
-
-def _quantity_cpu(value: str) -> int:
-    v = str(value)
-    return max(1, int(float(v[:-1]) / 1000)) if v.endswith("m") else max(1, int(float(v)))
-
-
-def _quantity_mb(value: str) -> int:
-    v = str(value)
-    units = {
-        "Ki": 1 / 1024,
-        "Mi": 1,
-        "Gi": 1024,
-        "Ti": 1024 * 1024,
-        "K": 1 / 1000,
-        "M": 1,
-        "G": 1000,
-        "T": 1000 * 1000,
-    }
-    for suffix in sorted(units, key=len, reverse=True):
-        if v.endswith(suffix):
-            return int(float(v[: -len(suffix)]) * units[suffix])
-    return int(int(v) / (1024 * 1024))
+from torchx.util.quantity import cpu_whole_cores, memory_mib
 
 
 def apply_task_config(
@@ -51,8 +29,8 @@ def apply_task_config(
     limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
     for role in app.roles:
         r = role.resource
-        cpu = _quantity_cpu(limits["cpu"]) if "cpu" in limits else r.cpu
-        mem = _quantity_mb(limits["memory"]) if "memory" in limits else r.memMB
+        cpu = cpu_whole_cores(limits["cpu"]) if "cpu" in limits else r.cpu
+        mem = memory_mib(limits["memory"]) if "memory" in limits else r.memMB
         gpu = int(limits.get("nvidia.com/gpu", r.gpu))
         role.resource = Resource(
             cpu=cpu, gpu=gpu, memMB=mem, capabilities=dict(r.capabilities), devices=dict(r.devices)
