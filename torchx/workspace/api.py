@@ -1,0 +1,346 @@
+"""The workspace contract: what a scheduler mixes in to run the user's local code.
+
+A workspace is a local directory (any fsspec URL) whose files are put in front of a
+role's image at submit time: copied into a job directory (``DirWorkspaceMixin``) or
+built into a new image (``DockerWorkspaceMixin``). The Runner applies it to
+``app.roles[0]`` only, and only for schedulers that mix in ``WorkspaceMixin``
+(``apply_workspace``).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Generic,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+from torchx.specs import AppDef, CfgVal, Role, TorchXError, runopts
+from torchx.workspace.ignore import IgnoreRules
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+log: logging.Logger = logging.getLogger(__name__)
+
+TORCHX_IGNORE = ".torchxignore"
+DOCKER_IGNORE = ".dockerignore"
+TORCHX_DOCKERFILE = "Dockerfile.torchx"
+DISABLE_HINT = 'pass --workspace "" (workspace=None in Python) to run without the workspace'
+
+T = TypeVar("T")
+PackageType = TypeVar("PackageType")
+WorkspaceConfigType = TypeVar("WorkspaceConfigType")
+
+
+class WorkspaceError(TorchXError):
+    """A workspace that cannot be applied (missing directory, no Docker daemon, ...)."""
+
+
+# --------------------------------------------------------------------------- Workspace
+
+
+@dataclass
+class Workspace:
+    """Local projects (keys) mapped to sub-directories (values) of the workspace root.
+
+    ``{"~/src/app": ""}`` puts the project's files at the root; ``{"~/src/lib": "lib"}``
+    under ``lib/``. A single project mapped to ``""`` behaves like a plain path string.
+    """
+
+    projects: Dict[str, str]
+
+    def is_unmapped_single_project(self) -> bool:
+        return len(self.projects) == 1 and not next(iter(self.projects.values()))
+
+    @staticmethod
+    def from_str(workspace: str) -> Workspace:
+        """A path (single project) or a YAML mapping ``{src: dst}`` (null means root)."""
+        import yaml
+
+        parsed = yaml.safe_load(workspace)
+        if isinstance(parsed, str):
+            return Workspace({parsed: ""})
+        if not isinstance(parsed, dict):
+            raise WorkspaceError(
+                f"workspace {workspace!r} is neither a path nor a mapping of project to sub-dir"
+            )
+        return Workspace({str(k): "" if v is None else str(v) for k, v in parsed.items()})
+
+    def __str__(self) -> str:
+        if self.is_unmapped_single_project():
+            return next(iter(self.projects))
+        return ";".join(src if not dst else f"{src}:{dst}" for src, dst in self.projects.items())
+
+
+@dataclass
+class PkgInfo(Generic[PackageType]):
+    """Deprecated upstream helper (kept for imports); emits a ``FutureWarning``."""
+
+    img: str
+    lazy_overrides: Dict[str, Any]
+    metadata: PackageType
+
+    def __post_init__(self) -> None:
+        _deprecated(type(self).__name__)
+
+
+@dataclass
+class WorkspaceBuilder(Generic[PackageType, WorkspaceConfigType]):
+    """Deprecated upstream helper (kept for imports); emits a ``FutureWarning``."""
+
+    cfg: WorkspaceConfigType
+
+    def __post_init__(self) -> None:
+        _deprecated(type(self).__name__)
+
+    @abc.abstractmethod
+    def build_workspace(self, sync: bool = True) -> PkgInfo[PackageType]: ...
+
+
+def _deprecated(name: str) -> None:
+    warnings.warn(
+        f"{name} is deprecated and will be removed; fork it if your project depends on it",
+        FutureWarning,
+        stacklevel=3,
+    )
+
+
+# --------------------------------------------------------------------------- the mixin
+
+
+class WorkspaceMixin(abc.ABC, Generic[T]):
+    """Mixed into a scheduler that can put a local workspace in front of a role's image.
+
+    ``T`` is what ``dryrun_push_images`` hands to ``push_images`` (images to push).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    def workspace_opts(self) -> runopts:
+        """Run options the workspace needs (added to the scheduler's ``run_opts``)."""
+        return runopts()
+
+    def build_workspace_and_update_role2(
+        self, role: Role, workspace: Union[Workspace, str], cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """``build_workspace_and_update_role`` for a ``Workspace`` or a path.
+
+        A multi-project workspace is first assembled in a temporary directory.
+        """
+        if isinstance(workspace, Workspace):
+            if workspace.is_unmapped_single_project():
+                workspace = str(workspace)
+            else:
+                with tempfile.TemporaryDirectory(prefix="torchx_workspace_") as root:
+                    _assemble(workspace, root)
+                    self.build_workspace_and_update_role(role, root, cfg)
+                return
+        self.build_workspace_and_update_role(role, workspace, cfg)
+
+    @abc.abstractmethod
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """Build ``workspace`` on top of ``role.image`` and point the role at the result.
+
+        Mutates ``role`` (usually its ``image``).
+        """
+
+    def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> T:
+        """Rewrite local images in ``app`` to where ``push_images`` will put them."""
+        raise NotImplementedError("dryrun_push_images is not implemented")
+
+    def push_images(self, images_to_push: T) -> None:
+        """Push what ``dryrun_push_images`` planned; called before the job is submitted."""
+        raise NotImplementedError("push_images is not implemented")
+
+
+def _assemble(workspace: Workspace, root: str) -> None:
+    for src, dst in workspace.projects.items():
+        source = Path(src).expanduser()
+        target = Path(root) / dst
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        elif source.is_dir():
+            shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+        else:
+            raise WorkspaceError(f"workspace project {src!r} does not exist; {DISABLE_HINT}")
+
+
+# --------------------------------------------------------------------------- walking
+
+
+def open_workspace(workspace: str) -> Tuple[AbstractFileSystem, str]:
+    """The filesystem and root path of ``workspace``; it must be an existing directory."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(workspace)
+    if not isinstance(path, str) or not fs.isdir(path):
+        raise WorkspaceError(f"workspace {workspace!r} is not a directory; {DISABLE_HINT}")
+    return fs, path
+
+
+def _read_rules(fs: AbstractFileSystem, path: str, ignore_name: str) -> IgnoreRules:
+    ignore_path = posixpath.join(path, ignore_name)
+    if not fs.isfile(ignore_path):
+        return IgnoreRules(source=ignore_name)
+    with fs.open(ignore_path, "rt") as f:
+        return IgnoreRules.parse(f.read(), source=ignore_name)
+
+
+def _walk(
+    fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
+) -> Iterator[Tuple[str, str, List[str], Dict[str, Mapping[str, Any]]]]:
+    """``(dir, reldir, dirs, files)`` for every directory read, in sorted order.
+
+    ``files`` holds what the ignore file lets through; a symlink to a directory is
+    listed as a file (it is copied as a link, never followed). The directory ``skip``
+    (relative) is left out: a copy's target inside the workspace is not copied into itself.
+    """
+    rules = _read_rules(fs, path, ignore_name)
+    stack: List[Tuple[str, str]] = [(path, "")]
+    while stack:
+        current, rel = stack.pop()
+        for dirpath, dirs, files in fs.walk(current, detail=True, maxdepth=1):
+            entries: Dict[str, Mapping[str, Any]] = dict(files)
+            subdirs: List[str] = []
+            for name, info in sorted(dirs.items()):
+                if info.get("islink"):
+                    entries[name] = info
+                elif posixpath.join(rel, name) == skip:
+                    continue
+                elif not rules.skip_dir(posixpath.join(rel, name)):
+                    subdirs.append(name)
+            kept = {
+                name: entries[name]
+                for name in sorted(entries)
+                if (not rel and name == TORCHX_DOCKERFILE)
+                or not rules.excluded(posixpath.join(rel, name))
+            }
+            yield dirpath, rel, subdirs, kept
+            for name in reversed(subdirs):
+                stack.append((posixpath.join(dirpath, name), posixpath.join(rel, name)))
+            break  # maxdepth=1: only the first tuple is this directory
+
+
+def walk_workspace(
+    fs: AbstractFileSystem, path: str, ignore_name: str = TORCHX_IGNORE
+) -> Iterable[Tuple[str, Iterable[str], Mapping[str, Mapping[str, object]]]]:
+    """Walk ``path`` on ``fs`` like ``fs.walk``, leaving out what ``ignore_name`` excludes.
+
+    The ignore file follows ``.dockerignore`` rules (see ``torchx.workspace.ignore``);
+    ``Dockerfile.torchx`` at the root is never left out.
+    """
+    for dirpath, _, dirs, files in _walk(fs, path, ignore_name):
+        yield dirpath, dirs, files
+
+
+def workspace_files(
+    fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
+) -> Iterator[Tuple[str, Mapping[str, Any]]]:
+    """``(relpath, info)`` of every file the ignore file lets through, in sorted order
+    (leaving out the directory ``skip``, relative to ``path``).
+    """
+    for _, rel, _, files in _walk(fs, path, ignore_name, skip):
+        for name, info in files.items():
+            yield posixpath.join(rel, name), info
+
+
+# --------------------------------------------------------------------------- the Runner's hook
+
+
+@dataclass
+class WorkspaceBuild:
+    """What ``apply_workspace`` did to ``roles[0]`` (printed by ``torchx run --dryrun``)."""
+
+    workspace: str
+    role: str
+    old_image: str
+    image: str
+    files: List[str] = field(default_factory=list)
+    detail: str = ""
+
+    def __str__(self) -> str:
+        head = f"workspace {self.workspace} -> role {self.role}: {self.old_image} -> {self.image}"
+        lines = [head]
+        if self.detail:
+            lines.append(self.detail)
+        lines.append(f"{len(self.files)} file(s):")
+        lines.extend(f"  {f}" for f in self.files)
+        return "\n".join(lines)
+
+
+def apply_workspace(
+    scheduler: object,
+    app: AppDef,
+    workspace: Optional[Union[Workspace, str]],
+    cfg: Mapping[str, CfgVal],
+) -> Optional[WorkspaceBuild]:
+    """Build ``workspace`` into ``app.roles[0]`` if ``scheduler`` is a ``WorkspaceMixin``.
+
+    What upstream's ``Runner.dryrun`` does between ``_pre_build_validate`` and
+    ``_validate``; a no-op (None) for an empty workspace or a scheduler without the mixin.
+    """
+    if not workspace or not isinstance(scheduler, WorkspaceMixin) or not app.roles:
+        return None
+    run_opts = getattr(scheduler, "run_opts", None)
+    resolved = run_opts().resolve(cfg) if callable(run_opts) else dict(cfg)
+    role = app.roles[0]
+    old_image = role.image
+    log.info("Checking for changes in workspace `%s`...", workspace)
+    log.info('To disable workspaces pass: --workspace="" from CLI or workspace=None in Python.')
+    scheduler.build_workspace_and_update_role2(role, workspace, resolved)
+    if role.image != old_image:
+        log.info(
+            "Built new image `%s` based on original image `%s` and changes in workspace `%s`"
+            " for role[0]=%s.",
+            role.image,
+            old_image,
+            workspace,
+            role.name,
+        )
+    else:
+        log.info("Reusing original image `%s` for role[0]=%s.", old_image, role.name)
+    files, detail = _describe(scheduler, role, old_image)
+    return WorkspaceBuild(str(workspace), role.name, old_image, role.image, files, detail)
+
+
+def _describe(scheduler: object, role: Role, old_image: str) -> Tuple[List[str], str]:
+    """The files that went into the role's new image or job dir, and where they are."""
+    if role.image == old_image:
+        return [], "nothing built: the role runs its image (or directory) as is"
+    describe = getattr(scheduler, "workspace_build", None)
+    build = describe(role.image) if callable(describe) else None
+    if build is not None:
+        return list(build.files), str(build)
+    from torchx.workspace.dir_workspace import workspace_dir
+
+    target = workspace_dir(role) or role.image
+    if target and os.path.isdir(target):
+        root = Path(target)
+        files = sorted(
+            p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink()
+        )
+        return files, f"copied into {target}"
+    return [], ""

@@ -1,0 +1,172 @@
+"""``.dockerignore`` rules, applied the way Docker applies them to a build context.
+
+Docker's rules (``moby/patternmatcher`` and the classic context walker), which both
+``.dockerignore`` (docker workspaces) and ``.torchxignore`` (dir workspaces) follow here:
+
+- a line starting with ``#`` is a comment; blank lines are skipped; a pattern is
+  trimmed, cleaned like a path (``a//b/`` is ``a/b``) and a leading ``/`` is dropped;
+- ``*`` matches within one path segment, ``?`` one character other than ``/``,
+  ``**`` any number of segments (``**/*.pyc`` is every ``.pyc``; ``*.pyc`` only the
+  top-level ones), ``[a-z]`` a character class and ``\\`` escapes the next character;
+- a pattern that matches a directory excludes everything under it;
+- ``!pattern`` re-includes what it matches; the last matching line wins;
+- an excluded directory is not even read unless a ``!`` pattern names a path inside it.
+
+Upstream TorchX matches with ``fnmatch``, where ``*`` also crosses ``/``; Docker does not,
+and neither do we.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Iterable, List
+
+from torchx.specs import TorchXError
+
+
+class InvalidIgnorePatternError(TorchXError, ValueError):
+    """A line of an ignore file that is not a valid pattern."""
+
+
+@dataclass(frozen=True)
+class IgnorePattern:
+    """One cleaned pattern; ``reinclude`` for a ``!`` line."""
+
+    pattern: str
+    reinclude: bool
+    regex: re.Pattern[str]
+
+    def matches(self, relpath: str) -> bool:
+        return self.regex.match(relpath) is not None
+
+
+def _clean(pattern: str) -> str:
+    """Go's ``filepath.Clean`` for the patterns we see (no ``//`` prefix, no trailing ``/``)."""
+    cleaned = posixpath.normpath(pattern)
+    if cleaned.startswith("//"):
+        cleaned = "/" + cleaned.lstrip("/")
+    return cleaned
+
+
+def _translate_class(pattern: str, start: int, source: str) -> tuple[str, int]:
+    """The regex for the bracket expression at ``pattern[start]`` and the index after it."""
+    i = start + 1
+    out = "["
+    if i < len(pattern) and pattern[i] == "^":
+        out += "^"
+        i += 1
+    while i < len(pattern) and pattern[i] != "]":
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out += re.escape(pattern[i + 1])
+            i += 2
+            continue
+        out += ch if ch == "-" else re.escape(ch)
+        i += 1
+    if i >= len(pattern) or out in ("[", "[^"):
+        raise InvalidIgnorePatternError(
+            f"{source}: bad character class in pattern {pattern!r}; close it with ']'"
+        )
+    return out + "]", i + 1
+
+
+def compile_pattern(pattern: str, source: str = ".dockerignore") -> re.Pattern[str]:
+    """The anchored regex Docker builds for a cleaned ``pattern``."""
+    out: List[str] = []
+    i = 0
+    n = len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "*":
+            if i + 1 < n and pattern[i + 1] == "*":
+                i += 2
+                if i < n and pattern[i] == "/":
+                    i += 1
+                out.append(".*" if i >= n else "(.*/)?")
+                continue
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "\\":
+            if i + 1 < n:
+                out.append(re.escape(pattern[i + 1]))
+                i += 2
+                continue
+            out.append(re.escape(ch))
+        elif ch == "[":
+            regex, i = _translate_class(pattern, i, source)
+            out.append(regex)
+            continue
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return re.compile("^" + "".join(out) + "$", re.DOTALL)
+
+
+class IgnoreRules:
+    """The patterns of one ignore file, answering "is this path left out?"."""
+
+    def __init__(self, lines: Iterable[str] = (), source: str = ".dockerignore") -> None:
+        self.source = source
+        self.patterns: List[IgnorePattern] = []
+        for raw in lines:
+            self._add(raw)
+
+    @classmethod
+    def parse(cls, text: str, source: str = ".dockerignore") -> IgnoreRules:
+        return cls(text.removeprefix("\ufeff").splitlines(), source)
+
+    def _add(self, raw: str) -> None:
+        if raw.startswith("#"):
+            return
+        line = raw.strip()
+        if not line:
+            return
+        reinclude = line.startswith("!")
+        if reinclude:
+            line = line[1:].strip()
+            if not line:
+                raise InvalidIgnorePatternError(
+                    f"{self.source}: a lone '!' is not a pattern; write '!PATH' to re-include PATH"
+                )
+        pattern = _clean(line)
+        if len(pattern) > 1 and pattern.startswith("/"):
+            pattern = pattern[1:]
+        self.patterns.append(
+            IgnorePattern(pattern, reinclude, compile_pattern(pattern, self.source))
+        )
+
+    @property
+    def has_reincludes(self) -> bool:
+        return any(p.reinclude for p in self.patterns)
+
+    def excluded(self, relpath: str) -> bool:
+        """Whether ``relpath`` (``/``-separated, relative to the root) is left out.
+
+        A pattern counts if it matches the path itself or any of its parent directories;
+        the last pattern that counts decides.
+        """
+        parent = posixpath.dirname(relpath)
+        parents = parent.split("/") if parent else []
+        excluded = False
+        for p in self.patterns:
+            if p.reinclude != excluded:
+                continue  # cannot change the outcome
+            hit = p.matches(relpath) or any(
+                p.matches("/".join(parents[: i + 1])) for i in range(len(parents))
+            )
+            if hit:
+                excluded = not p.reinclude
+        return excluded
+
+    def skip_dir(self, reldir: str) -> bool:
+        """Whether the walk can skip directory ``reldir`` without reading it.
+
+        True when the directory is excluded and no ``!`` pattern names a path under it.
+        """
+        if not self.excluded(reldir):
+            return False
+        prefix = reldir + "/"
+        return not any(p.reinclude and (p.pattern + "/").startswith(prefix) for p in self.patterns)
