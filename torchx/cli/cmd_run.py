@@ -74,7 +74,11 @@ class CmdRun(SubCommand):
             "--workspace",
             "--buck-target",
             default=None,
-            help="accepted for compatibility; local_cwd runs in the current directory",
+            help="local directory whose files the job runs with: copied into the job's"
+            " directory (local_cwd, slurm with -cfg job_dir) or built into an image on top of"
+            " the role's image and pushed to image_repo (kubernetes, aws_batch)."
+            " Default: [cli:run] workspace in .torchxconfig, else the current directory;"
+            ' --workspace "" turns it off',
         )
         subparser.add_argument(
             "--parent_run_id", default=None, help="tracker run id of the parent (pipeline) run"
@@ -114,11 +118,7 @@ class CmdRun(SubCommand):
         component_args: Union[List[str], Dict[str, Any]] = (
             getattr(args, "_stdin_args_dict", None) or comp_and_args[1:]
         )
-        if args.workspace:
-            logger.debug(
-                "--workspace %s ignored: torchx runs the component from the current directory",
-                args.workspace,
-            )
+        workspace = resolve_workspace(args.workspace, cli_defaults)
 
         with get_runner() as runner:
             runner.scheduler_run_opts(
@@ -130,7 +130,12 @@ class CmdRun(SubCommand):
                 return
             try:
                 info = runner.dryrun_component(
-                    component, component_args, scheduler, cfg=cfg, parent_run_id=args.parent_run_id
+                    component,
+                    component_args,
+                    scheduler,
+                    cfg=cfg,
+                    workspace=workspace,
+                    parent_run_id=args.parent_run_id,
                 )
             except Exception as e:
                 from torchx.specs.builders import is_help_request
@@ -145,7 +150,7 @@ class CmdRun(SubCommand):
                 return
             local = scheduler.startswith("local")
             if local:
-                _check_script_exists(component, component_args)
+                _check_script_exists(component, component_args, workspace)
             handle = runner.schedule(info)
             print(handle, flush=True)
             if local or args.wait or args.log or args.tee_logs:
@@ -189,6 +194,10 @@ class CmdRun(SubCommand):
         print(pprint.pformat(appdef_to_dict(info._app), width=100, sort_dicts=False))
         print("=== SCHEDULER REQUEST ===")
         print(repr(info))
+        workspace = getattr(info, "_workspace", None)
+        if workspace is not None:
+            print("=== WORKSPACE ===")
+            print(workspace)
 
     def _wait_and_stream(
         self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool
@@ -242,6 +251,7 @@ class CmdRun(SubCommand):
             or args.dryrun
             or args.wait
             or args.log
+            or args.workspace is not None
         ):
             raise CommandError(
                 "--stdin takes all run arguments from the JSON on stdin; give no other flags", 2
@@ -278,12 +288,39 @@ class CmdRun(SubCommand):
         args.workspace = data.get("workspace")
 
 
-def _check_script_exists(component: str, component_args: Union[List[str], Dict[str, Any]]) -> None:
+def resolve_workspace(flag: Optional[str], cli_defaults: Dict[str, str]) -> Optional[str]:
+    """The workspace to pass to the Runner: ``--workspace``, else ``[cli:run] workspace``,
+    else the current directory (``file://$PWD``, as upstream); ``""`` means none.
+    """
+    if flag is None:
+        flag = cli_defaults.get("workspace")
+    if flag is None:
+        flag = f"file://{os.getcwd()}"
+    return flag or None
+
+
+def _local_dir(workspace: Optional[str]) -> str:
+    """The directory a local job runs in: a local ``workspace`` (its copy has the same
+    files), else the current directory.
+    """
+    if workspace:
+        path = workspace[len("file://") :] if workspace.startswith("file://") else workspace
+        if "://" not in path and os.path.isdir(path):
+            return os.path.abspath(path)
+    return os.getcwd()
+
+
+def _check_script_exists(
+    component: str,
+    component_args: Union[List[str], Dict[str, Any]],
+    workspace: Optional[str] = None,
+) -> None:
     """A local app whose ``--script`` file is missing fails now, not after the workers start.
 
     Applies to components with a ``script`` parameter (``dist.ddp``, ``dist.spmd``,
-    ``utils.python``): local schedulers run in the current directory, so the file
-    must be there (upstream reports it only after several seconds of worker start-up).
+    ``utils.python``): local schedulers run in the workspace (by default the current
+    directory), so the file must be there (upstream reports it only after several
+    seconds of worker start-up).
     """
     import inspect
 
@@ -302,8 +339,9 @@ def _check_script_exists(component: str, component_args: Union[List[str], Dict[s
     script: Optional[str] = parsed.positional_args.get("script", parsed.kwargs.get("script"))
     if not script or "$" in script:
         return
-    if not os.path.isfile(script):
+    where = _local_dir(workspace)
+    if not os.path.isfile(os.path.join(where, script)):
         raise CommandError(
-            f"--script {script}: no such file in {os.getcwd()}"
-            " (local schedulers run in the current directory)"
+            f"--script {script}: no such file in {where}"
+            " (local schedulers run in the workspace, by default the current directory)"
         )
