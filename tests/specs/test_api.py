@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from torchx import specs
-from torchx.specs.api import _split_cfg_pairs
 
 
 def test_upstream_usage_from_the_issue() -> None:
@@ -62,12 +62,42 @@ def test_role_overrides_resolve_lazily() -> None:
     assert role.entrypoint == "computed"
 
 
+def test_macro_values_give_every_replica_the_overrides() -> None:
+    calls = []
+
+    def args() -> list:
+        calls.append(1)
+        return ["--rank", "${replica_id}"]
+
+    role = specs.Role(name="r", image="i", entrypoint="x", num_replicas=2, overrides={"args": args})
+    replicas = [
+        specs.macros.Values(img_root="", app_id="a", replica_id=str(i), rank0_env="R").apply(role)
+        for i in range(role.num_replicas)
+    ]
+    assert [r.args for r in replicas] == [["--rank", "0"], ["--rank", "1"]]
+    assert len(calls) == 2 and "args" in role.overrides  # the caller's role is untouched
+
+
+def test_macro_values_resolve_an_awaitable_override_once() -> None:
+    async def entrypoint() -> str:
+        return "from-coroutine"
+
+    role = specs.Role(name="r", image="i", overrides={"entrypoint": entrypoint()})
+    values = specs.macros.Values(img_root="", app_id="a", replica_id="0", rank0_env="R")
+    assert [values.apply(role).entrypoint for _ in range(2)] == ["from-coroutine"] * 2
+
+
+def test_retry_policies_include_upstream_0_7_hot_spare() -> None:
+    assert specs.RetryPolicy("HOT_SPARE") is specs.RetryPolicy.HOT_SPARE
+    assert {p.value for p in specs.RetryPolicy} == {"REPLICA", "APPLICATION", "ROLE", "HOT_SPARE"}
+
+
 def test_resource_copy_and_named_resources() -> None:
     r = specs.Resource.copy(specs.resource(cpu=2, memMB=100), foo="bar")
     assert r.capabilities == {"foo": "bar"} and r.cpu == 2
     assert specs.resource() == specs.Resource(2, 0, 1024)
     assert (
-        specs.get_named_resources("aws_p3_2xlarge").capabilities["node.kubernetes.io/instance-type"]
+        specs.get_named_resources("aws_p3.2xlarge").capabilities["node.kubernetes.io/instance-type"]
         == "p3.2xlarge"
     )
     assert specs.named_resources["NULL"] == specs.NULL_RESOURCE
@@ -117,39 +147,6 @@ def test_app_status_format_json_and_raise() -> None:
     assert "AppStatus" in repr(status)
 
 
-def test_runopts() -> None:
-    opts = specs.runopts()
-    opts.add("queue", str, "the queue", required=True)
-    opts.add("n", int, "count", default=1)
-    opts.add("tags", list, "tags")
-    opts.add("labels", dict, "labels")
-    opts.add("flag", bool, "flag", default=False)
-    cfg = opts.cfg_from_str("queue=q,n=3,tags=a;b,labels=k:v;k2:v2,flag=True")
-    assert cfg == {
-        "queue": "q",
-        "n": 3,
-        "tags": ["a", "b"],
-        "labels": {"k": "v", "k2": "v2"},
-        "flag": True,
-    }
-    assert opts.resolve({"queue": "q"})["n"] == 1
-    with pytest.raises(specs.InvalidRunConfigException, match="Required run option 'queue'"):
-        opts.resolve({})
-    with pytest.raises(specs.InvalidRunConfigException, match="must be of type int"):
-        opts.resolve({"queue": "q", "n": "three"})
-    with pytest.raises(specs.InvalidRunConfigException, match="Unknown run option 'nope'"):
-        opts.cfg_from_str("nope=1")
-    with pytest.raises(specs.InvalidRunConfigException, match="must be of type int"):
-        opts.cfg_from_str("n=x")
-    with pytest.raises(TypeError):
-        opts.add("bad", int, "x", default="1")
-    with pytest.raises(ValueError):
-        opts.add("bad", int, "x", default=1, required=True)
-    assert opts.cfg_from_json_repr('{"tags": ["x"], "n": 2}') == {"tags": ["x"], "n": 2}
-    assert "queue=QUEUE" in repr(opts) and "required arguments" in repr(opts)
-    assert _split_cfg_pairs("a=1,b=x,y") == [("a", "1"), ("b", "x,y")]
-
-
 def test_parse_mounts() -> None:
     mounts = specs.parse_mounts(
         [
@@ -169,6 +166,13 @@ def test_parse_mounts() -> None:
         specs.parse_mounts(["type=nfs,src=a,dst=b"])
     with pytest.raises(specs.InvalidArgumentError, match="missing dst="):
         specs.parse_mounts(["type=bind,src=/a"])
+    with pytest.raises(specs.InvalidArgumentError, match="unknown mount option 'colour'"):
+        specs.parse_mounts(["type=bind,src=/a,dst=/b,colour=red"])
+    with pytest.raises(specs.InvalidArgumentError, match="perm='rx' is not valid"):
+        specs.parse_mounts(["type=device,src=/dev/x,perm=rx"])
+    assert specs.parse_mounts(["type=bind", "source=~/d", "target=/d", "read_only"]) == [
+        specs.BindMount(os.path.expanduser("~/d"), "/d", True)
+    ]
 
 
 def test_star_import_and_cheap_import() -> None:

@@ -8,87 +8,39 @@ behaviour follow upstream TorchX so existing user code keeps working.
 from __future__ import annotations
 
 import copy
-import json
 import os.path
 import re
 import string
-import textwrap
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from enum import Enum
 from typing import (
     Any,
     Callable,
     Dict,
     Generic,
-    Iterator,
     List,
     Mapping,
     NamedTuple,
     Optional,
-    Tuple,
-    Type,
     TypeVar,
     Union,
 )
 
+from torchx.specs.errors import (
+    AppStatusError,
+    InvalidArgumentError,
+    InvalidRunConfigException,
+    MalformedAppHandleException,
+    TorchXError,
+    UnknownAppException,
+    UnknownSchedulerException,
+)
+from torchx.specs.run_options import CfgVal, get_type_name, runopt, runopts
+from torchx.util.types import to_dict
+
 ALL = "all"
 MISSING = "<MISSING>"
 NONE = "<NONE>"
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class TorchXError(Exception):
-    """Base of every error a user can cause; the CLI prints it as one line."""
-
-
-class InvalidRunConfigException(TorchXError):
-    """A scheduler run config (``-cfg``) is missing a required key or has a wrong type."""
-
-    def __init__(self, invalid_reason: str, cfg_key: str, cfg: Any) -> None:
-        super().__init__(f"{invalid_reason}. Given run configs: {cfg}")
-        self.invalid_reason = invalid_reason
-        self.cfg_key = cfg_key
-        self.cfg = cfg
-
-
-class MalformedAppHandleException(TorchXError):
-    """An app handle that is not ``{scheduler}://{session}/{app_id}``."""
-
-    def __init__(self, app_handle: str) -> None:
-        super().__init__(
-            f"{app_handle!r} is not a valid app handle;"
-            " expected the form SCHEDULER://SESSION/APP_ID (e.g. local_cwd://torchx/echo-abc123)"
-        )
-        self.app_handle = app_handle
-
-
-class UnknownSchedulerException(TorchXError):
-    """The named scheduler backend is not registered."""
-
-    def __init__(self, scheduler_backend: str, known: Optional[List[str]] = None) -> None:
-        msg = f"unknown scheduler {scheduler_backend!r}"
-        if known:
-            msg += f"; available schedulers: {', '.join(known)}"
-        super().__init__(msg)
-        self.scheduler_backend = scheduler_backend
-
-
-class UnknownAppException(TorchXError):
-    """The app handle names an app the scheduler does not know (any more)."""
-
-    def __init__(self, app_handle: str) -> None:
-        super().__init__(
-            f"app {app_handle} does not exist or has been removed from its scheduler;"
-            " check the handle with `torchx list -s SCHEDULER`"
-        )
-        self.app_handle = app_handle
-
-
-class InvalidArgumentError(TorchXError, ValueError):
-    """A component or API argument with a bad value (e.g. ``-j 0x2``)."""
 
 
 # --------------------------------------------------------------------------- resources
@@ -146,7 +98,14 @@ class macros:
         base_img_root: str = "DEPRECATED"
 
         def apply(self, role: Role) -> Role:
-            """A deep copy of ``role`` with macros substituted in args, env values and metadata."""
+            """A deep copy of ``role`` with macros substituted in args, env values and metadata.
+
+            Each copy gets its own ``overrides`` dict: an override resolved in one copy
+            stays available to the next (one copy per replica) and to the caller's role.
+            """
+            for name, value in list(role.overrides.items()):
+                if hasattr(value, "__await__"):  # awaitable only once: resolve on the caller's
+                    getattr(role, name)
             overrides = role.overrides
             role.overrides = {}
             try:
@@ -155,7 +114,7 @@ class macros:
                 role.overrides = (
                     overrides  # the caller's role keeps its (maybe un-copyable) overrides
                 )
-            copied.overrides = overrides
+            copied.overrides = dict(overrides)
             role = copied
             role.args = [self.substitute(a) for a in role.args]
             role.env = {k: self.substitute(v) for k, v in role.env.items()}
@@ -189,6 +148,7 @@ class RetryPolicy(str, Enum):
     REPLICA = "REPLICA"
     APPLICATION = "APPLICATION"
     ROLE = "ROLE"
+    HOT_SPARE = "HOT_SPARE"  # upstream 0.7.0's name; schedulers that do not support it say so
 
 
 class MountType(str, Enum):
@@ -344,14 +304,6 @@ class RoleStatus:
         }
 
 
-class AppStatusError(TorchXError):
-    """Raised by ``AppStatus.raise_for_status`` when the app did not succeed."""
-
-    def __init__(self, status: AppStatus, *args: Any) -> None:
-        super().__init__(*args)
-        self.status = status
-
-
 @dataclass
 class AppStatus:
     """A snapshot of an app: state, restarts, messages and per-replica statuses."""
@@ -373,18 +325,9 @@ class AppStatus:
 
     def error_summary(self) -> str:
         """One line: the state plus the most useful error (the worker's exception if known)."""
-        detail = self.msg if self.msg and self.msg != NONE else ""
-        err = _error_message(self.structured_error_msg)
-        if not err:
-            for role in self.roles:
-                for r in role.replicas:
-                    err = _error_message(r.structured_error_msg)
-                    if err:
-                        break
-                if err:
-                    break
-        parts = [str(self.state)] + [p for p in (err, detail) if p]
-        return ": ".join(parts[:2]) + (f" ({parts[2]})" if len(parts) > 2 else "")
+        from torchx.specs.status_format import error_summary
+
+        return error_summary(self)
 
     def to_json(self, filter_roles: Optional[List[str]] = None) -> Dict[str, Any]:
         roles = [r for r in self.roles if not filter_roles or r.role in filter_roles]
@@ -398,319 +341,18 @@ class AppStatus:
         }
 
     def format(self, filter_roles: Optional[List[str]] = None) -> str:
-        """Human-readable multi-line status, as ``torchx status`` prints it."""
-        roles_lines = []
-        for role in self.roles:
-            if filter_roles and role.role not in filter_roles:
-                continue
-            for r in role.replicas:
-                marker = "*" if r.id == 0 else " "
-                line = f"{marker}{r.role}[{r.id}]:{r.state}"
-                err = _format_error(r.structured_error_msg)
-                if err:
-                    line += "\n" + textwrap.indent(err, "      ")
-                elif r.state in (AppState.FAILED, AppState.CANCELLED):
-                    line += " (no reply file)"
-                if r.hostname:
-                    line += f" on {r.hostname}"
-                roles_lines.append(line)
-        roles_str = (
-            ("\n" + textwrap.indent("\n".join(roles_lines), "      ")) if roles_lines else ""
-        )
-        err = _format_error(self.structured_error_msg)
-        return (
-            "AppStatus:\n"
-            f"    State: {self.state}\n"
-            f"    Num Restarts: {self.num_restarts}\n"
-            f"    Roles: {roles_str}\n"
-            f"    Msg: {self.msg}\n"
-            f"    Structured Error Msg: {err or self.structured_error_msg}\n"
-            f"    UI URL: {self.ui_url}\n"
-        )
+        """Human-readable multi-line status, as ``torchx status`` prints it (upstream's layout)."""
+        from torchx.specs.status_format import format_status
+
+        return format_status(self, filter_roles)
 
     def __repr__(self) -> str:
-        d = asdict(self)
-        d["state"] = repr(self.state)
-        for role in d["roles"]:
-            for r in role["replicas"]:
-                r["state"] = repr(r["state"])
-        import yaml
+        from torchx.specs.status_format import status_yaml
 
-        return yaml.dump({"AppStatus": d}, sort_keys=False)
+        return status_yaml(self)
 
-
-def _parse_error_json(structured: str) -> Optional[Dict[str, Any]]:
-    if not structured or structured == NONE:
-        return None
-    try:
-        data = json.loads(structured)
-    except (TypeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _error_message(structured: str) -> str:
-    """The last line of a torchelastic reply file's message (usually ``ExcType: text``)."""
-    if not structured or structured == NONE:
-        return ""
-    data = _parse_error_json(structured)
-    if data is None:
-        return structured.strip().splitlines()[-1] if structured.strip() else ""
-    message = data.get("message", "")
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    lines = [ln for ln in str(message).strip().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", ln.strip()):
-            return ln.strip()
-    return lines[-1].strip() if lines else ""
-
-
-def _format_error(structured: str) -> str:
-    data = _parse_error_json(structured)
-    if data is None:
-        return ""
-    msg = data.get("message", {})
-    extra = msg.get("extraInfo", {}) if isinstance(msg, dict) else {}
-    text = msg.get("message", "") if isinstance(msg, dict) else str(msg)
-    ts = extra.get("timestamp") if isinstance(extra, dict) else None
-    when = ""
-    if ts:
-        try:
-            when = datetime.fromtimestamp(int(ts)).isoformat()
-        except (TypeError, ValueError):
-            when = str(ts)
-    header = f"error: {_error_message(structured)}"
-    if when:
-        header += f" (at {when})"
-    return header + ("\n" + textwrap.indent(str(text).strip(), "  ") if text else "")
-
-
-# --------------------------------------------------------------------------- run configs
-
-CfgVal = Union[str, int, float, bool, List[str], Dict[str, str], None]
 
 T = TypeVar("T")
-
-
-def get_type_name(tp: Any) -> str:
-    """``int`` -> ``"int"``; typing constructs print as written (``typing.List[str]``)."""
-    if getattr(tp, "__module__", None) != "typing" and hasattr(tp, "__name__"):
-        return tp.__name__
-    return str(tp)
-
-
-def _split_list(value: str) -> List[str]:
-    return [v for v in re.split(r"[,;]", value) if v]
-
-
-def _split_dict(value: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for pair in _split_list(value):
-        if ":" not in pair:
-            raise ValueError(f"expected key:value pairs, got {pair!r}")
-        k, v = pair.split(":", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
-@dataclass
-class runopt:
-    """One scheduler run option: default, type, required flag and help."""
-
-    default: CfgVal
-    opt_type: Type[CfgVal]
-    is_required: bool
-    help: str
-
-    @property
-    def is_type_list_of_str(self) -> bool:
-        return self.opt_type in (List[str], list)
-
-    @property
-    def is_type_dict_of_str(self) -> bool:
-        return self.opt_type in (Dict[str, str], dict)
-
-    def cast_to_type(self, value: str) -> CfgVal:
-        """Parse the string form (``-cfg`` / ``.torchxconfig``) of this option."""
-        if self.opt_type is bool:
-            low = value.strip().lower()
-            if low not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(f"expected true or false, got {value!r}")
-            return low in ("true", "1", "yes")
-        if self.is_type_list_of_str:
-            return _split_list(value)
-        if self.is_type_dict_of_str:
-            return _split_dict(value)
-        if self.opt_type in (int, float):
-            return self.opt_type(value)  # type: ignore[misc, call-arg]
-        return value
-
-
-class runopts:
-    """The set of run options a scheduler accepts (``torchx runopts``)."""
-
-    def __init__(self) -> None:
-        self._opts: Dict[str, runopt] = {}
-
-    def __iter__(self) -> Iterator[Tuple[str, runopt]]:
-        return iter(self._opts.items())
-
-    def __len__(self) -> int:
-        return len(self._opts)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._opts
-
-    @staticmethod
-    def is_type(obj: CfgVal, tp: Type[CfgVal]) -> bool:
-        """Whether ``obj`` matches ``tp`` (bool is not an int here; lists/dicts of str)."""
-        if tp in (List[str], list):
-            return isinstance(obj, list) and all(isinstance(x, str) for x in obj)
-        if tp in (Dict[str, str], dict):
-            return isinstance(obj, dict) and all(
-                isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
-            )
-        if tp is float:
-            return isinstance(obj, (int, float)) and not isinstance(obj, bool)
-        if tp is int:
-            return isinstance(obj, int) and not isinstance(obj, bool)
-        try:
-            return isinstance(obj, tp)  # type: ignore[arg-type]
-        except TypeError:
-            return False
-
-    def add(
-        self,
-        cfg_key: str,
-        type_: Type[CfgVal],
-        help: str,
-        default: CfgVal = None,
-        required: bool = False,
-    ) -> None:
-        if required and default is not None:
-            raise ValueError(f"required option {cfg_key!r} cannot have a default ({default!r})")
-        if default is not None and not runopts.is_type(default, type_):
-            raise TypeError(
-                f"option {cfg_key!r}: default {default!r} is not of type {get_type_name(type_)}"
-            )
-        self._opts[cfg_key] = runopt(default, type_, required, help)
-
-    def get(self, name: str) -> Optional[runopt]:
-        return self._opts.get(name)
-
-    def update(self, other: runopts) -> None:
-        self._opts.update(other._opts)
-
-    def resolve(self, cfg: Mapping[str, CfgVal]) -> Dict[str, CfgVal]:
-        """``cfg`` with defaults filled in; raises on a missing required key or a wrong type."""
-        resolved: Dict[str, CfgVal] = dict(cfg)
-        for key, opt in self._opts.items():
-            val = resolved.get(key)
-            if val is None:
-                if opt.is_required:
-                    raise InvalidRunConfigException(
-                        f"Required run option {key!r} is missing; pass it with -cfg {key}=VALUE"
-                        " or set it in .torchxconfig",
-                        key,
-                        cfg,
-                    )
-                resolved[key] = opt.default
-            elif not runopts.is_type(val, opt.opt_type):
-                if opt.opt_type is float and runopts.is_type(val, int):
-                    resolved[key] = float(val)  # type: ignore[arg-type]
-                    continue
-                raise InvalidRunConfigException(
-                    f"Run option {key!r} must be of type {get_type_name(opt.opt_type)},"
-                    f" got {val!r} ({type(val).__name__})",
-                    key,
-                    cfg,
-                )
-        return resolved
-
-    def unknown_keys(self, cfg: Mapping[str, CfgVal]) -> List[str]:
-        return [k for k in cfg if k not in self._opts]
-
-    def cfg_from_str(self, cfg_str: str) -> Dict[str, CfgVal]:
-        """Parse ``"k=v,l=a;b,d=k1:v1;k2:v2"`` into typed values (no defaults applied).
-
-        A value runs until the next ``,key=``; within it ``;`` (or ``,`` for
-        list/dict options) separates items. Unknown keys raise, naming the known ones.
-        """
-        cfg: Dict[str, CfgVal] = {}
-        if not cfg_str.strip():
-            return cfg
-        for key, raw in _split_cfg_pairs(cfg_str):
-            opt = self._opts.get(key)
-            if opt is None:
-                known = ", ".join(sorted(self._opts)) or "(none)"
-                raise InvalidRunConfigException(
-                    f"Unknown run option {key!r}; valid options are: {known}", key, cfg_str
-                )
-            try:
-                cfg[key] = opt.cast_to_type(raw)
-            except ValueError as e:
-                raise InvalidRunConfigException(
-                    f"Run option {key!r} must be of type {get_type_name(opt.opt_type)}: {e}",
-                    key,
-                    cfg_str,
-                ) from None
-        return cfg
-
-    def cfg_from_json_repr(self, json_repr: str) -> Dict[str, CfgVal]:
-        """Parse a JSON object of options, checking keys and converting list/dict values."""
-        data = json.loads(json_repr)
-        cfg: Dict[str, CfgVal] = {}
-        for key, val in data.items():
-            opt = self._opts.get(key)
-            if opt is None:
-                raise InvalidRunConfigException(f"Unknown run option {key!r}", key, json_repr)
-            if opt.is_type_list_of_str and isinstance(val, list):
-                val = [str(v) for v in val]
-            elif opt.is_type_dict_of_str and isinstance(val, dict):
-                val = {str(k): str(v) for k, v in val.items()}
-            cfg[key] = val
-        return cfg
-
-    def __repr__(self) -> str:
-        required = [(k, o) for k, o in self._opts.items() if o.is_required]
-        optional = [(k, o) for k, o in self._opts.items() if not o.is_required]
-        lines = []
-        usage = [f"{k}={k.upper()}" for k, _ in required] + [
-            f"[{k}={k.upper()}]" for k, _ in optional
-        ]
-        lines.append("    usage:\n        " + ",".join(usage))
-        if required:
-            lines.append("\n    required arguments:")
-            for k, o in required:
-                lines.append(
-                    f"        {k}={k.upper()} ({get_type_name(o.opt_type)})\n            {o.help}"
-                )
-        if optional:
-            lines.append("\n    optional arguments:")
-            for k, o in optional:
-                lines.append(
-                    f"        {k}={k.upper()} ({get_type_name(o.opt_type)}, {o.default})\n"
-                    f"            {o.help}"
-                )
-        return "\n".join(lines)
-
-
-def _split_cfg_pairs(cfg_str: str) -> List[Tuple[str, str]]:
-    """Split ``k=v,k2=a,b;c`` into pairs; a comma not followed by ``key=`` belongs to the value."""
-    pairs: List[Tuple[str, str]] = []
-    for chunk in re.split(r",(?=\s*[\w.\-]+\s*=)", cfg_str.strip()):
-        if not chunk.strip():
-            continue
-        if "=" not in chunk:
-            raise InvalidRunConfigException(
-                f"Malformed run config {chunk!r}; expected KEY=VALUE[,KEY=VALUE...]", chunk, cfg_str
-            )
-        k, v = chunk.split("=", 1)
-        if not k.strip():
-            raise InvalidRunConfigException(f"Missing key in run config {chunk!r}", chunk, cfg_str)
-        pairs.append((k.strip(), v.strip()))
-    return pairs
 
 
 class AppDryRunInfo(Generic[T]):
@@ -761,6 +403,7 @@ _MOUNT_KEY_ALIASES = {
     "target": "dst",
     "read_only": "readonly",
 }
+_MOUNT_KEYS = {"type", "src", "dst", "readonly", "perm"}
 
 
 def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMount]]:
@@ -780,6 +423,10 @@ def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMo
                 raise InvalidArgumentError(
                     f"mount option {item!r} must follow a type=bind|volume|device item"
                 )
+            elif key not in _MOUNT_KEYS:
+                raise InvalidArgumentError(
+                    f"unknown mount option {key!r}; use one of {', '.join(sorted(_MOUNT_KEYS))}"
+                )
             else:
                 groups[-1][key] = value if _ else "true"
     mounts: List[Union[BindMount, VolumeMount, DeviceMount]] = []
@@ -793,7 +440,12 @@ def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMo
                 mounts.append(VolumeMount(g["src"], g["dst"], readonly))
             elif kind == MountType.DEVICE:
                 src = g["src"]
-                mounts.append(DeviceMount(src, g.get("dst", src), g.get("perm", "rwm")))
+                perm = g.get("perm", "rwm")
+                if not perm or set(perm) - set("rwm"):
+                    raise InvalidArgumentError(
+                        f"mount perm={perm!r} is not valid; use a combination of r, w and m"
+                    )
+                mounts.append(DeviceMount(src, g.get("dst", src), perm))
             else:
                 raise InvalidArgumentError(
                     f"unknown mount type {kind!r}; use type=bind, type=volume or type=device"
@@ -803,3 +455,45 @@ def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMo
                 f"mount {','.join(f'{k}={v}' for k, v in g.items())} is missing {e.args[0]}="
             ) from None
     return mounts
+
+
+__all__ = [
+    "ALL",
+    "MISSING",
+    "NONE",
+    "NULL_RESOURCE",
+    "AppDef",
+    "AppDryRunInfo",
+    "AppHandle",
+    "AppState",
+    "AppStatus",
+    "AppStatusError",
+    "BindMount",
+    "CfgVal",
+    "DeviceMount",
+    "InvalidArgumentError",
+    "InvalidRunConfigException",
+    "MalformedAppHandleException",
+    "MountType",
+    "ParsedAppHandle",
+    "ReplicaState",
+    "ReplicaStatus",
+    "Resource",
+    "RetryPolicy",
+    "Role",
+    "RoleStatus",
+    "TorchXError",
+    "UnknownAppException",
+    "UnknownSchedulerException",
+    "VolumeMount",
+    "get_type_name",
+    "is_started",
+    "is_terminal",
+    "macros",
+    "make_app_handle",
+    "parse_app_handle",
+    "parse_mounts",
+    "runopt",
+    "runopts",
+    "to_dict",
+]

@@ -1,31 +1,50 @@
-"""Decoding command-line strings into component argument types, and the type rules."""
+"""Decoding command-line strings into component argument types, and the type rules.
+
+Public names are upstream TorchX's (``to_dict``, ``decode``, ``decode_optional``, ...)
+and give the same results for the inputs upstream accepts. Where upstream returned a
+wrong value (``"1"`` as a bool is False there, ``Optional[int]`` stays a string, ``None
+| int`` is not unwrapped), these decode correctly or raise a one-line ``ValueError``.
+Imports only the standard library: ``torchx.specs`` imports this module.
+"""
 
 from __future__ import annotations
 
+import inspect
 import re
 import types
 import typing
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 PRIMITIVES: Tuple[type, ...] = (str, int, float, bool)
 
-
-def to_dict(arg: str) -> Dict[str, str]:
-    """``"k1=v1,k2=v2"`` (or ``;``) to a dict; a value may contain delimiters: ``a=1,2,b=3``."""
-    arg = arg.strip()
-    if not arg:
-        return {}
-    out: Dict[str, str] = {}
-    for pair in re.split(r"[,;](?=\s*[^,;=\s]+\s*=)", arg):
-        if "=" not in pair:
-            raise ValueError(f"expected KEY=VALUE pairs, got {pair!r}")
-        k, v = pair.split("=", 1)
-        out[k.strip()] = v.strip().strip("'\"")
-    return out
+# a pair delimiter is the last "," or ";" before the next "key="
+_PAIR_DELIM = re.compile(r"[,;](?=[^,;=]+=)")
 
 
 def to_list(arg: str) -> List[str]:
-    return [x.strip() for x in arg.split(",") if x.strip()]
+    """``"a, b,c"`` -> ``["a", "b", "c"]``; an empty string is an empty list."""
+    if not arg.strip():
+        return []
+    return [x.strip() for x in arg.split(",")]
+
+
+def to_dict(arg: str) -> Dict[str, str]:
+    """``"k1=v1,k2=v2"`` (or ``;``) to a dict of value literals.
+
+    A value may itself hold ``,``/``;`` (a list literal): the last delimiter
+    before the next ``key=`` separates the pairs, so ``FOO=v1,v2,BAR=v3`` is
+    ``{"FOO": "v1,v2", "BAR": "v3"}``. ``''`` and ``""`` are the empty string.
+    """
+    if not arg or not arg.strip():
+        return {}
+    out: Dict[str, str] = {}
+    for pair in _PAIR_DELIM.split(arg):
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ValueError(f"`{arg}` is not of the form KEY=VALUE[,KEY=VALUE...]")
+        out[key] = "" if value in ("''", '""') else value
+    return out
 
 
 def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
@@ -41,8 +60,37 @@ def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
     return tp, False
 
 
+def decode_optional(param_type: Any) -> Any:
+    """``T`` for ``Optional[T]`` (also ``T | None`` and ``None | T``), else ``param_type``."""
+    return unwrap_optional(param_type)[0]
+
+
+def is_bool(param_type: Any) -> bool:
+    return param_type is bool
+
+
+def is_primitive(param_type: Any) -> bool:
+    """Whether ``param_type`` is ``int``, ``str`` or ``float`` (not bool, as upstream)."""
+    return param_type in (int, str, float)
+
+
+def get_argparse_param_type(parameter: inspect.Parameter) -> Callable[[str], object]:
+    """The argparse ``type=`` for a component parameter: int/str/float as annotated, else str."""
+    return parameter.annotation if is_primitive(parameter.annotation) else str
+
+
+_T = TypeVar("_T")
+
+
+def none_throws(optional: Optional[_T], message: str = "Unexpected `None`") -> _T:
+    """``optional`` itself; ``AssertionError(message)`` if it is None."""
+    if optional is None:
+        raise AssertionError(message)
+    return optional
+
+
 def type_problem(tp: Any) -> Optional[str]:
-    """Why ``tp`` is not an allowed component argument type, or None if it is."""
+    """Why ``tp`` cannot be decoded from a command-line string, or None if it can."""
     inner, _ = unwrap_optional(tp)
     if inner in PRIMITIVES:
         return None
@@ -51,6 +99,8 @@ def type_problem(tp: Any) -> Optional[str]:
     if origin in (list, List) and len(args) == 1 and args[0] in PRIMITIVES:
         return None
     if origin in (dict, Dict) and len(args) == 2 and all(a in PRIMITIVES for a in args):
+        return None
+    if origin in (dict, Dict) and len(args) == 2 and args[0] in PRIMITIVES and args[1] is object:
         return None
     return (
         f"unsupported type {type_name(tp)!r}; use str, int, float, bool, Optional[T],"
@@ -73,35 +123,54 @@ def decode_bool(value: str) -> bool:
     raise ValueError(f"expected True or False, got {value!r}")
 
 
-def _decode_primitive(value: str, tp: type) -> Any:
+def _decode_primitive(value: str, tp: Any) -> Any:
     if tp is bool:
         return decode_bool(value)
-    if tp is str:
+    if tp is str or tp is object:
         return value
     try:
         return tp(value)
-    except ValueError:
-        raise ValueError(f"expected {tp.__name__}, got {value!r}") from None
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {type_name(tp)}, got {value!r}") from None
 
 
-def decode(value: Any, tp: Any) -> Any:
-    """Turn ``value`` (a CLI string, or already-typed from a dict) into ``tp``."""
-    inner, optional = unwrap_optional(tp)
-    if value is None:
+def decode_from_string(encoded_value: str, annotation: Any) -> Any:
+    """Decode ``"a,b"`` into ``List[T]`` or ``"k=v,k2=v2"`` into ``Dict[K, V]``.
+
+    An empty string is None. Other annotations raise ``ValueError``.
+    """
+    if not encoded_value:
         return None
-    if not isinstance(value, str):
-        return value
-    if optional and value == "None":
-        return None
-    if inner in PRIMITIVES:
-        return _decode_primitive(value, inner)
-    origin = typing.get_origin(inner)
-    args = typing.get_args(inner)
-    if origin in (list, List):
-        return [_decode_primitive(v, args[0]) for v in to_list(value)]
-    if origin in (dict, Dict):
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (dict, Dict) and len(args) == 2:
         return {
             _decode_primitive(k, args[0]): _decode_primitive(v, args[1])
-            for k, v in to_dict(value).items()
+            for k, v in to_dict(encoded_value).items()
         }
-    return value
+    if origin in (list, List) and len(args) == 1:
+        if args[0] not in PRIMITIVES:
+            raise ValueError(
+                f"List types support only primitives (int, str, float, bool), got {annotation}"
+            )
+        return [_decode_primitive(v, args[0]) for v in to_list(encoded_value)]
+    raise ValueError(
+        f"a {type_name(annotation)} cannot be given on the command line; the component should"
+        " take str, int, float, bool, or an Optional, List or Dict of those"
+    )
+
+
+def decode(encoded_value: Any, annotation: Any) -> Any:
+    """Turn ``encoded_value`` (a CLI string, or already typed from a dict) into ``annotation``."""
+    inner, optional = unwrap_optional(annotation)
+    if encoded_value is None:
+        return None
+    if not isinstance(encoded_value, str):
+        return encoded_value
+    if optional and encoded_value == "None":
+        return None
+    if inner in PRIMITIVES:
+        return _decode_primitive(encoded_value, inner)
+    if inner is object:
+        return encoded_value
+    return decode_from_string(encoded_value, inner)
