@@ -60,16 +60,69 @@ def test_ddp_command_and_elastic_j() -> None:
     )
 
 
-@pytest.mark.parametrize("j", ["abc", "0x2", "3:2x1", "2x0", "x2", "1:0x2", ""])
+@pytest.mark.parametrize("j", ["abc", "0x2", "3:2x1", "2x0", "x2", "1:0x2", "", "10001x1"])
 def test_bad_j(j: str) -> None:
     with pytest.raises(specs.InvalidArgumentError, match="-j"):
         dist.ddp(script="t.py", j=j)
 
 
+def test_parse_nnodes_and_role_name_as_upstream() -> None:
+    assert dist.parse_nnodes("1:2x4") == (1, 2, 4, "1:2")
+    assert dist.parse_nnodes("2x4") == (2, 2, 4, "2")
+    assert dist.parse_nnodes("4") == (1, 1, 4, "1")
+    assert dist.parse_nnodes("10000x1")[1] == 10_000
+    with pytest.raises(ValueError, match="-j"):
+        dist.parse_nnodes("1x2x3")
+    assert dist.get_role_name("path/to/train.py", None) == "train"
+    assert dist.get_role_name(None, "pkg.mod.main") == "main"
+    with pytest.raises(ValueError):
+        dist.get_role_name(None, None)
+
+
+def test_huge_replica_counts_are_refused_before_the_dryrun(tmp_path: Path) -> None:
+    torchx_bin = str(Path(sys.executable).parent / "torchx")
+    for args, needle in [
+        (["dist.ddp", "-j", "100000x1", "--script", "t.py"], "at most 10,000 nodes"),
+        (["utils.echo", "--num_replicas", "100000"], "at most 10,000 replicas"),
+    ]:
+        p = subprocess.run(
+            [torchx_bin, "run", "--dryrun", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 1 and p.stdout == "", p.stdout[:200]
+        assert p.stderr.count("\n") == 1 and needle in p.stderr, p.stderr
+    with pytest.raises(specs.InvalidArgumentError, match="--num_replicas 0"):
+        utils.sh("true", num_replicas=0)
+    with pytest.raises(specs.InvalidArgumentError, match="--num_replicas 10001"):
+        utils.python(m="x", num_replicas=10_001)
+    with pytest.raises(specs.InvalidArgumentError, match="--num_replicas 0"):
+        utils.binary(entrypoint="x", num_replicas=0)
+
+
+def test_booth_as_upstream() -> None:
+    role = utils.booth(1.5, 2, trial_idx=3, tracker_base="memory://b").roles[0]
+    assert role.entrypoint == "python" and role.args == [
+        "-m",
+        "torchx.apps.utils.booth_main",
+        "--x1",
+        "1.5",
+        "--x2",
+        "2",
+        "--trial_idx",
+        "3",
+        "--tracker_base",
+        "memory://b",
+    ]
+    assert role.resource == specs.Resource(1, 0, 1024) and role.name == "torchx-utils-booth"
+
+
 def test_spmd_infers_nproc_from_gpus() -> None:
     assert (
         "--nproc_per_node 8"
-        in dist.spmd(script="t.py", h="aws_p4d_24xlarge", j="2").roles[0].args[1]
+        in dist.spmd(script="t.py", h="aws_p4d.24xlarge", j="2").roles[0].args[1]
     )
     with pytest.raises(specs.InvalidArgumentError, match="GPU host"):
         dist.spmd(script="t.py", h="cpu.small", j="2")
@@ -160,9 +213,9 @@ def test_discovery_and_errors(tmp_path: Path) -> None:
         ComponentNotFoundException, match="has no function 'goo'; did you mean good"
     ):
         get_component(f"{f}:goo")
-    with pytest.raises(ComponentValidationException, match=r"\*\*kw is not supported"):
+    with pytest.raises(ComponentValidationException, match=r"\*\*kwargs are not supported"):
         get_component(f"{f}:bad")
-    with pytest.raises(ComponentValidationException, match="must be annotated to return AppDef"):
+    with pytest.raises(ComponentValidationException, match="noret missing return annotation"):
         get_component(f"{f}:noret")
 
 

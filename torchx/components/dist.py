@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Dict, List, Optional
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 import torchx
 import torchx.specs as specs
@@ -169,7 +170,7 @@ def ddp(
     cmd += [script] if script else ["-m", str(m)]
     cmd += list(script_args)
 
-    role_name = os.path.splitext(os.path.basename(script))[0] if script else str(m).split(".")[-1]
+    role_name = get_role_name(script, m)
     return specs.AppDef(
         name=names.run_name,
         roles=[
@@ -232,3 +233,23 @@ def spmd(
         mounts=mounts,
         debug=debug,
     )
+
+
+def get_role_name(script: Optional[str], m: Optional[str]) -> str:
+    """The role name ``dist.ddp`` uses: the script's stem, else the module's last part."""
+    if script:
+        return Path(script).stem
+    if m:
+        return m.rpartition(".")[2]
+    raise ValueError("failed to compute role_name: give script or m")
+
+
+def parse_nnodes(j: str) -> Tuple[int, int, int, str]:
+    """``-j`` as ``(min_nnodes, max_nnodes, nproc_per_node, nnodes_rep)``.
+
+    ``"1:2x4"`` -> ``(1, 2, 4, "1:2")``, ``"2x4"`` -> ``(2, 2, 4, "2")``, ``"4"`` ->
+    ``(1, 1, 4, "1")``; anything else (or a count out of range) raises
+    :class:`torchx.specs.InvalidArgumentError`, a ``ValueError``.
+    """
+    parsed = StructuredJArgument.parse(j)
+    return parsed.min_nnodes, parsed.max_nnodes, parsed.nproc_per_node, parsed.nnodes_rep

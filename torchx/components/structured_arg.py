@@ -11,6 +11,21 @@ from torchx.specs.api import InvalidArgumentError
 
 _J_USAGE = "use -j NPROC, -j NNODESxNPROC or -j MIN:MAXxNPROC (e.g. -j 4, -j 2x4, -j 1:2x4)"
 
+# More nodes than any cluster a torchx job runs on: a typo like -j 100000x1 would
+# otherwise build (and print) a dry run of one request per node before anything fails.
+MAX_NNODES = 10_000
+
+
+def check_replicas(num_replicas: int, flag: str) -> None:
+    """Refuse a replica count beyond :data:`MAX_NNODES` (or below 1), naming ``flag``."""
+    if num_replicas < 1:
+        raise InvalidArgumentError(f"{flag} {num_replicas}: give at least 1 replica")
+    if num_replicas > MAX_NNODES:
+        raise InvalidArgumentError(
+            f"{flag} {num_replicas}: at most {MAX_NNODES:,} replicas (nodes) are supported;"
+            " check for a typo"
+        )
+
 
 @dataclass
 class StructuredNameArgument:
@@ -68,6 +83,11 @@ class StructuredJArgument:
         if min_nnodes > max_nnodes:
             raise InvalidArgumentError(
                 f"invalid -j {j!r}: MIN nodes ({min_nnodes}) > MAX nodes ({max_nnodes})"
+            )
+        if max_nnodes > MAX_NNODES:
+            raise InvalidArgumentError(
+                f"invalid -j {j!r}: at most {MAX_NNODES:,} nodes are supported"
+                f" ({max_nnodes:,} given); check for a typo"
             )
         return StructuredJArgument(min_nnodes, max_nnodes, nproc)
 

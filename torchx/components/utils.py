@@ -1,4 +1,4 @@
-"""Utility components: echo, touch, sh, python, binary, copy."""
+"""Utility components: echo, touch, sh, python, binary, copy, booth."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Dict, List, Optional
 
 import torchx
 import torchx.specs as specs
+from torchx.components.structured_arg import check_replicas
 
 
 def _loglevel_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -26,6 +27,7 @@ def echo(
         image: image to use
         num_replicas: number of replicas to run
     """
+    check_replicas(num_replicas, "--num_replicas")
     return specs.AppDef(
         name="echo",
         roles=[
@@ -91,6 +93,7 @@ def sh(
         mounts: mounts, e.g. type=bind,src=/host,dst=/job[,readonly]
         entrypoint: the entrypoint to use for the command (defaults to sh -c)
     """
+    check_replicas(num_replicas, "--num_replicas")
     escaped = " ".join(shlex.quote(arg) for arg in args)
     if entrypoint is not None:
         role_entrypoint, role_args = entrypoint, list(args)
@@ -144,6 +147,7 @@ def python(
         h: a registered named resource (if specified takes precedence over cpu, gpu, memMB)
         num_replicas: number of copies to run (each on its own container)
     """
+    check_replicas(num_replicas, "--num_replicas")
     given = [x for x in (m, c, script) if x]
     if len(given) != 1:
         raise specs.InvalidArgumentError(
@@ -193,6 +197,7 @@ def binary(
         memMB: cpu memory in MB per replica
         h: a registered named resource (if specified takes precedence over cpu, gpu, memMB)
     """
+    check_replicas(num_replicas, "--num_replicas")
     return specs.AppDef(
         name=name,
         roles=[
@@ -224,6 +229,50 @@ def copy(src: str, dst: str, image: str = torchx.IMAGE) -> specs.AppDef:
                 image=image,
                 entrypoint="python",
                 args=["-m", "torchx.apps.utils.copy_main", "--src", src, "--dst", dst],
+                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
+            )
+        ],
+    )
+
+
+def booth(
+    x1: float,
+    x2: float,
+    trial_idx: int = 0,
+    tracker_base: str = "/tmp/torchx-util-booth",
+    image: str = torchx.IMAGE,
+) -> specs.AppDef:
+    """Evaluates the booth function, ``f(x1, x2) = (x1 + 2*x2 - 7)^2 + (2*x1 + x2 - 5)^2``.
+
+    The hyper-parameter optimization demo: the result is written under ``tracker_base``
+    for trial ``trial_idx``.
+
+    Args:
+        x1: x1
+        x2: x2
+        trial_idx: ignore if not running hpo
+        tracker_base: URI of the tracker's base output directory (e.g. s3://foo/bar)
+        image: the image that contains the booth app
+    """
+    return specs.AppDef(
+        name="torchx-utils-booth",
+        roles=[
+            specs.Role(
+                name="torchx-utils-booth",
+                image=image,
+                entrypoint="python",
+                args=[
+                    "-m",
+                    "torchx.apps.utils.booth_main",
+                    "--x1",
+                    str(x1),
+                    "--x2",
+                    str(x2),
+                    "--trial_idx",
+                    str(trial_idx),
+                    "--tracker_base",
+                    tracker_base,
+                ],
                 resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
             )
         ],

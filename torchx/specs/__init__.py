@@ -51,24 +51,34 @@ from torchx.specs.named_resources import (
     resource,
 )
 
+GiB: int = 1024
+
+# name: (module, attribute). builders/finder pull in argparse and docstring_parser,
+# load_group importlib.metadata: each is imported on first use only.
 _LAZY = {
-    "materialize_appdef": "torchx.specs.builders",
-    "ComponentNotFoundException": "torchx.specs.finder",
-    "ComponentValidationException": "torchx.specs.finder",
+    "materialize_appdef": ("torchx.specs.builders", "materialize_appdef"),
+    "load_group": ("torchx.specs.plugins", "load_group"),
+    "ComponentNotFoundException": ("torchx.specs.finder", "ComponentNotFoundException"),
+    "ComponentValidationException": ("torchx.specs.finder", "ComponentValidationException"),
+    "AWS_NAMED_RESOURCES": ("torchx.specs.named_resources_aws", "NAMED_RESOURCES"),
+    "GENERIC_NAMED_RESOURCES": ("torchx.specs.named_resources_generic", "NAMED_RESOURCES"),
 }
 
 
 def __getattr__(name: str) -> Any:
-    # builders/finder pull in argparse and docstring_parser: import them on first use only.
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'torchx.specs' has no attribute {name!r}")
 
 
 __all__ = [
     "ALL",
+    "AWS_NAMED_RESOURCES",
+    "GENERIC_NAMED_RESOURCES",
+    "GiB",
     "MISSING",
     "NONE",
     "NULL_RESOURCE",
@@ -103,6 +113,7 @@ __all__ = [
     "get_type_name",
     "is_started",
     "is_terminal",
+    "load_group",
     "macros",
     "make_app_handle",
     "materialize_appdef",

@@ -1,7 +1,12 @@
 """Turn a component function plus command-line arguments into an ``AppDef``.
 
-Each parameter becomes ``--name`` (one-letter names also ``-x``); ``*args`` takes
-the rest of the command line. Help text comes from the Google-style docstring.
+Each parameter becomes ``--name`` (one-letter names also ``-x``); ``*args`` takes the
+rest of the command line; help comes from the Google-style docstring. The parser
+(``_create_args_parser``), ``parse_args`` and ``materialize_appdef`` behave as
+upstream TorchX's, with two differences on purpose: a bad argument raises
+:class:`ComponentArgumentError` (one line) instead of exiting the process, and values
+are decoded with their type hints (so ``Optional[int]`` is an int, ``--flag 1`` is
+True, ``--flag maybe`` is an error).
 """
 
 from __future__ import annotations
@@ -10,19 +15,40 @@ import argparse
 import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence
 
-from torchx.specs.api import AppDef, TorchXError, make_app_handle
-from torchx.util.types import decode, type_name, type_problem
+from torchx.specs.api import (
+    AppDef,
+    BindMount,
+    DeviceMount,
+    MountType,
+    TorchXError,
+    VolumeMount,
+    make_app_handle,
+    parse_mounts,
+)
+from torchx.specs.file_linter import TorchXArgumentHelpFormatter, get_fn_docstring
+from torchx.util.types import decode, decode_optional, get_argparse_param_type, is_bool
 
 __all__ = [
-    "ComponentArgumentError",
+    "BindMount",
     "ComponentArgs",
-    "component_help",
+    "ComponentArgumentError",
+    "DeviceMount",
+    "MountType",
+    "TorchXArgumentHelpFormatter",
+    "VolumeMount",
     "component_args_from_str",
+    "component_help",
+    "decode",
+    "decode_optional",
+    "get_argparse_param_type",
+    "get_fn_docstring",
+    "is_bool",
     "make_app_handle",
     "materialize_appdef",
-    "validate_component_fn",
+    "parse_args",
+    "parse_mounts",
 ]
 
 
@@ -38,103 +64,116 @@ class _ComponentHelp(Exception):
         self.text = text
 
 
-class _RaisingParser(argparse.ArgumentParser):
-    def error(self, message: str) -> typing.NoReturn:  # type: ignore[override]
+class _ComponentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
         raise ComponentArgumentError(f"{self.prog.strip()}: {message}")
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    pass
+class _HelpAction(argparse.Action):
+    """``--help``: print and exit (upstream), or raise ``_ComponentHelp`` for the caller."""
 
-
-def _doc(fn: Callable[..., Any]) -> tuple[str, Dict[str, str]]:
-    import docstring_parser
-
-    doc = inspect.getdoc(fn)
-    if not doc:
-        return (
-            f"{fn.__name__}"
-            " (TIP: improve this help string by adding a docstring to your component)",
-            {},
+    def __init__(self, option_strings: Sequence[str], dest: str, raise_help: bool) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show this help message and exit",
         )
-    parsed = docstring_parser.parse(doc)
-    desc = "\n\n".join(p for p in (parsed.short_description, parsed.long_description) if p)
-    return desc, {p.arg_name.lstrip("*"): (p.description or " ") for p in parsed.params}
+        self._raise_help = raise_help
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        if self._raise_help:
+            raise _ComponentHelp(parser.format_help())
+        parser.print_help()
+        parser.exit()
 
 
-def validate_component_fn(fn: Callable[..., Any], where: str = "") -> None:
-    """Check the component rules; one-line ``ComponentArgumentError`` naming the parameter."""
-    label = where or getattr(fn, "__qualname__", repr(fn))
+class _RemainderAction(argparse.Action):
+    """``*args``: the rest of the command line, or the (space-separated) default if none."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: Optional[str] = None,
+    ) -> None:
+        default = self.default if isinstance(self.default, str) else ""
+        setattr(namespace, self.dest, list(values) if values else default.split())
+
+
+def _argparse_type(param: inspect.Parameter) -> Callable[[str], object]:
+    """Upstream's argparse type (int/float/str as annotated, else str), erring in our words."""
+    tp = get_argparse_param_type(param)
+    if tp is str:
+        return tp
+
+    def convert(value: str) -> object:
+        try:
+            return tp(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {tp.__name__}, got {value!r}") from None
+
+    convert.__name__ = tp.__name__  # the metavar in --help, as upstream shows it
+    return convert
+
+
+def _type_hints(fn: Callable[..., Any]) -> Dict[str, Any]:
     try:
-        hints = typing.get_type_hints(fn)
-    except Exception as e:
-        raise ComponentArgumentError(f"{label}: cannot resolve type annotations: {e}") from None
-    sig = inspect.signature(fn)
-    for name, param in sig.parameters.items():
+        return typing.get_type_hints(fn)
+    except Exception:  # an annotation naming something not importable: use it as written
+        return {k: p.annotation for k, p in inspect.signature(fn).parameters.items()}
+
+
+def _build_parser(
+    fn: Callable[..., Any],
+    cmpnt_defaults: Optional[Mapping[str, Any]],
+    config: Optional[Mapping[str, Any]],
+    with_docs: bool,
+    raise_help: bool,
+) -> argparse.ArgumentParser:
+    params = inspect.signature(fn).parameters
+    hints = _type_hints(fn)  # string annotations (from __future__ import annotations) resolved
+    if with_docs:
+        desc, args_desc = get_fn_docstring(fn)
+    else:  # docstrings only matter for --help: skip parsing them on the launch path
+        desc, args_desc = "", {name: " " for name in params}
+    parser = _ComponentParser(
+        prog=f"torchx run <run args...> {fn.__name__} ",
+        description=desc,
+        formatter_class=TorchXArgumentHelpFormatter,
+        add_help=False,  # keeps -h free for a component parameter named h
+        allow_abbrev=False,
+    )
+    parser.add_argument("--help", action=_HelpAction, raise_help=raise_help)
+    for name, param in params.items():
         if param.kind == param.VAR_KEYWORD:
-            raise ComponentArgumentError(f"{label}: **{name} is not supported in components")
-        if name not in hints:
-            raise ComponentArgumentError(f"{label}: parameter {name!r} has no type annotation")
+            continue  # rejected when materialized
+        kwargs: Dict[str, Any] = {"help": args_desc.get(name, " ")}
+        kwargs["type"] = _argparse_type(param.replace(annotation=hints.get(name)))
+        if param.default is not inspect.Parameter.empty:
+            default = param.default
+            kwargs["default"] = str(default) if is_bool(type(default)) else default
+        if cmpnt_defaults and name in cmpnt_defaults:
+            kwargs["default"] = cmpnt_defaults[name]
         if param.kind == param.VAR_POSITIONAL:
-            if hints[name] is not str:
-                raise ComponentArgumentError(f"{label}: *{name} must be annotated as str")
+            parser.add_argument(name, nargs=argparse.REMAINDER, action=_RemainderAction, **kwargs)
             continue
-        problem = type_problem(hints[name])
-        if problem:
-            raise ComponentArgumentError(f"{label}: parameter {name!r} has {problem}")
-    ret = hints.get("return")
-    if ret is not AppDef:
-        raise ComponentArgumentError(f"{label}: must be annotated to return AppDef")
-
-
-def _default_str(value: Any) -> Optional[str]:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    return str(value)
+        flags = ([f"-{name}"] if len(name) == 1 else []) + [f"--{name}"]
+        if "default" not in kwargs and not (config and name in config):
+            kwargs["required"] = True
+        parser.add_argument(*flags, **kwargs)
+    return parser
 
 
 def _create_args_parser(
-    fn: Callable[..., Any],
-    cmpnt_defaults: Optional[Mapping[str, str]] = None,
+    cmpnt_fn: Callable[..., Any],
+    cmpnt_defaults: Optional[Mapping[str, Any]] = None,
     config: Optional[Mapping[str, Any]] = None,
-    with_help: bool = True,
 ) -> argparse.ArgumentParser:
-    # docstring parsing is only needed to show help: skip it on the hot path
-    desc, arg_help = _doc(fn) if with_help else ("", {})
-    hints = typing.get_type_hints(fn)
-    parser = _RaisingParser(
-        prog=f"torchx run <run args...> {fn.__name__} ",
-        description=desc,
-        add_help=False,
-        formatter_class=_HelpFormatter,
-        allow_abbrev=False,
-    )
-    parser.add_argument("--help", action="store_true", help="show this help message and exit")
-    defaults = dict(cmpnt_defaults or {})
-    for name, param in inspect.signature(fn).parameters.items():
-        help_text = arg_help.get(name, " ")
-        if param.kind == param.VAR_POSITIONAL:
-            parser.add_argument(name, nargs=argparse.REMAINDER, help=help_text)
-            continue
-        flags = [f"--{name}"] + ([f"-{name}"] if len(name) == 1 else [])
-        default = defaults.get(name, param.default)
-        required = default is inspect.Parameter.empty and not (config and name in config)
-        shown_default = None if default is inspect.Parameter.empty else _default_str(default)
-        suffix = " (required)" if required else f" (default: {shown_default})"
-        parser.add_argument(
-            *flags,
-            dest=name,
-            type=str,
-            required=required,
-            default=None,
-            metavar=type_name(hints.get(name, str)),
-            help=help_text.strip() + suffix,
-        )
-    return parser
+    """The component's argparse parser, as upstream builds it (``--help`` prints and exits)."""
+    return _build_parser(cmpnt_fn, cmpnt_defaults, config, with_docs=True, raise_help=False)
 
 
 def component_help(
@@ -142,6 +181,32 @@ def component_help(
 ) -> str:
     """The ``--help`` text of a component."""
     return _create_args_parser(fn, cmpnt_defaults).format_help()
+
+
+def _parse(
+    fn: Callable[..., Any],
+    cmpnt_args: List[str],
+    cmpnt_defaults: Optional[Mapping[str, Any]],
+    config: Optional[Mapping[str, Any]],
+    raise_help: bool,
+) -> argparse.Namespace:
+    wants_help = "--help" in cmpnt_args
+    parser = _build_parser(fn, cmpnt_defaults, config, wants_help, raise_help)
+    parsed = parser.parse_args(cmpnt_args)
+    for key, value in (config or {}).items():
+        if key in parsed:
+            setattr(parsed, key, value)
+    return parsed
+
+
+def parse_args(
+    cmpnt_fn: Callable[..., Any],
+    cmpnt_args: List[str],
+    cmpnt_defaults: Optional[Mapping[str, Any]] = None,
+    config: Optional[Mapping[str, Any]] = None,
+) -> argparse.Namespace:
+    """The parsed (not yet decoded) arguments, ``config`` values merged over them."""
+    return _parse(cmpnt_fn, cmpnt_args, cmpnt_defaults, config, raise_help=False)
 
 
 @dataclass
@@ -154,61 +219,52 @@ class ComponentArgs:
 def component_args_from_str(
     fn: Callable[..., Any],
     cmpnt_args: List[str],
-    cmpnt_defaults: Optional[Mapping[str, str]] = None,
+    cmpnt_defaults: Optional[Mapping[str, Any]] = None,
     config: Optional[Mapping[str, Any]] = None,
 ) -> ComponentArgs:
     """Parse and decode ``cmpnt_args`` (CLI strings) and ``config`` (typed values) for ``fn``."""
-    validate_component_fn(fn)
-    wants_help = "--help" in cmpnt_args
-    parser = _create_args_parser(fn, cmpnt_defaults, config, with_help=wants_help)
-    parsed = parser.parse_args(cmpnt_args)
-    if parsed.help:
-        raise _ComponentHelp(parser.format_help())
-    hints = typing.get_type_hints(fn)
-    defaults = dict(cmpnt_defaults or {})
-    config = dict(config or {})
-    positional: Dict[str, Any] = {}
-    kwargs: Dict[str, Any] = {}
-    var_args: List[str] = []
-    for name, param in inspect.signature(fn).parameters.items():
-        if param.kind == param.VAR_POSITIONAL:
-            var_args = list(getattr(parsed, name) or [])
-            if var_args and var_args[0] == "--":
-                var_args = var_args[1:]
-            if not var_args and name in config:
-                var_args = [str(a) for a in config[name]]
-            continue
-        raw = getattr(parsed, name)
-        if raw is None and name in config:
-            raw = config[name]
-        elif raw is None and name in defaults:
-            raw = defaults[name]
-        if raw is None:
-            value = None if param.default is inspect.Parameter.empty else param.default
-        else:
-            try:
-                value = decode(raw, hints[name])
-            except ValueError as e:
-                raise ComponentArgumentError(f"{fn.__name__}: argument --{name}: {e}") from None
-        if param.kind == param.KEYWORD_ONLY:
-            kwargs[name] = value
-        else:
-            positional[name] = value
-    unknown = set(config) - set(inspect.signature(fn).parameters)
+    params = inspect.signature(fn).parameters
+    for name, param in params.items():
+        if param.kind == param.VAR_KEYWORD:
+            raise ComponentArgumentError(
+                f"{fn.__name__}: **{name}: **kwargs are not supported for component definitions"
+            )
+    unknown = set(config or {}) - set(params)
     if unknown:
         raise ComponentArgumentError(
             f"{fn.__name__}: unknown argument(s) {', '.join(sorted(unknown))}"
         )
-    return ComponentArgs(positional, var_args, kwargs)
+    parsed = _parse(fn, list(cmpnt_args), cmpnt_defaults, config, raise_help=True)
+    hints = _type_hints(fn)
+    out = ComponentArgs({}, [], {})
+    for name, param in params.items():
+        value = getattr(parsed, name, None)
+        if param.kind == param.VAR_POSITIONAL:
+            var_args = [str(a) for a in (value or [])]
+            out.var_args = var_args[1:] if var_args[:1] == ["--"] else var_args
+            continue
+        try:
+            value = decode(value, hints.get(name, str))
+        except ValueError as e:
+            raise ComponentArgumentError(f"{fn.__name__}: argument --{name}: {e}") from None
+        if param.kind == param.KEYWORD_ONLY:
+            out.kwargs[name] = value
+        else:
+            out.positional_args[name] = value
+    return out
 
 
 def materialize_appdef(
     cmpnt_fn: Callable[..., Any],
     cmpnt_args: List[str],
-    cmpnt_defaults: Optional[Mapping[str, str]] = None,
+    cmpnt_defaults: Optional[Mapping[str, Any]] = None,
     config: Optional[Mapping[str, Any]] = None,
 ) -> AppDef:
-    """Call the component with parsed arguments; raises if it does not return an AppDef."""
+    """Call the component with parsed arguments; raises if it does not return an AppDef.
+
+    ``cmpnt_defaults`` (strings, as in ``.torchxconfig``) override the declared
+    defaults; ``config`` (typed values, as from ``torchx run --stdin``) override both.
+    """
     args = component_args_from_str(cmpnt_fn, cmpnt_args, cmpnt_defaults, config)
     appdef = cmpnt_fn(*args.positional_args.values(), *args.var_args, **args.kwargs)
     if not isinstance(appdef, AppDef):

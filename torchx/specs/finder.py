@@ -1,20 +1,46 @@
-"""Find components: builtins, the ``torchx.components`` entry points, and ``file.py:fn``."""
+"""Find components: builtins, the ``torchx.components`` entry points, and ``file.py:fn``.
+
+Every component is checked by the linter (:mod:`torchx.specs.file_linter`) before it
+is used, so an unannotated or undecodable parameter is reported, with upstream's
+messages, before the file's function runs. Differences from upstream, on purpose:
+entry-point components add to the builtins instead of replacing them, a file
+component runs in its own namespace, and the validation errors are one line.
+"""
 
 from __future__ import annotations
 
+import abc
 import difflib
 import importlib
 import inspect
 import os
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from torchx.specs.api import AppDef, TorchXError
+from torchx.specs.file_linter import validate
+from torchx.util.io import read_conf_file
 
 BUILTIN_PACKAGE = "torchx.components"
-_NOT_COMPONENT_MODULES = {"component_test_base", "structured_arg"}
+
+__all__ = [
+    "ComponentNotFoundException",
+    "ComponentValidationException",
+    "ComponentsFinder",
+    "CustomComponentsFinder",
+    "ModuleComponentsFinder",
+    "get_builtin_source",
+    "get_component",
+    "get_components",
+    "is_namespace_package",
+    "is_package",
+    "module_relname",
+    "read_conf_file",
+    "validate",
+]
 
 
 class ComponentNotFoundException(TorchXError):
@@ -34,138 +60,235 @@ class _Component:
     validation_errors: List[str]
 
 
-def _returns_appdef(fn: Any) -> bool:
-    ann = inspect.signature(fn).return_annotation
-    return ann in (AppDef, "AppDef", "specs.AppDef") or (
-        isinstance(ann, str) and ann.endswith("AppDef")
-    )
+def _short_description(fn: Callable[..., Any]) -> str:
+    """The first line of the docstring: enough for listings, without docstring_parser."""
+    doc = inspect.getdoc(fn) or ""
+    return doc.split("\n")[0] if doc else fn.__name__
 
 
-def _components_of_module(module: ModuleType, prefix: str) -> Dict[str, _Component]:
-    found: Dict[str, _Component] = {}
-    for fn_name, fn in inspect.getmembers(module, inspect.isfunction):
-        if fn.__module__ != module.__name__ or fn_name.startswith("_") or not _returns_appdef(fn):
-            continue
-        name = f"{prefix}.{fn_name}" if prefix else fn_name
-        doc = inspect.getdoc(fn) or ""
-        found[name] = _Component(name, doc.split("\n")[0], fn_name, fn, [])
-    return found
+def _description(fn: Callable[..., Any]) -> str:
+    from torchx.specs.file_linter import get_fn_docstring
+
+    return get_fn_docstring(fn)[0]
 
 
-def _walk(package: str, prefix: str) -> Dict[str, _Component]:
-    found: Dict[str, _Component] = {}
-    root = importlib.import_module(package)
-    found.update(_components_of_module(root, prefix))
-    if not hasattr(root, "__path__"):
+def _lint(path: str, fn_name: str) -> List[str]:
+    return [m.description for m in validate(path, fn_name)]
+
+
+class ComponentsFinder(abc.ABC):
+    @abc.abstractmethod
+    def find(self) -> List[_Component]:
+        """The components this finder knows (each with its linter errors, if any)."""
+
+
+def is_namespace_package(module: ModuleType) -> bool:
+    """Whether ``module`` is a namespace package (a package without ``__init__.py``)."""
+    return getattr(module, "__file__", None) is None
+
+
+def is_package(module: ModuleType) -> bool:
+    """Whether ``module`` is a package, regular or namespace (it has ``__path__``)."""
+    return hasattr(module, "__path__")
+
+
+def module_relname(module: ModuleType, relative_to: ModuleType) -> str:
+    """``module``'s dotted name relative to ``relative_to`` (``""`` for the module itself)."""
+    name, base = module.__name__, relative_to.__name__
+    if name == base:
+        return ""
+    if not name.startswith(base + "."):
+        raise ValueError(f"`{name}` is not a submodule of `{base}`")
+    return name[len(base) + 1 :]
+
+
+class ModuleComponentsFinder(ComponentsFinder):
+    """The functions of ``module`` and its submodules, named ``{group}.{relative module}.{fn}``.
+
+    For ``foo/bar/baz.py`` defining ``echo``: module ``foo.bar`` with group ``""`` gives
+    ``baz.echo``, with group ``abc`` gives ``abc.baz.echo``; module ``foo.bar.baz``
+    gives ``echo`` (or ``my_echo.echo`` with group ``my_echo``).
+    """
+
+    def __init__(self, module: Union[str, ModuleType], group: str) -> None:
+        self.base_module: ModuleType = self._try_import(module)
+        self.group = group
+
+    @staticmethod
+    def _try_import(module: Union[str, ModuleType]) -> ModuleType:
+        return importlib.import_module(module) if isinstance(module, str) else module
+
+    def _iter_modules_recursive(self, module: Union[str, ModuleType]) -> Iterator[ModuleType]:
+        module = self._try_import(module)
+        if not is_namespace_package(module):
+            yield module
+        if is_package(module):
+            for info in pkgutil.iter_modules(module.__path__, prefix=f"{module.__name__}."):
+                if info.ispkg:
+                    yield from self._iter_modules_recursive(info.name)
+                else:
+                    yield self._try_import(info.name)
+
+    def find(self) -> List[_Component]:
+        found: List[_Component] = []
+        for module in self._iter_modules_recursive(self.base_module):
+            found += self._get_components_from_module(module)
         return found
-    for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
-        short = info.name[len(package) + 1 :]
-        if short.split(".")[-1] in _NOT_COMPONENT_MODULES or short.startswith("_"):
-            continue
-        module = importlib.import_module(info.name)
-        sub_prefix = ".".join(p for p in (prefix, short) if p)
-        found.update(_components_of_module(module, sub_prefix))
-    return found
+
+    def _get_components_from_module(self, module: ModuleType) -> List[_Component]:
+        path = os.path.abspath(module.__file__ or "")
+        relname = module_relname(module, relative_to=self.base_module)
+        found = []
+        for fn_name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ != module.__name__:
+                continue  # imported, not defined here
+            name = ".".join(p for p in (self.group, relname, fn_name) if p)
+            found.append(_Component(name, _description(fn), fn_name, fn, _lint(path, fn_name)))
+        return found
 
 
-_cache: Optional[Dict[str, _Component]] = None
+class CustomComponentsFinder(ComponentsFinder):
+    """The component ``function_name`` of the Python file ``filepath`` (``torchx run f.py:fn``)."""
+
+    def __init__(self, filepath: str, function_name: str) -> None:
+        self._filepath = filepath
+        self._function_name = function_name
+
+    def find(self) -> List[_Component]:
+        return [self._find(full_description=True)]
+
+    def _find(self, full_description: bool) -> _Component:
+        path, fn_name = self._filepath, self._function_name
+        try:
+            source = read_conf_file(path)
+        except FileNotFoundError:
+            raise ComponentNotFoundException(f"component file {path!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ComponentValidationException(f"cannot read component file {path}: {e}") from None
+        not_found = f"Function {fn_name} not found"
+        lint = validate(path, fn_name)
+        for m in lint:
+            if m.name == "TorchXValidator" and m.description != not_found:  # does not parse
+                raise ComponentValidationException(
+                    f"{path}:{m.line}: {m.description}; fix the file and rerun"
+                )
+        errors = [m.description for m in lint]
+        namespace: Dict[str, Any] = {
+            "__file__": os.path.abspath(path),
+            "__name__": "__torchx_component__",
+        }
+        try:
+            exec(compile(source, path, "exec", dont_inherit=True), namespace)
+        except Exception as e:
+            raise ComponentValidationException(
+                f"{path}: failed to load: {type(e).__name__}: {e}"
+            ) from None
+        fn = namespace.get(fn_name)
+        if not callable(fn):
+            funcs = [k for k, v in namespace.items() if inspect.isfunction(v)]
+            funcs = [f for f in funcs if not f.startswith("_")]
+            hint = difflib.get_close_matches(fn_name, funcs, n=3)
+            more = (
+                f"; did you mean {', '.join(hint)}?"
+                if hint
+                else f"; functions in it: {', '.join(funcs) or 'none'}"
+            )
+            raise ComponentNotFoundException(f"{path} has no function {fn_name!r}{more}")
+        desc = _description(fn) if full_description else _short_description(fn)
+        return _Component(f"{path}:{fn_name}", desc, fn_name, fn, errors)
+
+
+def _raise_if_invalid(component: _Component) -> _Component:
+    if component.validation_errors:
+        raise ComponentValidationException(
+            f"Component {component.name} has validation errors:"
+            f" {'; '.join(component.validation_errors)}"
+        )
+    return component
+
+
+_components: Optional[Dict[str, _Component]] = None
+
+
+def _find_components() -> Dict[str, _Component]:
+    """Every function found (valid or not): entry-point modules, then the builtins."""
+    global _components
+    if _components is None:
+        from torchx.util.entrypoints import load_group
+
+        found: List[_Component] = []
+        for alias, loader in load_group("torchx.components").items():
+            module = loader()
+            if isinstance(module, ModuleType):
+                group = "" if alias.startswith("_") else alias  # "_" means no name prefix
+                found += ModuleComponentsFinder(module, group).find()
+        found += ModuleComponentsFinder(BUILTIN_PACKAGE, "").find()  # builtins win a clash
+        _components = {c.name: c for c in found}
+    return _components
 
 
 def get_components() -> Dict[str, _Component]:
-    """Builtins plus entry-point components (added, never replacing), cached per process."""
-    global _cache
-    if _cache is None:
-        from torchx.util.entrypoints import entry_point_names, load_group
+    """The valid components by name: the builtins plus the ``torchx.components`` entry points.
 
-        components: Dict[str, _Component] = {}
-        if entry_point_names("torchx.components"):
-            for alias, loader in load_group("torchx.components").items():
-                module = loader()
-                prefix = "" if alias.startswith("_") else alias
-                if isinstance(module, ModuleType):
-                    if hasattr(module, "__path__"):
-                        components.update(_walk(module.__name__, prefix))
-                    else:
-                        components.update(_components_of_module(module, prefix))
-        components.update(_walk(BUILTIN_PACKAGE, ""))  # a plugin never hides a builtin
-        _cache = components
-    return _cache
+    A ``[torchx.components]`` entry ``foo = my.pkg`` names the functions of ``my.pkg``
+    (and its submodules) ``foo.<module>.<fn>``; an alias starting with ``_`` adds no
+    prefix. Unlike upstream, registering entry points does not hide the builtins.
+    """
+    return {n: c for n, c in _find_components().items() if not c.validation_errors}
 
 
 def _builtin_component(name: str) -> Optional[_Component]:
     """``group.fn`` from ``torchx.components.group`` without scanning anything else."""
     module_name, _, fn_name = name.rpartition(".")
-    if not module_name or module_name.split(".")[-1] in _NOT_COMPONENT_MODULES:
+    if not module_name:
         return None
     try:
         module = importlib.import_module(f"{BUILTIN_PACKAGE}.{module_name}")
     except ImportError:
         return None
-    return _components_of_module(module, module_name).get(name)
-
-
-def _load_file_component(path: str, fn_name: str) -> _Component:
-    if not os.path.isfile(path):
-        raise ComponentNotFoundException(f"component file {path!r} does not exist")
-    with open(path) as f:
-        source = f.read()
-    namespace: Dict[str, Any] = {
-        "__file__": os.path.abspath(path),
-        "__name__": "__torchx_component__",
-    }
-    try:
-        exec(compile(source, path, "exec"), namespace)
-    except Exception as e:
-        raise ComponentValidationException(
-            f"{path}: failed to load: {type(e).__name__}: {e}"
-        ) from None
-    fn = namespace.get(fn_name)
-    if not callable(fn):
-        funcs = [k for k, v in namespace.items() if inspect.isfunction(v) and not k.startswith("_")]
-        hint = difflib.get_close_matches(fn_name, funcs, n=3)
-        more = (
-            f"; did you mean {', '.join(hint)}?"
-            if hint
-            else f"; functions in it: {', '.join(funcs) or 'none'}"
-        )
-        raise ComponentNotFoundException(f"{path} has no function {fn_name!r}{more}")
-    doc = inspect.getdoc(fn) or ""
-    return _Component(f"{path}:{fn_name}", doc.split("\n")[0], fn_name, fn, [])
-
-
-def _validate(component: _Component, where: str) -> None:
-    from torchx.specs.builders import ComponentArgumentError, validate_component_fn
-
-    try:
-        validate_component_fn(component.fn, where)
-    except ComponentArgumentError as e:
-        raise ComponentValidationException(str(e)) from None
+    fn = getattr(module, fn_name, None)
+    if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
+        return None
+    errors = _lint(os.path.abspath(module.__file__ or ""), fn_name)
+    return _Component(name, _short_description(fn), fn_name, fn, errors)
 
 
 def get_component(name: str) -> _Component:
-    """A component by builtin/plugin name (``dist.ddp``) or ``path/to/file.py:fn``."""
+    """A component by builtin/plugin name (``dist.ddp``) or ``path/to/file.py:fn``.
+
+    Raises :class:`ComponentNotFoundException` or, when the linter finds problems,
+    :class:`ComponentValidationException` listing them on one line.
+    """
     if ":" in name:
         path, _, fn_name = name.rpartition(":")
-        component = _load_file_component(path, fn_name)
-        _validate(component, name)
-        return component
+        return _raise_if_invalid(CustomComponentsFinder(path, fn_name)._find(False))
     builtin = _builtin_component(name)
     if builtin is not None:  # builtins are never hidden by plugins: no entry-point scan needed
-        _validate(builtin, name)
-        return builtin
-    components = get_components()
+        return _raise_if_invalid(builtin)
+    components = _find_components()
     if name not in components:
-        close = difflib.get_close_matches(name, list(components), n=3, cutoff=0.5)
+        valid = list(get_components())
+        close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ComponentNotFoundException(
             f"unknown component {name!r}{hint} (`torchx builtins` lists them;"
             " a file component is path/to/file.py:function)"
         )
-    component = components[name]
-    _validate(component, name)
-    return component
+    return _raise_if_invalid(components[name])
 
 
 def get_builtin_source(name: str) -> str:
-    """The source code of a builtin component (``torchx builtins --print``)."""
-    return inspect.getsource(get_component(name).fn)
+    """The component's source with the module's imports above it (``torchx builtins --print``).
+
+    The imports are the module's ``import``/``from`` lines before the function, taken
+    literally, so a copy may carry some it does not need.
+    """
+    component = get_component(name)
+    lines = Path(inspect.getfile(component.fn)).read_text().splitlines()
+    imports = []
+    for line in lines:
+        if line.startswith(("import ", "from ")):
+            imports.append(line)
+        elif line.startswith(f"def {component.fn_name}("):
+            break
+    return "\n".join([*imports, "\n", inspect.getsource(component.fn), "\n"])

@@ -1,0 +1,36 @@
+"""``torchx.specs.load_group``: upstream TorchX's entry-point group loader.
+
+Upstream exports it from ``torchx.specs`` with its own calling convention, which code
+written for upstream relies on: each value is a deferred loader that, when called,
+imports the entry point and either returns it (a module) or calls it with the given
+arguments (a function); an empty group returns ``default``. The project's own
+plugin lookups use :mod:`torchx.util.entrypoints`, which this builds on.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable, Dict, Optional
+
+
+def _deferred(loader: Callable[[], Any]) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        obj = loader()
+        return obj if isinstance(obj, ModuleType) else obj(*args, **kwargs)
+
+    return run
+
+
+def load_group(group: str, default: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
+    """``{name: deferred_load_fn}`` for the entry points of ``group``; ``default`` if it has none.
+
+    ``load_group("torchx.schedulers")["slurm"]("my_session")`` imports the ``slurm``
+    entry point and calls it with ``"my_session"``; a module entry point is returned
+    as is, whatever the arguments.
+    """
+    from torchx.util import entrypoints
+
+    loaders = entrypoints.load_group(group)
+    if not loaders:
+        return default
+    return {name: _deferred(loader) for name, loader in loaders.items()}

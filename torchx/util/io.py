@@ -1,0 +1,39 @@
+"""Reading component and config files the way upstream TorchX does (``read_conf_file``).
+
+A path that exists is read as is. Otherwise a ``torchx.file`` entry point named
+``get_file_contents`` may supply the text (upstream's hook for files bundled
+elsewhere), and then a file of that relative path inside the installed package tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the dir that holds the torchx package
+
+
+def _bundled_contents(conf_file: str) -> Optional[str]:
+    """``conf_file`` relative to where torchx is installed (``torchx/components/dist.py``)."""
+    path = _PACKAGE_ROOT / conf_file
+    if path.is_file():
+        return path.read_text()
+    return None
+
+
+def read_conf_file(conf_file: str) -> str:
+    """The text of ``conf_file``; ``FileNotFoundError`` naming it if no source has it."""
+    if os.path.exists(conf_file):
+        with open(conf_file) as f:
+            return f.read()
+    from torchx.util.entrypoints import load
+
+    get_contents = load("torchx.file", "get_file_contents", default=_bundled_contents)
+    contents = get_contents(str(conf_file))
+    if contents is None:
+        raise FileNotFoundError(
+            f"{conf_file} does not exist and is not a builtin;"
+            " for a list of available builtins run `torchx builtins`"
+        )
+    return contents
