@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,9 @@ def test_torchxconfig_env_is_exclusive_and_must_exist(
     monkeypatch.setenv("TORCHXCONFIG", str(other))
     assert config.get_config("cli", "run", "scheduler") == "local_cwd"
     monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / "missing.ini"))
-    with pytest.raises(config.ConfigError, match="missing.ini"):
+    with pytest.raises(config.ConfigError, match="missing.ini") as e:
         config.find_configs()
+    assert isinstance(e.value, FileNotFoundError)  # what upstream raised
 
 
 def test_malformed_file_is_one_line_error(tmp_path: Path) -> None:
@@ -59,13 +61,56 @@ def test_malformed_file_is_one_line_error(tmp_path: Path) -> None:
     assert "malformed" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_unknown_and_mistyped_options_are_rejected(tmp_path: Path) -> None:
+def test_unknown_options_are_skipped_and_mistyped_ones_rejected(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = _write(tmp_path / "proj" / ".torchxconfig", "[local_cwd]\nno_such_opt = 1\n")
-    with pytest.raises(config.ConfigError, match="no_such_opt"):
-        config.apply("local_cwd", {})
+    cfg: dict = {}
+    with caplog.at_level(logging.WARNING):
+        config.apply("local_cwd", cfg)
+    assert cfg == {} and "no_such_opt" in caplog.text  # upstream warns and goes on
     path.write_text("[local_cwd]\nprepend_cwd = maybe\n")
-    with pytest.raises(config.ConfigError, match="prepend_cwd"):
+    with pytest.raises(config.ConfigError, match="prepend_cwd") as e:
         config.apply("local_cwd", {})
+    assert isinstance(e.value, ValueError)  # what upstream raised
+
+
+def test_values_read_as_upstream_reads_them(tmp_path: Path) -> None:
+    _write(
+        tmp_path / "proj" / ".torchxconfig",
+        "[slurm]\nexclusive = yes\npartition = None\n"
+        "[aws_batch]\nqueue = #FIXME:(str) the queue\npriority = 3\nuser = a%b\n",
+    )
+    cfg: dict = {}
+    config.apply("slurm", cfg)
+    assert cfg == {"exclusive": True, "partition": None}
+    cfg = {}
+    config.apply("aws_batch", cfg)
+    assert cfg == {"priority": 3, "user": "a%b"}  # the FIXME placeholder counts as unset
+
+
+@pytest.mark.parametrize("reader", ["apply", "get_configs", "load"])
+def test_a_binary_config_is_a_one_line_error_naming_the_file(tmp_path: Path, reader: str) -> None:
+    path = tmp_path / "proj" / ".torchxconfig"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
+    with pytest.raises(config.ConfigError) as e:
+        if reader == "apply":
+            config.apply("local_cwd", {})
+        elif reader == "get_configs":
+            config.get_configs("component", "utils.echo")
+        else:
+            with open(path) as f:
+                config.load("local_cwd", f, {})
+    assert str(path) in str(e.value) and "not a text file" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_upstream_names() -> None:
+    assert config.CONFIG_PREFIX_DELIM == ":"
+    assert len(config.DEFAULT_CONFIG_DIRS) == 2  # upstream: [$HOME, $CWD] at import
+    assert "local_cwd" in config.get_scheduler_factories()
+    with pytest.raises(ValueError, match="'nope' is not a registered scheduler"):
+        config.dump(io.StringIO(), schedulers=["nope"])
 
 
 def test_colon_keys_and_colon_syntax(tmp_path: Path) -> None:
@@ -85,11 +130,19 @@ def test_trackers_from_env_override_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert config.get_configured_trackers() == {"fsspec": "memory://t"}
 
 
-def test_dump_writes_loadable_config() -> None:
+def test_dump_writes_upstreams_format_and_load_reads_it_back() -> None:
     buf = io.StringIO()
-    config.dump(buf, schedulers=["local_cwd"])
+    config.dump(buf, schedulers=["local_cwd", "aws_batch"])
     text = buf.getvalue()
-    assert "[local_cwd]" in text and "log_dir = None" in text
+    assert text.startswith(
+        "[local_cwd]\nlog_dir = None\nprepend_cwd = False\nauto_set_cuda_visible_devices = False"
+        "\n\n[aws_batch]\nqueue = #FIXME:(str) the AWS Batch job queue to submit to\n"
+    )
     cfg: dict = {}
     config.load("local_cwd", io.StringIO(text), cfg)
-    assert cfg["log_dir"] is None and cfg["prepend_cwd"] is False
+    assert cfg == {"log_dir": None, "prepend_cwd": False, "auto_set_cuda_visible_devices": False}
+    required = io.StringIO()
+    config.dump(required, schedulers=["aws_batch"], required_only=True)
+    assert required.getvalue() == (
+        "[aws_batch]\nqueue = #FIXME:(str) the AWS Batch job queue to submit to\n\n"
+    )

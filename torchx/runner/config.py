@@ -14,38 +14,81 @@ Sections (upstream-compatible)::
     config = sqlite:////tmp/mlflow.db
 
 Files: ``$TORCHXCONFIG`` alone if set (it must exist), else ``./.torchxconfig``
-then ``~/.torchxconfig``. Differences from upstream, on purpose: the project file
-in the cwd wins over the one in $HOME (like git's local over global config), and
-keys may contain ``:`` (``mod:fn = ...``; torchx#802), values being split on ``=``.
+then ``~/.torchxconfig``. ``apply``/``load``/``dump`` read and write what upstream's
+do: unknown options are logged and skipped, lists are ``a;b``, dicts ``k:v;k2:v2``,
+bools as configparser reads them, ``None`` is None. Differences from upstream, on
+purpose: the project file in the cwd wins over the one in $HOME (like git's local
+over global config); keys may contain ``:`` (``mod:fn = ...``; torchx#802), values
+being split on ``=``; ``%`` is literal; a value left as ``dump``'s ``#FIXME``
+placeholder counts as unset; a file that cannot be read or parsed is a one-line
+:class:`ConfigError` naming it.
 """
 
 from __future__ import annotations
 
 import configparser
 import io
+import logging
 import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, TextIO
 
-from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopts
+from torchx.schedulers import Scheduler, get_scheduler_factories
+from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt, runopts
 
 CONFIG_FILE = ".torchxconfig"
+CONFIG_PREFIX_DELIM = ":"
 ENV_TORCHXCONFIG = "TORCHXCONFIG"
+# upstream's search list ($HOME, then the cwd at import); find_configs() looks in the
+# current cwd first, then $HOME, at call time
+DEFAULT_CONFIG_DIRS: List[str] = [str(Path.home()), str(Path.cwd())]
 _NONE = "None"
+_FIXME = "#FIXME"
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CONFIG_FILE",
+    "CONFIG_PREFIX_DELIM",
+    "DEFAULT_CONFIG_DIRS",
+    "ENV_TORCHXCONFIG",
+    "ConfigError",
+    "apply",
+    "dump",
+    "dumps",
+    "find_configs",
+    "get_config",
+    "get_configs",
+    "get_configured_trackers",
+    "get_scheduler_factories",
+    "load",
+    "load_sections",
+]
 
 
-class ConfigError(TorchXError):
-    """A ``.torchxconfig`` that is missing, unreadable or malformed."""
+class ConfigError(TorchXError, ValueError):
+    """A ``.torchxconfig`` that is missing, unreadable or malformed (the message names it)."""
+
+
+class ConfigFileNotFound(ConfigError, FileNotFoundError):
+    """``$TORCHXCONFIG`` names a file that does not exist."""
 
 
 def find_configs(dirs: Optional[Iterable[str]] = None) -> List[str]:
-    """Config files in precedence order (first wins)."""
+    """Config files in precedence order (first wins).
+
+    ``$TORCHXCONFIG`` alone if set; else ``.torchxconfig`` in each of ``dirs``
+    (default, or if empty: the current directory, then ``$HOME``).
+    """
     env = os.environ.get(ENV_TORCHXCONFIG)
     if env:
         if not os.path.isfile(env):
-            raise ConfigError(f"${ENV_TORCHXCONFIG} points at {env!r}, which is not a file")
+            raise ConfigFileNotFound(
+                f"${ENV_TORCHXCONFIG} points at {env!r}, which is not a file;"
+                f" create it or unset {ENV_TORCHXCONFIG}"
+            )
         return [env]
-    search = list(dirs) if dirs is not None else [os.getcwd(), str(Path.home())]
+    search = list(dirs or []) or [os.getcwd(), str(Path.home())]
     found: List[str] = []
     for d in search:
         path = os.path.join(d, CONFIG_FILE)
@@ -81,11 +124,22 @@ def _first_line(e: Exception) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+def _not_text(source: str, e: UnicodeDecodeError) -> ConfigError:
+    return ConfigError(
+        f"{source} is not a text file (byte {e.start} is not {e.encoding});"
+        " fix or remove it, or point $TORCHXCONFIG at another file"
+    )
+
+
 def _read(path: str) -> configparser.ConfigParser:
     try:
         text = Path(path).read_text()
+    except UnicodeDecodeError as e:
+        raise _not_text(path, e) from None
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    if "\x00" in text:
+        raise ConfigError(f"{path} is not a text file (it holds NUL bytes); fix or remove it")
     return _parse(text, path)
 
 
@@ -96,10 +150,11 @@ def _parsers(dirs: Optional[Iterable[str]]) -> List[configparser.ConfigParser]:
 def load_sections(prefix: str, dirs: Optional[Iterable[str]] = None) -> Dict[str, Dict[str, str]]:
     """``{name: {key: value}}`` for every ``[prefix:name]`` section (first file wins per key)."""
     sections: Dict[str, Dict[str, str]] = {}
+    head = f"{prefix}{CONFIG_PREFIX_DELIM}"
     for parser in _parsers(dirs):
         for section in parser.sections():
-            if section.startswith(f"{prefix}:"):
-                name = section[len(prefix) + 1 :]
+            name = section[len(head) :]
+            if section.startswith(head) and name:
                 into = sections.setdefault(name, {})
                 for key, value in parser.items(section):
                     into.setdefault(key, value)
@@ -119,8 +174,21 @@ def get_config(
 
 def load(scheduler: str, f: TextIO, cfg: Dict[str, CfgVal]) -> None:
     """Fill ``cfg`` with the ``[scheduler]`` section of ``f``; keys already set win."""
-    parser = _parse(f.read(), getattr(f, "name", CONFIG_FILE))
-    _apply_section(scheduler, parser, cfg, getattr(f, "name", CONFIG_FILE))
+    source = str(getattr(f, "name", CONFIG_FILE))
+    try:
+        text = f.read()
+    except UnicodeDecodeError as e:
+        raise _not_text(source, e) from None
+    _apply_section(scheduler, _parse(text, source), cfg, source)
+
+
+def _cast(opt: runopt, parser: configparser.ConfigParser, section: str, key: str) -> CfgVal:
+    raw = parser.get(section, key)
+    if opt.opt_type is bool:
+        return parser.getboolean(section, key)  # 1/yes/true/on and 0/no/false/off
+    if opt.is_type_list_of_str:
+        return raw.split(";")
+    return opt.cast_to_type(raw)
 
 
 def _apply_section(
@@ -132,80 +200,90 @@ def _apply_section(
     for key, raw in parser.items(scheduler):
         if key in cfg:
             continue
-        opt = opts.get(key) if opts is not None else None
-        if opts is not None and opt is None:
-            known = ", ".join(k for k, _ in opts) or "(none)"
-            raise ConfigError(f"{source}: [{scheduler}] has unknown option {key!r}; valid: {known}")
         if raw == _NONE:
             cfg[key] = None
-        elif opt is None:
-            cfg[key] = raw
-        else:
-            try:
-                cfg[key] = opt.cast_to_type(raw)
-            except ValueError as e:
-                raise ConfigError(
-                    f"{source}: [{scheduler}] {key} must be {get_type_name(opt.opt_type)}: {e}"
-                ) from None
+            continue
+        if raw.startswith(_FIXME):
+            continue  # dump()'s placeholder for a required option: still to be filled in
+        opt = opts.get(key)
+        if opt is None:
+            logger.warning(
+                "%s: `%s = %s` in [%s] is not a run option of the %s scheduler; ignoring it"
+                " (valid: %s)",
+                source,
+                key,
+                raw,
+                scheduler,
+                scheduler,
+                ", ".join(k for k, _ in opts) or "none",
+            )
+            continue
+        try:
+            cfg[key] = _cast(opt, parser, scheduler, key)
+        except ValueError as e:
+            raise ConfigError(
+                f"{source}: [{scheduler}] {key} must be {get_type_name(opt.opt_type)}: {e}"
+            ) from None
 
 
-def _scheduler_runopts(scheduler: str) -> Optional[runopts]:
-    from torchx.schedulers import get_scheduler_factories
-    from torchx.util.modules import MissingExtraError
+def _scheduler(name: str) -> Scheduler:
+    factories = get_scheduler_factories()
+    if name not in factories:
+        raise ConfigError(
+            f"{name!r} is not a registered scheduler; valid scheduler names:"
+            f" {', '.join(sorted(factories))}"
+        )
+    return factories[name](session_name="_")
 
-    factory = get_scheduler_factories().get(scheduler)
-    if factory is None:
-        return None
-    try:
-        return factory("torchx").run_opts()
-    except MissingExtraError:
-        return None
+
+def _scheduler_runopts(scheduler: str) -> runopts:
+    return _scheduler(scheduler).run_opts()
 
 
 def apply(scheduler: str, cfg: Dict[str, CfgVal], dirs: Optional[Iterable[str]] = None) -> None:
     """Fill ``cfg`` (in place) with ``.torchxconfig`` defaults; keys already set win."""
     for path in find_configs(dirs):
         _apply_section(scheduler, _read(path), cfg, path)
+        logger.debug("loaded configs from %s", path)
 
 
-def dump(f: TextIO, schedulers: Optional[List[str]] = None, required_only: bool = False) -> None:
-    """Write a ``.torchxconfig`` skeleton with each scheduler's options and their help."""
-    from torchx.schedulers import get_scheduler_factories
-    from torchx.util.modules import MissingExtraError
-
-    factories = get_scheduler_factories()
-    names = schedulers or sorted(factories)
-    for name in names:
-        if name not in factories:
-            from torchx.specs.api import UnknownSchedulerException
-
-            raise UnknownSchedulerException(name, sorted(factories))
-        try:
-            opts = factories[name]("torchx").run_opts()
-        except MissingExtraError as e:
-            f.write(f"# [{name}] skipped: {e}\n\n")
-            continue
-        lines = []
-        for key, opt in opts:
-            if required_only and not opt.is_required:
-                continue
-            help_line = " ".join(opt.help.split())
-            if opt.is_required:
-                lines.append(f"#FIXME:({get_type_name(opt.opt_type)}) {help_line}\n{key} =\n")
-            else:
-                default = _format_value(opt.default)
-                lines.append(f"# ({get_type_name(opt.opt_type)}) {help_line}\n{key} = {default}\n")
-        f.write(f"[{name}]\n" + "".join(lines) + "\n")
+def _fixme_placeholder(opt: runopt, max_len: int = 60) -> str:
+    ph = f"{_FIXME}:({get_type_name(opt.opt_type)}) {opt.help}"
+    return ph if len(ph) <= max_len else f"{ph[:max_len]}..."
 
 
 def _format_value(value: CfgVal) -> str:
-    if value is None:
-        return _NONE
     if isinstance(value, list):
-        return ";".join(value)
+        return ";".join(value) if value else _NONE
     if isinstance(value, dict):
-        return ";".join(f"{k}:{v}" for k, v in value.items())
+        return ";".join(f"{k}:{v}" for k, v in value.items()) if value else _NONE
     return str(value)
+
+
+def dump(f: TextIO, schedulers: Optional[List[str]] = None, required_only: bool = False) -> None:
+    """Write a ``.torchxconfig`` with a ``[scheduler]`` section per scheduler (all if None).
+
+    Optional options get their defaults; required ones a ``#FIXME:(type) help``
+    placeholder to replace. Schedulers whose optional dependencies are missing are
+    skipped; an unknown scheduler name raises :class:`ConfigError`.
+    """
+    from torchx.util.modules import MissingExtraError
+
+    names = schedulers or list(get_scheduler_factories())
+    parser = _new_parser(("=",))
+    for name in names:
+        try:
+            opts = _scheduler(name).run_opts()
+        except (MissingExtraError, ModuleNotFoundError) as e:
+            logger.info("skipping [%s] in the config: %s", name, e)
+            continue
+        parser.add_section(name)
+        for key, opt in opts:
+            if opt.is_required:
+                parser.set(name, key, _fixme_placeholder(opt))
+            elif not required_only:
+                parser.set(name, key, _format_value(opt.default))
+    parser.write(f, space_around_delimiters=True)
 
 
 def dumps(schedulers: Optional[List[str]] = None, required_only: bool = False) -> str:
