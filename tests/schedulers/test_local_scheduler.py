@@ -196,24 +196,6 @@ def test_launcher_killed_mid_job_keeps_job_inspectable_and_cancellable(tmp_path:
     assert _alive(pids) == []
 
 
-def test_cancel_kills_every_process_of_every_replica() -> None:
-    # each replica starts a grandchild in its own session: killing the group alone would miss it
-    script = "setsid sleep 600 & sleep 600 & wait"
-    with get_runner() as runner:
-        h = runner.run(_app(_role(script, n=4)), "local_cwd")
-        time.sleep(0.5)
-        tree: List[int] = []
-        for pid in _replica_pids(h):
-            tree += [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
-        assert len(tree) >= 8
-        runner.cancel(h)
-        assert _wait(runner, h).state == specs.AppState.CANCELLED
-    deadline = time.monotonic() + 15
-    while _alive(tree) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _alive(tree) == []
-
-
 @pytest.mark.parametrize(
     "policy,expected_runs_of_ok_replica",
     [(specs.RetryPolicy.REPLICA, 1), (specs.RetryPolicy.APPLICATION, 2)],

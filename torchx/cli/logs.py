@@ -1,4 +1,8 @@
-"""Print an app's log lines as they are written, each prefixed ``role/replica``."""
+"""Print an app's log lines as they are written, each prefixed ``role/replica``.
+
+Where the scheduler offers them (``LogLines.blocks()`` of local_cwd), lines are taken and
+printed many at a time: a million lines cost a few writes, not a million.
+"""
 
 from __future__ import annotations
 
@@ -49,13 +53,17 @@ def stream_logs(
         prefix = f"{role}/{k}"
         if color:
             prefix = f"{_COLORS[idx % len(_COLORS)]}{prefix}{_RESET}"
+        prefix += " "
         try:
-            for line in runner.log_lines(
+            lines = runner.log_lines(
                 handle, role, k, regex=regex, should_tail=should_tail, streams=streams
-            ):
-                text = line if line.endswith("\n") else line + "\n"
+            )
+            blocks = getattr(lines, "blocks", None)  # many lines at a time (local_cwd)
+            for text in blocks() if blocks is not None else lines:
+                body = text[:-1] if text.endswith("\n") else text
+                text = prefix + body.replace("\n", "\n" + prefix) + "\n"
                 with lock:
-                    out.write(f"{prefix} {text}")
+                    out.write(text)
                     out.flush()
         except Exception as e:  # reported by the caller
             errors.append(e)

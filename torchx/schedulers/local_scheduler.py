@@ -3,46 +3,55 @@
 Unlike upstream TorchX, an app's state lives on disk, so any process can see it:
 
 - ``schedule`` writes ``request.json`` into the app's directory under
-  ``$TORCHX_HOME/local_cwd/<session>/<app_id>/`` and starts a small detached
-  supervisor (``local_supervisor.py``) in its own session. The supervisor starts
-  the replicas (each in its own process group), copies their stdout/stderr to
-  ``{log_dir}/{session}/{app_id}/{role}/{replica}/{stdout,stderr,combined}.log``,
-  applies retries, and writes ``state.json`` atomically on every change.
-- ``describe``/``list``/``log_iter``/``cancel`` only read those files (and signal
-  the supervisor), so ``torchx status``/``log``/``list``/``cancel`` work from any
-  shell, while the job runs and after it ended.
-- If the launching process dies (even SIGKILL), the job keeps running under its
-  supervisor and stays inspectable and cancellable. If the supervisor itself is
-  killed, ``describe`` notices (pid + start time), and ``cancel`` kills the
-  replicas' process trees from the recorded pids.
-- ``wait_for_change`` watches ``state.json``, so ``Runner.wait`` returns within a
-  few tens of milliseconds of the app ending.
+  ``$TORCHX_HOME/local_cwd/<session>/<app_id>/`` (0700; files 0600, the environment may
+  hold secrets) and starts a small detached supervisor (``local_supervisor.py``). It starts
+  the replicas, copies their output to
+  ``{log_dir}/{session}/{app_id}/{role}/{replica}/{stdout,stderr,combined}.log``, applies
+  retries and records the state (``local_files``).
+- ``describe``/``list``/``log_iter``/``cancel`` read those files (and signal the
+  supervisor), so ``torchx status``/``log``/``list``/``cancel`` work from any shell.
+- A terminal state never changes again; a bad file makes only its own app unreadable.
+- ``cancel`` ends every process the app started (SIGTERM, then SIGKILL after
+  ``GRACE_SECONDS``), also ones that ignore SIGTERM or left the session, and returns once
+  the app is CANCELLED. A cancel while the app is still being launched sticks.
+- If the supervisor itself dies, ``describe`` notices (pid and start time, never a pid
+  alone), and ``cancel`` kills what is left of the app.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from torchx.schedulers import local_control as control
+from torchx.schedulers import local_files as files
 from torchx.schedulers.api import (
     DescribeAppResponse,
     InvalidAppError,
     ListAppResponse,
     Scheduler,
     Stream,
-    filter_regex,
+    app_idempotency_token,
 )
 from torchx.schedulers.ids import unique_name
+from torchx.schedulers.local_images import (
+    CWDImageProvider,
+    ImageProvider,
+    LocalDirectoryImageProvider,
+    LocalOpts,
+    ReplicaParam,
+)
+from torchx.schedulers.local_logs import LogLines, follow_chunks, read_chunks
+from torchx.schedulers.local_state import UnreadableAppError, load_request
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -51,28 +60,39 @@ from torchx.specs.api import (
     CfgVal,
     ReplicaStatus,
     RoleStatus,
-    is_terminal,
     macros,
     runopts,
 )
 from torchx.util.paths import torchx_home
 
+__all__ = [
+    "COMBINED_LOG",
+    "CWDImageProvider",
+    "GRACE_SECONDS",
+    "ImageProvider",
+    "LocalDirectoryImageProvider",
+    "LocalOpts",
+    "LocalScheduler",
+    "PopenRequest",
+    "ReplicaParam",
+    "STDERR_LOG",
+    "STDOUT_LOG",
+    "UnreadableAppError",
+    "create_scheduler",
+]
+
+logger = logging.getLogger(__name__)
+
+GRACE_SECONDS = files.GRACE_SECONDS
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "local_supervisor.py")
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+COMBINED_LOG = "combined.log"
+ERROR_FILE = "error.json"
 RANK0_ENV = "TORCHX_RANK0_HOST"
+ENV_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 POLL_SECONDS = 0.01
-
-
-@dataclass
-class ReplicaParam:
-    """How one replica is started: command, added env, log files, cwd."""
-
-    args: List[str]
-    env: Dict[str, str]
-    stdout: str
-    stderr: str
-    combined: str
-    cwd: str
-    error_file: str = ""
+TOKENS_DIR = ".tokens"
 
 
 @dataclass
@@ -84,6 +104,7 @@ class PopenRequest:
     role_params: Dict[str, List[ReplicaParam]] = field(default_factory=dict)
     role_log_dirs: Dict[str, List[str]] = field(default_factory=dict)
     app: Dict[str, Any] = field(default_factory=dict)
+    idempotency_token: Optional[str] = None
 
 
 def _format_request(req: PopenRequest) -> str:
@@ -96,30 +117,32 @@ def _format_request(req: PopenRequest) -> str:
             for k, v in sorted(p.env.items()):
                 if k != "PATH":
                     lines.append(f"  env: {k}={v}")
-            lines.append(f"  logs: {os.path.dirname(p.combined)}")
+            lines.append(f"  logs: {os.path.dirname(p.combined or '')}")
     return "\n".join(lines)
 
 
-def _make_app_id(name: str) -> str:
-    return unique_name(name, max_base=40, suffix_length=10)
-
-
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 class LocalScheduler(Scheduler[PopenRequest]):
-    """Runs replicas as local processes; all state on disk (see module doc)."""
+    """Runs replicas as local processes; all state on disk (see module doc).
+
+    ``close()`` releases nothing and kills nothing: apps outlive the process that launched
+    them (upstream kills them); stop one with ``cancel``.
+    """
 
     def __init__(
-        self, session_name: str, cache_size: int = 100, extra_paths: Optional[List[str]] = None
+        self,
+        session_name: str,
+        image_provider_class: Callable[[LocalOpts], ImageProvider] = CWDImageProvider,
+        cache_size: int = 100,
+        extra_paths: Optional[List[str]] = None,
     ) -> None:
         super().__init__("local_cwd", session_name)
+        if cache_size <= 0:
+            raise ValueError("cache size must be greater than zero")
+        self._image_provider_class = image_provider_class
         self._extra_paths = extra_paths or []
+
+    def close(self) -> None:
+        """Nothing to release: apps and their files live on (see the class doc)."""
 
     # ------------------------------------------------------------------ paths
 
@@ -174,72 +197,115 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         from torchx.specs.serialize import appdef_to_dict
 
-        app_id = _make_app_id(app.name)
-        log_root = str(cfg.get("log_dir") or (torchx_home() / "local_cwd"))
+        app_id = unique_name(app.name, max_base=40, suffix_length=10)
+        log_root = os.path.abspath(
+            os.path.expanduser(str(cfg.get("log_dir") or (torchx_home() / "local_cwd")))
+        )
         app_log_dir = os.path.join(log_root, self.session_name, app_id)
         path_env = self._path_env(bool(cfg.get("prepend_cwd")))
-        cwd = os.getcwd()
-        gpu_ids = _gpu_ids() if cfg.get("auto_set_cuda_visible_devices") else []
-        req = PopenRequest(app_id=app_id, log_dir=app_log_dir, app=appdef_to_dict(app))
-        gpu_cursor = 0
+        provider = self._image_provider_class(dict(cfg))  # type: ignore[arg-type]
+        req = PopenRequest(
+            app_id=app_id,
+            log_dir=app_log_dir,
+            app=appdef_to_dict(app),
+            idempotency_token=app_idempotency_token(app),
+        )
         for role in app.roles:
-            entry = role.entrypoint
-            if shutil.which(entry, path=path_env) is None and not os.path.isfile(
-                os.path.join(cwd, entry)
-            ):
-                raise InvalidAppError(
-                    f"role {role.name!r}: entrypoint {entry!r} not found on PATH or in {cwd}"
-                )
+            img_root = provider.fetch_role(role)
             params: List[ReplicaParam] = []
             dirs: List[str] = []
             for replica_id in range(role.num_replicas):
                 values = macros.Values(
-                    img_root=cwd, app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV
+                    img_root=img_root,
+                    app_id=app_id,
+                    replica_id=str(replica_id),
+                    rank0_env=RANK0_ENV,
                 )
-                replica_role = values.apply(role)
                 rdir = os.path.join(app_log_dir, role.name, str(replica_id))
-                env = dict(replica_role.env)
-                env.setdefault("PYTHONUNBUFFERED", "1")
-                env.update(
+                param = provider.get_replica_param(
+                    img_root,
+                    values.apply(role),
+                    os.path.join(rdir, STDOUT_LOG),
+                    os.path.join(rdir, STDERR_LOG),
+                    os.path.join(rdir, COMBINED_LOG),
+                )
+                param.cwd = param.cwd or os.getcwd()
+                param.error_file = os.path.join(rdir, ERROR_FILE)
+                param.env.setdefault("PYTHONUNBUFFERED", "1")
+                param.env.update(
                     {
                         "PATH": path_env,
                         RANK0_ENV: "localhost",
-                        "TORCHELASTIC_ERROR_FILE": os.path.join(rdir, "error.json"),
+                        "TORCHELASTIC_ERROR_FILE": param.error_file,
                         "PET_LOG_DIR": os.path.join(app_log_dir, "torchelastic", role.name),
                     }
                 )
-                if gpu_ids and role.resource.gpu > 0:
-                    n = role.resource.gpu
-                    if gpu_cursor + n <= len(gpu_ids):
-                        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids[gpu_cursor : gpu_cursor + n])
-                        gpu_cursor += n
-                params.append(
-                    ReplicaParam(
-                        args=[entry, *replica_role.args],
-                        env=env,
-                        stdout=os.path.join(rdir, "stdout.log"),
-                        stderr=os.path.join(rdir, "stderr.log"),
-                        combined=os.path.join(rdir, "combined.log"),
-                        cwd=cwd,
-                        error_file=os.path.join(rdir, "error.json"),
-                    )
-                )
+                if replica_id == 0:
+                    _check_entrypoint(role.name, param.args[0], path_env, param.cwd)
+                params.append(param)
                 dirs.append(rdir)
             req.role_params[role.name] = params
             req.role_log_dirs[role.name] = dirs
+        self.auto_set_CUDA_VISIBLE_DEVICES(req.role_params, app, cfg)  # type: ignore[arg-type]
         return AppDryRunInfo(req, _format_request)
+
+    def _cuda_device_count(self) -> int:
+        """GPUs on this host, from ``nvidia-smi -L`` (0 without it); torch is not imported."""
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return 0
+        return len([line for line in out.split("\n") if line])
+
+    def auto_set_CUDA_VISIBLE_DEVICES(
+        self, role_params: Dict[str, List[ReplicaParam]], app: AppDef, cfg: LocalOpts
+    ) -> None:
+        """With ``auto_set_cuda_visible_devices``, give each replica of a GPU role its own
+        ``CUDA_VISIBLE_DEVICES`` (consecutive ids, roles in order, e.g. 2 GPUs per replica:
+        ``0,1`` then ``2,3``). All or nothing: if the host has fewer GPUs than the app
+        asks for in total, none is set (with a warning)."""
+        requested = sum(role.num_replicas * role.resource.gpu for role in app.roles)
+        if requested <= 0:
+            return
+        if not cfg.get("auto_set_cuda_visible_devices"):
+            logger.warning(
+                "replicas that request GPUs run without CUDA_VISIBLE_DEVICES and may share"
+                " devices; set -cfg auto_set_cuda_visible_devices=True to divide them"
+            )
+            return
+        available = self._cuda_device_count()
+        if requested > available:
+            logger.warning(
+                "cannot auto-set CUDA_VISIBLE_DEVICES: %d GPUs requested, %d available",
+                requested,
+                available,
+            )
+            return
+        start = 0
+        for role in app.roles:
+            if role.resource.gpu <= 0:
+                continue
+            for replica in role_params[role.name]:
+                end = start + role.resource.gpu
+                replica.env[ENV_CUDA_VISIBLE_DEVICES] = ",".join(map(str, range(start, end)))
+                start = end
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         req = dryrun_info.request
-        app_dir = self._app_dir(req.app_id)
-        app_dir.mkdir(parents=True, exist_ok=False)
+        root = self._state_root()
+        files.makedirs_private(str(root))
+        app_dir = root / req.app_id
+        os.mkdir(app_dir, files.DIR_MODE)  # FileExistsError: never reuse an app's directory
+        os.chmod(app_dir, files.DIR_MODE)
         roles = {
             r["name"]: {
                 "max_retries": r["max_retries"],
                 "retry_policy": r["retry_policy"],
-                "min_replicas": r["min_replicas"]
-                if r["min_replicas"] is not None
-                else r["num_replicas"],
+                "min_replicas": r["num_replicas"]
+                if r["min_replicas"] is None
+                else r["min_replicas"],
             }
             for r in req.app["roles"]
         }
@@ -260,92 +326,86 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ]
         for rdirs in req.role_log_dirs.values():
             for d in rdirs:
-                os.makedirs(d, exist_ok=True)
+                files.makedirs_private(d)
         request = {
             "app_id": req.app_id,
             "log_dir": req.log_dir,
             "app": req.app,
             "roles": roles,
             "replicas": replicas,
+            "idempotency_token": req.idempotency_token,
             "submitted": time.time(),
         }
-        with open(app_dir / "request.json", "w") as f:
-            json.dump(request, f)
-        with open(app_dir / "supervisor.log", "ab") as log:
+        files.write_json_atomic(str(app_dir / files.REQUEST), request)
+        if req.idempotency_token:
+            token_dir = root / TOKENS_DIR / req.idempotency_token
+            files.makedirs_private(str(token_dir))
+            os.close(files.open_private(str(token_dir / req.app_id)))
+        log_fd = files.open_private(str(app_dir / files.SUPERVISOR_LOG))
+        try:
             proc = subprocess.Popen(
                 [sys.executable, SUPERVISOR, str(app_dir)],
                 stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
+                stdout=log_fd,
+                stderr=log_fd,
                 start_new_session=True,
                 close_fds=True,
             )
-        with open(app_dir / "supervisor.pid", "w") as f:
-            f.write(f"{proc.pid} {_create_time(proc.pid)}")
+        finally:
+            os.close(log_fd)
         self._wait_started(app_dir, proc)
         return req.app_id
 
     def _wait_started(self, app_dir: Path, proc: subprocess.Popen[bytes]) -> None:
-        """Return once the supervisor has started the replicas (it then handles SIGTERM)."""
-        state = app_dir / "state.json"
-        deadline = time.monotonic() + 60
+        """Return once the supervisor has started the replicas (or the app already ended,
+        e.g. cancelled while it was being launched)."""
+        state = app_dir / files.STATE
+        deadline = time.monotonic() + control.LAUNCH_TIMEOUT
         while not state.exists():
-            if proc.poll() is not None:
-                log = (app_dir / "supervisor.log").read_text(errors="replace").strip()
-                raise RuntimeError(
-                    f"local_cwd supervisor exited with {proc.returncode}: {log[-500:]}"
-                )
+            if proc.poll() is not None and not state.exists():
+                log = (app_dir / files.SUPERVISOR_LOG).read_text(errors="replace").strip()
+                msg = f"the local supervisor exited with {proc.returncode}: {log[-500:]}"
+                control.finalize(str(app_dir), "FAILED", msg)
+                raise RuntimeError(msg)
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"local_cwd supervisor did not start within 60 s (see {app_dir})"
+                    f"local_cwd supervisor did not start within {control.LAUNCH_TIMEOUT:.0f} s"
+                    f" (see {app_dir})"
                 )
             time.sleep(0.002)
 
+    # ------------------------------------------------------------------ state
+
+    def _request(self, app_id: str) -> Optional[Dict[str, Any]]:
+        if not app_id or "/" in app_id or app_id.startswith("."):
+            return None
+        return load_request(str(self._app_dir(app_id)))
+
     # ------------------------------------------------------------------ inspect
 
-    def _supervisor_alive(self, app_dir: Path) -> bool:
-        try:
-            pid_s, ctime_s = (app_dir / "supervisor.pid").read_text().split()
-        except (OSError, ValueError):
-            return False
-        return _create_time(int(pid_s)) == ctime_s and _pid_alive(int(pid_s))
-
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        app_dir = self._app_dir(app_id)
-        request = _read_json(str(app_dir / "request.json"))
+        request = self._request(app_id)
         if request is None:
             return None
-        state_doc = _read_json(str(app_dir / "state.json")) or {}
-        state = AppState[state_doc.get("state", "PENDING")]
-        msg = state_doc.get("msg") or ""
-        replica_states = {(r["role"], r["id"]): r for r in state_doc.get("replicas", [])}
-        if not is_terminal(state) and not self._supervisor_alive(app_dir):
-            # re-read: the supervisor may have finished between the two reads
-            state_doc = _read_json(str(app_dir / "state.json")) or {}
-            state = AppState[state_doc.get("state", "PENDING")]
-            if not is_terminal(state):
-                alive = [
-                    r
-                    for r in state_doc.get("replicas", [])
-                    if r.get("pid") and _pid_alive(r["pid"])
-                ]
-                state = AppState.RUNNING if alive else AppState.FAILED
-                msg = "the local supervisor process died" + (
-                    "; replicas still running" if alive else ""
-                )
+        app_dir = self._app_dir(app_id)
+        doc = control.state_doc(str(app_dir), request)
+        state = AppState[doc["state"]]
         from torchx.specs.serialize import appdef_from_dict
 
-        app = appdef_from_dict(request["app"])
+        try:
+            app = appdef_from_dict(request["app"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UnreadableAppError(app_id, str(app_dir / files.REQUEST), repr(e)) from None
+        replica_states = {(r["role"], r["id"]): r for r in doc.get("replicas", [])}
         roles_statuses: List[RoleStatus] = []
         error_files: List[tuple[float, str]] = []
         for role in app.roles:
             replicas: List[ReplicaStatus] = []
             for i in range(role.num_replicas):
-                rs = replica_states.get((role.name, i), {})
-                rstate = AppState[rs.get("state", "PENDING")]
-                if state == AppState.CANCELLED and not is_terminal(rstate):
+                rstate = AppState[replica_states.get((role.name, i), {}).get("state", "PENDING")]
+                if state == AppState.CANCELLED and rstate.name not in files.TERMINAL:
                     rstate = AppState.CANCELLED
-                err_path = os.path.join(request["log_dir"], role.name, str(i), "error.json")
+                err_path = os.path.join(request["log_dir"], role.name, str(i), ERROR_FILE)
                 structured = NONE
                 if rstate == AppState.FAILED and os.path.isfile(err_path):
                     try:
@@ -359,8 +419,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
-            num_restarts=int(state_doc.get("num_restarts", 0)),
-            msg=msg or NONE,
+            num_restarts=int(doc.get("num_restarts", 0)),
+            msg=doc.get("msg") or NONE,
             structured_error_msg=structured_error,
             ui_url=f"file://{request['log_dir']}",
             metadata=dict(app.metadata),
@@ -368,31 +428,47 @@ class LocalScheduler(Scheduler[PopenRequest]):
             roles=app.roles,
         )
 
+    def _summary(self, app_id: str) -> Optional[tuple[float, ListAppResponse]]:
+        """``(submitted, ListAppResponse)``; None (with a warning) if it is unreadable."""
+        try:
+            request = self._request(app_id)
+            if request is None:
+                return None
+            doc = control.state_doc(str(self._app_dir(app_id)), request)
+        except UnreadableAppError as e:
+            logger.warning("skipping %s", e)
+            return None
+        resp = ListAppResponse(
+            app_id=app_id, state=AppState[doc["state"]], name=request["app"]["name"]
+        )
+        return request["submitted"], resp
+
     def list(self) -> List[ListAppResponse]:
+        """Every app of this session, newest first (unreadable ones skipped with a warning)."""
         root = self._state_root()
         if not root.is_dir():
             return []
-        apps: List[tuple[float, ListAppResponse]] = []
-        for app_dir in root.iterdir():
-            request = _read_json(str(app_dir / "request.json"))
-            if request is None:
-                continue
-            desc = self.describe(app_dir.name)
-            if desc is None:
-                continue
-            apps.append(
-                (
-                    request.get("submitted", 0.0),
-                    ListAppResponse(
-                        app_id=app_dir.name, state=desc.state, name=request["app"]["name"]
-                    ),
-                )
-            )
-        return [a for _, a in sorted(apps, key=lambda x: x[0], reverse=True)]
+        found = [
+            self._summary(d.name)
+            for d in root.iterdir()
+            if not d.name.startswith(".") and d.is_dir()
+        ]
+        apps = [a for a in found if a is not None]
+        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id), reverse=True)]
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """Apps submitted with ``token``, oldest first (app id breaking ties). Reads an index
+        of the token's apps, so its cost does not grow with the number of other apps."""
+        token_dir = self._state_root() / TOKENS_DIR / token
+        if not token or "/" in token or not token_dir.is_dir():
+            return []
+        found = [self._summary(app_id) for app_id in os.listdir(token_dir)]
+        apps = [a for a in found if a is not None]
+        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id))]
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Return once ``state.json`` changes (or after ``timeout`` s)."""
-        path = self._app_dir(app_id) / "state.json"
+        path = self._app_dir(app_id) / files.STATE
         before = _stat_key(path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -412,8 +488,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
         until: Optional[datetime] = None,
         should_tail: bool = False,
         streams: Optional[Stream] = None,
-    ) -> Iterable[str]:
-        request = _read_json(str(self._app_dir(app_id) / "request.json"))
+    ) -> LogLines:
+        """The replica's log lines (a ``LogLines``: also ``blocks()`` of many lines)."""
+        request = self._request(app_id)
         if request is None:
             raise ValueError(f"unknown local_cwd app {app_id}")
         roles = {r["name"]: r for r in request["app"]["roles"]}
@@ -423,80 +500,25 @@ class LocalScheduler(Scheduler[PopenRequest]):
             raise ValueError(f"role {role_name!r} of app {app_id} has no replica {k}")
         stream = (streams or Stream.COMBINED).value
         path = os.path.join(request["log_dir"], role_name, str(k), f"{stream}.log")
-        lines = self._follow(app_id, path) if should_tail else _read_lines(path)
-        return filter_regex(regex, lines)
+        if not should_tail:
+            return LogLines(read_chunks(path), regex)
+        app_dir = self._app_dir(app_id)
 
-    def _follow(self, app_id: str, path: str) -> Iterator[str]:
-        """Yield lines as they are written; stop at EOF once the app is terminal."""
-        state_path = str(self._app_dir(app_id) / "state.json")
-        while not os.path.exists(path):
-            if self._terminal(app_id, state_path):
-                return
-            time.sleep(POLL_SECONDS * 5)
-        with open(path, "rb") as f:
-            partial = b""
-            while True:
-                chunk = f.read(65536)
-                if chunk:
-                    partial += chunk
-                    *complete, partial = partial.split(b"\n")
-                    for line in complete:
-                        yield line.decode(errors="replace") + "\n"
-                    continue
-                if self._terminal(app_id, state_path):
-                    partial += f.read()  # written between the last read and the state change
-                    *complete, last = partial.split(b"\n")
-                    for line in complete:
-                        yield line.decode(errors="replace") + "\n"
-                    if last:
-                        yield last.decode(errors="replace")  # a final line without newline
-                    return
-                time.sleep(POLL_SECONDS * 2)
+        def finished() -> bool:
+            return control.state_doc(str(app_dir), request)["state"] in files.TERMINAL
 
-    def _terminal(self, app_id: str, state_path: str) -> bool:
-        doc = _read_json(state_path)
-        if doc is not None and is_terminal(AppState[doc.get("state", "PENDING")]):
-            return True
-        if doc is None and not self._supervisor_alive(self._app_dir(app_id)):
-            return True
-        if doc is not None and not self._supervisor_alive(self._app_dir(app_id)):
-            desc = self.describe(app_id)
-            return desc is None or is_terminal(desc.state)
-        return False
+        return LogLines(follow_chunks(path, finished), regex)
 
     # ------------------------------------------------------------------ cancel
 
     def _cancel_existing(self, app_id: str) -> None:
-        app_dir = self._app_dir(app_id)
-        doc = _read_json(str(app_dir / "state.json"))
-        if doc is not None and is_terminal(AppState[doc.get("state", "PENDING")]):
-            return  # finished apps keep their final state
-        if self._supervisor_alive(app_dir):
-            pid = int((app_dir / "supervisor.pid").read_text().split()[0])
-            os.kill(pid, signal.SIGTERM)
-            return
-        # no supervisor: kill what it left behind ourselves
-        from torchx.schedulers.local_supervisor import kill_tree, write_json_atomic
-
-        doc = _read_json(str(app_dir / "state.json")) or {}
-        for r in doc.get("replicas", []):
-            if r.get("pid") and _pid_alive(r["pid"]):
-                kill_tree(r["pid"], signal.SIGKILL)
-        doc.update(
-            {"state": "CANCELLED", "msg": "cancelled (supervisor was gone)", "updated": time.time()}
-        )
-        doc.setdefault("replicas", [])
-        write_json_atomic(str(app_dir / "state.json"), doc)
+        """Cancel and return once the app is terminal (see ``local_control.cancel``)."""
+        control.cancel(str(self._app_dir(app_id)))
 
 
-def _read_lines(path: str) -> Iterator[str]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return
-    for line in data.splitlines(keepends=True):
-        yield line.decode(errors="replace")
+def _check_entrypoint(role: str, entry: str, path_env: str, cwd: str) -> None:
+    if shutil.which(entry, path=path_env) is None and not os.path.isfile(os.path.join(cwd, entry)):
+        raise InvalidAppError(f"role {role!r}: entrypoint {entry!r} not found on PATH or in {cwd}")
 
 
 def _stat_key(path: Path) -> Optional[tuple[int, int]]:
@@ -507,51 +529,11 @@ def _stat_key(path: Path) -> Optional[tuple[int, int]]:
         return None
 
 
-def _proc_stat(pid: int) -> Optional[List[str]]:
-    """Fields of /proc/<pid>/stat after the command name (state first), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _create_time(pid: int) -> Optional[str]:
-    """A start-time stamp that tells a pid apart from a later process reusing it."""
-    if os.path.isdir("/proc"):  # cheap path (no psutil import on the launch path)
-        fields = _proc_stat(pid)
-        return fields[19] if fields else None
-    try:
-        import psutil
-
-        return str(psutil.Process(pid).create_time())
-    except Exception:
-        return None
-
-
-def _pid_alive(pid: int) -> bool:
-    if os.path.isdir("/proc"):
-        fields = _proc_stat(pid)
-        return fields is not None and fields[0] != "Z"
-    try:
-        import psutil
-
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:
-        return False
-
-
-def _gpu_ids() -> List[str]:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU")]
-
-
 def create_scheduler(
-    session_name: str, cache_size: int = 100, extra_paths: Optional[List[str]] = None, **kwargs: Any
+    session_name: str,
+    cache_size: int = 100,
+    extra_paths: Optional[List[str]] = None,
+    image_provider_class: Callable[[LocalOpts], ImageProvider] = CWDImageProvider,
+    **kwargs: Any,
 ) -> LocalScheduler:
-    return LocalScheduler(session_name, cache_size, extra_paths)
+    return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths)

@@ -1,29 +1,46 @@
-"""The per-app supervisor of the local scheduler: a small detached process that
-starts the replicas, copies their output to log files, applies retries and records
-every state change on disk.
+"""The per-app supervisor of ``local_cwd``: a small detached process that starts the
+replicas, copies their output to log files, applies retries and records every state
+change on disk (see ``local_files``).
 
-It is run as a script (``python local_supervisor.py APP_DIR``), not as a module of
-the ``torchx`` package, so it starts fast: stdlib only (psutil when available).
+It runs as a script (``python local_supervisor.py APP_DIR``), not as a module of the
+``torchx`` package, so it starts fast: stdlib only, plus psutil when a process tree must
+be walked.
 
-Files in APP_DIR: ``request.json`` (written by the scheduler: what to run),
-``state.json`` (written here, atomically, on every change), ``supervisor.log``.
-SIGTERM (``torchx cancel``) ends every replica's process tree (TERM, then KILL after
-a grace period) and marks the app CANCELLED. Output goes through pipes read here,
-so a replica's last line is on disk before its exit is recorded.
+- Every process an app starts stays under its supervisor: it is a child subreaper
+  (Linux), so descendants that daemonize or ``setsid`` re-parent to it, and each replica's
+  processes carry the replica's tag (``local_proc``).
+- A replica is its whole process tree: when its main process exits (or is killed, as a
+  torchrun agent may be), whatever it left running is killed at once, as a lost node's.
+- ``cancel`` (SIGTERM, or the ``cancel`` file) sends SIGTERM to every process of the app,
+  then SIGKILL to whatever still runs after ``GRACE_SECONDS``, and only then records
+  CANCELLED. A gang failure stops the other replicas the same way.
+- Output goes through pipes read here, so a replica's last line is on disk before its
+  exit is recorded; ``combined.log`` gets whole lines, a line over 1 MiB in marked pieces.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
+import importlib
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
-GRACE_SECONDS = 5.0
+if TYPE_CHECKING:
+    from torchx.schedulers import local_files as files
+    from torchx.schedulers import local_proc as procs
+else:  # run as a script, the sibling modules are on sys.path[0]
+    _PKG = "torchx.schedulers." if __package__ else ""
+    files = importlib.import_module(_PKG + "local_files")
+    procs = importlib.import_module(_PKG + "local_proc")
+
+GRACE_SECONDS = files.GRACE_SECONDS
+READ_SIZE = 1 << 20
 SUCCEEDED, FAILED, CANCELLED, RUNNING, PENDING = (
     "SUCCEEDED",
     "FAILED",
@@ -31,58 +48,6 @@ SUCCEEDED, FAILED, CANCELLED, RUNNING, PENDING = (
     "RUNNING",
     "PENDING",
 )
-
-
-def write_json_atomic(path: str, data: Dict[str, Any]) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
-def kill_tree(pid: int, sig: int) -> set:
-    """Signal a replica's process group and every descendant (some leave the group)."""
-    pids = {pid}
-    try:
-        import psutil
-
-        pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
-    except Exception:
-        pass
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for p in pids:
-        try:
-            os.kill(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            os.killpg(p, sig)  # descendants that started their own session
-        except (ProcessLookupError, PermissionError):
-            pass
-    return pids
-
-
-def reap_stragglers(pids: set, grace: float) -> None:
-    """KILL whatever of ``pids`` still runs after ``grace`` s (orphaned grandchildren)."""
-    try:
-        import psutil
-    except ImportError:
-        return
-    procs = []
-    for p in pids:
-        try:
-            procs.append(psutil.Process(p))
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
 
 
 def last_line(path: str, limit: int = 300) -> str:
@@ -101,61 +66,96 @@ def last_line(path: str, limit: int = 300) -> str:
     return lines[-1][:limit] if lines else ""
 
 
-class _Tee:
-    """Copies one pipe of a replica to its own log and (whole lines) to combined.log."""
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
-    def __init__(
-        self, fd: int, own_path: str, combined: Any, combined_lock: threading.Lock
-    ) -> None:
-        self._fd = fd
-        self._own = open(own_path, "ab", buffering=0)
-        self._combined = combined
-        self._lock = combined_lock
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        pending = b""
-        while True:
-            try:
-                chunk = os.read(self._fd, 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            self._own.write(chunk)
-            pending += chunk
-            cut = pending.rfind(b"\n") + 1
-            if cut:
-                with self._lock:
-                    self._combined.write(pending[:cut])
-                pending = pending[cut:]
-        if pending:
-            with self._lock:
-                self._combined.write(pending)
-        self._own.close()
-        os.close(self._fd)
+class _Combined:
+    """``combined.log`` of one replica: whole lines of both streams, one writer at a time.
+    The last of its users closes it."""
+
+    def __init__(self, path: str, users: int) -> None:
+        self.fd = files.open_private(path)
+        self.lock = threading.Lock()
+        self.users = users
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            _write_all(self.fd, data)
+
+    def release(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                os.close(self.fd)
+
+
+class _Tee(threading.Thread):
+    """Copies one pipe of a replica to its own log (as is) and to ``combined.log``."""
+
+    def __init__(self, fd: int, own_path: str, combined: _Combined) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.own = files.open_private(own_path)
+        self.combined = combined
+        self.start()
+
+    def run(self) -> None:
+        lines = files.LineBuffer()
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.fd, READ_SIZE)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    break
+                _write_all(self.own, chunk)
+                complete = lines.feed(chunk)
+                if complete:
+                    self.combined.write(complete)
+            rest = lines.rest()
+            if rest:
+                self.combined.write(rest)
+        finally:
+            os.close(self.own)
+            os.close(self.fd)
+            self.combined.release()
+
+
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(r, 1031, READ_SIZE)  # F_SETPIPE_SZ: fewer wake-ups for chatty replicas
+    except OSError:
+        pass
+    return r, w
 
 
 class Replica:
-    def __init__(self, spec: Dict[str, Any]) -> None:
+    def __init__(self, spec: Dict[str, Any], app_id: str) -> None:
         self.spec = spec
         self.role: str = spec["role"]
         self.id: int = spec["replica_id"]
-        self.proc: Optional[subprocess.Popen] = None
+        self.tag = f"{app_id}/{self.role}/{self.id}"
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.pid: Optional[int] = None
+        self.stamp: Optional[str] = None
         self.tees: List[_Tee] = []
         self.state = PENDING
         self.exit_code: Optional[int] = None
-        self.combined: Any = None
 
     def start(self) -> None:
-        os.makedirs(os.path.dirname(self.spec["stdout"]), exist_ok=True)
+        files.makedirs_private(os.path.dirname(self.spec["stdout"]))
         if os.path.exists(self.spec["error_file"]):
             os.remove(self.spec["error_file"])  # a fresh attempt gets a fresh reply file
         env = dict(os.environ)
         env.update(self.spec["env"])
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        env[procs.REPLICA_ENV] = self.tag
+        out_r, out_w = _pipe()
+        err_r, err_w = _pipe()
         try:
             self.proc = subprocess.Popen(
                 self.spec["args"],
@@ -169,38 +169,43 @@ class Replica:
         except OSError as e:
             os.close(out_r)
             os.close(err_r)
-            with open(self.spec["stderr"], "ab") as f:
-                f.write(f"failed to start {self.spec['args'][0]!r}: {e}\n".encode())
-            with open(self.spec["combined"], "ab") as f:
-                f.write(f"failed to start {self.spec['args'][0]!r}: {e}\n".encode())
-            self.state, self.exit_code = FAILED, 127
+            message = f"failed to start {self.spec['args'][0]!r}: {e}\n".encode()
+            for path in (self.spec["stderr"], self.spec["combined"]):
+                fd = files.open_private(path)
+                _write_all(fd, message)
+                os.close(fd)
+            self.state, self.exit_code, self.pid = FAILED, 127, None
             return
         finally:
             os.close(out_w)
             os.close(err_w)
-        self.combined = open(self.spec["combined"], "ab", buffering=0)
-        lock = threading.Lock()
+        self.pid, self.stamp = self.proc.pid, procs.stamp(self.proc.pid)
+        combined = _Combined(self.spec["combined"], 2)
         self.tees = [
-            _Tee(out_r, self.spec["stdout"], self.combined, lock),
-            _Tee(err_r, self.spec["stderr"], self.combined, lock),
+            _Tee(out_r, self.spec["stdout"], combined),
+            _Tee(err_r, self.spec["stderr"], combined),
         ]
-        self.state = RUNNING
+        self.state, self.exit_code = RUNNING, None
 
-    def finish(self, returncode: int) -> None:
-        """Record the exit once all its output is on disk."""
-        for tee in self.tees:
-            tee.thread.join(timeout=30)
-        if self.combined is not None:
-            self.combined.close()
-            self.combined = None
+    def exited(self, returncode: int) -> None:
+        if self.proc is not None:
+            self.proc.returncode = returncode  # reaped by the supervisor's waitpid(-1)
         self.exit_code = returncode
         self.state = SUCCEEDED if returncode == 0 else FAILED
+
+    def drain(self, timeout: float = 10) -> None:
+        """Wait until its output is on disk (the pipes close when its whole tree is gone;
+        the timeout only matters for a process that cleared its environment and lives on)."""
+        deadline = time.monotonic() + timeout
+        for tee in self.tees:
+            tee.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def to_json(self) -> Dict[str, Any]:
         return {
             "role": self.role,
             "id": self.id,
-            "pid": self.proc.pid if self.proc else None,
+            "pid": self.pid,
+            "stamp": self.stamp,
             "state": self.state,
             "exit_code": self.exit_code,
         }
@@ -209,90 +214,154 @@ class Replica:
 class Supervisor:
     def __init__(self, app_dir: str) -> None:
         self.app_dir = app_dir
-        with open(os.path.join(app_dir, "request.json")) as f:
-            self.request = json.load(f)
-        self.replicas = [Replica(s) for s in self.request["replicas"]]
+        request = files.read_json(os.path.join(app_dir, files.REQUEST))
+        if not isinstance(request, dict):
+            raise SystemExit(f"{app_dir}: no request")
+        self.request: Dict[str, Any] = request
+        self.app_id: str = self.request["app_id"]
+        self.replicas = [Replica(s, self.app_id) for s in self.request["replicas"]]
         self.roles: Dict[str, Dict[str, Any]] = self.request["roles"]
         self.retries_left = {name: r["max_retries"] for name, r in self.roles.items()}
         self.num_restarts = 0
         self.state = PENDING
         self.msg = ""
-        self.cancelled = threading.Event()
-        self.signalled: set = set()
+        self.cancel_requested = False
         self.started = time.time()
+        self.exits: Dict[int, int] = {}
+        self.quiet = 0  # > 0 while stopping replicas: exits are recorded, not handled
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
 
-    def write_state(self) -> None:
-        write_json_atomic(
-            os.path.join(self.app_dir, "state.json"),
-            {
-                "state": self.state,
-                "num_restarts": self.num_restarts,
-                "msg": self.msg,
-                "supervisor_pid": os.getpid(),
-                "replicas": [r.to_json() for r in self.replicas],
-                "started": self.started,
-                "updated": time.time(),
-            },
-        )
+    # ------------------------------------------------------------------ state
 
-    def by_pid(self, pid: int) -> Optional[Replica]:
-        for r in self.replicas:
-            if r.proc is not None and r.proc.pid == pid and r.state == RUNNING:
-                return r
-        return None
+    def write_state(self) -> bool:
+        """Record the state; False if it was already terminal on disk (then we must stop)."""
+        doc = {
+            "state": self.state,
+            "num_restarts": self.num_restarts,
+            "msg": self.msg,
+            "supervisor_pid": os.getpid(),
+            "replicas": [r.to_json() for r in self.replicas],
+            "started": self.started,
+            "updated": time.time(),
+        }
+        return files.transition(self.app_dir, doc) is doc
 
     def running(self) -> List[Replica]:
         return [r for r in self.replicas if r.state == RUNNING]
 
-    def stop(self, replicas: List[Replica]) -> None:
-        """TERM the replicas' trees, KILL after the grace period, reap them."""
-        for r in replicas:
-            if r.proc is not None:
-                self.signalled |= kill_tree(r.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_SECONDS
-        for r in replicas:
-            if r.proc is None:
-                continue
+    def cancelling(self) -> bool:
+        if not self.cancel_requested and os.path.exists(os.path.join(self.app_dir, files.CANCEL)):
+            self.cancel_requested = True
+        return self.cancel_requested
+
+    # ------------------------------------------------------------------ children
+
+    def sleep(self, timeout: float) -> None:
+        """Until a signal arrives (a child exited, a cancel) or ``timeout`` s passed."""
+        try:
+            select.select([self.wake_r], [], [], timeout)
+            os.read(self.wake_r, 4096)
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def collect(self) -> None:
+        """Reap every exited child (orphans re-parent to us); remember replicas' codes."""
+        mains = {r.pid for r in self.running()}
+        while True:
             try:
-                r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                kill_tree(r.proc.pid, signal.SIGKILL)
-                r.proc.wait()
-            kill_tree(r.proc.pid, signal.SIGKILL)  # stragglers that left the group
-            r.finish(r.proc.returncode)
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in mains:
+                self.exits[pid] = os.waitstatus_to_exitcode(status)
 
-    def on_sigterm(self, *_: Any) -> None:
-        if self.cancelled.is_set():
-            return
-        self.cancelled.set()
+    def reap(self) -> None:
+        self.collect()
         for r in self.running():
-            if r.proc is not None:
-                self.signalled |= kill_tree(r.proc.pid, signal.SIGTERM)
-        timer = threading.Timer(GRACE_SECONDS, self._kill_remaining)
-        timer.daemon = True
-        timer.start()
+            if r.pid in self.exits:
+                self.on_exit(r, self.exits.pop(r.pid))  # type: ignore[arg-type]
 
-    def _kill_remaining(self) -> None:
-        for r in self.running():
-            if r.proc is not None:
-                kill_tree(r.proc.pid, signal.SIGKILL)
+    def processes(self, targets: Optional[List[Replica]]) -> Set[int]:
+        """Live processes of ``targets`` (all our descendants when None)."""
+        if not procs.own_children():
+            return set()
+        everything = procs.descendants(os.getpid())
+        if targets is None:
+            found = everything
+        else:
+            tags = {r.tag for r in targets}
+            found = {p for p in everything if procs.replica_tag(p) in tags}
+            mains = {r.pid for r in targets if r.state == RUNNING and r.pid}
+            found |= mains | procs.descendants_of(mains)
+        return {p for p in found if procs.alive(p)}
+
+    def stop(self, targets: Optional[List[Replica]], grace: float) -> None:
+        """SIGTERM the processes of ``targets`` (None: every process of the app), SIGKILL
+        what still runs after ``grace`` s; returns once all are gone and reaped."""
+        self.quiet += 1
+        try:
+            pids = self.processes(targets)
+            procs.signal_pids(pids, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while pids and time.monotonic() < deadline:
+                self.sleep(0.05)
+                self.reap()
+                pids = self.processes(targets)
+            for _ in range(200):
+                if not pids:
+                    break
+                procs.signal_pids(pids, signal.SIGKILL)
+                self.sleep(0.01)
+                self.reap()
+                pids = self.processes(targets)
+            self.reap()
+            for r in self.replicas if targets is None else targets:
+                r.drain(timeout=2)
+        finally:
+            self.quiet -= 1
+
+    def kill_leftovers(self, r: Replica) -> None:
+        """SIGKILL what the (exited) main process of ``r`` left running: its orphans are
+        now our children (we are their subreaper), and carry its tag."""
+        for _ in range(100):
+            orphans = procs.own_children() - {x.pid for x in self.running()}
+            if not orphans:
+                return
+            tree = orphans | procs.descendants_of(orphans)
+            pids = {p for p in tree if procs.alive(p) and procs.replica_tag(p) == r.tag}
+            if not pids:
+                return
+            procs.signal_pids(pids, signal.SIGKILL)
+            self.sleep(0.01)
+            self.collect()
+
+    # ------------------------------------------------------------------ policy
+
+    def on_exit(self, r: Replica, code: int) -> None:
+        r.exited(code)
+        if self.quiet:
+            return  # ``stop`` ends the rest of its tree and drains its output
+        self.kill_leftovers(r)
+        r.drain()
+        if r.state == FAILED:
+            self.msg = f"replica {r.role}/{r.id} exited with code {r.exit_code}"
+            last = last_line(r.spec["stderr"])
+            if last:
+                self.msg += f": {last}"
+            if not self.handle_failure(r):
+                self.state = FAILED
+        self.write_state()
 
     def role_ok(self, role: str) -> bool:
-        """Whether a role can still succeed.
-
-        An elastic role tolerates losing nodes down to its min.
-        """
-        spec = self.roles[role]
+        """Whether a role can still succeed (an elastic role tolerates losing replicas
+        down to its ``min_replicas``)."""
         members = [r for r in self.replicas if r.role == role]
         failed = sum(1 for r in members if r.state == FAILED)
-        return len(members) - failed >= spec["min_replicas"]
-
-    def restart(self, replicas: List[Replica]) -> None:
-        self.stop([r for r in replicas if r.state == RUNNING])
-        self.num_restarts += 1
-        for r in replicas:
-            r.state, r.exit_code = PENDING, None
-            r.start()
+        return len(members) - failed >= self.roles[role]["min_replicas"]
 
     def handle_failure(self, replica: Replica) -> bool:
         """Retry per policy; returns False when the app has failed."""
@@ -306,66 +375,78 @@ class Supervisor:
                 targets = [r for r in self.replicas if r.role == role]
             else:
                 targets = list(self.replicas)
-            self.restart(targets)
+            self.stop([r for r in targets if r.state == RUNNING], GRACE_SECONDS)
+            self.num_restarts += 1
+            for r in targets:
+                r.start()
             return True
         return self.role_ok(role)
 
-    def run(self) -> int:
-        signal.signal(signal.SIGTERM, self.on_sigterm)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # ------------------------------------------------------------------ main
+
+    def _on_term(self, *_: Any) -> None:
+        self.cancel_requested = True
+
+    def start(self) -> bool:
+        """Publish our pid (signals are handled from now on) and start the replicas;
+        False if the app was cancelled or finished before it could start."""
+        procs.set_child_subreaper()
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGTERM, self._on_term)
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: None)  # handlers reset on exec: replicas get defaults
+        files.write_atomic(
+            os.path.join(self.app_dir, files.PID), f"{os.getpid()} {procs.stamp(os.getpid())}"
+        )
+        with files.locked(self.app_dir):
+            cur = files.current_state(self.app_dir)
+            if cur is not None and cur["state"] in files.TERMINAL:
+                return False  # finalized already (a cancel before we started)
+            if self.cancelling():
+                self.state, self.msg = CANCELLED, "cancelled before it started"
+                self.write_locked()
+                return False
         for r in self.replicas:
-            if not self.cancelled.is_set():
-                r.start()
-        if self.cancelled.is_set():  # cancelled while starting: stop what did start
-            for r in self.running():
-                self.signalled |= kill_tree(r.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
-        self.state = RUNNING
-        self.write_state()  # tells the scheduler the replicas started (and SIGTERM is handled)
-        failed_app = False
-        while self.running():
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
+            if self.cancelling():
                 break
-            except InterruptedError:
-                continue
-            replica = self.by_pid(pid)
-            if replica is None:
-                continue
-            replica.proc.returncode = os.waitstatus_to_exitcode(status)  # type: ignore[union-attr]
-            replica.finish(replica.proc.returncode)  # type: ignore[union-attr]
-            if self.cancelled.is_set():
-                continue
-            if replica.state == FAILED:
-                self.msg = (
-                    f"replica {replica.role}/{replica.id} exited with code {replica.exit_code}"
-                )
-                last = last_line(replica.spec["stderr"])
-                if last:
-                    self.msg += f": {last}"
-                if not self.handle_failure(replica):
-                    failed_app = True
-                    self.write_state()
-                    self.stop(self.running())
-                    reap_stragglers(self.signalled, GRACE_SECONDS)
-                    break
-            self.write_state()
-        if self.cancelled.is_set():
-            self.stop(self.running())
-            reap_stragglers(self.signalled, GRACE_SECONDS)
+            r.start()
+        return True
+
+    def write_locked(self) -> None:
+        doc = {"state": self.state, "msg": self.msg, "replicas": [], "updated": time.time()}
+        files.transition_locked(self.app_dir, doc)
+
+    def run(self) -> int:
+        if not self.start():
+            return 0
+        if not self.cancelling():
+            self.state = RUNNING
+            if not self.write_state():  # someone finalized the app meanwhile
+                self.stop(None, 0)
+                return 0
+        while not self.cancelling() and self.state != FAILED and self.running():
+            self.sleep(1.0)
+            self.reap()
+        if self.cancelling():
+            was_running = self.running()
+            self.stop(None, GRACE_SECONDS)
+            for r in was_running + [r for r in self.replicas if r.state == PENDING]:
+                r.state = CANCELLED
             self.state, self.msg = CANCELLED, "cancelled"
-        elif failed_app or not all(self.role_ok(role) for role in self.roles):
-            self.state = FAILED
         else:
-            self.state = SUCCEEDED
-            self.msg = ""
+            if self.state == FAILED and self.running():
+                self.write_state()  # the failure's message, while the others stop
+            self.stop(None, GRACE_SECONDS)  # the other replicas, and anything left behind
+            if self.state != FAILED and all(self.role_ok(role) for role in self.roles):
+                self.state, self.msg = SUCCEEDED, ""
+            else:
+                self.state = FAILED
         self.write_state()
         return 0
 
 
 def main() -> int:
-    app_dir = sys.argv[1]
-    return Supervisor(app_dir).run()
+    return Supervisor(sys.argv[1]).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+"""Reading ``local_cwd`` log files: whole lines, bounded memory, fast for big outputs.
+
+``LogLines`` is what ``LocalScheduler.log_iter`` returns: an iterator of lines (each
+ending in ``\\n``, except a last line that has none), as the Scheduler API promises. A
+printer that wants speed calls ``blocks()`` instead and gets the same text in pieces of
+many whole lines: ``torchx run``/``torchx log`` then print a million lines in a few
+writes instead of a million. A line longer than 1 MiB arrives in marked pieces
+(``local_files.LineBuffer``), so a single huge line never has to fit in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Callable, Iterator, List, Optional
+
+from torchx.schedulers.local_files import LineBuffer
+
+READ_SIZE = 1 << 20
+POLL_SECONDS = 0.02
+
+
+def split_text(text: str) -> List[str]:
+    """Lines of ``text`` split at ``\\n`` only (not at ``\\r`` or other separators)."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+class LogLines:
+    """An iterator of log lines; ``blocks()`` gives the rest as large pieces of lines."""
+
+    def __init__(self, chunks: Iterator[bytes], regex: Optional[str] = None) -> None:
+        self._chunks = chunks
+        self._pattern = re.compile(regex) if regex else None
+        self._lines: List[str] = []
+        self._pos = 0
+
+    def _filter(self, lines: List[str]) -> List[str]:
+        pattern = self._pattern
+        return [ln for ln in lines if pattern.search(ln)] if pattern else lines
+
+    def __iter__(self) -> LogLines:
+        return self
+
+    def __next__(self) -> str:
+        while self._pos >= len(self._lines):
+            self._lines = self._filter(split_text(next(self._chunks).decode(errors="replace")))
+            self._pos = 0
+        self._pos += 1
+        return self._lines[self._pos - 1]
+
+    def blocks(self) -> Iterator[str]:
+        """The remaining lines, many at a time (joined; whole lines only)."""
+        if self._pos < len(self._lines):
+            rest = "".join(self._lines[self._pos :])
+            self._lines, self._pos = [], 0
+            yield rest
+        for chunk in self._chunks:
+            text = chunk.decode(errors="replace")
+            if self._pattern:
+                text = "".join(self._filter(split_text(text)))
+            if text:
+                yield text
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close:
+            close()
+
+
+def read_chunks(path: str) -> Iterator[bytes]:
+    """Whole lines of the file as it is now, a chunk at a time."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    lines = LineBuffer()
+    with f:
+        while True:
+            chunk = f.read(READ_SIZE)
+            if not chunk:
+                break
+            out = lines.feed(chunk)
+            if out:
+                yield out
+    rest = lines.rest()
+    if rest:
+        yield rest
+
+
+def follow_chunks(path: str, finished: Callable[[], bool]) -> Iterator[bytes]:
+    """Whole lines of the file as they are written, until ``finished()`` and all is read."""
+    while not os.path.exists(path):
+        if finished():
+            yield from read_chunks(path)  # created between the check and ``finished``
+            return
+        time.sleep(POLL_SECONDS * 2)
+    lines = LineBuffer()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(READ_SIZE)
+            if chunk:
+                out = lines.feed(chunk)
+                if out:
+                    yield out
+                continue
+            if finished():
+                while True:  # written between the last read and the end
+                    chunk = f.read(READ_SIZE)
+                    if not chunk:
+                        break
+                    out = lines.feed(chunk)
+                    if out:
+                        yield out
+                rest = lines.rest()
+                if rest:
+                    yield rest
+                return
+            time.sleep(POLL_SECONDS)

@@ -1,0 +1,217 @@
+"""Processes of ``local_cwd`` apps: who is ours, and how to end all of them.
+
+Stdlib only (psutil only off Linux, where /proc is not there to read), because the
+supervisor imports this as a plain sibling module and must start fast.
+
+- A pid alone does not name a process: after it exits, the pid may be reused (or the
+  machine rebooted). Every pid we record comes with a *stamp* (start time and boot id),
+  and a process is ours only if both match.
+- Every replica process carries ``TORCHX_LOCAL_REPLICA=<app_id>/<role>/<replica>`` in its
+  environment, inherited by everything it starts, so its descendants are found even
+  after they left its process group, its session, or were orphaned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Iterable, List, Optional, Set
+
+REPLICA_ENV = "TORCHX_LOCAL_REPLICA"
+_BOOT_ID: List[str] = []
+
+
+def _boot_id() -> str:
+    if not _BOOT_ID:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                _BOOT_ID.append(f.read().strip()[:8])
+        except OSError:
+            _BOOT_ID.append("")
+    return _BOOT_ID[0]
+
+
+def _proc_stat(pid: int) -> Optional[List[str]]:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def stamp(pid: int) -> Optional[str]:
+    """A stamp that tells ``pid`` apart from any later process given the same pid."""
+    if sys.platform.startswith("linux"):
+        fields = _proc_stat(pid)
+        return f"{fields[19]}@{_boot_id()}" if fields else None
+    try:
+        import psutil
+
+        return str(psutil.Process(pid).create_time())
+    except Exception:
+        return None
+
+
+def is_ours(pid: object, pid_stamp: object) -> bool:
+    """Whether ``pid`` still runs (not a zombie) and is the process that had ``pid_stamp``."""
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(pid_stamp, str):
+        return False
+    if sys.platform.startswith("linux"):
+        fields = _proc_stat(pid)
+        return fields is not None and fields[0] != "Z" and f"{fields[19]}@{_boot_id()}" == pid_stamp
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        return str(p.create_time()) == pid_stamp and p.status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+def set_child_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux), so none escape it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        return False
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    if sys.platform.startswith("linux"):
+        fields = _proc_stat(pid)
+        return fields is not None and fields[0] != "Z"
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+def own_children() -> Set[int]:
+    """This process's children (orphans re-parented to a subreaper included)."""
+    if sys.platform.startswith("linux"):
+        try:
+            kids: Set[int] = set()
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/children") as f:
+                    kids.update(int(p) for p in f.read().split())
+            return kids
+        except (OSError, ValueError):
+            pass
+    return _psutil_children(os.getpid(), recursive=False)
+
+
+def descendants(pid: int) -> Set[int]:
+    """Every live or zombie descendant of ``pid`` (not ``pid`` itself)."""
+    return descendants_of([pid])
+
+
+def descendants_of(pids: Iterable[int]) -> Set[int]:
+    """Every descendant of any of ``pids`` (one scan of the process table)."""
+    if not sys.platform.startswith("linux"):
+        return set().union(*(_psutil_children(p, recursive=True) for p in pids))
+    children: dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _proc_stat(int(name))
+            if fields:
+                children.setdefault(int(fields[1]), []).append(int(name))
+    found: Set[int] = set()
+    todo = list(pids)
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _psutil_children(pid: int, recursive: bool) -> Set[int]:
+    import psutil
+
+    try:
+        return {c.pid for c in psutil.Process(pid).children(recursive=recursive)}
+    except psutil.Error:
+        return set()
+
+
+def replica_tag(pid: int) -> Optional[str]:
+    """The ``TORCHX_LOCAL_REPLICA`` of a process (None if unset or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return _psutil_tag(pid)
+    key = REPLICA_ENV.encode() + b"="
+    for item in env.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key) :].decode(errors="replace")
+    return None
+
+
+def _psutil_tag(pid: int) -> Optional[str]:
+    if sys.platform.startswith("linux"):
+        return None
+    try:
+        import psutil
+
+        return psutil.Process(pid).environ().get(REPLICA_ENV)
+    except Exception:
+        return None
+
+
+def tagged(prefix: str, among: Optional[Iterable[int]] = None) -> Set[int]:
+    """Processes (of ``among``, default all) whose replica tag starts with ``prefix``."""
+    if among is None:
+        if sys.platform.startswith("linux"):
+            among = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        else:
+            import psutil
+
+            among = psutil.pids()
+    me = os.getpid()
+    return {p for p in among if p != me and (replica_tag(p) or "").startswith(prefix)}
+
+
+def signal_pids(pids: Iterable[int], sig: int) -> None:
+    """Send ``sig`` to each pid and to its process group if it leads one."""
+    for p in pids:
+        if p <= 1:
+            continue
+        try:
+            if os.getpgid(p) == p:
+                os.killpg(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_tagged_everywhere(prefix: str, roots: Iterable[int] = ()) -> None:
+    """SIGKILL, until none is left, every process tagged ``prefix`` and the trees under
+    ``roots`` (pids already checked to be ours); used when the supervisor is gone."""
+    known = {}
+    for r in roots:
+        for p in {r} | descendants(r):
+            st = stamp(p)
+            if st:
+                known[p] = st
+    for _ in range(50):
+        pids = tagged(prefix) | {p for p, st in known.items() if is_ours(p, st)}
+        pids = {p for p in pids if alive(p)}
+        if not pids:
+            return
+        signal_pids(pids, signal.SIGKILL)
+        time.sleep(0.02)
