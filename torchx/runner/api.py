@@ -50,6 +50,7 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.trackers.api import tracker_config_env_var_name
+from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class Runner:
         component_args: Union[List[str], Dict[str, Any]],
         scheduler: str,
         cfg: Optional[Mapping[str, CfgVal]] = None,
-        workspace: Optional[str] = None,
+        workspace: Optional[Union[Workspace, str]] = None,
         parent_run_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         reattach_succeeded: bool = False,
@@ -132,7 +133,7 @@ class Runner:
         component_args: Union[List[str], Dict[str, Any]],
         scheduler: str,
         cfg: Optional[Mapping[str, CfgVal]] = None,
-        workspace: Optional[str] = None,
+        workspace: Optional[Union[Workspace, str]] = None,
         parent_run_id: Optional[str] = None,
     ) -> AppDryRunInfo[Any]:
         app = self.materialize_component(component, component_args)
@@ -157,7 +158,7 @@ class Runner:
         app: AppDef,
         scheduler: str,
         cfg: Optional[Mapping[str, CfgVal]] = None,
-        workspace: Optional[str] = None,
+        workspace: Optional[Union[Workspace, str]] = None,
         parent_run_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         reattach_succeeded: bool = False,
@@ -221,7 +222,7 @@ class Runner:
         app: AppDef,
         scheduler: str,
         cfg: Optional[Mapping[str, CfgVal]] = None,
-        workspace: Optional[str] = None,
+        workspace: Optional[Union[Workspace, str]] = None,
         parent_run_id: Optional[str] = None,
         _token: Optional[str] = None,
     ) -> AppDryRunInfo[Any]:
@@ -249,9 +250,17 @@ class Runner:
                         role.env[tracker_config_env_var_name(tracker)] = tracker_cfg
         resolved = dict(cfg or {})
         torchx_config.apply(scheduler, resolved)
-        with log_event("dryrun", scheduler, app_image=_image(app), runcfg=resolved):
+        with log_event(
+            "dryrun",
+            scheduler,
+            app_image=_image(app),
+            runcfg=resolved,
+            workspace=str(workspace) if workspace else None,
+        ):
             sched._pre_build_validate(app, scheduler, resolved)
+            build = apply_workspace(sched, app, workspace, resolved)
             info = sched.submit_dryrun(app, resolved)
+            info._workspace = build
         return info
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> AppHandle:
@@ -379,7 +388,7 @@ class Runner:
         opts = self.scheduler_run_opts(scheduler)
         cfg: Dict[str, CfgVal] = {}
         for literal in cfg_literal:
-            cfg.update(opts.cfg_from_str(literal))
+            cfg.update(opts.cfg_from_str(literal, strict=True))
         return cfg
 
     def trackers(self) -> Dict[str, Optional[str]]:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Dict, Generic, Iterable, Iterator, List, Mapping, Optional, TypeVar
+from typing import Any, Dict, Generic, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
 
 from torchx.specs.api import (
     NONE,
@@ -27,6 +27,23 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.specs.names import validate_app_names
+from torchx.workspace.api import Workspace, WorkspaceMixin, apply_workspace
+
+__all__ = [
+    "DescribeAppResponse",
+    "IDEMPOTENCY_TOKEN",
+    "InvalidAppError",
+    "ListAppResponse",
+    "Scheduler",
+    "Stream",
+    "WorkspaceMixin",
+    "app_idempotency_token",
+    "filter_regex",
+    "idempotency_token",
+    "role_by_name",
+    "split_lines",
+    "split_lines_iterator",
+]
 
 T = TypeVar("T")  # the scheduler's request type
 
@@ -96,10 +113,15 @@ class Scheduler(abc.ABC, Generic[T]):
         """Release resources held by this object (never kills jobs submitted through it)."""
 
     def submit(
-        self, app: AppDef, cfg: Mapping[str, CfgVal], workspace: Optional[str] = None
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgVal],
+        workspace: Optional[Union[Workspace, str]] = None,
     ) -> str:
-        """Dry-run then schedule ``app``; returns the scheduler's app id."""
+        """Build ``workspace`` (if any) into ``roles[0]``, dry-run, then schedule ``app``;
+        returns the scheduler's app id. Meant for tests and scripts (the Runner does more)."""
         resolved = self.run_opts().resolve(cfg)
+        apply_workspace(self, app, workspace, resolved)
         return self.schedule(self.submit_dryrun(app, resolved))
 
     @abc.abstractmethod
@@ -123,7 +145,11 @@ class Scheduler(abc.ABC, Generic[T]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[T]: ...
 
     def run_opts(self) -> runopts:
-        return self._run_opts()
+        """The scheduler's run options, plus the workspace options of a ``WorkspaceMixin``."""
+        opts = self._run_opts()
+        if isinstance(self, WorkspaceMixin):
+            opts.update(self.workspace_opts())
+        return opts
 
     def _run_opts(self) -> runopts:
         return runopts()

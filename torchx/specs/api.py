@@ -364,6 +364,7 @@ class AppDryRunInfo(Generic[T]):
         self._app: Optional[AppDef] = None
         self._cfg: Mapping[str, CfgVal] = {}
         self._scheduler: Optional[str] = None
+        self._workspace: Optional[Any] = None  # what a workspace build did (for --dryrun)
 
     def __repr__(self) -> str:
         return self._fmt(self.request)

@@ -250,7 +250,10 @@ def test_mlflow_link_only_where_there_is_a_ui(
         op = TorchXOperator(
             task_id="t",
             component="utils.python",
-            component_args=["--c", "print(1)"],
+            component_args=[
+                "--c",
+                "from torchx.tracker import app_run_from_env as r; r().add_metadata(a=1)",
+            ],
             poll_interval=0.5,
         )
         ti = _TI(name)
