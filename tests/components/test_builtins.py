@@ -246,3 +246,23 @@ def test_copy_main_between_filesystems(tmp_path: Path) -> None:
     assert copy_main.main(["--src", "memory://x/b.txt", "--dst", str(tmp_path / "c.txt")]) == 0
     assert (tmp_path / "c.txt").read_text() == "payload"
     assert copy_main.main(["--src", str(tmp_path / "missing"), "--dst", "memory://y"]) == 1
+
+
+def test_booth_runs_and_writes_its_trial_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component(
+            "utils.booth",
+            ["--x1", "1", "--x2", "3", "--trial_idx", "7", "--tracker_base", str(tmp_path / "hpo")],
+            "local_cwd",
+        )
+        status = runner.wait(handle, wait_interval=1, timeout=120)
+        assert status is not None and str(status.state) == "SUCCEEDED", status
+        assert "booth(1.0, 3.0) = 0.0\n" in list(runner.log_lines(handle, "torchx-utils-booth"))
+    assert json.loads((tmp_path / "hpo" / "7.json").read_text()) == {"booth_eval": 0.0}
