@@ -64,6 +64,7 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.util.paths import torchx_home
+from torchx.workspace.dir_workspace import LocalDirWorkspaceMixin, workspace_dir
 
 __all__ = [
     "COMBINED_LOG",
@@ -121,8 +122,11 @@ def _format_request(req: PopenRequest) -> str:
     return "\n".join(lines)
 
 
-class LocalScheduler(Scheduler[PopenRequest]):
+class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     """Runs replicas as local processes; all state on disk (see module doc).
+
+    A workspace other than the current directory is copied (``LocalDirWorkspaceMixin``)
+    and the role runs in the copy.
 
     ``close()`` releases nothing and kills nothing: apps outlive the process that launched
     them (upstream kills them); stop one with ``cancel``.
@@ -211,7 +215,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             idempotency_token=app_idempotency_token(app),
         )
         for role in app.roles:
-            img_root = provider.fetch_role(role)
+            img_root = workspace_dir(role) or provider.fetch_role(role)
             params: List[ReplicaParam] = []
             dirs: List[str] = []
             for replica_id in range(role.num_replicas):
@@ -229,7 +233,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     os.path.join(rdir, STDERR_LOG),
                     os.path.join(rdir, COMBINED_LOG),
                 )
-                param.cwd = param.cwd or os.getcwd()
+                param.cwd = workspace_dir(role) or param.cwd or os.getcwd()
                 param.error_file = os.path.join(rdir, ERROR_FILE)
                 param.env.setdefault("PYTHONUNBUFFERED", "1")
                 param.env.update(
