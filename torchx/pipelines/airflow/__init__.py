@@ -6,8 +6,9 @@ Importing this package does not import Airflow; the classes load on first access
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Dict
+
+from torchx.util.lazy import lazy_getattr
 
 _LAZY = {
     "TorchXOperator": "torchx.pipelines.airflow.operator",
@@ -49,11 +50,7 @@ def get_provider_info() -> Dict[str, Any]:
     }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'torchx.pipelines.airflow' has no attribute {name!r}")
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "TorchXOperator",

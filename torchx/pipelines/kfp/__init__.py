@@ -12,8 +12,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torchx.util.lazy import lazy_getattr
 
 _LAZY = {
     "component_from_app": "torchx.pipelines.kfp.adapter",
@@ -21,13 +20,10 @@ _LAZY = {
     "component_spec_from_app": "torchx.pipelines.kfp.adapter",
     "torchx_launcher": "torchx.pipelines.kfp.components",
     "start_pipeline_run": "torchx.pipelines.kfp.components",
+    "close_pipeline_run": "torchx.pipelines.kfp.components",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'torchx.pipelines.kfp' has no attribute {name!r}")
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = list(_LAZY)

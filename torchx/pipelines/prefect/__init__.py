@@ -6,8 +6,7 @@ Importing this package does not import Prefect; names load on first access.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torchx.util.lazy import lazy_getattr
 
 _LAZY = {
     "submit": "torchx.pipelines.prefect.tasks",
@@ -23,10 +22,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'torchx.pipelines.prefect' has no attribute {name!r}")
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = list(_LAZY)
