@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -14,6 +16,8 @@ import pytest
 
 from tests.processes import wait_for_job_processes
 from torchx import specs
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, idempotency_token
+from torchx.schedulers.ray_scheduler import create_scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = os.path.dirname(sys.executable)
@@ -122,6 +126,47 @@ def test_cancel_stops_every_replica_process(env: Path) -> None:
     _, alive = psutil.wait_procs(sleeps, timeout=60)
     assert alive == []
     assert "CANCELLED" in _tx("status", handle).stdout
+
+
+def _true_app(token: str) -> specs.AppDef:
+    role = specs.Role(
+        "r", image="", entrypoint="true", resource=specs.Resource(cpu=1, gpu=0, memMB=64)
+    )
+    return specs.AppDef("idem", [role], metadata={IDEMPOTENCY_TOKEN: token})
+
+
+def test_token_in_job_metadata_found_oldest_first_from_any_home(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sched = create_scheduler("test")
+    t1, t2 = idempotency_token("dag/task/run-1"), idempotency_token("dag/task/run-2")
+    first = sched.submit(_true_app(t1), {})
+    second = sched.submit(_true_app(t1), {})
+    other = sched.submit(_true_app(t2), {})
+    try:
+        found = sched.find_by_idempotency_token(t1)
+        assert [(a.app_id, a.name) for a in found] == [(first, "idem"), (second, "idem")]
+        assert [a.app_id for a in sched.find_by_idempotency_token(t2)] == [other]
+        assert sched.find_by_idempotency_token(idempotency_token("never used")) == []
+        assert {first, second, other} <= {a.app_id for a in sched.list()}
+        # The request holds the replicas' environment: private to its owner.
+        request = env / "home" / "ray" / f"{first}.json"
+        assert stat.S_IMODE(request.stat().st_mode) == 0o600
+        assert stat.S_IMODE(request.parent.stat().st_mode) == 0o700
+        # Another process with its own $TORCHX_HOME finds the same apps, through Ray alone.
+        monkeypatch.setenv("TORCHX_HOME", str(env / "other-home"))
+        elsewhere = create_scheduler("elsewhere")
+        assert [a.app_id for a in elsewhere.find_by_idempotency_token(t1)] == [first, second]
+    finally:
+        pending = {first, second, other}
+        for app_id in pending:  # the apps only had to exist: free the head's CPUs
+            sched.cancel(app_id)
+        deadline = time.monotonic() + 120
+        while pending and time.monotonic() < deadline:
+            live = {a.app_id for a in sched.list() if not specs.is_terminal(a.state)}
+            pending &= live
+            time.sleep(0.5)
+        assert not pending, f"jobs still running after 120 s: {pending}"
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ one actor per replica in a placement group and runs the replica's command there.
 the job's logs, each line prefixed ``role/replica``. ``cancel`` stops the job; the driver
 then ends every replica's process tree. The request file is written under
 ``$TORCHX_HOME/ray`` and must be readable by the cluster's head (a local or shared-FS
-cluster).
+cluster running as the submitting user): it holds the replicas' environment, which may
+carry secrets, so it is private to its owner (0600, in a 0700 directory). A keyed
+submission (``Runner.run(idempotency_key=...)``) puts its token in the Ray job's metadata.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torchx.schedulers.api import (
     ListAppResponse,
     Scheduler,
     Stream,
+    app_idempotency_token,
     filter_regex,
 )
 from torchx.schedulers.ids import unique_name
@@ -45,6 +48,9 @@ from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
 
 _ACTOR_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*m)?\s")
+META_TORCHX = "torchx"
+META_APP_NAME = "app_name"
+META_IDEMPOTENCY_TOKEN = "idempotency_token"
 RAY_STATES = {
     "PENDING": AppState.PENDING,
     "RUNNING": AppState.RUNNING,
@@ -62,6 +68,15 @@ class RayJob:
     working_dir: str
     spread: bool = False
     app: Dict[str, Any] = field(default_factory=dict)
+    idempotency_token: Optional[str] = None
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        """The Ray job's metadata: marks it as torchx's, and carries the token if any."""
+        meta = {META_TORCHX: "1", META_APP_NAME: self.app.get("name", ""), "address": self.address}
+        if self.idempotency_token:
+            meta[META_IDEMPOTENCY_TOKEN] = self.idempotency_token
+        return meta
 
     def entrypoint(self, request_path: str) -> str:
         driver = "torchx.schedulers.ray_driver"
@@ -69,6 +84,8 @@ class RayJob:
 
     def __repr__(self) -> str:
         lines = [f"ray job {self.app_id} on {self.address} (cwd {self.working_dir})"]
+        if self.idempotency_token:
+            lines.append(f"  idempotency token: {self.idempotency_token}")
         for r in self.replicas:
             lines.append(
                 f"  {r['role']}/{r['replica_id']} [{r['cpu']} cpu]: {shlex.join(r['args'])}"
@@ -151,6 +168,7 @@ class RayScheduler(Scheduler[RayJob]):
             str(cfg.get("working_dir") or os.getcwd()),
             bool(cfg.get("spread")),
             appdef_to_dict(app),
+            app_idempotency_token(app),
         )
         return AppDryRunInfo(job, repr)
 
@@ -160,24 +178,20 @@ class RayScheduler(Scheduler[RayJob]):
     def schedule(self, dryrun_info: AppDryRunInfo[RayJob]) -> str:
         job = dryrun_info.request
         path = self._request_path(job.app_id)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(
-                {
-                    "replicas": job.replicas,
-                    "working_dir": job.working_dir,
-                    "spread": job.spread,
-                    "address": job.address,
-                    "app": job.app,
-                },
-                f,
-            )
+        request = {
+            "replicas": job.replicas,
+            "working_dir": job.working_dir,
+            "spread": job.spread,
+            "address": job.address,
+            "app": job.app,
+        }
+        _write_private(path, json.dumps(request))
         client = self._client(job.address)
         client.submit_job(
             entrypoint=job.entrypoint(path),
             submission_id=job.app_id,
             entrypoint_num_cpus=0,
-            metadata={"torchx": "1", "app_name": job.app["name"], "address": job.address},
+            metadata=job.metadata,
         )
         return job.app_id
 
@@ -234,20 +248,34 @@ class RayScheduler(Scheduler[RayJob]):
         )
 
     def list(self) -> List[ListAppResponse]:
+        return [self._entry(job) for job in self._torchx_jobs()]
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id).
+
+        The Job Submission API cannot filter: this lists the cluster's jobs and filters
+        their metadata here.
+        """
+        jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
+        jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
+        return [self._entry(job) for job in jobs]
+
+    def _torchx_jobs(self) -> List[Any]:
         client = self._client(str(self.run_opts().get("dashboard_address").default))  # type: ignore[union-attr]
-        out = []
-        for job in client.list_jobs():
-            meta = job.metadata or {}
-            if meta.get("torchx") == "1" and job.submission_id:
-                status = str(job.status.value if hasattr(job.status, "value") else job.status)
-                out.append(
-                    ListAppResponse(
-                        job.submission_id,
-                        RAY_STATES.get(status, AppState.UNKNOWN),
-                        name=meta.get("app_name", ""),
-                    )
-                )
-        return out
+        return [
+            job
+            for job in client.list_jobs()
+            if (job.metadata or {}).get(META_TORCHX) == "1" and job.submission_id
+        ]
+
+    @staticmethod
+    def _entry(job: Any) -> ListAppResponse:
+        status = str(job.status.value if hasattr(job.status, "value") else job.status)
+        return ListAppResponse(
+            job.submission_id,
+            RAY_STATES.get(status, AppState.UNKNOWN),
+            name=(job.metadata or {}).get(META_APP_NAME, ""),
+        )
 
     def _cancel_existing(self, app_id: str) -> None:
         self._client(self._address(app_id)).stop_job(app_id)
@@ -295,6 +323,23 @@ class RayScheduler(Scheduler[RayJob]):
             if desc is None or is_terminal(desc.state):
                 return
             time.sleep(0.5)
+
+
+def _write_private(path: str, text: str) -> None:
+    """Write ``path`` readable by its owner only (0600, directory 0700), atomically."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            os.fchmod(f.fileno(), 0o600)  # O_CREAT's mode does not apply to an existing file
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> RayScheduler:
