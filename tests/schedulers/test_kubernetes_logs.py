@@ -201,7 +201,7 @@ def test_cli_missing_queue_is_one_line(srv: KMockServer, tmp_path: Path) -> None
     assert out.stderr.strip().splitlines() == [
         "torchx: error: Required run option 'queue' is missing for job_type=volcano;"
         " pass -cfg queue=QUEUE"
-        " (a Volcano queue, e.g. default) or -cfg job_type=indexed. Given run configs: {}"
+        " (a Volcano queue, e.g. default) or -cfg job_type=indexed. Given run configs: <EMPTY>"
     ]
 
 
