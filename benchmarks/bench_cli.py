@@ -1,6 +1,7 @@
 """Side-by-side speed of this torchx vs upstream torchx 0.7.0 (and plain torchrun).
 
-Run: ``bash benchmarks/run.sh`` (sets up the upstream venv, then runs this).
+Run: ``bash benchmarks/run.sh`` (sets up the upstream venv, then runs this and, at
+its end, ``bench_logs.py``).
 Each case runs both implementations interleaved, N times, and reports medians,
 so machine noise hits both alike. Results go to ``benchmarks/RESULTS.md``.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -188,6 +190,25 @@ def ddp_ratio(ours: Impl, repeat: int, work: str) -> Result:
     return res
 
 
+def replace_section(path: Path, title: Optional[str], body: str) -> None:
+    """Write ``body`` as the ``## title`` section of ``path`` (None: the part before the
+    first section), keeping every other section as it is; a new section goes last."""
+    text = path.read_text() if path.exists() else ""
+    parts = re.split(r"(?m)^## ", text)
+    head, sections = parts[0], ["## " + p for p in parts[1:]]
+    if title is None:
+        head = body.rstrip("\n") + "\n\n"
+    else:
+        new = f"## {title}\n\n{body.rstrip()}\n\n"
+        for i, sec in enumerate(sections):
+            if sec.split("\n", 1)[0].strip() == f"## {title}":
+                sections[i] = new
+                break
+        else:
+            sections.append(new)
+    path.write_text((head + "".join(sections)).rstrip("\n") + "\n")
+
+
 def write_results(
     results: List[Result], lost: Dict[str, int], n_lost: int, ddp: Optional[Result], path: Path
 ) -> str:
@@ -217,18 +238,17 @@ def write_results(
     ]
     for name, misses in lost.items():
         lines.append(f"- {name}: {misses} of {n_lost}")
+    text = "\n".join(lines) + "\n"
+    replace_section(path, None, text)
     if ddp is not None:
         a, b = ddp.median("torchx dist.ddp"), ddp.median("plain torchrun")
-        lines += [
-            "",
-            "## dist.ddp overhead",
-            "",
+        ddp_text = (
             f"- `torchx run -s local_cwd dist.ddp -j 1x2`: {a:.2f} s;"
             f" plain `torchrun --nproc_per_node 2`: {b:.2f} s;"
-            f" ratio **{a / b:.3f}** (upstream measured 1.12; target <= 1.03)",
-        ]
-    text = "\n".join(lines) + "\n"
-    path.write_text(text)
+            f" ratio **{a / b:.3f}** (upstream measured 1.12; target <= 1.03)"
+        )
+        replace_section(path, "dist.ddp overhead", ddp_text)
+        text += "\n## dist.ddp overhead\n\n" + ddp_text + "\n"
     return text
 
 
@@ -237,6 +257,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--lost-runs", type=int, default=200)
     parser.add_argument("--no-ddp", action="store_true")
+    parser.add_argument("--no-logs", action="store_true", help="skip bench_logs.py")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     args = parser.parse_args()
 
@@ -292,6 +313,11 @@ def main() -> None:
         lost = lost_output(impls, args.lost_runs, work)
         ddp = None if args.no_ddp else ddp_ratio(ours, max(3, r // 2), work)
         print(write_results(results, lost, args.lost_runs, ddp, Path(args.out)))
+    if not args.no_logs:
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "bench_logs.py"), "--out", args.out],
+            check=True,
+        )
 
 
 if __name__ == "__main__":

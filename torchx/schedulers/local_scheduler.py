@@ -59,6 +59,7 @@ from torchx.specs.api import (
     AppState,
     CfgVal,
     ReplicaStatus,
+    Role,
     RoleStatus,
     macros,
     runopts,
@@ -94,6 +95,8 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 ENV_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 POLL_SECONDS = 0.01
 TOKENS_DIR = ".tokens"
+# the supervisor needs only the stdlib on Linux: skip site-packages (~20 ms of its start)
+_FAST_START = ["-S", "-E"] if sys.platform.startswith("linux") else []
 
 
 @dataclass
@@ -147,6 +150,17 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
 
     def close(self) -> None:
         """Nothing to release: apps and their files live on (see the class doc)."""
+
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """Copy a workspace for the role to run in, unless it is the current directory
+        (the CLI's default), which is decided here without loading fsspec (0.2 s)."""
+        path = workspace[len("file://") :] if workspace.startswith("file://") else workspace
+        if "://" not in path and os.path.isdir(path):
+            if os.path.realpath(path) == os.path.realpath(os.getcwd()):
+                return
+        super().build_workspace_and_update_role(role, workspace, cfg)
 
     # ------------------------------------------------------------------ paths
 
@@ -348,7 +362,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         log_fd = files.open_private(str(app_dir / files.SUPERVISOR_LOG))
         try:
             proc = subprocess.Popen(
-                [sys.executable, SUPERVISOR, str(app_dir)],
+                [sys.executable, *_FAST_START, SUPERVISOR, str(app_dir)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
