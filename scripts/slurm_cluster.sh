@@ -1,45 +1,68 @@
 #!/usr/bin/env bash
 # A throwaway local Slurm cluster (Debian's Slurm 22.05) for tests and for trying torchx on Slurm:
-# its own munged, slurmctld and two slurmd "nodes" (node1, node2) on 127.0.0.1 with their own ports.
-# Everything (config, munge key and socket, state, spool, logs, pids, job-completion log) lives in
-# $SLURM_CLUSTER_DIR (default /tmp/torchx-slurm); nothing is written to /etc. Needs root, no systemd.
+# its own munged, slurmctld and two slurmd "nodes" (node1, node2) on 127.0.0.1 with their own ports,
+# and job accounting as production clusters keep it: slurmdbd over its own MariaDB server, so `sacct`
+# answers for jobs that slurmctld has forgotten (MinJobAge). Everything (config, munge key and
+# socket, database, state, spool, logs, pids) lives in $SLURM_CLUSTER_DIR (default
+# /tmp/torchx-slurm); nothing is written to /etc. Needs root, no systemd.
 #
-#   bash scripts/slurm_cluster.sh install   # apt-get install slurm-wlm munge (idempotent, ~30 s once)
+#   bash scripts/slurm_cluster.sh install   # apt-get install slurm-wlm munge slurmdbd mariadb-server
+#                                           # (idempotent, ~50 s once)
 #   bash scripts/slurm_cluster.sh start     # start (or reuse) the cluster; waits until both nodes are idle
 #   eval "$(bash scripts/slurm_cluster.sh env)"   # export SLURM_CONF for sbatch/srun/squeue/sinfo/...
 #   bash scripts/slurm_cluster.sh status    # daemons, nodes, queue; exit 0 only when all daemons are up
 #   bash scripts/slurm_cluster.sh stop      # cancel jobs, stop exactly the daemons started, remove the dir
 #
 # Knobs: SLURM_CLUSTER_DIR, SLURM_CLUSTER_PORT (slurmctld port, default 16817; slurmd uses the next
-# ports), SLURM_CLUSTER_NODE_CPUS (CPUs declared per node, default 4: more than exist, on purpose),
-# SLURM_CLUSTER_NODE_MEM_MB (default: half the machine's memory per node).
+# two ports, slurmdbd the third, MariaDB the fourth), SLURM_CLUSTER_NODE_CPUS (CPUs declared per
+# node, default 4: more than exist, on purpose), SLURM_CLUSTER_NODE_MEM_MB (default: half the
+# machine's memory per node), SLURM_CLUSTER_MIN_JOB_AGE (seconds slurmctld keeps a finished job,
+# default 2; Slurm's own default is 300), SLURM_CLUSTER_ACCOUNTING=jobcomp (no database: finished
+# jobs go to a jobcomp/filetxt log instead, the way the cluster ran before slurmdbd).
 set -euo pipefail
 
 DIR=$(realpath -m "${SLURM_CLUSTER_DIR:-/tmp/torchx-slurm}")
 CONF="$DIR/slurm.conf"
 NODES=(node1 node2)
 PORT=${SLURM_CLUSTER_PORT:-16817}
+DBD_PORT=$((PORT + 3))
+DB_PORT=$((PORT + 4))
 MUNGE_SOCKET="$DIR/munge/munge.socket"
+DB_SOCKET="$DIR/run/mariadb.sock"
 
 log() { echo "slurm_cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
 fail() { log "$*"; stop; exit 1; }   # after start began: undo what it started
 
+# accounting: "slurmdbd" (default) or "jobcomp"; a running cluster keeps the mode it started with
+accounting() {
+    if [ -s "$DIR/accounting" ]; then cat "$DIR/accounting"; return; fi
+    case "${SLURM_CLUSTER_ACCOUNTING:-slurmdbd}" in
+        slurmdbd | jobcomp) echo "${SLURM_CLUSTER_ACCOUNTING:-slurmdbd}" ;;
+        *) die "SLURM_CLUSTER_ACCOUNTING must be slurmdbd or jobcomp, not ${SLURM_CLUSTER_ACCOUNTING}" ;;
+    esac
+}
+
 # ------------------------------------------------------------------------------------------ install
 install() {
-    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
-        && command -v munged >/dev/null; then
-        return 0
+    local pkgs=(slurm-wlm munge) have=1
+    command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+        && command -v munged >/dev/null || have=0
+    if [ "$(accounting)" = slurmdbd ]; then
+        pkgs+=(slurmdbd mariadb-server)
+        [ -x /usr/sbin/slurmdbd ] && [ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db >/dev/null \
+            || have=0
     fi
-    [ "$(id -u)" = 0 ] || die "installing slurm-wlm and munge needs root (or: sudo apt-get install slurm-wlm munge)"
-    command -v apt-get >/dev/null || die "no apt-get: install Slurm and MUNGE with this system's package manager"
+    [ "$have" = 0 ] || return 0
+    [ "$(id -u)" = 0 ] || die "installing ${pkgs[*]} needs root (or: sudo apt-get install ${pkgs[*]})"
+    command -v apt-get >/dev/null || die "no apt-get: install ${pkgs[*]} with this system's package manager"
     export DEBIAN_FRONTEND=noninteractive
-    # a fresh image often has no package lists: update only when apt does not know the package
-    if ! apt-cache policy slurm-wlm 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    # a fresh image often has no package lists: update only when apt does not know the packages
+    if [ "$(apt-cache policy "${pkgs[@]}" 2>/dev/null | grep -c 'Candidate: [0-9]')" != "${#pkgs[@]}" ]; then
         apt-get update -qq >/dev/null
     fi
     # recommends would add ~20 plugin and -dev packages; the basic plugins have all this cluster needs
-    apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+    apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 }
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -54,7 +77,12 @@ alive() {
     [ "$comm" = "${1%%-*}" ]
 }
 
-daemons() { echo munged slurmctld; for n in "${NODES[@]}"; do echo "slurmd-$n"; done; }
+daemons() {
+    echo munged
+    [ "$(accounting)" = jobcomp ] || echo mariadbd slurmdbd
+    echo slurmctld
+    for n in "${NODES[@]}"; do echo "slurmd-$n"; done
+}
 
 write_conf() {
     local host cpus mem
@@ -62,7 +90,7 @@ write_conf() {
     cpus=${SLURM_CLUSTER_NODE_CPUS:-4}
     mem=${SLURM_CLUSTER_NODE_MEM_MB:-$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)}
     : > "$DIR/plugstack.conf"   # keep /etc/slurm/plugstack.conf(.d) out of this cluster
-    cat > "$CONF" <<EOF
+    cat > "$CONF" <<CONF
 # written by scripts/slurm_cluster.sh start; removed by stop
 ClusterName=torchx
 SlurmctldHost=${host}(127.0.0.1)
@@ -83,24 +111,44 @@ PlugStackConfig=${DIR}/plugstack.conf
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
+CONF
+    if [ "$(accounting)" = jobcomp ]; then
+        cat >> "$CONF" <<CONF
 # no slurmdbd: sacct only reads the job-completion text file (sacct -c)
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=${DIR}/jobcomp.txt
+CONF
+    else
+        cat >> "$CONF" <<CONF
+# accounting in slurmdbd (sacct), comments included; no job-completion file
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=${DBD_PORT}
+# with MUNGE, the "password" of the slurmdbd connection is the munge socket to authenticate with
+AccountingStoragePass=${MUNGE_SOCKET}
+AccountingStoreFlags=job_comment
+JobCompType=jobcomp/none
+CONF
+    fi
+    cat >> "$CONF" <<CONF
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,bf_hetjob_immediate,bf_hetjob_prio=max
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 # nodes declare what the config says (more CPUs than the machine has), not what slurmd detects
 SlurmdParameters=config_overrides
-MinJobAge=300
+# slurmctld forgets a finished job after ~MinJobAge s (+ its purge interval): then only
+# accounting knows it, as on a production cluster after 300 s. Small, so that path is the
+# common one here.
+MinJobAge=${SLURM_CLUSTER_MIN_JOB_AGE:-2}
 KillWait=5
 ReturnToService=2
 MpiDefault=none
 NodeName=${NODES[0]} NodeHostname=${host} NodeAddr=127.0.0.1 Port=$((PORT + 1)) CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
 NodeName=${NODES[1]} NodeHostname=${host} NodeAddr=127.0.0.1 Port=$((PORT + 2)) CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
 PartitionName=debug Nodes=${NODES[0]},${NODES[1]} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
-EOF
+CONF
 }
 
 # munged with its own key, socket and pid under $DIR (the socket dir must be traversable by munge)
@@ -116,17 +164,70 @@ start_munge() {
     fi
     runuser -u munge -- /usr/sbin/munged --key-file="$DIR/munge/private/munge.key" --socket="$MUNGE_SOCKET" \
         --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/private/munged.log" \
-        --seed-file="$DIR/munge/private/munged.seed" \
+        --seed-file="$DIR/munge/private/munged.seed" 9>&- \
         || fail "munged did not start (the munge user must be able to traverse $DIR): $(tail -n 3 "$DIR/munge/private/munged.log" 2>/dev/null)"
     cp "$DIR/munge/munged.pid" "$DIR/run/munged.pid"
+}
+
+# until_ok CMD...: poll CMD every 0.1 s until it succeeds, for up to 30 s in all
+until_ok() {
+    local deadline=$((SECONDS + 30))
+    while [ "$SECONDS" -lt "$deadline" ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    return 1
+}
+
+db() { mariadb --no-defaults --socket="$DB_SOCKET" -u root "$@"; }
+
+# a fresh MariaDB under $DIR/mysql on 127.0.0.1:DB_PORT, and slurmdbd on 127.0.0.1:DBD_PORT over it
+start_accounting() {
+    local pw
+    rm -rf "$DIR/mysql"
+    # small and unsynced on purpose: a throwaway database that must start fast
+    local tuning=(--innodb-buffer-pool-size=32M --innodb-log-file-size=8M
+        --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --performance-schema=OFF)
+    mariadb-install-db --no-defaults --user=root --datadir="$DIR/mysql" --skip-test-db \
+        --auth-root-authentication-method=socket "${tuning[@]}" > "$DIR/log/mariadb-install.log" 2>&1 \
+        || fail "mariadb-install-db failed: $(tail -n 5 "$DIR/log/mariadb-install.log")"
+    setsid /usr/sbin/mariadbd --no-defaults --user=root --datadir="$DIR/mysql" --socket="$DB_SOCKET" \
+        --pid-file="$DIR/run/mariadbd.pid" --bind-address=127.0.0.1 --port="$DB_PORT" \
+        --skip-name-resolve --log-error="$DIR/log/mariadb.log" "${tuning[@]}" \
+        </dev/null >/dev/null 2>&1 9>&- &
+    until_ok db -e 'SELECT 1' || fail "MariaDB did not start: $(tail -n 5 "$DIR/log/mariadb.log")"
+    until_ok alive mariadbd || fail "MariaDB wrote no pid file: $(tail -n 5 "$DIR/log/mariadb.log")"
+    pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    db -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '${pw}';
+           GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" \
+        || fail "could not create the slurm database user"
+    # slurmdbd reads slurmdbd.conf next to \$SLURM_CONF; it must be 0600 and owned by SlurmUser
+    ( umask 077; cat > "$DIR/slurmdbd.conf" <<CONF
+# written by scripts/slurm_cluster.sh start; removed by stop
+AuthType=auth/munge
+AuthInfo=socket=${MUNGE_SOCKET}
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=${DBD_PORT}
+SlurmUser=root
+PidFile=${DIR}/run/slurmdbd.pid
+LogFile=${DIR}/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=${DB_PORT}
+StorageUser=slurm
+StoragePass=${pw}
+StorageLoc=slurm_acct_db
+CONF
+    )
+    /usr/sbin/slurmdbd 9>&- || fail "slurmdbd did not start: $(tail -n 5 "$DIR/log/slurmdbd.log")"
+    until_ok timeout 10 sacctmgr -n list cluster || fail "slurmdbd does not answer: $(tail -n 5 "$DIR/log/slurmdbd.log")"
+    sacctmgr -i -Q add cluster torchx >/dev/null || fail "sacctmgr could not add the cluster"
 }
 
 wait_idle() {
     local states
     for _ in $(seq 1 150); do
-        states=$(SLURM_CONF="$CONF" sinfo -h -N -o '%N=%t' 2>/dev/null | sort -u | tr '\n' ' ' || true)
+        states=$(sinfo -h -N -o '%N=%t' 2>/dev/null | sort -u | tr '\n' ' ' || true)
         if [ "$states" = "$(printf '%s=idle ' "${NODES[@]}")" ]; then
-            log "up in $DIR: $states"
+            log "up in $DIR ($(accounting) accounting): $states"
             return 0
         fi
         sleep 0.1
@@ -143,20 +244,22 @@ start() {
     local d all=1 any=0
     for d in $(daemons); do if alive "$d"; then any=1; else all=0; fi; done
     if [ "$all" = 1 ]; then
-        log "already running in $DIR"
+        log "already running in $DIR ($(accounting) accounting)"
         return 0
     fi
     [ "$any" = 0 ] || { log "partly running in $DIR: restarting it"; stop; }
     mkdir -p "$DIR"/{state,spool,log,run}
     for d in "${NODES[@]}"; do mkdir -p "$DIR/spool/$d"; done
-    rm -rf "${DIR:?}"/state/* "$DIR"/run/*
+    rm -rf "${DIR:?}"/state/* "$DIR"/run/* "$DIR/accounting"
+    accounting > "$DIR/accounting.new" && mv "$DIR/accounting.new" "$DIR/accounting"
     write_conf
-    start_munge
     export SLURM_CONF="$CONF"
+    start_munge
+    [ "$(accounting)" = jobcomp ] || start_accounting
     # -c: a throwaway cluster starts without old jobs; each daemon forks and writes its pid file
-    /usr/sbin/slurmctld -c -f "$CONF" || fail "slurmctld did not start: $(tail -n 5 "$DIR/log/slurmctld.log")"
+    /usr/sbin/slurmctld -c -f "$CONF" 9>&- || fail "slurmctld did not start: $(tail -n 5 "$DIR/log/slurmctld.log")"
     for d in "${NODES[@]}"; do
-        /usr/sbin/slurmd -f "$CONF" -N "$d" || fail "slurmd -N $d did not start: $(tail -n 5 "$DIR/log/slurmd-$d.log")"
+        /usr/sbin/slurmd -f "$CONF" -N "$d" 9>&- || fail "slurmd -N $d did not start: $(tail -n 5 "$DIR/log/slurmd-$d.log")"
     done
     wait_idle || fail "giving up: stopped what was started"
 }
@@ -175,24 +278,28 @@ kill_recorded() {
 
 stop() {
     local d
+    export SLURM_CONF="$CONF"
     if alive slurmctld; then
         # end the jobs through Slurm first, so their slurmstepd and tasks go too
         local jobs
-        jobs=$(SLURM_CONF="$CONF" squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
+        jobs=$(squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
         if [ -n "${jobs// /}" ]; then
             # shellcheck disable=SC2086
-            SLURM_CONF="$CONF" scancel $jobs 2>/dev/null || true
+            scancel $jobs 2>/dev/null || true
             for _ in $(seq 1 150); do
-                [ -z "$(SLURM_CONF="$CONF" squeue -h -o %A 2>/dev/null)" ] && break
+                [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break
                 sleep 0.1
             done
         fi
     fi
     for d in "${NODES[@]}"; do kill_recorded "slurmd-$d"; done
     kill_recorded slurmctld
+    kill_recorded slurmdbd
+    kill_recorded mariadbd
     kill_recorded munged
     # only what start created: SLURM_CLUSTER_DIR may be a directory with other things in it
-    rm -rf "${DIR:?}"/{state,spool,log,run,munge} "$CONF" "$DIR/plugstack.conf" "$DIR/jobcomp.txt"
+    rm -rf "${DIR:?}"/{state,spool,log,run,munge,mysql} "$CONF" "$DIR/slurmdbd.conf" \
+        "$DIR/plugstack.conf" "$DIR/jobcomp.txt" "$DIR/accounting"
     rmdir "$DIR" 2>/dev/null || true
 }
 
@@ -208,10 +315,19 @@ status() {
     return $rc
 }
 
+# start and stop hold a lock next to $DIR: two test runs starting the shared cluster at once
+# must not both write its config and daemons (daemons are started with fd 9 closed: they must
+# not inherit the lock)
+locked() {
+    exec 9> "$DIR.lock"
+    flock -w 180 9 || die "another start or stop of $DIR has held $DIR.lock for 3 minutes"
+    "$@"
+}
+
 case "${1:-}" in
     install) install ;;
-    start) install && start ;;
-    stop) stop ;;
+    start) install && locked start ;;
+    stop) locked stop ;;
     status) status ;;
     env) echo "export SLURM_CONF=$CONF" ;;
     *) echo "usage: $0 install|start|stop|status|env   (state in \$SLURM_CLUSTER_DIR, default /tmp/torchx-slurm)" >&2; exit 2 ;;
