@@ -9,7 +9,9 @@ ENV_TORCHX_HOME = "TORCHX_HOME"
 
 
 def torchx_home() -> Path:
-    """``$TORCHX_HOME`` or ``~/.torchx``; created on first use."""
+    """``$TORCHX_HOME`` or ``~/.torchx``; created on first use, readable by its owner only
+    (job requests hold the replicas' environment, secrets included)."""
     home = Path(os.environ.get(ENV_TORCHX_HOME) or Path.home() / ".torchx")
-    home.mkdir(parents=True, exist_ok=True)
+    if not home.is_dir():
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
     return home
