@@ -1,16 +1,19 @@
-"""Slurm: parsers against recorded 22.05 and 24.x outputs.
+"""Slurm against the real local cluster (scripts/slurm_cluster.sh: slurmctld, two slurmd
+nodes, slurmdbd accounting, MinJobAge=2 so that finished jobs soon live in sacct only).
 
-The scheduler is tested against a real local cluster.
+Dry runs and parsers are tested without a cluster in test_slurm_batch / test_slurm_status.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import List
 
 import psutil
 import pytest
@@ -18,49 +21,34 @@ import pytest
 from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.components import utils
-from torchx.schedulers.slurm_scheduler import create_scheduler, parse_jobcomp, parse_squeue
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, idempotency_token
+from torchx.schedulers.slurm_scheduler import SlurmScheduler, create_scheduler
 
-FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+pytestmark = pytest.mark.slurm
+
 ROOT = Path(__file__).resolve().parents[2]
 TORCHX = os.path.join(os.path.dirname(sys.executable), "torchx")
 
-
-@pytest.mark.parametrize(
-    "fixture", ["squeue_22.05_hetjob_failed.json", "squeue_24.11_hetjob_failed.json"]
-)
-def test_squeue_json_of_both_versions(fixture: str) -> None:
-    data = json.loads((FIXTURES / fixture).read_text())
-    leader = max(
-        int(j["het_job_id"]["number"] if isinstance(j["het_job_id"], dict) else j["het_job_id"])
-        for j in data["jobs"]
-    )
-    parts = parse_squeue(data, str(leader))
-    assert [(p["name"], p["state"], p["exit_code"], p["offset"], p["node"]) for p in parts] == [
-        ("w-0", "FAILED", 0, 0, "node1"),
-        ("w-1", "FAILED", 3, 1, "node2"),
-    ]
-
-
-def test_jobcomp_fallback() -> None:
-    parts = parse_jobcomp((FIXTURES / "jobcomp_22.05.txt").read_text(), "1")
-    assert [(p["name"], p["state"], p["exit_code"]) for p in parts] == [
-        ("w-0", "FAILED", 0),
-        ("w-1", "FAILED", 3),
-    ]
-
-
-def test_dryrun_script_is_a_hetjob_with_rank0_host() -> None:
-    app = utils.sh("echo", "$x", num_replicas=2, cpu=2, memMB=500)
-    info = create_scheduler("torchx").submit_dryrun(app, {"partition": "debug", "time": "1:00"})
-    script = info.request.materialize()
-    assert script.count("#SBATCH --job-name=sh-") == 2 and "#SBATCH hetjob" in script
-    assert "--cpus-per-task=2 --mem=500 --partition=debug --time=1:00" in script
-    assert "--het-group=1" in script and "export TORCHX_RANK0_HOST=" in script
-    assert '--output=slurm-"$SLURM_JOB_ID"-sh-1.out' in script
-    assert "'echo '\"'\"'$x'\"'\"''" in script  # the user's $x is not expanded by the batch script
-
-
-# --------------------------------------------------------------------------- real cluster
+# replica 0 exits 0; replica 1 fails only once replica 0's process is gone (reaped by its
+# slurmstepd), so srun's kill-on-bad-exit can no longer touch replica 0
+ORDERED_FAILURE = """
+import os, sys, time
+r = os.environ['TORCHX_REPLICA_ID']
+if r == '0':
+    print('replica 0')
+    with open('r0.pid.tmp', 'w') as f:
+        f.write(str(os.getpid()))
+    os.rename('r0.pid.tmp', 'r0.pid')
+    sys.exit(0)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    if os.path.exists('r0.pid') and not os.path.exists('/proc/' + open('r0.pid').read()):
+        break
+    time.sleep(0.05)
+else:
+    sys.exit('replica 0 did not end within 120 s')
+assert r != '1', 'replica 1 broke'
+"""
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +59,15 @@ def cluster() -> None:
         if os.geteuid() != 0:
             pytest.skip("no running Slurm cluster")
         subprocess.run(
-            ["bash", str(ROOT / "scripts" / "slurm_cluster.sh"), "start"], check=True, timeout=120
+            ["bash", str(ROOT / "scripts" / "slurm_cluster.sh"), "start"], check=True, timeout=180
         )
-        os.environ["SLURM_CONF"] = (
-            os.environ.get("SLURM_CLUSTER_DIR", "/tmp/torchx-slurm") + "/slurm.conf"
-        )
+        env = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "slurm_cluster.sh"), "env"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        os.environ["SLURM_CONF"] = env.strip().split("=", 1)[1]
 
 
 @pytest.fixture()
@@ -101,26 +93,175 @@ def _wait_terminal(handle: str, timeout: float = 300) -> specs.AppStatus:
     return status
 
 
+def _wait_forgotten(job_id: str, timeout: float = 120) -> None:
+    """Poll until slurmctld no longer knows the job (MinJobAge plus its purge interval)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        p = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%i"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if p.returncode != 0 or not p.stdout.strip():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"slurmctld still holds job {job_id} after {timeout:.0f} s (MinJobAge?)")
+
+
+def _has_accounting() -> bool:
+    """The default local cluster keeps accounting (slurmdbd); SLURM_CLUSTER_ACCOUNTING=jobcomp
+    starts one without, where finished jobs are found through the jobcomp log only."""
+    config = subprocess.run(
+        ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return "accounting_storage/slurmdbd" in config
+
+
+def _run_ordered_failure() -> str:
+    p = _tx("run", "-s", "slurm", "utils.python", "--num_replicas", "2", "--c", ORDERED_FAILURE)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()[0]
+
+
 def test_job_failing_on_one_replica_reports_that_replica(env: Path) -> None:
+    handle = _run_ordered_failure()
+    status = _wait_terminal(handle)
+    assert status.state == specs.AppState.FAILED
+    assert [r.state for r in status.roles[0].replicas] == [
+        specs.AppState.SUCCEEDED,
+        specs.AppState.FAILED,
+    ]
+    assert "python/1 (exit 1)" in status.msg
+    assert "AssertionError: replica 1 broke" in status.structured_error_msg
+    assert "replica 0" in _tx("log", f"{handle}/python/0").stdout
+    assert handle in _tx("list", "-s", "slurm").stdout
+
+
+def test_finished_job_stays_readable_after_slurmctld_forgot_it(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = _run_ordered_failure()
+    app_id = handle.rsplit("/", 1)[1]
+    _wait_terminal(handle)
+    _wait_forgotten(app_id)
+    status = _tx("status", handle)
+    assert status.returncode == 0, status.stderr
+    assert "State: FAILED" in status.stdout and "python/1 (exit 1)" in status.stdout
+    assert "*python[0]:SUCCEEDED" in status.stdout and "python[1]:FAILED" in status.stdout
+    desc = create_scheduler("t").describe(app_id)
+    assert desc is not None
+    assert [(r.state, r.hostname) for r in desc.roles_statuses[0].replicas] == [
+        (specs.AppState.SUCCEEDED, "node1"),
+        (specs.AppState.FAILED, "node2"),
+    ]
+    if _has_accounting():  # list shows finished jobs from sacct (not from a jobcomp log)
+        assert handle in _tx("list", "-s", "slurm").stdout
+    # another machine's $TORCHX_HOME: the record next to the logs still gives roles and logs
+    monkeypatch.setenv("TORCHX_HOME", str(env / "elsewhere"))
+    other = create_scheduler("t").describe(app_id)
+    assert other is not None and [r.name for r in other.roles] == ["python"]
+    assert "replica 0" in _tx("log", f"{handle}/python/0").stdout
+
+
+def test_status_asks_about_the_one_job(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Slurm command that describe runs names the job; none lists the cluster."""
+    calls = env / "calls.txt"
+    spy = env / "spy"
+    spy.mkdir()
+    for cmd in ("squeue", "sacct", "scontrol", "sinfo"):
+        real = shutil.which(cmd)
+        (spy / cmd).write_text(f'#!/bin/sh\necho "{cmd} $*" >> {calls}\nexec {real} "$@"\n')
+        (spy / cmd).chmod(0o755)
+    handle = _run_ordered_failure()
+    app_id = handle.rsplit("/", 1)[1]
+    monkeypatch.setenv("PATH", f"{spy}:{os.environ['PATH']}")
+    sched = create_scheduler("t")
+    states = []
+    deadline = time.monotonic() + 120
+    while not states or not specs.is_terminal(states[-1]):  # pending/running, then finished
+        assert time.monotonic() < deadline, states
+        desc = sched.describe(app_id)
+        assert desc is not None
+        states.append(desc.state)
+        time.sleep(0.3)
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
+    _wait_forgotten(app_id)
+    monkeypatch.setenv("PATH", f"{spy}:{os.environ['PATH']}")
+    desc = sched.describe(app_id)  # from accounting (or the jobcomp log) now
+    assert desc is not None and desc.state == states[-1] == specs.AppState.FAILED
+    # (a cluster without accounting reads its jobcomp log's path from the config)
+    ours = [c.split() for c in calls.read_text().splitlines() if c != "scontrol show config"]
+    assert ours and all(app_id in c for c in ours), ours
+    assert {c[0] for c in ours} == {"squeue", "scontrol", "sacct"}
+    assert not any("--json" in c for c in ours)
+
+
+def test_hostile_env_and_args_run_nothing(env: Path) -> None:
+    p = _tx("run", "-s", "slurm", "utils.sh", "--env", "A$(touch X)B=1", "touch", "Y")
+    assert p.returncode == 1 and not p.stdout
+    (line,) = p.stderr.strip().splitlines()
+    assert "env var name 'A$(touch X)B'" in line and "Traceback" not in p.stderr
+    # values and arguments are data, on the node too
     p = _tx(
         "run",
         "-s",
         "slurm",
-        "utils.python",
+        "--wait",
+        "--log",
+        "utils.sh",
+        "--env",
+        "V=$(touch X)`touch W`",
         "--num_replicas",
         "2",
-        "--c",
-        "import os; r = os.environ['TORCHX_REPLICA_ID']; print('replica', r);"
-        " assert r != '1', 'replica 1 broke'",
+        "sh",
+        "-c",
+        'printf "%s|%s\\n" "$V" "$1"',
+        "-",
+        "$(touch Z);'\"",
     )
-    handle = p.stdout.splitlines()[0]
-    status = _wait_terminal(handle)
-    assert status.state == specs.AppState.FAILED
-    states = [r.state for r in status.roles[0].replicas]
-    assert states == [specs.AppState.SUCCEEDED, specs.AppState.FAILED]
-    assert "AssertionError: replica 1 broke" in status.structured_error_msg
-    assert "replica 0" in _tx("log", f"{handle}/python/0").stdout
-    assert handle in _tx("list", "-s", "slurm").stdout
+    assert p.returncode == 0, p.stdout + p.stderr
+    for i in (0, 1):
+        assert f"sh/{i} $(touch X)`touch W`|$(touch Z);'\"" in p.stdout
+    assert not [f for f in ("X", "Y", "W", "Z") if (env / f).exists()]
+
+
+def _sleeper(token: str) -> specs.AppDef:
+    app = utils.sh("sleep", "600")
+    app.metadata[IDEMPOTENCY_TOKEN] = token
+    return app
+
+
+def test_find_by_idempotency_token_oldest_first_also_once_finished(env: Path) -> None:
+    sched: SlurmScheduler = create_scheduler("t")
+    run = secrets.token_hex(8)  # accounting remembers earlier runs' jobs for days
+    mine, other = idempotency_token(f"a/{run}"), idempotency_token(f"b/{run}")
+    cfg = {"comment": "user note"}
+    ids: List[str] = []
+    try:
+        for token in (mine, other, mine):
+            ids.append(sched.submit(_sleeper(token), cfg))
+        found = sched.find_by_idempotency_token(mine)
+        assert [a.app_id for a in found] == [ids[0], ids[2]]
+        assert all(not specs.is_terminal(a.state) for a in found)
+        assert [a.app_id for a in sched.find_by_idempotency_token(other)] == [ids[1]]
+        assert sched.find_by_idempotency_token(idempotency_token("nobody")) == []
+        comment = subprocess.run(
+            ["squeue", "-h", "-j", ids[0], "-O", "Comment:"], capture_output=True, text=True
+        ).stdout.strip()
+        assert comment == f"user note torchx-token={mine}"
+    finally:
+        for app_id in ids:
+            sched.cancel(app_id)
+    for app_id in ids:
+        _wait_forgotten(app_id)
+    if not _has_accounting():
+        pytest.skip("without accounting, jobs slurmctld forgot are not searchable by comment")
+    found = sched.find_by_idempotency_token(mine)  # now from accounting only
+    assert [(a.app_id, a.state) for a in found] == [
+        (ids[0], specs.AppState.CANCELLED),
+        (ids[2], specs.AppState.CANCELLED),
+    ]
 
 
 def test_single_replica_job(env: Path) -> None:

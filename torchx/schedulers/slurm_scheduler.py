@@ -1,26 +1,31 @@
 """``slurm``: an AppDef becomes one heterogeneous ``sbatch`` job, one het group per replica.
 
-The batch script runs a single ``srun`` over all groups (``srun <group 0> : <group 1> ...``),
-each writing ``slurm-<jobid>-<role>-<replica>.{out,err}`` in the job directory. The rank-0
-host for ``dist.ddp``'s rendezvous is the address of group 0's node (``TORCHX_RANK0_HOST``,
-from ``scontrol show node``: node names need not resolve). ``max_retries`` requeues.
+The batch script (``slurm_batch``) runs a single ``srun`` over all groups, each writing
+``slurm-<jobid>-<role>-<replica>.{out,err}`` in the job directory. The rank-0 host for
+``dist.ddp``'s rendezvous is the address of group 0's node (``TORCHX_RANK0_HOST``).
+``max_retries`` requeues.
 
-Status reads ``squeue --json`` in both the 22.05 shape (scalars, raw wait status) and the
-24.x shape (lists and ``{set, number}`` objects), falling back to the job-completion
-log (``JobCompType=jobcomp/filetxt``) once the job left the queue.
+Status asks about the one job (``slurm_status``): ``squeue -j``, then ``sacct -j`` once
+slurmctld forgot it, then a ``jobcomp/filetxt`` log. An idempotency token rides in the job
+comment (after the user's ``comment``); ``find_by_idempotency_token`` reads it back from
+the user's jobs in ``squeue`` and, for finished ones, ``sacct`` (which keeps comments with
+``AccountingStoreFlags=job_comment``).
+
+The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_HOME/slurm``
+and next to the logs as ``slurm-<jobid>.torchx.json``, so another machine or another
+``$TORCHX_HOME`` that re-attaches to the job finds it through the job's working directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
-import shlex
-import subprocess
-import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from torchx.schedulers.api import (
@@ -28,9 +33,33 @@ from torchx.schedulers.api import (
     ListAppResponse,
     Scheduler,
     Stream,
+    app_idempotency_token,
     filter_regex,
 )
-from torchx.specs.api import (
+from torchx.schedulers.slurm_batch import (
+    RANK0_ENV,
+    SBATCH_GROUP_OPTIONS,
+    SBATCH_JOB_OPTIONS,
+    SlurmBatchRequest,
+    SlurmOpts,
+    SlurmReplicaRequest,
+    token_of,
+    with_token,
+)
+from torchx.schedulers.slurm_status import (
+    SLURM_STATES,
+    SlurmError,
+    job_state,
+    json_number,
+    parse_jobcomp,
+    parse_sacct,
+    parse_scontrol,
+    parse_squeue,
+    parse_squeue_text,
+    query_job,
+    run,
+)
+from torchx.specs import (
     NONE,
     AppDef,
     AppDryRunInfo,
@@ -38,197 +67,61 @@ from torchx.specs.api import (
     CfgVal,
     ReplicaStatus,
     RoleStatus,
-    TorchXError,
     is_terminal,
     macros,
     runopts,
 )
 from torchx.util.paths import torchx_home
 
-RANK0_ENV = "TORCHX_RANK0_HOST"
-SLURM_STATES = {
-    "PENDING": AppState.PENDING,
-    "CONFIGURING": AppState.PENDING,
-    "REQUEUED": AppState.PENDING,
-    "REQUEUE_HOLD": AppState.PENDING,
-    "REQUEUE_FED": AppState.PENDING,
-    "RESV_DEL_HOLD": AppState.PENDING,
-    "RUNNING": AppState.RUNNING,
-    "COMPLETING": AppState.RUNNING,
-    "SUSPENDED": AppState.RUNNING,
-    "STAGE_OUT": AppState.RUNNING,
-    "SIGNALING": AppState.RUNNING,
-    "RESIZING": AppState.RUNNING,
-    "COMPLETED": AppState.SUCCEEDED,
-    "CANCELLED": AppState.CANCELLED,
-    "FAILED": AppState.FAILED,
-    "TIMEOUT": AppState.FAILED,
-    "NODE_FAIL": AppState.FAILED,
-    "PREEMPTED": AppState.FAILED,
-    "BOOT_FAIL": AppState.FAILED,
-    "DEADLINE": AppState.FAILED,
-    "OUT_OF_MEMORY": AppState.FAILED,
-}
+__all__ = [
+    "RANK0_ENV",
+    "SBATCH_GROUP_OPTIONS",
+    "SBATCH_JOB_OPTIONS",
+    "SLURM_STATES",
+    "SlurmBatchRequest",
+    "SlurmError",
+    "SlurmOpts",
+    "SlurmReplicaRequest",
+    "SlurmScheduler",
+    "create_scheduler",
+    "parse_jobcomp",
+    "parse_sacct",
+    "parse_scontrol",
+    "parse_squeue",
+    "parse_squeue_text",
+]
+
+# how far back finished jobs are searched (sacct -S) by ``list`` and by idempotency tokens
+SACCT_SINCE = "now-7days"
 
 
-class SlurmError(TorchXError):
-    """A Slurm command failed (message has its stderr)."""
+def _app_state(parts: List[Dict[str, Any]]) -> AppState:
+    """A het job ends as one; while any group is not done, the job is not either."""
+    states = [SLURM_STATES.get(p["state"], AppState.UNKNOWN) for p in parts]
+    live = [s for s in states if not is_terminal(s)]
+    if not live:
+        return states[0]
+    return AppState.RUNNING if AppState.RUNNING in live else live[0]
 
 
-def _run(cmd: List[str], cwd: Optional[str] = None) -> str:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=cwd)
-    except FileNotFoundError:
-        raise SlurmError(
-            f"{cmd[0]} not found: is this a Slurm login node?"
-            " (scripts/slurm_cluster.sh starts a local cluster)"
-        ) from None
-    if out.returncode != 0:
-        raise SlurmError(f"{' '.join(cmd[:2])} failed: {out.stderr.strip() or out.stdout.strip()}")
-    return out.stdout
+def _replica_state(part: Dict[str, Any]) -> AppState:
+    """A finished group's own outcome: its exit code, not the job's (which the first
+    failing group decides for all)."""
+    state = SLURM_STATES.get(part["state"], AppState.UNKNOWN)
+    if is_terminal(state) and state != AppState.CANCELLED and part["exit_code"] is not None:
+        return AppState.FAILED if part["exit_code"] else AppState.SUCCEEDED
+    return state
 
 
-@dataclass
-class SlurmReplicaRequest:
-    name: str
-    sbatch_opts: Dict[str, Optional[str]]
-    srun_opts: Dict[str, str]
-    cmd: List[str]
-    env: Dict[str, str]
-
-    def sbatch_line(self) -> str:
-        return "#SBATCH " + " ".join(
-            f"--{k}={v}" if v is not None else f"--{k}" for k, v in self.sbatch_opts.items()
-        )
-
-    def srun_group(self) -> str:
-        opts = " ".join(f"--{k}={_quote(v)}" for k, v in self.srun_opts.items())
-        env = " ".join(f"{k}={_quote(v)}" for k, v in self.env.items())
-        return f"{opts} env {env} {' '.join(_quote(c) for c in self.cmd)}".replace("  ", " ")
+def _user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
-def _quote(part: str) -> str:
-    """Shell-quote for the batch script.
-
-    Only ``$SLURM_JOB_ID`` (the app_id macro) is left to expand there.
-    """
-    return '"$SLURM_JOB_ID"'.join(shlex.quote(p) if p else "" for p in part.split("$SLURM_JOB_ID"))
-
-
-@dataclass
-class SlurmBatchRequest:
-    cmd: List[str]
-    replicas: List[SlurmReplicaRequest]
-    max_retries: int = 0
-    job_dir: Optional[str] = None
-    app: Dict[str, Any] = field(default_factory=dict)
-    bin_dir: str = field(default_factory=lambda: os.path.dirname(sys.executable))
-
-    def materialize(self) -> str:
-        header = "\n#SBATCH hetjob\n".join(r.sbatch_line() for r in self.replicas)
-        groups = " :\\\n    ".join(r.srun_group() for r in self.replicas)
-        return f"""#!/bin/bash
-{header}
-
-# generated by torchx
-set -eo pipefail
-export PYTHONUNBUFFERED=1 SLURM_UNBUFFEREDIO=1 TORCHX_MAX_RETRIES={self.max_retries}
-# the submitting interpreter's environment first, as if it were activated (shared filesystems)
-[ -d {shlex.quote(self.bin_dir)} ] && export PATH={shlex.quote(self.bin_dir)}:$PATH
-# the rank-0 host for rendezvous: the address of het group 0's node (node names may not resolve)
-first_node=$(scontrol show hostnames \
-"${{SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}}" | head -n 1)
-export {RANK0_ENV}=$(scontrol show node "$first_node" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')
-export {RANK0_ENV}=${{{RANK0_ENV}:-$first_node}}
-set +e
-srun {groups}
-rc=$?
-if [ $rc -ne 0 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$TORCHX_MAX_RETRIES" ]; then
-    scontrol requeue "$SLURM_JOB_ID"
-fi
-exit $rc
-"""
-
-    def __repr__(self) -> str:
-        return f"# {' '.join(self.cmd)}\n{self.materialize()}"
-
-
-def _num(value: Any) -> Optional[int]:
-    """22.05 scalars and 24.x ``{set, infinite, number}`` objects alike."""
-    if isinstance(value, dict):
-        return int(value["number"]) if value.get("set", True) and "number" in value else None
-    return None if value is None else int(value)
-
-
-def _exit_code(value: Any) -> Optional[int]:
-    """22.05: raw wait status (768 = exit 3); 24.x: ``{status, return_code: {number}}``."""
-    if isinstance(value, dict):
-        rc = _num(value.get("return_code"))
-        sig = (
-            _num((value.get("signal") or {}).get("id"))
-            if isinstance(value.get("signal"), dict)
-            else None
-        )
-        return 128 + sig if sig else rc
-    if value is None:
-        return None
-    raw = int(value)
-    return raw >> 8 if raw & 0x7F == 0 else 128 + (raw & 0x7F)
-
-
-def _state(value: Any) -> str:
-    if isinstance(value, list):
-        return str(value[0]) if value else "PENDING"
-    return str(value)
-
-
-def parse_squeue(data: Mapping[str, Any], job_id: str) -> List[Dict[str, Any]]:
-    """The het components of ``job_id``, sorted by offset.
-
-    Each is ``{name, state, exit_code, offset, node}``.
-    """
-    parts = []
-    for job in data.get("jobs", []):
-        het = _num(job.get("het_job_id"))
-        jid = _num(job.get("job_id"))
-        if str(het if het else jid) != str(job_id):
-            continue
-        parts.append(
-            {
-                "name": job.get("name", ""),
-                "state": _state(job.get("job_state")),
-                # derived_exit_code is the component's own (highest step) exit;
-                # exit_code is the batch script's
-                "exit_code": _exit_code(job["derived_exit_code"])
-                if "derived_exit_code" in job
-                else _exit_code(job.get("exit_code")),
-                "offset": _num(job.get("het_job_offset")) or 0,
-                "node": job.get("nodes") or "",
-                "restarts": _num(job.get("restart_cnt")) or 0,
-            }
-        )
-    return sorted(parts, key=lambda p: p["offset"])
-
-
-def parse_jobcomp(text: str, job_id: str) -> List[Dict[str, Any]]:
-    """Components of ``job_id`` from a ``jobcomp/filetxt`` log (the latest record of each wins)."""
-    parts: Dict[int, Dict[str, Any]] = {}
-    for line in text.splitlines():
-        kv = dict(re.findall(r"(\w+)=(\S*)", line))
-        het, jid = kv.get("HetJobId", ""), kv.get("JobId", "")
-        if (het if het and het != "0" else jid) != str(job_id):
-            continue
-        offset = int(kv.get("HetJobOffset", "0") or 0)
-        code = (kv.get("DerivedExitCode") or kv.get("ExitCode") or "0:0").split(":")[0]
-        parts[offset] = {
-            "name": kv.get("Name", ""),
-            "state": kv.get("JobState", "UNKNOWN"),
-            "exit_code": int(code),
-            "offset": offset,
-            "node": kv.get("NodeList", ""),
-            "restarts": 0,
-        }
-    return [parts[k] for k in sorted(parts)]
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 class SlurmScheduler(Scheduler[SlurmBatchRequest]):
@@ -259,58 +152,32 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
     ) -> AppDryRunInfo[SlurmBatchRequest]:
         from torchx.specs.serialize import appdef_to_dict
 
-        replicas: List[SlurmReplicaRequest] = []
+        replicas: Dict[str, SlurmReplicaRequest] = {}
         for role in app.roles:
             for i in range(role.num_replicas):
                 values = macros.Values(
                     img_root=role.image,
-                    app_id="$SLURM_JOB_ID",
+                    app_id=macros.app_id,
                     replica_id=str(i),
                     rank0_env=RANK0_ENV,
                 )
-                r = values.apply(role)
+                replica_role = values.apply(role)
+                replica_role.env.setdefault("TORCHX_REPLICA_ID", str(i))
                 name = f"{role.name}-{i}"
-                sbatch: Dict[str, Optional[str]] = {
-                    "job-name": name,
-                    "requeue": None,
-                    "ntasks-per-node": "1",
-                }
-                if r.resource.cpu > 0:
-                    sbatch["cpus-per-task"] = str(r.resource.cpu)
-                if r.resource.memMB > 0:
-                    sbatch["mem"] = str(r.resource.memMB)
-                if r.resource.gpu > 0:
-                    sbatch["gpus-per-task"] = str(r.resource.gpu)
-                for key in ("partition", "time", "constraint", "qos"):
-                    if cfg.get(key):
-                        sbatch[key] = str(cfg[key])
-                if cfg.get("exclusive"):
-                    sbatch["exclusive"] = None
-                srun = {
-                    "het-group": str(len(replicas)),
-                    "output": f"slurm-$SLURM_JOB_ID-{name}.out",
-                    "error": f"slurm-$SLURM_JOB_ID-{name}.err",
-                    "kill-on-bad-exit": "1"
-                    if not (role.min_replicas and role.min_replicas < role.num_replicas)
-                    else "0",
-                }
-                env = dict(r.env)
-                env.setdefault("TORCHX_REPLICA_ID", str(i))
-                replicas.append(
-                    SlurmReplicaRequest(name, sbatch, srun, [r.entrypoint, *r.args], env)
-                )
-        if len(replicas) == 1:  # a plain (not heterogeneous) job: srun must not name a het group
-            replicas[0].srun_opts.pop("het-group")
+                replicas[name] = SlurmReplicaRequest.from_role(name, replica_role, cfg)
+        comment = with_token(
+            str(cfg["comment"]) if cfg.get("comment") else None, app_idempotency_token(app)
+        )
         cmd = ["sbatch", "--parsable"]
-        for key in ("comment", "mail-user", "mail-type"):
-            if cfg.get(key):
-                cmd.append(f"--{key}={cfg[key]}")
-        max_retries = min((r.max_retries for r in app.roles), default=0)
+        for key in sorted(SBATCH_JOB_OPTIONS):
+            value = comment if key == "comment" else cfg.get(key)
+            if value:
+                cmd.append(f"--{key}={value}")
         req = SlurmBatchRequest(
             cmd,
             replicas,
-            max_retries,
             str(cfg["job_dir"]) if cfg.get("job_dir") else None,
+            min((r.max_retries for r in app.roles), default=0),
             appdef_to_dict(app),
         )
         return AppDryRunInfo(req, repr)
@@ -319,105 +186,139 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         req = dryrun_info.request
         job_dir = os.path.abspath(req.job_dir or os.getcwd())
         os.makedirs(job_dir, exist_ok=True)
-        script = os.path.join(job_dir, f"torchx-sbatch-{int(time.time() * 1000)}.sh")
-        with open(script, "w") as f:
+        # 0600 and unique: the script holds the env (secrets too), and submissions may race
+        fd, script = tempfile.mkstemp(prefix="torchx-sbatch-", suffix=".sh", dir=job_dir)
+        with os.fdopen(fd, "w") as f:
             f.write(req.materialize())
-        job_id = _run([*req.cmd, f"--chdir={job_dir}", script], cwd=job_dir).strip().split(";")[0]
-        record = {"job_dir": job_dir, "app": req.app, "replicas": [r.name for r in req.replicas]}
-        path = self._record_path(job_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record))
+        out = run([*req.cmd, f"--chdir={job_dir}", script], cwd=job_dir)
+        job_id = out.strip().split(";")[0]
+        record = json.dumps({"job_dir": job_dir, "app": req.app, "replicas": list(req.replicas)})
+        _write_private(self._record_path(job_id), record)
+        _write_private(Path(job_dir) / f"slurm-{job_id}.torchx.json", record)
         return job_id
 
-    def _record_path(self, job_id: str) -> Any:
+    def _record_path(self, job_id: str) -> Path:
         return torchx_home() / "slurm" / f"{job_id}.json"
 
-    def _record(self, job_id: str) -> Optional[Dict[str, Any]]:
-        try:
-            return json.loads(self._record_path(job_id).read_text())
-        except (OSError, ValueError):
-            return None
-
-    def _components(self, job_id: str) -> List[Dict[str, Any]]:
-        parts = parse_squeue(json.loads(_run(["squeue", "--json"])), job_id)
-        if parts:
-            return parts
-        try:
-            loc = re.search(r"JobCompLoc\s*=\s*(\S+)", _run(["scontrol", "show", "config"]))
-            if loc and os.path.isfile(loc.group(1)):
-                with open(loc.group(1)) as f:
-                    return parse_jobcomp(f.read(), job_id)
-        except SlurmError:
-            pass
-        return []
+    def _record(self, job_id: str, work_dir: str = "") -> Optional[Dict[str, Any]]:
+        """The app as submitted: this machine's record, else the one in the job directory."""
+        paths = [self._record_path(job_id)]
+        if work_dir:
+            paths.append(Path(work_dir) / f"slurm-{job_id}.torchx.json")
+        for path in paths:
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and "app" in record and "job_dir" in record:
+                return record
+        return None
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        parts = self._components(app_id)
-        record = self._record(app_id)
+        if not app_id.isdigit():
+            return None
+        parts = query_job(app_id)
         if not parts:
             return None
         from torchx.specs.serialize import appdef_from_dict
 
+        record = self._record(app_id, parts[0]["work_dir"])
         app = appdef_from_dict(record["app"]) if record else None
-        states = [SLURM_STATES.get(p["state"], AppState.UNKNOWN) for p in parts]
-        state = states[0]
-        by_name = {p["name"]: (p, s) for p, s in zip(parts, states, strict=True)}
+        state = _app_state(parts)
+        by_name = {p["name"]: p for p in parts}
+        missing = {"exit_code": None, "node": "", "state": "UNKNOWN"}
+        # without the app (a job torchx did not submit), roles come from the group names
+        names = (
+            [(r.name, r.num_replicas) for r in app.roles]
+            if app
+            else _roles_from_names([p["name"] for p in parts])
+        )
         roles: List[RoleStatus] = []
         failing: List[str] = []
-        for role in app.roles if app else []:
+        for role_name, count in names:
             reps = []
-            for i in range(role.num_replicas):
-                p, s = by_name.get(
-                    f"{role.name}-{i}", ({"exit_code": None, "node": ""}, AppState.UNKNOWN)
-                )
-                if is_terminal(s) and s != AppState.CANCELLED:
-                    s = AppState.FAILED if p["exit_code"] else AppState.SUCCEEDED
+            for i in range(count):
+                p = by_name.get(f"{role_name}-{i}", missing)
+                s = _replica_state(p)
                 if s == AppState.FAILED:
-                    failing.append(f"{role.name}/{i} (exit {p['exit_code']})")
-                reps.append(ReplicaStatus(i, s, role.name, p["node"]))
-            roles.append(RoleStatus(role.name, reps))
+                    failing.append(f"{role_name}/{i} (exit {p['exit_code']})")
+                reps.append(ReplicaStatus(i, s, role_name, p["node"]))
+            roles.append(RoleStatus(role_name, reps))
         msg = (
-            f"failed replicas: {', '.join(failing)}"
-            if failing and state == AppState.FAILED
-            else NONE
+            f"failed replicas: {', '.join(failing)}" if failing and state == AppState.FAILED else ""
         )
+        job_dir = record["job_dir"] if record else parts[0]["work_dir"]
         structured = NONE
-        if failing and record:
+        if failing and job_dir:
             role_name, k = failing[0].split(" ")[0].split("/")
-            structured = _last_error(
-                os.path.join(record["job_dir"], f"slurm-{app_id}-{role_name}-{k}.err")
-            )
+            structured = _last_error(os.path.join(job_dir, f"slurm-{app_id}-{role_name}-{k}.err"))
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
             num_restarts=parts[0]["restarts"],
-            msg=msg,
+            msg=msg or NONE,
             structured_error_msg=structured,
             roles_statuses=roles,
             roles=app.roles if app else [],
-            ui_url=f"file://{record['job_dir']}" if record else None,
+            ui_url=f"file://{job_dir}" if job_dir else None,
         )
 
     def list(self) -> List[ListAppResponse]:
-        data = json.loads(_run(["squeue", "--json"]))
+        """Jobs slurmctld holds (cluster-wide ``squeue``) and jobs that ended within
+        ``SACCT_SINCE`` (``sacct``, where accounting exists)."""
         seen: Dict[str, ListAppResponse] = {}
-        for job in data.get("jobs", []):
-            het, jid = _num(job.get("het_job_id")), _num(job.get("job_id"))
+        for job in json.loads(run(["squeue", "--json"])).get("jobs", []):
+            het, jid = json_number(job.get("het_job_id")), json_number(job.get("job_id"))
             app_id = str(het or jid)
             if app_id not in seen:
-                record = self._record(app_id)
-                name = record["app"]["name"] if record else job.get("name", "")
-                seen[app_id] = ListAppResponse(
-                    app_id,
-                    SLURM_STATES.get(_state(job.get("job_state")), AppState.UNKNOWN),
-                    name=name,
+                state = SLURM_STATES.get(job_state(job.get("job_state")), AppState.UNKNOWN)
+                seen[app_id] = self._listed(app_id, state, job.get("name", ""))
+        for app_id, state, name, _ in _sacct_leaders(["-o", "JobID,State,JobName,Comment"]):
+            if app_id not in seen:
+                seen[app_id] = self._listed(app_id, state, name)
+        return sorted(seen.values(), key=lambda a: int(a.app_id), reverse=True)
+
+    def _listed(self, app_id: str, state: AppState, job_name: str) -> ListAppResponse:
+        record = self._record(app_id)
+        return ListAppResponse(app_id, state, name=record["app"]["name"] if record else job_name)
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """This user's jobs whose comment carries ``token``, oldest (lowest id) first.
+
+        Slurm filters by user (``-u``) and, for finished jobs, by age (``SACCT_SINCE``);
+        neither squeue nor sacct can filter on a comment, so that match is ours.
+        """
+        found: Dict[str, ListAppResponse] = {}
+        fields = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,Name:|,Comment:"
+        out = run(["squeue", "-h", "-t", "all", "-u", _user(), "-O", fields])
+        for line in out.splitlines():
+            cols = line.split("|", 5)
+            if len(cols) < 6 or cols[2] not in ("0", "N/A"):
+                continue
+            jid, het, _, slurm_state, name, comment = cols
+            if token_of(comment) == token:
+                app_id = het if het.isdigit() else jid
+                found[app_id] = self._listed(
+                    app_id, SLURM_STATES.get(slurm_state, AppState.UNKNOWN), name
                 )
-        return sorted(
-            seen.values(), key=lambda a: int(a.app_id) if a.app_id.isdigit() else 0, reverse=True
-        )
+        args = ["-u", _user(), "-o", "JobID,State,JobName,Comment"]
+        for app_id, state, job_name, job_comment in _sacct_leaders(args):
+            if app_id not in found and token_of(job_comment) == token:
+                found[app_id] = self._listed(app_id, state, job_name)
+        return sorted(found.values(), key=lambda a: (int(a.app_id), a.app_id))
 
     def _cancel_existing(self, app_id: str) -> None:
-        _run(["scancel", app_id])
+        run(["scancel", app_id])
+
+    def _job_dir(self, app_id: str) -> str:
+        record = self._record(app_id)
+        if record:
+            return str(record["job_dir"])
+        parts = query_job(app_id) if app_id.isdigit() else []
+        if not parts or not parts[0]["work_dir"]:
+            raise ValueError(f"slurm knows no job {app_id} and this machine has no record of it")
+        record = self._record(app_id, parts[0]["work_dir"])
+        return str(record["job_dir"]) if record else str(parts[0]["work_dir"])
 
     def log_iter(
         self,
@@ -430,10 +331,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         should_tail: bool = False,
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
-        record = self._record(app_id)
-        if record is None:
-            raise ValueError(f"no record of slurm job {app_id} (submitted from another machine?)")
-        base = os.path.join(record["job_dir"], f"slurm-{app_id}-{role_name}-{k}")
+        base = os.path.join(self._job_dir(app_id), f"slurm-{app_id}-{role_name}-{k}")
         # Slurm keeps the streams apart; "combined" (the default) reads both
         exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
             streams or Stream.COMBINED, ["out", "err"]
@@ -468,6 +366,32 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                         yield partial[path].decode(errors="replace")
                 return
             time.sleep(0.5)
+
+
+def _roles_from_names(names: List[str]) -> List[tuple[str, int]]:
+    """``[(role, replicas)]`` from group names ``<role>-<i>``, in first-seen order."""
+    counts: Dict[str, int] = {}
+    for name in names:
+        role, _, i = name.rpartition("-")
+        if role and i.isdigit():
+            counts[role] = max(counts.get(role, 0), int(i) + 1)
+    return list(counts.items())
+
+
+def _sacct_leaders(args: List[str]) -> Iterator[tuple[str, AppState, str, str]]:
+    """``(app_id, state, job name, comment)`` of each job's first group in ``sacct -X``
+    since ``SACCT_SINCE``; nothing where the cluster keeps no accounting."""
+    try:
+        out = run(["sacct", "-X", "-P", "-n", "-S", SACCT_SINCE, *args])
+    except SlurmError:
+        return
+    for line in out.splitlines():
+        cols = line.split("|", 3)
+        m = re.fullmatch(r"(\d+)(?:\+(\d+))?", cols[0])
+        if len(cols) < 4 or not m or int(m.group(2) or 0) != 0:
+            continue
+        state = cols[1].split()[0] if cols[1].strip() else "UNKNOWN"
+        yield m.group(1), SLURM_STATES.get(state, AppState.UNKNOWN), cols[2], cols[3]
 
 
 def _read(path: str) -> Iterator[str]:

@@ -1,0 +1,153 @@
+"""Slurm: the sbatch request (dry runs only; the real cluster is in test_slurm_scheduler)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from torchx import specs
+from torchx.components import utils
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, idempotency_token
+from torchx.schedulers.slurm_batch import token_of
+from torchx.schedulers.slurm_scheduler import (
+    SBATCH_GROUP_OPTIONS,
+    SBATCH_JOB_OPTIONS,
+    SlurmOpts,
+    SlurmReplicaRequest,
+    create_scheduler,
+)
+
+
+def _script(app: specs.AppDef, cfg: dict) -> str:
+    return create_scheduler("torchx").submit_dryrun(app, cfg).request.materialize()
+
+
+def test_dryrun_script_is_a_hetjob_with_rank0_host() -> None:
+    app = utils.sh("echo", "$x", num_replicas=2, cpu=2, memMB=500)
+    script = _script(app, {"partition": "debug", "time": "1:00"})
+    assert script.count("#SBATCH --job-name=sh-") == 2 and "#SBATCH hetjob" in script
+    assert "--partition=debug --time=1:00 --ntasks-per-node=1 --cpus-per-task=2 --mem=500" in (
+        script
+    )
+    assert "--het-group=1" in script and "export TORCHX_RANK0_HOST=" in script
+    assert '--output=slurm-"$SLURM_JOB_ID"-sh-1.out' in script
+    assert "'echo '\"'\"'$x'\"'\"''" in script  # the user's $x is not expanded by the batch script
+
+
+def _srun_words(script: str, cwd: Path) -> List[List[str]]:
+    """The words real bash passes to ``srun`` for the script's srun line, per het group
+    (``srun`` is a shell function here that prints them; ``SLURM_JOB_ID`` is 42)."""
+    line = "srun " + script.split("\nsrun ", 1)[1].split("\nrc=$?")[0]
+    printer = "srun() { printf '%s\\0' \"$@\"; }; SLURM_JOB_ID=42; "
+    out = subprocess.run(
+        ["bash", "-c", printer + line], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout
+    groups: List[List[str]] = [[]]
+    for word in out.split("\0")[:-1]:
+        if word == ":":
+            groups.append([])
+        else:
+            groups[-1].append(word)
+    return groups
+
+
+def test_every_user_token_reaches_the_command_as_one_word(tmp_path: Path) -> None:
+    args = ["$(touch X)", "`touch Y`", "a b", "", "it's", "${app_id}", "$SLURM_JOB_ID", ";|&"]
+    app = utils.sh("true", entrypoint="printf", num_replicas=2)
+    app.roles[0].args = ["%s\\n", *args]
+    app.roles[0].env = {"V": "$(touch Z) 'q' \"d\"", "EMPTY": ""}
+    groups = _srun_words(_script(app, {}), tmp_path)
+    assert len(groups) == 2
+    for i, words in enumerate(groups):
+        env_at = words.index("env")
+        assert words[:env_at] == [
+            f"--het-group={i}",
+            f"--output=slurm-42-sh-{i}.out",
+            f"--error=slurm-42-sh-{i}.err",
+            "--kill-on-bad-exit=1",
+        ]
+        assert words[env_at + 1 : env_at + 3] == ["V=$(touch Z) 'q' \"d\"", "EMPTY="]
+        # ${app_id} (torchx's macro) is the job id; a user's literal $SLURM_JOB_ID stays literal
+        assert words[-len(args) :] == [*args[:5], "42", "$SLURM_JOB_ID", ";|&"]
+    assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+@pytest.mark.parametrize("name", ["A$(touch X)B", "1A", "A-B", "A B", "", "A=B"])
+def test_env_names_must_be_identifiers(name: str) -> None:
+    app = utils.sh("true", env={name: "1"})
+    with pytest.raises(InvalidAppError, match="env var name .* is not allowed") as err:
+        create_scheduler("torchx").submit_dryrun(app, {})
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "cfg", [{"partition": "debug\nsrun touch X"}, {"time": "1:00 --wrap=x"}, {"qos": "a'b"}]
+)
+def test_sbatch_line_values_are_single_plain_tokens(cfg: dict) -> None:
+    with pytest.raises(InvalidAppError, match="slurm option .* is not allowed"):
+        create_scheduler("torchx").submit_dryrun(utils.sh("true"), cfg)
+
+
+def test_idempotency_token_joins_the_users_comment() -> None:
+    token = idempotency_token("dag/task/run")
+    app = utils.sh("true")
+    app.metadata[IDEMPOTENCY_TOKEN] = token
+    sched = create_scheduler("torchx")
+    cmd = sched.submit_dryrun(app, {"comment": "my note"}).request.cmd
+    assert f"--comment=my note torchx-token={token}" in cmd
+    assert token_of(f"my note torchx-token={token}") == token
+    assert f"--comment=torchx-token={token}" in sched.submit_dryrun(app, {}).request.cmd
+    plain = sched.submit_dryrun(utils.sh("true"), {}).request.cmd
+    assert not any(c.startswith("--comment") for c in plain)
+    assert token_of("my note") is None and token_of("(null)") is None
+
+
+def test_upstream_sbatch_option_sets_say_where_each_cfg_key_goes() -> None:
+    assert {"comment", "mail-user", "mail-type"} <= SBATCH_JOB_OPTIONS
+    assert {"partition", "time", "constraint"} <= SBATCH_GROUP_OPTIONS
+    cfg: SlurmOpts = {
+        "comment": "c",
+        "mail-user": "u@example.com",
+        "mail-type": "END",
+        "partition": "debug",
+        "time": "5",
+        "constraint": "cpu",
+        "qos": "normal",
+        "exclusive": True,
+    }
+    req = create_scheduler("torchx").submit_dryrun(utils.sh("true", num_replicas=2), cfg).request
+    for key in SBATCH_JOB_OPTIONS:  # once, on the command line
+        assert sum(c.startswith(f"--{key}=") for c in req.cmd) == 1
+    groups = [g for g in req.materialize().splitlines() if g.startswith("#SBATCH --job-name")]
+    for key in SBATCH_GROUP_OPTIONS:  # on every het group
+        flag = f"--{key}" if key == "exclusive" else f"--{key}={cfg[key]}"  # type: ignore
+        assert len(groups) == 2 and all(flag in g.split() for g in groups), (key, groups)
+
+
+def test_replica_request_from_role_and_materialize_as_upstream() -> None:
+    role = specs.Role(
+        "trainer",
+        image="/img",
+        entrypoint="python",
+        args=["-c", "print('${app_id}')"],
+        env={"K": "v v"},
+        resource=specs.Resource(cpu=2, gpu=1, memMB=2048),
+    )
+    req = SlurmReplicaRequest.from_role("trainer-0", role, {"partition": "p", "comment": "c"})
+    assert (req.name, req.entrypoint, req.args, req.env) == (
+        "trainer-0",
+        "python",
+        ["-c", "print('${app_id}')"],
+        {"K": "v v"},
+    )
+    assert req.sbatch_opts["partition"] == "p" and "comment" not in req.sbatch_opts
+    sbatch, srun = req.materialize()
+    assert sbatch[0] == "--job-name=trainer-0"
+    assert {"--cpus-per-task=2", "--mem=2048", "--gpus-per-task=1", "--requeue"} <= set(sbatch)
+    assert srun[-3:] == ["python", "-c", "'print('\"'\"''\"$SLURM_JOB_ID\"''\"'\"')'"]
+    assert "K='v v'" in srun and '--output=slurm-"$SLURM_JOB_ID"-trainer-0.out' in srun
+    nomem, _ = SlurmReplicaRequest.from_role("trainer-0", role, {}, nomem=True).materialize()
+    assert not any(o.startswith("--mem") for o in nomem)

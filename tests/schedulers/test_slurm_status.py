@@ -1,0 +1,98 @@
+"""Slurm: what squeue, scontrol, sacct and the jobcomp log say, from recorded outputs
+(Slurm 22.05 on the local cluster; 24.x JSON rewritten in its schema, see fixtures/README)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchx.schedulers.slurm_scheduler import (
+    parse_jobcomp,
+    parse_sacct,
+    parse_scontrol,
+    parse_squeue,
+    parse_squeue_text,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+
+
+def _read(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def _summary(parts: list) -> list:
+    return [(p["name"], p["state"], p["exit_code"], p["offset"], p["node"]) for p in parts]
+
+
+@pytest.mark.parametrize(
+    "fixture", ["squeue_22.05_hetjob_failed.json", "squeue_24.11_hetjob_failed.json"]
+)
+def test_squeue_json_of_both_versions(fixture: str) -> None:
+    data = json.loads(_read(fixture))
+    leader = max(
+        int(j["het_job_id"]["number"] if isinstance(j["het_job_id"], dict) else j["het_job_id"])
+        for j in data["jobs"]
+    )
+    assert _summary(parse_squeue(data, str(leader))) == [
+        ("w-0", "FAILED", 0, 0, "node1"),
+        ("w-1", "FAILED", 3, 1, "node2"),
+    ]
+
+
+def test_squeue_of_one_job_has_groups_but_no_exit_codes() -> None:
+    parts = parse_squeue_text(_read("squeue_22.05_hetjob_failed.txt"), "6")
+    assert _summary(parts) == [
+        ("w-0", "FAILED", None, 0, "node1"),
+        ("w-1", "FAILED", None, 1, "node2"),
+    ]
+    assert parts[0]["work_dir"] == "/tmp/sj" and parts[0]["restarts"] == 0
+    assert parse_squeue_text(_read("squeue_22.05_hetjob_failed.txt"), "7") == []
+
+
+def test_scontrol_gives_each_groups_exit_code_despite_a_comment_that_mimics_fields() -> None:
+    parts = parse_scontrol(_read("scontrol_22.05_hetjob_failed.txt"), "6")
+    assert _summary(parts) == [
+        ("w-0", "FAILED", 0, 0, "node1"),
+        ("w-1", "FAILED", 3, 1, "node2"),
+    ]
+
+
+def test_sacct_takes_each_groups_exit_code_from_its_steps() -> None:
+    parts = parse_sacct(_read("sacct_22.05_hetjob_failed.txt"), "6")
+    # the allocation rows both say 3:0 (the batch script's exit); the steps tell them apart
+    assert _summary(parts) == [
+        ("w-0", "FAILED", 0, 0, "node1"),
+        ("w-1", "FAILED", 3, 1, "node2"),
+    ]
+    assert parts[1]["work_dir"] == "/tmp/sj"
+    assert parse_sacct(_read("sacct_22.05_hetjob_failed.txt"), "60") == []
+
+
+def test_sacct_of_a_requeued_job_reports_its_last_run_and_restarts() -> None:
+    parts = parse_sacct(_read("sacct_22.05_hetjob_requeued.txt"), "8")
+    assert _summary(parts) == [
+        ("sh-0", "FAILED", 3, 0, "node1"),
+        ("sh-1", "FAILED", 4, 1, "node2"),
+    ]
+    assert [p["restarts"] for p in parts] == [1, 1]
+
+
+def test_sacct_of_a_pending_rerun_has_no_exit_code_yet() -> None:
+    text = _read("sacct_22.05_hetjob_requeued.txt").splitlines()
+    first_run_and_pending = "\n".join(text[:5] + ["8+1|sh-1|PENDING|0:0|None assigned|/tmp/tq"])
+    parts = parse_sacct(first_run_and_pending, "8")
+    assert [(p["state"], p["exit_code"], p["node"]) for p in parts] == [
+        ("REQUEUED", 3, "node1"),
+        ("PENDING", None, ""),
+    ]
+
+
+def test_jobcomp_fallback() -> None:
+    parts = parse_jobcomp(_read("jobcomp_22.05.txt"), "1")
+    assert [(p["name"], p["state"], p["exit_code"]) for p in parts] == [
+        ("w-0", "FAILED", 0),
+        ("w-1", "FAILED", 3),
+    ]

@@ -1,0 +1,204 @@
+"""The ``sbatch`` request of the ``slurm`` scheduler: one het group per replica, one script.
+
+Everything a user supplies (entrypoint, args, env values, log names) reaches the batch script
+shell-quoted; the only expansion left to the script is ``${app_id}``, which becomes
+``"$SLURM_JOB_ID"``. Env names must be identifiers and ``#SBATCH`` values single plain
+tokens, so nothing a user writes can become shell code on a node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict
+
+from torchx.schedulers.api import InvalidAppError
+from torchx.specs import NONE, Role, macros
+
+RANK0_ENV = "TORCHX_RANK0_HOST"
+
+# cfg keys passed once, on the sbatch command line (they describe the whole job)
+SBATCH_JOB_OPTIONS = {"comment", "mail-user", "mail-type"}
+# cfg keys repeated on every het group's ``#SBATCH`` line (each group is scheduled on its own);
+# a bool key (``exclusive``) becomes a bare flag when true
+SBATCH_GROUP_OPTIONS = {"partition", "time", "constraint", "qos", "exclusive"}
+
+# the idempotency token rides in the job comment, after the user's own comment
+TOKEN_MARK = "torchx-token="
+
+# Using the functional TypedDict form for the hyphenated keys, as upstream does
+SlurmOpts = TypedDict(
+    "SlurmOpts",
+    {
+        "partition": Optional[str],
+        "time": Optional[str],
+        "comment": Optional[str],
+        "constraint": Optional[str],
+        "mail-user": Optional[str],
+        "mail-type": Optional[str],
+        "job_dir": Optional[str],
+        "qos": Optional[str],
+        "exclusive": Optional[bool],
+    },
+    total=False,
+)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SBATCH_VALUE = re.compile(r"[^\s'\"\\]+")
+
+
+def quote(arg: str) -> str:
+    """Shell-quote one token for the batch script; ``${app_id}`` becomes ``"$SLURM_JOB_ID"``."""
+    return '"$SLURM_JOB_ID"'.join(
+        shlex.quote(part) if part else "" for part in arg.split(macros.app_id)
+    ) or shlex.quote(arg)
+
+
+def check_env_name(name: str, role: str) -> None:
+    """Env names are written into ``env NAME=value``: anything but an identifier is refused."""
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise InvalidAppError(
+            f"env var name {name!r} of role {role!r} is not allowed: use letters, digits and"
+            " '_', not starting with a digit"
+        )
+
+
+def sbatch_value(key: str, value: Any) -> str:
+    """A ``#SBATCH`` line is parsed by sbatch, not a shell: allow one plain token only."""
+    text = str(value)
+    if not _SBATCH_VALUE.fullmatch(text):
+        raise InvalidAppError(
+            f"slurm option {key}={text!r} is not allowed: give one token without spaces,"
+            " quotes or '\\'"
+        )
+    return text
+
+
+def with_token(comment: Optional[str], token: Optional[str]) -> Optional[str]:
+    """The job comment: the user's comment (kept) followed by the idempotency token."""
+    if not token:
+        return comment or None
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]+", token):
+        raise InvalidAppError(f"idempotency token {token!r} must be a plain word")
+    return f"{comment} {TOKEN_MARK}{token}" if comment else f"{TOKEN_MARK}{token}"
+
+
+def token_of(comment: str) -> Optional[str]:
+    """The idempotency token in a job comment written by ``with_token`` (None if it has none)."""
+    found = re.search(rf"(?:^|\s){re.escape(TOKEN_MARK)}(\S+)\s*$", comment or "")
+    return found.group(1) if found else None
+
+
+def _opts(opts: Mapping[str, Optional[str]]) -> List[str]:
+    return [f"--{k}={v}" if v is not None else f"--{k}" for k, v in opts.items()]
+
+
+@dataclass
+class SlurmReplicaRequest:
+    """One replica: its ``#SBATCH`` group options and its part of the ``srun`` line."""
+
+    name: str
+    entrypoint: str
+    args: List[str]
+    srun_opts: Dict[str, str]
+    sbatch_opts: Dict[str, Optional[str]]
+    env: Dict[str, str]
+
+    @classmethod
+    def from_role(
+        cls, name: str, role: Role, cfg: Mapping[str, Any], nomem: bool = False
+    ) -> SlurmReplicaRequest:
+        """The request for replica ``name`` of ``role`` (macros already applied).
+
+        ``cfg``'s ``SBATCH_GROUP_OPTIONS`` go on the group's ``#SBATCH`` line; ``nomem``
+        leaves out ``--mem`` (for partitions that declare no memory).
+        """
+        for key in role.env:
+            check_env_name(key, role.name)
+        sbatch: Dict[str, Optional[str]] = {"requeue": None}
+        for key in sorted(SBATCH_GROUP_OPTIONS):
+            value = cfg.get(key)
+            if isinstance(value, bool):
+                if value:
+                    sbatch[key] = None
+            elif value not in (None, ""):
+                sbatch[key] = sbatch_value(key, value)
+        sbatch["ntasks-per-node"] = "1"
+        res = role.resource
+        if res is not NONE and res != NONE:
+            if res.cpu > 0:
+                sbatch["cpus-per-task"] = str(res.cpu)
+            if res.memMB > 0 and not nomem:
+                sbatch["mem"] = str(res.memMB)
+            if res.gpu > 0:
+                sbatch["gpus-per-task"] = str(res.gpu)
+        elastic = bool(role.min_replicas and role.min_replicas < role.num_replicas)
+        srun = {
+            "output": f"slurm-{macros.app_id}-{name}.out",
+            "error": f"slurm-{macros.app_id}-{name}.err",
+            # a failed replica ends the job, unless the role is elastic (the rest carry on)
+            "kill-on-bad-exit": "0" if elastic else "1",
+        }
+        return cls(name, role.entrypoint, list(role.args), srun, sbatch, dict(role.env))
+
+    def materialize(self) -> Tuple[List[str], List[str]]:
+        """``(sbatch args, srun group)``: the group's ``#SBATCH`` options and its shell-quoted
+        ``srun`` tokens (groups are joined with ``:`` into one het step)."""
+        for key in self.env:
+            check_env_name(key, self.name)
+        sbatch = [f"--job-name={self.name}", *_opts(self.sbatch_opts)]
+        srun = [quote(o) for o in _opts(self.srun_opts)]
+        env = [f"{k}={quote(v)}" for k, v in self.env.items()]
+        return sbatch, [*srun, "env", *env, quote(self.entrypoint), *map(quote, self.args)]
+
+
+@dataclass
+class SlurmBatchRequest:
+    """The whole job: the sbatch command and the script it submits."""
+
+    cmd: List[str]
+    replicas: Dict[str, SlurmReplicaRequest]
+    job_dir: Optional[str] = None
+    max_retries: int = 0
+    app: Dict[str, Any] = field(default_factory=dict)
+    bin_dir: str = field(default_factory=lambda: os.path.dirname(sys.executable))
+
+    def materialize(self) -> str:
+        """The batch script: het groups, then one ``srun`` over all of them."""
+        groups = list(self.replicas.values())
+        headers, sruns = [], []
+        for i, replica in enumerate(groups):
+            sbatch, srun = replica.materialize()
+            headers.append("#SBATCH " + " ".join(sbatch))
+            het = [f"--het-group={i}"] if len(groups) > 1 else []
+            sruns.append(" ".join([*het, *srun]))
+        header = "\n#SBATCH hetjob\n".join(headers)
+        srun_line = " :\\\n    ".join(sruns)
+        bin_dir = shlex.quote(self.bin_dir)
+        return f"""#!/bin/bash
+{header}
+
+# generated by torchx
+set -eo pipefail
+export PYTHONUNBUFFERED=1 SLURM_UNBUFFEREDIO=1 TORCHX_MAX_RETRIES={int(self.max_retries)}
+# the submitting interpreter's environment first, as if it were activated (shared filesystems)
+[ -d {bin_dir} ] && export PATH={bin_dir}:$PATH
+# the rank-0 host for rendezvous: the address of het group 0's node (node names may not resolve)
+first_node=$(scontrol show hostnames \
+"${{SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}}" | head -n 1)
+export {RANK0_ENV}=$(scontrol show node "$first_node" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')
+export {RANK0_ENV}=${{{RANK0_ENV}:-$first_node}}
+set +e
+srun {srun_line}
+rc=$?
+if [ $rc -ne 0 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$TORCHX_MAX_RETRIES" ]; then
+    scontrol requeue "$SLURM_JOB_ID"
+fi
+exit $rc
+"""
+
+    def __repr__(self) -> str:
+        return f"# {shlex.join(self.cmd)}\n{self.materialize()}"

@@ -1,0 +1,308 @@
+"""What Slurm says about one job, from the cheapest source that still knows it.
+
+1. ``squeue -j ID`` while slurmctld holds the job (pending, running, and ``MinJobAge``
+   seconds after it ended); a finished job's per-group exit codes then come from
+   ``scontrol -d show job ID``.
+2. ``sacct -j ID`` once slurmctld forgot it (clusters with slurmdbd accounting). A het
+   group's exit code is the highest of its steps' own: sacct's ``DerivedExitCode`` can be
+   written before the last step's (22.05 reported 0 for a group whose step exited 3).
+3. The ``jobcomp/filetxt`` log, on clusters without accounting.
+
+Each source yields the job's het groups as dicts ``{name, state, exit_code, offset, node,
+restarts, work_dir}`` sorted by offset; ``exit_code`` is None where no step reported one.
+Cluster-wide ``squeue --json`` (22.05 and 24.x shapes) serves only ``list``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Any, Dict, List, Mapping, Optional
+
+from torchx.specs import AppState, TorchXError
+
+SLURM_STATES: Mapping[str, AppState] = {
+    "PENDING": AppState.PENDING,
+    "CONFIGURING": AppState.PENDING,
+    "REQUEUED": AppState.PENDING,
+    "REQUEUE_HOLD": AppState.PENDING,
+    "REQUEUE_FED": AppState.PENDING,
+    "RESV_DEL_HOLD": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "COMPLETING": AppState.RUNNING,
+    "SUSPENDED": AppState.RUNNING,
+    "STAGE_OUT": AppState.RUNNING,
+    "SIGNALING": AppState.RUNNING,
+    "RESIZING": AppState.RUNNING,
+    "COMPLETED": AppState.SUCCEEDED,
+    "CANCELLED": AppState.CANCELLED,
+    "FAILED": AppState.FAILED,
+    "TIMEOUT": AppState.FAILED,
+    "NODE_FAIL": AppState.FAILED,
+    "PREEMPTED": AppState.FAILED,
+    "BOOT_FAIL": AppState.FAILED,
+    "DEADLINE": AppState.FAILED,
+    "OUT_OF_MEMORY": AppState.FAILED,
+    "REVOKED": AppState.FAILED,
+}
+TERMINAL = {s for s, a in SLURM_STATES.items() if a in (AppState.SUCCEEDED, AppState.FAILED)}
+TERMINAL.add("CANCELLED")
+
+# squeue -O: "Field:|" is unpadded and ends with "|"; the last field is unbounded
+SQUEUE_FIELDS = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,RestartCnt:|,NodeList:|,Name:|,WorkDir:"
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,NodeList,WorkDir"
+
+
+class SlurmError(TorchXError):
+    """A Slurm command failed (message has its stderr)."""
+
+
+def run(cmd: List[str], cwd: Optional[str] = None) -> str:
+    """``cmd``'s stdout; a missing command or a non-zero exit raises ``SlurmError``."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=cwd)
+    except FileNotFoundError:
+        raise SlurmError(
+            f"{cmd[0]} not found: is this a Slurm login node?"
+            " (scripts/slurm_cluster.sh starts a local cluster)"
+        ) from None
+    if out.returncode != 0:
+        raise SlurmError(f"{' '.join(cmd[:2])} failed: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout
+
+
+def _part(
+    name: str,
+    state: str,
+    exit_code: Optional[int],
+    offset: int,
+    node: str,
+    restarts: int = 0,
+    work_dir: str = "",
+) -> Dict[str, Any]:
+    return {
+        "name": name,
+        "state": state,
+        "exit_code": exit_code,
+        "offset": offset,
+        "node": "" if node in ("(null)", "None assigned") else node,
+        "restarts": restarts,
+        "work_dir": work_dir,
+    }
+
+
+def _code(text: str) -> Optional[int]:
+    """``rc:signal`` (sacct, scontrol, jobcomp) as one exit code: 128+signal if signalled."""
+    m = re.fullmatch(r"(\d+):(\d+)", text.strip())
+    if not m:
+        return None
+    rc, sig = int(m.group(1)), int(m.group(2))
+    return 128 + sig if sig else rc
+
+
+def parse_squeue_text(text: str, job_id: str) -> List[Dict[str, Any]]:
+    """The groups of ``job_id`` in ``squeue -h -O SQUEUE_FIELDS`` output (no exit codes)."""
+    parts = []
+    for line in text.splitlines():
+        fields = line.split("|", 7)
+        if len(fields) < 8:
+            continue
+        jid, het, offset, state, restarts, node, name, work_dir = fields
+        if (het if het.isdigit() else jid) != job_id:
+            continue
+        parts.append(
+            _part(
+                name,
+                state.strip(),
+                None,
+                int(offset) if offset.isdigit() else 0,
+                node,
+                int(restarts) if restarts.isdigit() else 0,
+                work_dir.strip(),
+            )
+        )
+    return sorted(parts, key=lambda p: p["offset"])
+
+
+def parse_scontrol(text: str, job_id: str) -> List[Dict[str, Any]]:
+    """The groups of ``job_id`` in ``scontrol -d -o show job`` output (one line per group).
+
+    Values are read from the front of each line (``Comment=`` comes late and may hold
+    anything), so the first ``Key=`` of each kind is the real one.
+    """
+    parts = []
+    for line in text.splitlines():
+
+        def get(key: str, line: str = line) -> str:
+            m = re.search(rf"(?:^|\s){key}=(\S*)", line)
+            return m.group(1) if m else ""
+
+        het, jid = get("HetJobId"), get("JobId")
+        if (het or jid) != job_id or not jid:
+            continue
+        offset = get("HetJobOffset")
+        parts.append(
+            _part(
+                get("JobName"),
+                get("JobState"),
+                _code(get("DerivedExitCode")),
+                int(offset) if offset.isdigit() else 0,
+                get("NodeList"),
+                int(get("Restarts") or 0),
+                get("WorkDir"),
+            )
+        )
+    return sorted(parts, key=lambda p: p["offset"])
+
+
+def parse_sacct(text: str, job_id: str) -> List[Dict[str, Any]]:
+    """The groups of ``job_id`` in ``sacct -P -n -D -o SACCT_FIELDS -j ID`` output.
+
+    Rows come per run (with ``-D``, a requeued job lists each run): an allocation row
+    (``ID`` or ``ID+k``) and then its steps (``ID+k.0``, ``ID+k.batch``). The last run of a
+    group wins, and its exit code is the highest of its numbered steps' (the batch step is
+    the script, whose exit is the whole job's).
+    """
+    parts: Dict[int, Dict[str, Any]] = {}
+    runs: Dict[int, int] = {}
+    for line in text.splitlines():
+        fields = line.split("|", 5)
+        if len(fields) < 6:
+            continue
+        jid, name, state, code, node, work_dir = fields
+        m = re.fullmatch(r"(\d+)(?:\+(\d+))?(?:\.(\w+))?", jid)
+        if not m or m.group(1) != job_id:
+            continue
+        offset, step = int(m.group(2) or 0), m.group(3)
+        state = state.split()[0] if state.strip() else "UNKNOWN"
+        if step is None:
+            runs[offset] = runs.get(offset, 0) + 1
+            parts[offset] = _part(name, state, None, offset, node, runs[offset] - 1, work_dir)
+        elif step.isdigit() and offset in parts:
+            rc = _code(code)
+            if rc is not None:
+                prev = parts[offset]["exit_code"]
+                parts[offset]["exit_code"] = rc if prev is None else max(prev, rc)
+    return [parts[k] for k in sorted(parts)]
+
+
+def parse_jobcomp(text: str, job_id: str) -> List[Dict[str, Any]]:
+    """Groups of ``job_id`` from a ``jobcomp/filetxt`` log (the latest record of each wins)."""
+    parts: Dict[int, Dict[str, Any]] = {}
+    for line in text.splitlines():
+        kv = dict(re.findall(r"(\w+)=(\S*)", line))
+        het, jid = kv.get("HetJobId", ""), kv.get("JobId", "")
+        if (het if het and het != "0" else jid) != str(job_id):
+            continue
+        offset = int(kv.get("HetJobOffset", "0") or 0)
+        code = _code(kv.get("DerivedExitCode") or kv.get("ExitCode") or "0:0")
+        parts[offset] = _part(
+            kv.get("Name", ""),
+            kv.get("JobState", "UNKNOWN"),
+            code,
+            offset,
+            kv.get("NodeList", ""),
+            0,
+            kv.get("WorkDir", ""),
+        )
+    return [parts[k] for k in sorted(parts)]
+
+
+def query_job(job_id: str) -> List[Dict[str, Any]]:
+    """The groups of one job, from squeue, then sacct, then the jobcomp log ([] if unknown).
+
+    Raises ``SlurmError`` when a source failed (slurmctld or slurmdbd down) and no other
+    knew the job: "unknown" must not be said for a job that may well exist.
+    """
+    failure: Optional[SlurmError] = None
+    try:
+        out = run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", SQUEUE_FIELDS])
+    except SlurmError as e:  # an id slurmctld no longer (or never) knew fails in 22.05
+        out = ""
+        if "Invalid job id" not in str(e):
+            failure = e
+    parts = parse_squeue_text(out, job_id)
+    if parts and all(p["state"] in TERMINAL for p in parts):
+        # squeue has no exit codes: the same in-memory record through scontrol has them
+        try:
+            detailed = parse_scontrol(run(["scontrol", "-d", "-o", "show", "job", job_id]), job_id)
+        except SlurmError:
+            detailed = []  # forgotten in between: accounting has it now
+        parts = detailed if len(detailed) == len(parts) else []
+    if parts:
+        return parts
+    try:
+        found = parse_sacct(
+            run(["sacct", "-P", "-n", "-D", "-j", job_id, "-o", SACCT_FIELDS]), job_id
+        )
+    except SlurmError as e:  # no accounting here (or slurmdbd is down): the jobcomp log
+        if "accounting storage is disabled" not in str(e).lower():
+            failure = failure or e
+        found = jobcomp_parts(job_id) or []
+    if not found and failure is not None:
+        raise failure
+    return found
+
+
+def jobcomp_parts(job_id: str) -> Optional[List[Dict[str, Any]]]:
+    """``job_id``'s groups from the ``JobCompLoc`` file (None: no such log to read)."""
+    try:
+        loc = re.search(r"JobCompLoc\s*=\s*(\S+)", run(["scontrol", "show", "config"]))
+    except SlurmError:
+        return None
+    if not loc or not os.path.isfile(loc.group(1)):
+        return None
+    with open(loc.group(1)) as f:
+        return parse_jobcomp(f.read(), job_id)
+
+
+def json_number(value: Any) -> Optional[int]:
+    """22.05 scalars and 24.x ``{set, infinite, number}`` objects alike."""
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set", True) and "number" in value else None
+    return None if value is None else int(value)
+
+
+def _exit_code(value: Any) -> Optional[int]:
+    """22.05: raw wait status (768 = exit 3); 24.x: ``{status, return_code: {number}}``."""
+    if isinstance(value, dict):
+        rc = json_number(value.get("return_code"))
+        signal = value.get("signal")
+        sig = json_number(signal.get("id")) if isinstance(signal, dict) else None
+        return 128 + sig if sig else rc
+    if value is None:
+        return None
+    raw = int(value)
+    return raw >> 8 if raw & 0x7F == 0 else 128 + (raw & 0x7F)
+
+
+def job_state(value: Any) -> str:
+    """``job_state`` of ``squeue --json``: a string (22.05) or a list of flags (24.x)."""
+    if isinstance(value, list):
+        return str(value[0]) if value else "PENDING"
+    return str(value)
+
+
+def parse_squeue(data: Mapping[str, Any], job_id: str) -> List[Dict[str, Any]]:
+    """The groups of ``job_id`` in ``squeue --json`` output of Slurm 22.05 or 24.x."""
+    parts = []
+    for job in data.get("jobs", []):
+        het = json_number(job.get("het_job_id"))
+        jid = json_number(job.get("job_id"))
+        if str(het if het else jid) != str(job_id):
+            continue
+        # derived_exit_code is the group's own (highest step) exit; exit_code the script's
+        code = job["derived_exit_code"] if "derived_exit_code" in job else job.get("exit_code")
+        parts.append(
+            _part(
+                job.get("name", ""),
+                job_state(job.get("job_state")),
+                _exit_code(code),
+                json_number(job.get("het_job_offset")) or 0,
+                job.get("nodes") or "",
+                json_number(job.get("restart_cnt")) or 0,
+                job.get("current_working_directory") or "",
+            )
+        )
+    return sorted(parts, key=lambda p: p["offset"])
