@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from typing import Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set
 
 REPLICA_ENV = "TORCHX_LOCAL_REPLICA"
 _BOOT_ID: List[str] = []
@@ -99,16 +99,22 @@ def alive(pid: int) -> bool:
 
 def own_children() -> Set[int]:
     """This process's children (orphans re-parented to a subreaper included)."""
-    if sys.platform.startswith("linux"):
-        try:
-            kids: Set[int] = set()
-            for tid in os.listdir("/proc/self/task"):
+    if not sys.platform.startswith("linux"):
+        return _psutil_children(os.getpid(), recursive=False)
+    kids: Set[int] = set()
+    try:
+        tids = os.listdir("/proc/self/task")
+        for tid in tids:
+            try:
                 with open(f"/proc/self/task/{tid}/children") as f:
                     kids.update(int(p) for p in f.read().split())
-            return kids
-        except (OSError, ValueError):
-            pass
-    return _psutil_children(os.getpid(), recursive=False)
+            except FileNotFoundError:
+                if tid == str(os.getpid()):  # the kernel has no children files
+                    raise
+                # else: a thread that just ended
+        return kids
+    except OSError:
+        return set(_children_map().get(os.getpid(), []))
 
 
 def descendants(pid: int) -> Set[int]:
@@ -120,12 +126,7 @@ def descendants_of(pids: Iterable[int]) -> Set[int]:
     """Every descendant of any of ``pids`` (one scan of the process table)."""
     if not sys.platform.startswith("linux"):
         return set().union(*(_psutil_children(p, recursive=True) for p in pids))
-    children: dict[int, List[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            fields = _proc_stat(int(name))
-            if fields:
-                children.setdefault(int(fields[1]), []).append(int(name))
+    children = _children_map()
     found: Set[int] = set()
     todo = list(pids)
     while todo:
@@ -134,6 +135,17 @@ def descendants_of(pids: Iterable[int]) -> Set[int]:
                 found.add(c)
                 todo.append(c)
     return found
+
+
+def _children_map() -> Dict[int, List[int]]:
+    """``{parent pid: [child pids]}`` of every process, from /proc."""
+    children: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _proc_stat(int(name))
+            if fields:
+                children.setdefault(int(fields[1]), []).append(int(name))
+    return children
 
 
 def _psutil_children(pid: int, recursive: bool) -> Set[int]:

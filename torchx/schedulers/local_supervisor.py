@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 if TYPE_CHECKING:
@@ -446,7 +447,20 @@ class Supervisor:
 
 
 def main() -> int:
-    return Supervisor(sys.argv[1]).run()
+    sup = Supervisor(sys.argv[1])
+    try:
+        return sup.run()
+    except Exception as e:  # a bug here must not leave processes or a state that lies
+        traceback.print_exc()
+        try:
+            sup.stop(None, 0)
+        finally:
+            if sup.cancel_requested:
+                sup.state, sup.msg = CANCELLED, "cancelled"
+            else:
+                sup.state, sup.msg = FAILED, f"the local supervisor failed: {e!r}"
+            sup.write_state()
+        return 1
 
 
 if __name__ == "__main__":
