@@ -183,15 +183,6 @@ def test_local_cwd_runs_in_a_copy_of_the_workspace(tmp_path: Path) -> None:
     assert p.returncode == 0 and p.stdout.splitlines()[1] == f"sh/0 {ws}"
 
 
-def _k8s_wired() -> bool:
-    try:
-        from torchx.schedulers.kubernetes_scheduler import KubernetesScheduler
-    except ImportError:
-        return False
-    return issubclass(KubernetesScheduler, WorkspaceMixin)
-
-
-@pytest.mark.skipif(not _k8s_wired(), reason="kubernetes does not mix in DockerWorkspaceMixin yet")
 def test_kubernetes_dryrun_shows_the_pushed_image_and_run_needs_docker(tmp_path: Path) -> None:
     ws = tmp_path / "proj"
     ws.mkdir()

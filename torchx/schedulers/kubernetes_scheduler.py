@@ -18,6 +18,12 @@ Unschedulable, ...); a bad image fails the app instead of leaving it PENDING for
 (torchx#207). ``log_iter`` streams pod logs with the client's ``follow`` and keeps
 every line's newline (torchx#983; see ``kubernetes_logs``). Client set-up and error
 translation live in ``kubernetes_api``.
+
+Workspaces (``DockerWorkspaceMixin``): ``torchx run --workspace DIR`` (the CLI's default
+is the current directory) plans an image of the role's image plus the workspace at dry
+run; the manifests name ``<image_repo>:<digest>``, and ``schedule`` builds and pushes it
+through the Docker SDK before creating anything. Without ``-cfg image_repo`` or a Docker
+daemon the submission fails in one line naming ``--workspace ""`` (run the image as is).
 """
 
 from __future__ import annotations
@@ -25,7 +31,18 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, TypedDict
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Set,
+    Tuple,
+    TypedDict,
+)
 
 import yaml
 
@@ -80,6 +97,10 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.util.modules import import_optional
+from torchx.workspace.docker_workspace import DockerWorkspaceMixin, ImagesToPush
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 logger = logging.getLogger(__name__)
 
@@ -103,12 +124,18 @@ class KubernetesJob:
     """The manifests ``schedule`` creates; ``str()`` is YAML ``kubectl apply -f`` accepts."""
 
     def __init__(
-        self, manifests: List[Dict[str, Any]], namespace: str, name: str, job_type: str
+        self,
+        manifests: List[Dict[str, Any]],
+        namespace: str,
+        name: str,
+        job_type: str,
+        images_to_push: Optional[ImagesToPush] = None,
     ) -> None:
         self.manifests = manifests
         self.namespace = namespace
         self.name = name
         self.job_type = job_type
+        self.images_to_push: ImagesToPush = images_to_push or {}  # workspace image -> (repo, tag)
 
     @property
     def resource(self) -> Dict[str, Any]:
@@ -131,13 +158,17 @@ def parse_app_id(app_id: str) -> Tuple[str, str]:
     return namespace, name
 
 
-class KubernetesScheduler(Scheduler[KubernetesJob]):
+class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     """Submits, watches, tails and deletes torchx apps on a Kubernetes cluster."""
 
     def __init__(
-        self, session_name: str, client: Optional[Any] = None, namespace: Optional[str] = None
+        self,
+        session_name: str,
+        client: Optional[Any] = None,
+        namespace: Optional[str] = None,
+        docker_client: Optional[DockerClient] = None,
     ) -> None:
-        super().__init__("kubernetes", session_name)
+        super().__init__("kubernetes", session_name, docker_client=docker_client)
         self._client = client
         self._owns_client = client is None
         self._namespace = namespace
@@ -203,18 +234,6 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
         opts.add("service_account", type_=str, help="service account the pods run as")
         opts.add("priority_class", type_=str, help="name of the PriorityClass of the job")
         opts.add(
-            "image_repo",
-            type_=str,
-            help="repository for workspace images"
-            " (accepted for compatibility: this scheduler builds no images)",
-        )
-        opts.add(
-            "quiet",
-            type_=bool,
-            default=False,
-            help="accepted for compatibility (image push progress)",
-        )
-        opts.add(
             "node_selector",
             type_=Dict[str, str],
             help="node labels the pods must match, e.g. disktype:ssd;zone:a",
@@ -267,7 +286,8 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
     def _submit_dryrun(
         self, app: AppDef, cfg: Mapping[str, CfgVal]
     ) -> AppDryRunInfo[KubernetesJob]:
-        import_optional("kubernetes", "kubernetes")
+        import_optional("kubernetes", "kubernetes")  # the missing extra is reported first
+        images_to_push = self.dryrun_push_images(app, cfg)  # workspace image -> image_repo:digest
         opts = dict(cfg)
         namespace = str(opts.get("namespace") or self.default_namespace())
         job_type = str(opts.get("job_type") or JOB_TYPE_VOLCANO)
@@ -276,10 +296,12 @@ class KubernetesScheduler(Scheduler[KubernetesJob]):
             manifests = [volcano_job(app, name, namespace, opts)]
         else:
             manifests = indexed_jobs(app, name, namespace, opts)
-        return AppDryRunInfo(KubernetesJob(manifests, namespace, name, job_type), str)
+        job = KubernetesJob(manifests, namespace, name, job_type, images_to_push)
+        return AppDryRunInfo(job, str)
 
     @api_errors
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
+        self.push_images(dryrun_info.request.images_to_push)
         from kubernetes.client.rest import ApiException
 
         req = dryrun_info.request
@@ -549,6 +571,14 @@ def app_to_resource(
 
 
 def create_scheduler(
-    session_name: str, client: Optional[Any] = None, **kwargs: Any
+    session_name: str,
+    client: Optional[Any] = None,
+    docker_client: Optional[DockerClient] = None,
+    **kwargs: Any,
 ) -> KubernetesScheduler:
-    return KubernetesScheduler(session_name, client=client, namespace=kwargs.get("namespace"))
+    return KubernetesScheduler(
+        session_name,
+        client=client,
+        namespace=kwargs.get("namespace"),
+        docker_client=docker_client,
+    )
