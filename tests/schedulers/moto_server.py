@@ -14,7 +14,10 @@ import logging
 import os
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+import pytest
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -81,6 +84,20 @@ class MotoBatchServer:
 
     # ------------------------------------------------------------------ setup
 
+    def fresh(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queue: str) -> MotoBatchServer:
+        """Per test: no resources but ``queue``; boto3 (and the CLI) point here, nowhere else."""
+        for key in aws_env_keys():
+            monkeypatch.delenv(key)
+        for key, value in self.env().items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+        monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+        monkeypatch.chdir(tmp_path)
+        self.reset()
+        self.create_queue(queue)
+        return self
+
     def create_queue(self, name: str) -> str:
         iam = self.client("iam")
         try:
@@ -115,6 +132,14 @@ class MotoBatchServer:
 
     def job(self, job_id: str) -> Any:
         return self._backend()._jobs[job_id]
+
+    def job_ids(self) -> List[str]:
+        """Every job Batch holds (submitted through any client)."""
+        return sorted(self._backend()._jobs)
+
+    def job_definition_names(self) -> List[str]:
+        """Every registered job definition (all revisions, active or not)."""
+        return sorted(jd.name for jd in self._backend()._job_definitions.values())
 
     def set_status(
         self,

@@ -44,17 +44,7 @@ def server() -> Iterator[MotoBatchServer]:
 def moto(
     server: MotoBatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> MotoBatchServer:
-    for key in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(key)
-    for key, value in server.env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    server.reset()
-    server.create_queue(QUEUE)
-    return server
+    return server.fresh(tmp_path, monkeypatch, QUEUE)
 
 
 def _ddp() -> specs.AppDef:
@@ -488,6 +478,8 @@ def test_cli_dryrun_run_status_list_cancel(moto: MotoBatchServer, tmp_path: Path
                 "aws_batch",
                 "-cfg",
                 f"queue={QUEUE}",
+                "--workspace",
+                "",
                 "--dryrun",
                 "dist.ddp",
                 "-j",
@@ -511,6 +503,8 @@ def test_cli_dryrun_run_status_list_cancel(moto: MotoBatchServer, tmp_path: Path
                 "aws_batch",
                 "-cfg",
                 f"queue={QUEUE}",
+                "--workspace",
+                "",
                 "dist.ddp",
                 "-j",
                 "1:2x2",
@@ -552,7 +546,7 @@ def test_cli_dryrun_run_status_list_cancel(moto: MotoBatchServer, tmp_path: Path
 def test_missing_boto3_extra_is_one_line(moto: MotoBatchServer, tmp_path: Path) -> None:
     out = _done(
         _tx(
-            ["run", "-s", "aws_batch", "-cfg", f"queue={QUEUE}", "utils.echo"],
+            ["run", "-s", "aws_batch", "-cfg", f"queue={QUEUE}", "--workspace", "", "utils.echo"],
             tmp_path,
             prelude="sys.modules['boto3'] = None; ",
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import getpass
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
@@ -60,6 +60,8 @@ class BatchJob:
     share_id: Optional[str]
     priority: int
     job_def: Dict[str, Any]
+    # workspace image -> (image_repo, tag): built and pushed by ``schedule`` before submitting
+    images_to_push: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
     @property
     def definition(self) -> str:
@@ -179,8 +181,16 @@ def keyed_definition(token: str) -> str:
     return name
 
 
-def batch_job(app: AppDef, cfg: Mapping[str, CfgVal]) -> BatchJob:
-    """The job definition (one node range per role, role 0 first) and job for ``app``."""
+def batch_job(
+    app: AppDef,
+    cfg: Mapping[str, CfgVal],
+    images_to_push: Optional[Dict[str, Tuple[str, str]]] = None,
+) -> BatchJob:
+    """The job definition (one node range per role, role 0 first) and job for ``app``.
+
+    ``images_to_push`` (the workspace image, already rewritten in ``app``) rides along
+    for ``schedule``.
+    """
     queue = str(cfg["queue"])
     name = job_name(app.name)
     app_id = f"{queue}:{name}"
@@ -235,6 +245,7 @@ def batch_job(app: AppDef, cfg: Mapping[str, CfgVal]) -> BatchJob:
         share_id=str(share_id) if share_id else None,
         priority=priority,
         job_def=job_def,
+        images_to_push=dict(images_to_push or {}),
     )
 
 

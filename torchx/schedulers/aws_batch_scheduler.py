@@ -20,6 +20,12 @@ and ``log_iter`` reads (and tails) the node's CloudWatch log stream. A keyed sub
 (``Runner.run(idempotency_key=...)``) is tagged with its token and registers a revision
 of the job definition ``torchx-{token}``, so ``find_by_idempotency_token`` filters on the
 service side. The request is built by ``aws_batch_request`` (names re-exported here).
+
+Workspaces (``DockerWorkspaceMixin``): ``torchx run --workspace DIR`` (the CLI's default
+is the current directory) plans an image of the role's image plus the workspace at dry
+run; the job definition names ``<image_repo>:<digest>``, and ``schedule`` builds and
+pushes it through the Docker SDK before registering anything. Without ``-cfg image_repo``
+or a Docker daemon the submission fails in one line naming ``--workspace ""``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,18 @@ import getpass
 import logging
 import time
 from datetime import datetime
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypedDict
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    TypedDict,
+)
 
 from torchx.schedulers.api import (
     DescribeAppResponse,
@@ -75,6 +92,10 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.util.modules import import_optional
+from torchx.workspace.docker_workspace import DockerWorkspaceMixin
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +159,7 @@ def _error_text(job: Dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-class AWSBatchScheduler(Scheduler[BatchJob]):
+class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
     """Submits, describes, tails and terminates multi-node parallel jobs on AWS Batch."""
 
     def __init__(
@@ -147,8 +168,9 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
         client: Optional[Any] = None,
         log_client: Optional[Any] = None,
         log_group: str = DEFAULT_LOG_GROUP,
+        docker_client: Optional[DockerClient] = None,
     ) -> None:
-        super().__init__("aws_batch", session_name)
+        super().__init__("aws_batch", session_name, docker_client=docker_client)
         self._client = client
         self._log_client = log_client
         self._log_group = log_group
@@ -215,17 +237,6 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
         opts.add(
             "execution_role_arn", type_=str, help="IAM role ECS uses to pull images and write logs"
         )
-        opts.add(
-            "image_repo",
-            type_=str,
-            help="repository for workspace images (accepted for compatibility)",
-        )
-        opts.add(
-            "quiet",
-            type_=bool,
-            default=False,
-            help="accepted for compatibility (image push progress)",
-        )
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
@@ -237,9 +248,11 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
             )
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[BatchJob]:
-        return AppDryRunInfo(batch_job(app, cfg), str)
+        images_to_push = self.dryrun_push_images(app, cfg)  # workspace image -> image_repo:digest
+        return AppDryRunInfo(batch_job(app, cfg, images_to_push), str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
+        self.push_images(dryrun_info.request.images_to_push)
         req = dryrun_info.request
         self._call(self.client, "register_job_definition", **req.job_def)
         self._call(self.client, "submit_job", **req.submit_args)
@@ -513,11 +526,16 @@ class AWSBatchScheduler(Scheduler[BatchJob]):
 
 
 def create_scheduler(
-    session_name: str, client: Optional[Any] = None, log_client: Optional[Any] = None, **kwargs: Any
+    session_name: str,
+    client: Optional[Any] = None,
+    log_client: Optional[Any] = None,
+    docker_client: Optional[DockerClient] = None,
+    **kwargs: Any,
 ) -> AWSBatchScheduler:
     return AWSBatchScheduler(
         session_name,
         client=client,
         log_client=log_client,
         log_group=kwargs.get("log_group", DEFAULT_LOG_GROUP),
+        docker_client=docker_client,
     )
