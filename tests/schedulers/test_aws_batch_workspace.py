@@ -97,6 +97,8 @@ def test_dryrun_names_the_pushed_image_in_the_job_definition(
 
 
 def test_image_repo_and_quiet_come_from_the_workspace_mixin() -> None:
+    docker = FakeDockerClient()
+    assert AWSBatchScheduler("t", None, None, docker)._docker_client is docker  # upstream's order
     opts = AWSBatchScheduler("t").run_opts()
     assert str(opts.get("image_repo").help).startswith("(remote jobs) the image repository")
     assert opts.resolve({"queue": QUEUE})["quiet"] is False

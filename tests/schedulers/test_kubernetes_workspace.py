@@ -118,6 +118,8 @@ def test_indexed_dryrun_rewrites_only_the_first_role(srv: KMockServer, ws: Path)
 
 
 def test_image_repo_and_quiet_come_from_the_workspace_mixin() -> None:
+    docker = FakeDockerClient()
+    assert KubernetesScheduler("t", None, docker)._docker_client is docker  # upstream's order
     opts = KubernetesScheduler("t").run_opts()
     assert str(opts.get("image_repo").help).startswith("(remote jobs) the image repository")
     assert opts.resolve({"queue": "q"})["quiet"] is False

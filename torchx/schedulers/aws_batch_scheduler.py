@@ -167,8 +167,8 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         session_name: str,
         client: Optional[Any] = None,
         log_client: Optional[Any] = None,
+        docker_client: Optional[DockerClient] = None,  # upstream's positional order
         log_group: str = DEFAULT_LOG_GROUP,
-        docker_client: Optional[DockerClient] = None,
     ) -> None:
         super().__init__("aws_batch", session_name, docker_client=docker_client)
         self._client = client

@@ -165,8 +165,8 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         self,
         session_name: str,
         client: Optional[Any] = None,
+        docker_client: Optional[DockerClient] = None,  # upstream's positional order
         namespace: Optional[str] = None,
-        docker_client: Optional[DockerClient] = None,
     ) -> None:
         super().__init__("kubernetes", session_name, docker_client=docker_client)
         self._client = client
