@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Set
+from typing import Any, Iterator, List, Set
 
 import psutil
 import pytest
@@ -80,21 +80,21 @@ async def _artifact_data(key: str) -> list:
     return [a.data for a in found]
 
 
-def test_failing_stage_fails_the_flow_with_the_workers_error(
-    env: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_failing_stage_fails_the_flow_with_the_workers_error(env: Path) -> None:
     from prefect import flow
 
     from torchx.pipelines.prefect import TorchXJobFailed, close_pipeline_run, submit, wait
 
-    @flow
+    @flow(on_failure=[close_pipeline_run])
     def failing() -> None:
         wait(submit("utils.python", ["--c", "raise RuntimeError('loss is nan')"]))
 
+    state = failing(return_state=True)
     with pytest.raises(TorchXJobFailed, match="RuntimeError: loss is nan") as e:
-        failing.with_options(on_failure=[close_pipeline_run])()
+        state.result()
     assert e.value.status is not None and str(e.value.status.state) == "FAILED"
-    assert "python/0 RuntimeError: loss is nan" in caplog.text  # streamed into the task log
+    needle = "python/0 RuntimeError: loss is nan"  # streamed into the task log
+    assert needle in _flow_run_logs(state.state_details.flow_run_id, needle)
     from torchx.trackers.api import build_trackers
 
     tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
@@ -103,7 +103,7 @@ def test_failing_stage_fails_the_flow_with_the_workers_error(
     assert tracker.client.get_run(rid).info.status == "FAILED"  # type: ignore[attr-defined]
 
 
-def test_distinct_stages_get_their_own_apps(env: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_distinct_stages_get_their_own_apps(env: Path) -> None:
     from prefect import flow
 
     from torchx.pipelines.prefect import submit, wait
@@ -117,12 +117,35 @@ def test_distinct_stages_get_their_own_apps(env: Path, caplog: pytest.LogCapture
         wait(b)
         return a, b
 
-    a, b = two_echoes()
+    state = two_echoes(return_state=True)
+    a, b = state.result()
     assert a != b
     with get_runner() as runner:
         assert sorted(x.app_handle for x in runner.list("local_cwd")) == sorted([a, b])
-    assert caplog.text.count("echo/0 first-stage") == 1
-    assert caplog.text.count("echo/0 second-stage") == 1
+    logged = _flow_run_logs(state.state_details.flow_run_id, "echo/0 second-stage")
+    assert logged.count("echo/0 first-stage") == 1
+    assert logged.count("echo/0 second-stage") == 1
+
+
+def _flow_run_logs(flow_run_id: Any, needle: str, timeout: float = 60) -> List[str]:
+    """The flow run's log messages as Prefect stored them (sent in batches: poll for
+    ``needle``)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    async def read() -> List[str]:
+        async with get_client() as client:
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+            )
+        return [log.message for log in logs]
+
+    deadline = time.monotonic() + timeout
+    messages = asyncio.run(read())
+    while needle not in messages and time.monotonic() < deadline:
+        time.sleep(0.2)
+        messages = asyncio.run(read())
+    return messages
 
 
 def test_submit_is_idempotent_per_flow_run_and_key(env: Path) -> None:
@@ -178,7 +201,7 @@ def test_timeout_of_the_flow_cancels_the_app(env: Path) -> None:
 
     handles: list = []
 
-    @flow(timeout_seconds=4)
+    @flow(timeout_seconds=15)
     def slow() -> None:
         h = submit("utils.sh", ["--num_replicas", "2", "sleep", "600"])
         handles.append(h)
