@@ -12,6 +12,7 @@ import pytest
 
 from torchx import specs
 from torchx.schedulers.local_scheduler import LocalScheduler
+from torchx.schedulers.ray_scheduler import RayScheduler
 from torchx.schedulers.slurm_scheduler import SlurmScheduler
 from torchx.workspace import Workspace, WorkspaceError, apply_workspace, walk_workspace
 from torchx.workspace.api import PkgInfo
@@ -119,7 +120,8 @@ def test_no_workspace_or_no_mixin_is_a_noop(ws: Path) -> None:
     app = _app()
     assert apply_workspace(_Slurm("test"), app, None, {"job_dir": "/nonexistent/x"}) is None
     assert apply_workspace(_Slurm("test"), app, "", {"job_dir": "/nonexistent/x"}) is None
-    assert apply_workspace(SlurmScheduler("test"), app, str(ws), {"job_dir": "/x/y"}) is None
+    # ray takes no workspace (it has no WorkspaceMixin)
+    assert apply_workspace(RayScheduler("test"), app, str(ws), {"job_dir": "/x/y"}) is None
     assert app.roles[0].image == _app().roles[0].image
 
 

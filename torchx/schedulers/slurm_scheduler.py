@@ -72,6 +72,7 @@ from torchx.specs import (
     runopts,
 )
 from torchx.util.paths import torchx_home
+from torchx.workspace.dir_workspace import DirWorkspaceMixin
 
 __all__ = [
     "RANK0_ENV",
@@ -124,7 +125,7 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-class SlurmScheduler(Scheduler[SlurmBatchRequest]):
+class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
     def __init__(self, session_name: str) -> None:
         super().__init__("slurm", session_name)
 
