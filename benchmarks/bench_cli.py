@@ -143,6 +143,12 @@ def lost_output(impls: List[Impl], n: int, work: str) -> Dict[str, int]:
                 for line in p.stdout.splitlines() + p.stderr.splitlines()
             ):
                 misses += 1
+                if impl.name == "ours":  # say what happened, so it can be fixed
+                    print(
+                        f"ours missed 'hi': rc={p.returncode} stdout={p.stdout[-300:]!r}"
+                        f" stderr={p.stderr[-1500:]!r}",
+                        file=sys.stderr,
+                    )
         lost[impl.name] = misses
     return lost
 

@@ -42,16 +42,17 @@ class Output:
     def __init__(self, keep: bool) -> None:
         self.keep = keep
         self.chunks: List[bytes] = []
-        self.counts = {b"x": 0, MARKER: 0}
+        self.counts = {b"x": 0, MARKER: 0, b"torchx": 0, b"next": 0}
         self.tail = b""
 
     def add(self, chunk: bytes) -> None:
         if self.keep:
             self.chunks.append(chunk)
             return
-        data = self.tail + chunk  # a marker may straddle two chunks
+        data = self.tail + chunk  # a word may straddle two chunks
         self.counts[b"x"] += chunk.count(b"x")
-        self.counts[MARKER] += data.count(MARKER) - self.tail.count(MARKER)
+        for word in (MARKER, b"torchx", b"next"):
+            self.counts[word] += data.count(word) - self.tail.count(word)
         self.tail = data[-len(MARKER) :]
 
     def data(self) -> bytes:
@@ -192,8 +193,9 @@ def bench(impls: List[Impl], repeat: int, work: str, big: bool) -> List[str]:
                 lines.append(f"| {impl.name} | > 900 | n/a | n/a | {e} |")
                 continue
             copier = f"{peak.stop()}" if peak else "(in the client)"
-            xs = out.counts[b"x"] + err.counts[b"x"]
             markers = out.counts[MARKER] + err.counts[MARKER]
+            # x of the line: not those of the markers' or log lines' words (torchx, next)
+            xs = sum(o.counts[b"x"] - o.counts[b"torchx"] - o.counts[b"next"] for o in (out, err))
             what = f"{xs:,} x" + (f" in {markers + 1} marked pieces" if markers else " in 1 line")
             lines.append(f"| {impl.name} | {t:.2f} | {client_mb} | {copier} | {what} |")
     return lines

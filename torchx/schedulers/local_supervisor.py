@@ -280,10 +280,11 @@ class Supervisor:
             if pid in mains:
                 self.exits[pid] = os.waitstatus_to_exitcode(status)
 
-    def reap(self) -> None:
+    def reap(self, targets: Optional[List[Replica]] = None) -> None:
+        """Handle the exits of ``targets`` (default: every replica); others wait."""
         self.collect()
-        for r in self.running():
-            if r.pid in self.exits:
+        for r in self.running() if targets is None else targets:
+            if r.state == RUNNING and r.pid in self.exits:
                 self.on_exit(r, self.exits.pop(r.pid))  # type: ignore[arg-type]
 
     def processes(self, targets: Optional[List[Replica]]) -> Set[int]:
@@ -310,16 +311,16 @@ class Supervisor:
             deadline = time.monotonic() + grace
             while pids and time.monotonic() < deadline:
                 self.sleep(0.05)
-                self.reap()
+                self.reap(targets)
                 pids = self.processes(targets)
             for _ in range(200):
                 if not pids:
                     break
                 procs.signal_pids(pids, signal.SIGKILL)
                 self.sleep(0.01)
-                self.reap()
+                self.reap(targets)
                 pids = self.processes(targets)
-            self.reap()
+            self.reap(targets)
             for r in self.replicas if targets is None else targets:
                 r.drain(timeout=2)
         finally:
@@ -426,7 +427,8 @@ class Supervisor:
                 self.stop(None, 0)
                 return 0
         while not self.cancelling() and self.state != FAILED and self.running():
-            self.sleep(1.0)
+            if not any(r.pid in self.exits for r in self.running()):
+                self.sleep(1.0)
             self.reap()
         if self.cancelling():
             was_running = self.running()

@@ -214,9 +214,7 @@ class Role:
         if attrname in overrides:
             value = overrides[attrname]
             if hasattr(value, "__await__"):
-                import asyncio
-
-                value = asyncio.get_event_loop().run_until_complete(value)
+                value = _run_awaitable(value)
             elif callable(value):
                 value = value()
             setattr(self, attrname, value)
@@ -498,3 +496,18 @@ __all__ = [
     "runopts",
     "to_dict",
 ]
+
+
+def _run_awaitable(awaitable: Any) -> Any:
+    """Resolve an awaitable override synchronously, in a loop of its own when this thread has
+    none (``asyncio.get_event_loop()`` raises once another test or library closed it)."""
+    import asyncio
+
+    async def wait() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    raise RuntimeError("an awaitable role override cannot be resolved inside a running loop")

@@ -34,18 +34,19 @@ def test_reference_pipeline_compiles_to_ir_with_dag_edges(tmp_path: Path) -> Non
         timeout=120,
     )
     ir = yaml.safe_load(out.read_text())
-    tasks = ir["root"]["dag"]["tasks"]
-    assert set(tasks) == {
-        "start-pipeline-run",
-        "torchx-launcher",
-        "torchx-launcher-2",
-        "torchx-launcher-3",
-    }
-    assert tasks["torchx-launcher-2"]["dependentTasks"] == ["start-pipeline-run", "torchx-launcher"]
-    assert tasks["torchx-launcher-3"]["dependentTasks"] == [
-        "start-pipeline-run",
-        "torchx-launcher-2",
-    ]
+    root = ir["root"]["dag"]["tasks"]
+    assert set(root) == {"start-pipeline-run", "exit-handler-1", "close-pipeline-run"}
+    # the exit handler closes the pipeline's tracker run whatever happened to the stages
+    assert root["close-pipeline-run"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert root["exit-handler-1"]["dependentTasks"] == ["start-pipeline-run"]
+    tasks = ir["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    assert set(tasks) == {"torchx-launcher", "torchx-launcher-2", "torchx-launcher-3"}
+    assert tasks["torchx-launcher-2"]["dependentTasks"] == ["torchx-launcher"]
+    assert tasks["torchx-launcher-3"]["dependentTasks"] == ["torchx-launcher-2"]
+    # every launcher is keyed by the pipeline job and its task name (re-attaching retries)
+    params = tasks["torchx-launcher-2"]["inputs"]["parameters"]
+    assert params["job_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
+    assert params["task_name"]["runtimeValue"]["constant"] == "{{$.pipeline_task_name}}"
     executors = ir["deploymentSpec"]["executors"]
     launcher = executors["exec-torchx-launcher"]["container"]
     assert launcher["image"].startswith("ghcr.io/pytorch/torchx:")

@@ -66,7 +66,8 @@ def test_reference_flow_completes_with_lineage_and_artifacts(
     links = asyncio.run(_artifact_data("torchx-mlflow-train"))
     train_rid = tracker.mlflow_run_id(result["train"])  # type: ignore[attr-defined]
     exp = tracker.client.get_run(train_rid).info.experiment_id  # type: ignore[attr-defined]
-    assert links == [f"http://127.0.0.1:5999/#/experiments/{exp}/runs/{train_rid}"]
+    url = f"http://127.0.0.1:5999/#/experiments/{exp}/runs/{train_rid}"
+    assert len(links) == 1 and links[0].endswith(f"]({url})"), links  # a markdown link
 
 
 async def _artifact_data(key: str) -> list:

@@ -12,7 +12,7 @@ from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
 from torchx.pipelines import core
-from torchx.pipelines.prefect.tasks import record_flow_run_app
+from torchx.pipelines.prefect.tasks import record_flow_run_stage
 
 
 class TorchXJobRun(JobRun[Dict[str, Any]]):
@@ -74,6 +74,8 @@ class TorchXJob(JobBlock):
 
         def _submit() -> str:
             args = list(self.component_args)
+            key = stage_key(self.component, args, self.scheduler, dict(self.cfg), None)
+            record_flow_run_stage(self.scheduler, key)
             with core.runner_for() as runner:
                 return core.submit_or_attach(
                     runner,
@@ -81,12 +83,11 @@ class TorchXJob(JobBlock):
                     args,
                     self.scheduler,
                     dict(self.cfg),
-                    stage_key(self.component, args, self.scheduler, dict(self.cfg), None),
+                    key,
                     parent_run_id=self.parent_run_id,
                     reattach_succeeded=True,
                 ).handle
 
         handle = await asyncio.to_thread(_submit)
-        record_flow_run_app(handle)
         self.logger.info("submitted %s", handle)
         return TorchXJobRun(self, handle)

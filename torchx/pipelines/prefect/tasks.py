@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 from uuid import UUID
 
 from prefect import get_run_logger, task
@@ -47,14 +47,16 @@ def pipeline_run_id() -> str:
     return f"prefect://{name}/{fid}"
 
 
-APP_LABEL_PREFIX = "torchx.app."
+STAGE_LABEL_PREFIX = "torchx.stage."
 
 
-def record_flow_run_app(handle: str) -> None:
-    """Label the current flow run with ``handle``, for ``cancel_flow_run_apps``.
+def record_flow_run_stage(scheduler: str, key: Optional[str]) -> None:
+    """Label the current flow run with a stage's scheduler and idempotency key, *before* the
+    stage is submitted, for ``cancel_flow_run_apps``.
 
-    The record lives with the flow run on the Prefect server, so the hook finds it from
-    whichever process runs it (the flow's, or the runner's after a crash).
+    The label lives with the flow run on the Prefect server and the app is found through
+    the key on its scheduler, so the hook finds it from whichever process runs it, even
+    if the flow run is cancelled while the submission is under way.
     """
     import hashlib
 
@@ -62,20 +64,21 @@ def record_flow_run_app(handle: str) -> None:
     from prefect.runtime import flow_run
 
     fid = flow_run.get_id()
-    if not fid:  # not inside a flow run: there is nothing that could cancel it
+    if not fid or not key:  # not inside a flow run: there is nothing that could cancel it
         return
-    label = APP_LABEL_PREFIX + hashlib.sha256(handle.encode()).hexdigest()[:16]
+    label = STAGE_LABEL_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:16]
     with get_client(sync_client=True) as client:
-        client.update_flow_run_labels(UUID(str(fid)), {label: handle})
+        client.update_flow_run_labels(UUID(str(fid)), {label: json.dumps([scheduler, key])})
 
 
-def flow_run_apps(flow_run_id: str) -> List[str]:
-    """The handles of the apps a flow run submitted (from its labels)."""
+def flow_run_stages(flow_run_id: str) -> List[Tuple[str, str]]:
+    """``(scheduler, idempotency key)`` of every stage a flow run submitted (its labels)."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
         labels = client.read_flow_run(UUID(flow_run_id)).labels
-    return [str(v) for k, v in labels.items() if k.startswith(APP_LABEL_PREFIX)]
+    stages = [json.loads(str(v)) for k, v in labels.items() if k.startswith(STAGE_LABEL_PREFIX)]
+    return [(str(scheduler), str(key)) for scheduler, key in stages]
 
 
 def _open_pipeline_run(runner: Any) -> str:
@@ -121,6 +124,8 @@ def submit(
         parent_run_id: tracker run to nest the job under (default: the flow run's)
     """
     logger = get_run_logger()
+    idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
+    record_flow_run_stage(scheduler, idempotency_key)
     with _runner() as runner:
         submission = core.submit_or_attach(
             runner,
@@ -128,11 +133,10 @@ def submit(
             component_args,
             scheduler,
             cfg,
-            stage_key(component, component_args, scheduler, cfg, key),
+            idempotency_key,
             parent_run_id=parent_run_id or _open_pipeline_run(runner),
             reattach_succeeded=True,  # within one flow run, a succeeded stage is done
         )
-    record_flow_run_app(submission.handle)
     verb = "re-attaching to" if submission.reattached else "submitted"
     logger.info("%s %s", verb, submission.handle)
     return submission.handle
@@ -225,9 +229,9 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
     apps and end its tracker run KILLED."""
     fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
     with _runner() as runner:
-        for handle in flow_run_apps(fid):
-            status = runner.status(handle)
-            if status is not None and not status.is_terminal():
+        for scheduler, key in flow_run_stages(fid):
+            handle = runner.find_by_idempotency_key(scheduler, key)  # a live app, if any
+            if handle is not None:
                 core.cancel_quietly(runner, handle)
         name = getattr(flow, "name", None) or _flow_run()[1]
         core.close_pipeline_run(f"prefect://{name}/{fid}", runner.trackers(), core.KILLED)
