@@ -117,8 +117,14 @@ def submit_or_attach(
     key: Optional[str],
     parent_run_id: Optional[str] = None,
     reattach_succeeded: bool = False,
+    run_name: Optional[str] = None,
+    run_params: Optional[Mapping[str, object]] = None,
 ) -> Submission:
-    """Re-attach to the live app submitted with ``key``, else submit the stage with it."""
+    """Re-attach to the live app submitted with ``key``, else submit the stage with it.
+
+    ``run_name`` names the job's tracker run (the task or stage name); ``run_params`` are
+    the orchestrator's params (DAG, flow, task) recorded on it with the job's own.
+    """
     if key:
         found = runner.find_by_idempotency_key(scheduler, key, reattach_succeeded)
         if found is not None:
@@ -132,6 +138,8 @@ def submit_or_attach(
             parent_run_id=parent_run_id,
             idempotency_key=key,
             reattach_succeeded=reattach_succeeded,
+            run_name=run_name,
+            run_params=run_params,
         )
     else:
         handle = runner.run_component(
@@ -142,6 +150,8 @@ def submit_or_attach(
             parent_run_id=parent_run_id,
             idempotency_key=key,
             reattach_succeeded=reattach_succeeded,
+            run_name=run_name,
+            run_params=run_params,
         )
     return Submission(handle, reattached=False)
 

@@ -50,6 +50,7 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.trackers.api import tracker_config_env_var_name
+from torchx.trackers.job_run import RunRequest
 from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)
@@ -111,10 +112,13 @@ class Runner:
         parent_run_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         reattach_succeeded: bool = False,
+        run_name: Optional[str] = None,
+        run_params: Optional[Mapping[str, object]] = None,
     ) -> AppHandle:
         """Materialize a component (``utils.echo``, ``file.py:fn``) and submit it.
 
-        With ``idempotency_key`` see :meth:`run`.
+        With ``idempotency_key``, ``run_name`` and ``run_params`` see :meth:`run`; the
+        job's tracker run also records the component and its args.
         """
         app = self.materialize_component(component, component_args)
         return self.run(
@@ -125,6 +129,9 @@ class Runner:
             parent_run_id,
             idempotency_key=idempotency_key,
             reattach_succeeded=reattach_succeeded,
+            run_name=run_name,
+            run_params=run_params,
+            _component=(component, component_args),
         )
 
     def dryrun_component(
@@ -162,8 +169,16 @@ class Runner:
         parent_run_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         reattach_succeeded: bool = False,
+        run_name: Optional[str] = None,
+        run_params: Optional[Mapping[str, object]] = None,
+        _component: Optional[tuple[str, Union[List[str], Dict[str, Any]]]] = None,
     ) -> AppHandle:
         """Submit ``app``; returns ``scheduler://session/app_id``.
+
+        With trackers configured, the job's tracker run is opened here (not by its ranks),
+        named ``run_name`` (default: the app's name), nested under ``parent_run_id``, with
+        the component, args, scheduler, cfg, resources and ``run_params`` as params; it ends
+        with the app when this runner sees it end (``wait``, ``status``, ``cancel``).
 
         With ``idempotency_key``, at most one live app runs per key on the scheduler:
         if an app submitted with the same key is pending or running (from any process
@@ -172,16 +187,18 @@ class Runner:
         FAILED or CANCELLED one is never re-attached. Two submissions racing with one key
         converge on the oldest: the newer one is cancelled and the oldest's handle returned.
         """
-        if not idempotency_key:
-            return self.schedule(self.dryrun(app, scheduler, cfg, workspace, parent_run_id))
-        token = idempotency_token(idempotency_key)
-        existing = self._find_reusable(scheduler, token, reattach_succeeded)
-        if existing is not None:
-            logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
-            return existing
+        token = idempotency_token(idempotency_key) if idempotency_key else None
+        if token:
+            existing = self._find_reusable(scheduler, token, reattach_succeeded)
+            if existing is not None:
+                logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
+                return existing
         info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, _token=token)
+        info._run_request = RunRequest(  # type: ignore[attr-defined]
+            name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
+        )
         handle = self.schedule(info)
-        return self._converge(scheduler, token, handle)
+        return self._converge(scheduler, token, handle) if token else handle
 
     def find_by_idempotency_key(
         self, scheduler: str, idempotency_key: str, reattach_succeeded: bool = False

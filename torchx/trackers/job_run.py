@@ -1,0 +1,84 @@
+"""The job's tracker run, owned by the launcher: opened at submit, ended with the app.
+
+The Runner opens the run when it schedules a job (so a job that never calls the tracker,
+or crashes before it does, still has one) and ends it FINISHED, FAILED or KILLED when it
+sees the app end. The job's ranks only attach to it. Nothing here imports a tracker
+backend's heavy client on the submit path: backends do their work however is cheapest
+(see ``torchx.trackers.mlflow_launch``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+logger = logging.getLogger(__name__)
+
+# set in the job's env when the launcher owns its run: ranks attach, never create or end it
+ENV_TORCHX_RUN_OWNER = "TORCHX_TRACKER_RUN_OWNER"
+LAUNCHER = "launcher"
+
+ComponentCall = Tuple[str, Union[List[str], Dict[str, Any]]]
+
+
+@dataclass
+class RunRequest:
+    """What the caller of ``Runner.run`` says about the job's run."""
+
+    name: Optional[str] = None
+    params: Dict[str, object] = field(default_factory=dict)
+    component: Optional[ComponentCall] = None
+    cfg: Dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class JobRun:
+    """Everything a backend needs to open a job's run."""
+
+    job_id: str
+    name: str
+    params: Dict[str, str]
+    parent_run_id: Optional[str] = None
+    experiment_name: Optional[str] = None
+    start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+
+def _text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _args_text(args: Union[List[str], Dict[str, Any]]) -> str:
+    if isinstance(args, dict):
+        return _text(args)
+    return shlex.join(str(a) for a in args)
+
+
+MAX_PARAM = 6000  # MLflow's limit on a param value
+
+
+def job_params(app: Any, scheduler: str, request: RunRequest) -> Dict[str, str]:
+    """The run's params: what ran (component, args), where (scheduler, cfg), on what
+    (per role: replicas, cpu, memMB, gpu), plus the orchestrator's own params."""
+    params: Dict[str, str] = {str(k): _text(v) for k, v in request.params.items()}
+    if request.component is not None:
+        params["component"] = request.component[0]
+        params["args"] = _args_text(request.component[1])
+    else:
+        params["component"] = app.name
+        params["args"] = _text({r.name: [r.entrypoint, *r.args] for r in app.roles})
+    params["scheduler"] = scheduler
+    params["cfg"] = _text({k: v for k, v in request.cfg.items() if v is not None})
+    for role in app.roles:
+        res = role.resource
+        prefix = f"resources.{role.name}"
+        params[f"{prefix}.replicas"] = str(role.num_replicas)
+        params[f"{prefix}.cpu"] = str(res.cpu)
+        params[f"{prefix}.memMB"] = str(res.memMB)
+        params[f"{prefix}.gpu"] = str(res.gpu)
+    return {k[:250]: v[:MAX_PARAM] for k, v in params.items()}
