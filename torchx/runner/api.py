@@ -50,7 +50,13 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.trackers.api import tracker_config_env_var_name
-from torchx.trackers.job_run import RunRequest
+from torchx.trackers.job_run import (
+    RunRequest,
+    close_run,
+    launcher_owned,
+    mark_launcher_owned,
+    open_run,
+)
 from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)
@@ -82,6 +88,7 @@ class Runner:
         self._scheduler_params = scheduler_params or {}
         self._scheduler_instances: Dict[str, Scheduler] = {}
         self._apps: Dict[AppHandle, AppDef] = {}
+        self._ended: set[AppHandle] = set()  # apps whose tracker run this runner ended
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,6 +239,7 @@ class Runner:
             return handle
         logger.info("%s lost a submission race to %s: cancelling it", handle, live[0])
         sched.cancel(ours)
+        self._end_job_run(handle, AppState.CANCELLED, [])
         return make_app_handle(scheduler, self._name, live[0])
 
     def dryrun(
@@ -265,6 +273,8 @@ class Runner:
                 for tracker, tracker_cfg in trackers.items():
                     if tracker_cfg:
                         role.env[tracker_config_env_var_name(tracker)] = tracker_cfg
+        if trackers:
+            mark_launcher_owned(app)
         resolved = dict(cfg or {})
         torchx_config.apply(scheduler, resolved)
         with log_event(
@@ -286,14 +296,21 @@ class Runner:
         if scheduler is None:
             raise ValueError("dryrun_info has no scheduler; create it with Runner.dryrun")
         sched = self._scheduler(scheduler)
-        if dryrun_info._app is not None:
-            _check_trackers(_trackers_of(dryrun_info._app))
+        app = dryrun_info._app
+        trackers = _trackers_of(app) if app is not None else {}
+        _check_trackers(trackers)
+        start_ms = int(time.time() * 1000)
         with log_event("schedule", scheduler) as event:
             app_id = sched.schedule(dryrun_info)
             event.app_id = app_id
         handle = make_app_handle(scheduler, self._name, app_id)
-        if dryrun_info._app is not None:
-            self._apps[handle] = dryrun_info._app
+        if app is not None:
+            self._apps[handle] = app
+            if trackers and launcher_owned(app.roles):
+                request = getattr(dryrun_info, "_run_request", None)
+                if request is None:
+                    request = RunRequest(cfg=dict(dryrun_info._cfg))
+                open_run(trackers, handle, app, scheduler, request, start_ms)
         logger.info("launched %s", handle)
         return handle
 
@@ -305,6 +322,8 @@ class Runner:
         desc = sched.describe(app_id)
         if desc is None:
             return None
+        if is_terminal(desc.state):
+            self._end_job_run(app_handle, desc.state, desc.roles)
         return AppStatus(
             state=desc.state,
             num_restarts=max(desc.num_restarts, 0),
@@ -387,6 +406,9 @@ class Runner:
         # Kubernetes job whose image cannot be pulled); schedulers make cancel idempotent
         with log_event("cancel", sched.backend, app_id):
             sched.cancel(app_id)
+        after = sched.describe(app_id) or desc
+        state = after.state if is_terminal(after.state) else AppState.CANCELLED
+        self._end_job_run(app_handle, state, after.roles or desc.roles)
 
     def stop(self, app_handle: AppHandle) -> None:
         """Deprecated alias of :meth:`cancel`."""
@@ -413,6 +435,29 @@ class Runner:
         if self._trackers is not None:
             return dict(self._trackers)
         return torchx_config.get_configured_trackers()
+
+    def _end_job_run(self, handle: AppHandle, state: AppState, roles: List[Any]) -> None:
+        """End the job's tracker run with the app (once per handle in this runner).
+
+        The app's own env says which trackers it reports to and whether its launcher
+        owns the run; a scheduler that does not return the env falls back to this
+        runner's trackers (ending a run that does not exist does nothing).
+        """
+        if handle in self._ended:
+            return
+        self._ended.add(handle)
+        app = self._apps.get(handle)
+        if app is not None:
+            roles = app.roles
+        known = any(ENV_TORCHX_TRACKERS in r.env for r in roles)
+        if known:
+            if not launcher_owned(roles):
+                return
+            trackers = _trackers_of(AppDef("app", roles))
+        else:
+            trackers = self.trackers()
+        if trackers:
+            close_run(trackers, handle, state, wait=known)
 
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)

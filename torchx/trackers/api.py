@@ -24,6 +24,9 @@ ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
 ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
 ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
 UNDEFINED_RUN_ID = "<UNDEFINED>"
+# set in a job's env when the launcher owns its run: ranks attach, never create or end it
+ENV_TORCHX_RUN_OWNER = "TORCHX_TRACKER_RUN_OWNER"
+LAUNCHER = "launcher"
 
 
 def tracker_config_env_var_name(entrypoint_name: str) -> str:
@@ -121,6 +124,27 @@ class TrackerBase(abc.ABC):
 
     def end_run(self, run_id: str, status: str) -> None:
         """Mark the run ``FINISHED``, ``FAILED`` or ``KILLED``."""
+
+    def open_job_run(
+        self,
+        job_id: str,
+        name: str,
+        params: Mapping[str, str],
+        parent_run_id: Optional[str] = None,
+        experiment_name: Optional[str] = None,
+        start_ms: Optional[int] = None,
+    ) -> None:
+        """The launcher opens the job's run (idempotent): named, with params, nested."""
+        if parent_run_id:
+            self.set_parent(job_id, parent_run_id)
+        self.add_metadata(job_id, run_name=name, **params)
+
+    def close_job_run(
+        self, job_id: str, status: str, end_ms: Optional[int] = None, wait: bool = False
+    ) -> None:
+        """The launcher ends the job's run with the app (``wait``: the run may still be
+        being opened by another process)."""
+        self.end_run(job_id, status)
 
     def resolve_run_id(self, run_id: str) -> str:
         """The torchx run id for ``run_id`` (backends may also accept their own run ids)."""
@@ -220,9 +244,13 @@ def validate_tracker_config(name: str, config: Optional[str]) -> None:
         check(config)
 
 
-def trackers_from_environ() -> List[TrackerBase]:
+def _configs_from_environ() -> Dict[str, Optional[str]]:
     names = [n.strip() for n in os.environ.get(ENV_TORCHX_TRACKERS, "").split(",") if n.strip()]
-    return build_trackers({n: os.environ.get(tracker_config_env_var_name(n)) for n in names})
+    return {n: os.environ.get(tracker_config_env_var_name(n)) for n in names}
+
+
+def trackers_from_environ() -> List[TrackerBase]:
+    return build_trackers(_configs_from_environ())
 
 
 # ---------------------------------------------------------------------------- AppRun
@@ -247,6 +275,13 @@ class AppRun:
         job_id = os.environ.get(ENV_TORCHX_JOB_ID)
         if not job_id:
             return AppRun(UNDEFINED_RUN_ID, [])
+        if os.environ.get(ENV_TORCHX_RUN_OWNER) == LAUNCHER:
+            # the launcher opened (and nested) the run and will end it: attach, cheaply
+            from torchx.trackers.agent import Agent, AgentTracker
+
+            agent = Agent()
+            configs = _configs_from_environ()
+            return AppRun(job_id, [AgentTracker(n, c, agent) for n, c in configs.items()])
         run = AppRun(job_id, trackers_from_environ())
         parent = os.environ.get(ENV_TORCHX_PARENT_RUN_ID)
         if parent:
@@ -274,6 +309,14 @@ class AppRun:
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
         for b in self.backends:
             b.log_metrics(self.id, metrics, step)
+
+    def flush(self) -> None:
+        """Return once every call so far is recorded (calls may be applied in the
+        background; they are always flushed at process exit)."""
+        for b in self.backends:
+            flush = getattr(getattr(b, "agent", None), "flush", None)
+            if flush is not None:
+                flush()
 
     def sources(self) -> Iterable[AppRunTrackableSource]:
         if not self.backends:
@@ -312,3 +355,32 @@ def end_run(run_id: str, status: str, trackers: Mapping[str, Optional[str]]) -> 
     """Close a run (pipeline or job) as ``FINISHED``, ``FAILED`` or ``KILLED``."""
     for b in build_trackers(trackers):
         b.end_run(run_id, status)
+
+
+def open_job_run(trackers: Mapping[str, Optional[str]], **job: Any) -> None:
+    """Open the job's run in each tracker, the cheapest way each backend offers (a backend
+    factory may define ``open_job_run(config, **job)``; else the tracker is built here)."""
+    for name, config in trackers.items():
+        factory = _factory(name)
+        hook = getattr(factory, "open_job_run", None)
+        if hook is not None:
+            hook(config, **job)
+        else:
+            factory(config).open_job_run(**job)
+
+
+def close_job_run(
+    trackers: Mapping[str, Optional[str]],
+    job_id: str,
+    status: str,
+    end_ms: Optional[int] = None,
+    wait: bool = False,
+) -> None:
+    """End the job's run in each tracker as ``FINISHED``, ``FAILED`` or ``KILLED``."""
+    for name, config in trackers.items():
+        factory = _factory(name)
+        hook = getattr(factory, "close_job_run", None)
+        if hook is not None:
+            hook(config, job_id, status, end_ms, wait)
+        else:
+            factory(config).close_job_run(job_id, status, end_ms, wait)

@@ -14,13 +14,25 @@ import logging
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from torchx.specs.api import AppState
+from torchx.trackers.api import (
+    ENV_TORCHX_RUN_OWNER,
+    LAUNCHER,
+    close_job_run,
+    open_job_run,
+)
 
 logger = logging.getLogger(__name__)
 
-# set in the job's env when the launcher owns its run: ranks attach, never create or end it
-ENV_TORCHX_RUN_OWNER = "TORCHX_TRACKER_RUN_OWNER"
-LAUNCHER = "launcher"
+# dist.ddp's placeholder experiment: keep a pipeline's stages with their pipeline run
+_PLACEHOLDER_EXPERIMENT = "default-experiment"
+_RUN_STATUS = {
+    AppState.SUCCEEDED: "FINISHED",
+    AppState.FAILED: "FAILED",
+    AppState.CANCELLED: "KILLED",
+}
 
 ComponentCall = Tuple[str, Union[List[str], Dict[str, Any]]]
 
@@ -82,3 +94,50 @@ def job_params(app: Any, scheduler: str, request: RunRequest) -> Dict[str, str]:
         params[f"{prefix}.memMB"] = str(res.memMB)
         params[f"{prefix}.gpu"] = str(res.gpu)
     return {k[:250]: v[:MAX_PARAM] for k, v in params.items()}
+
+
+def mark_launcher_owned(app: Any) -> None:
+    """Tell the job's ranks (through their env) that the launcher owns the run."""
+    for role in app.roles:
+        role.env[ENV_TORCHX_RUN_OWNER] = LAUNCHER
+
+
+def launcher_owned(roles: Any) -> bool:
+    return any(r.env.get(ENV_TORCHX_RUN_OWNER) == LAUNCHER for r in roles)
+
+
+def open_run(
+    trackers: Mapping[str, Optional[str]],
+    handle: str,
+    app: Any,
+    scheduler: str,
+    request: Optional[RunRequest],
+    start_ms: int,
+) -> None:
+    """Open the job's run; a tracker that fails is logged (the job is already running)."""
+    request = request or RunRequest()
+    env = app.roles[0].env if app.roles else {}
+    experiment = env.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+    job = JobRun(
+        job_id=handle,
+        name=request.name or app.name,
+        params=job_params(app, scheduler, request),
+        parent_run_id=env.get("TORCHX_PARENT_RUN_ID") or None,
+        experiment_name=None if experiment == _PLACEHOLDER_EXPERIMENT else experiment,
+        start_ms=start_ms,
+    )
+    try:
+        open_job_run(trackers, **job.__dict__)
+    except Exception as e:
+        logger.warning("could not open the tracker run of %s: %s", handle, e)
+
+
+def close_run(
+    trackers: Mapping[str, Optional[str]], handle: str, state: AppState, wait: bool
+) -> None:
+    """End the job's run with the app's terminal ``state`` (best effort, logged)."""
+    status = _RUN_STATUS.get(state, "FAILED")
+    try:
+        close_job_run(trackers, handle, status, int(time.time() * 1000), wait)
+    except Exception as e:
+        logger.warning("could not end the tracker run of %s as %s: %s", handle, status, e)

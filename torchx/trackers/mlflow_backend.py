@@ -6,14 +6,16 @@ URI (``sqlite:///...``, ``http://host:5000``), or a file of ``key=value`` lines
 ``$MLFLOW_TRACKING_URI``, else an embedded sqlite store under ``$TORCHX_HOME/mlflow``
 (MLflow >= 3.13 refuses plain ``file:`` stores).
 
-- runs are named by the torchx job id and tagged ``torchx.job_id``; in a DDP job only
-  rank 0 creates the run, other ranks attach to it (never a duplicate);
+- a job submitted through the Runner gets its run from the launcher (named after the
+  stage, with params, nested, ended with the app: see ``mlflow_launch``); its ranks only
+  attach to it by the ``torchx.job_id`` tag. Without a launcher-opened run, rank 0
+  creates one named by the job id and the other ranks attach (never a duplicate);
 - a pipeline run nests its stage runs (``mlflow.parentRunId``);
 - ``add_source`` records the producing run in tags and as an MLflow dataset input whose
   source points at the producer (``runs:/<id>/<artifact>``), so the UI shows which
   dataset or model each run consumed;
-- the run ends FINISHED when the job's process exits normally and FAILED on an
-  uncaught exception.
+- a run rank 0 created ends FINISHED when its process exits normally and FAILED on an
+  uncaught exception; a launcher-opened run ends with the app instead.
 """
 
 from __future__ import annotations
@@ -28,18 +30,23 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from torchx.trackers.api import TrackerArtifact, TrackerBase, TrackerConfigError, TrackerSource
+from torchx.trackers import mlflow_launch
+from torchx.trackers.api import (
+    ENV_TORCHX_RUN_OWNER,
+    LAUNCHER,
+    TrackerArtifact,
+    TrackerBase,
+    TrackerConfigError,
+    TrackerSource,
+)
+from torchx.trackers.mlflow_launch import DEFAULT_EXPERIMENT, TAG_JOB_ID, TAG_KIND, TAG_PARENT
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
 
 logger = logging.getLogger(__name__)
 
-TAG_JOB_ID = "torchx.job_id"
 TAG_SOURCES = "torchx.sources"
-TAG_PARENT = "torchx.parent_run_id"
-TAG_KIND = "torchx.kind"
 ARTIFACT_PREFIX = "torchx.artifact."
-DEFAULT_EXPERIMENT = "torchx"
 ATTACH_TIMEOUT = 120.0
 
 
@@ -97,6 +104,12 @@ def ui_url_for(tracking_uri: str, ui_url: Optional[str] = None) -> Optional[str]
 
 def _is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
+
+
+def _creates_runs() -> bool:
+    """Whether this process may create its job's run: not when the launcher owns it (then
+    every rank attaches), else rank 0 only."""
+    return _is_rank0() and os.environ.get(ENV_TORCHX_RUN_OWNER) != LAUNCHER
 
 
 class MLflowTracker(TrackerBase):
@@ -158,15 +171,16 @@ class MLflowTracker(TrackerBase):
             rid = self._find(job_id)
             if rid is not None or not create:
                 return rid
-            if not _is_rank0():
+            if not _creates_runs():
                 deadline = time.monotonic() + ATTACH_TIMEOUT
                 while rid is None and time.monotonic() < deadline:
                     time.sleep(0.5)
                     rid = self._find(job_id)
                 if rid is None:
                     raise RuntimeError(
-                        f"rank {os.environ.get('RANK')}:"
-                        f" MLflow run of {job_id} was not created by rank 0"
+                        f"rank {os.environ.get('RANK', '0')}: no MLflow run of {job_id}"
+                        f" appeared within {ATTACH_TIMEOUT:.0f} s (its launcher or rank 0"
+                        " opens it)"
                     )
                 return rid
             run = self.client.create_run(
@@ -319,7 +333,7 @@ class MLflowTracker(TrackerBase):
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         parent = self._run(parent_run_id, create=False)
-        if parent is not None and self._find(run_id) is None and _is_rank0():
+        if parent is not None and self._find(run_id) is None and _creates_runs():
             # create the child in the parent's experiment, nested under it
             exp_id = self.client.get_run(parent).info.experiment_id
             with self._lock:
@@ -345,6 +359,32 @@ class MLflowTracker(TrackerBase):
         rid = self._run(run_id, create=False)
         if rid is not None:
             self.client.set_terminated(rid, status)
+
+    def open_job_run(
+        self,
+        job_id: str,
+        name: str,
+        params: Mapping[str, str],
+        parent_run_id: Optional[str] = None,
+        experiment_name: Optional[str] = None,
+        start_ms: Optional[int] = None,
+    ) -> None:
+        with self._lock:
+            self._runs[job_id] = mlflow_launch.open_job_run(
+                mlflow_launch.ClientStore(self),
+                job_id,
+                name,
+                params,
+                parent_run_id,
+                experiment_name,
+                start_ms,
+                configured_experiment=self.experiment_name,
+            )
+
+    def close_job_run(
+        self, job_id: str, status: str, end_ms: Optional[int] = None, wait: bool = False
+    ) -> None:
+        mlflow_launch.close_job_run(mlflow_launch.ClientStore(self), job_id, status, end_ms, wait)
 
     def resolve_run_id(self, run_id: str) -> str:
         """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""
@@ -427,4 +467,52 @@ def _validate(config: Optional[str]) -> None:
         )
 
 
+_launcher_agent: Optional[Any] = None
+
+
+def _agent() -> Any:
+    """This process's detached tracker agent (one for all the jobs it launches)."""
+    global _launcher_agent
+    if _launcher_agent is None:
+        from torchx.trackers.agent import Agent
+
+        _launcher_agent = Agent(detach=True)
+    return _launcher_agent
+
+
+def _rest(config: Optional[str]) -> Optional[Any]:
+    """A REST client when the tracking URI is an http(s) server (else None)."""
+    cfg = parse_config(config)
+    uri = str(cfg["tracking_uri"])
+    if not uri.startswith(("http://", "https://")):
+        return None
+    from torchx.trackers.mlflow_rest import MlflowRest
+
+    return MlflowRest(uri)
+
+
+def _open_job_run(config: Optional[str], **job: Any) -> None:
+    """Launcher: open the job's run without importing mlflow (REST, or the agent)."""
+    rest = _rest(config)
+    if rest is None:
+        _agent().call("mlflow", config, "open_job_run", **job)
+        return
+    cfg = parse_config(config)
+    experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+    mlflow_launch.open_job_run(rest, **job, configured_experiment=experiment)
+
+
+def _close_job_run(
+    config: Optional[str], job_id: str, status: str, end_ms: Optional[int], wait: bool
+) -> None:
+    rest = _rest(config)
+    if rest is None:
+        kwargs = {"job_id": job_id, "status": status, "end_ms": end_ms, "wait": wait}
+        _agent().call("mlflow", config, "close_job_run", **kwargs)
+        return
+    mlflow_launch.close_job_run(rest, job_id, status, end_ms, wait)
+
+
 create.validate = _validate  # type: ignore[attr-defined]
+create.open_job_run = _open_job_run  # type: ignore[attr-defined]
+create.close_job_run = _close_job_run  # type: ignore[attr-defined]

@@ -1,0 +1,125 @@
+"""The launcher's MLflow calls over the tracking server's REST API (``http(s)://`` URIs).
+
+Opening or ending a job's run is a few small requests: no ``import mlflow`` (seconds) on
+the submit path, and the run exists (so its link works) as soon as the submit returns.
+Same run layout as ``MLflowTracker`` (tags ``torchx.job_id``/``torchx.parent_run_id``,
+``mlflow.parentRunId``, the parent's experiment), which ranks then attach to.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, List, Mapping, Optional
+
+from torchx.trackers.api import TrackerConfigError
+
+API = "/api/2.0/mlflow"
+TIMEOUT = 10.0
+BATCH = 100  # params per log-batch request (the server's limit)
+
+
+class MlflowRestError(TrackerConfigError):
+    """The tracking server refused a request."""
+
+
+class MlflowRest:
+    def __init__(self, tracking_uri: str, timeout: float = TIMEOUT) -> None:
+        self.base = tracking_uri.rstrip("/") + API
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
+        url = self.base + path
+        data = None
+        if method == "GET" and body:
+            url += "?" + urllib.parse.urlencode(body)
+        elif body is not None:
+            data = json.dumps(body).encode()
+        request = urllib.request.Request(
+            url, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")
+            try:
+                code = json.loads(detail).get("error_code", "")
+            except ValueError:
+                code = ""
+            err = MlflowRestError(f"MLflow {path} failed ({e.code}): {detail[:300]}")
+            err.error_code = code  # type: ignore[attr-defined]
+            raise err from None
+
+    # ---------------------------------------------------------------- lookups
+
+    def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
+        try:
+            found = self._call("GET", "/experiments/get-by-name", {"experiment_name": name})
+            return str(found["experiment"]["experiment_id"])
+        except MlflowRestError as e:
+            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+                raise
+        body: Dict[str, Any] = {"name": name}
+        if artifact_location:
+            body["artifact_location"] = f"{artifact_location}/{name}"
+        try:
+            return str(self._call("POST", "/experiments/create", body)["experiment_id"])
+        except MlflowRestError:  # created concurrently
+            found = self._call("GET", "/experiments/get-by-name", {"experiment_name": name})
+            return str(found["experiment"]["experiment_id"])
+
+    def find_run(self, tag: str, value: str) -> Optional[Dict[str, Any]]:
+        """The oldest run whose ``tag`` is ``value`` (None: none yet)."""
+        exps = self._call("POST", "/experiments/search", {"max_results": 1000})
+        ids = [e["experiment_id"] for e in exps.get("experiments", [])]
+        if not ids:
+            return None
+        quoted = value.replace("'", "\\'")
+        runs = self._call(
+            "POST",
+            "/runs/search",
+            {
+                "experiment_ids": ids,
+                "filter": f"tags.`{tag}` = '{quoted}'",
+                "max_results": 10,
+                "order_by": ["attributes.start_time ASC"],
+            },
+        ).get("runs", [])
+        return runs[0] if runs else None
+
+    # ---------------------------------------------------------------- writes
+
+    def create_run(
+        self,
+        experiment_id: str,
+        name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+        start_ms: int,
+    ) -> str:
+        run = self._call(
+            "POST",
+            "/runs/create",
+            {
+                "experiment_id": experiment_id,
+                "run_name": name,
+                "start_time": start_ms,
+                "tags": [{"key": k, "value": v} for k, v in tags.items()],
+            },
+        )
+        run_id = str(run["run"]["info"]["run_id"])
+        items: List[Dict[str, str]] = [{"key": k, "value": v} for k, v in params.items()]
+        for i in range(0, len(items), BATCH):
+            self._call(
+                "POST", "/runs/log-batch", {"run_id": run_id, "params": items[i : i + BATCH]}
+            )
+        return run_id
+
+    def end_run(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
+        body: Dict[str, Any] = {"run_id": run_id, "status": status}
+        body["end_time"] = end_ms if end_ms is not None else int(time.time() * 1000)
+        self._call("POST", "/runs/update", body)
