@@ -2,7 +2,13 @@
 
 Every stage runs through ``torchx_launcher``, so the training stage can be a multi-node
 elastic job on any scheduler (``kubernetes``, ``slurm``, ``local_cwd``). Data moves as
-URLs under ``base_dir``; lineage is recorded under one tracker run per pipeline run.
+URLs under ``base_dir``; lineage is recorded under one tracker run per pipeline run, and
+each launcher returns its stage's MLflow run id and typed ``Model``/``Dataset``/``Metrics``.
+
+The component file is fixed when the pipeline is built (``$TORCHX_EXAMPLE_COMPONENTS``,
+default ``examples/components.py`` here), so each task's resources (one node's cpu and
+memory) are in the compiled IR. For a cluster, build with the path the launcher's image
+has (``TORCHX_KFP_BASE_IMAGE`` names that image).
 
 Compile:  python -m torchx.pipelines.kfp.compile \
 examples/pipelines/kfp/reference_pipeline.py:reference_pipeline pipeline.yaml
@@ -19,7 +25,7 @@ from torchx.pipelines.kfp.components import (
     torchx_launcher,
 )
 
-COMPONENTS = os.path.abspath(
+COMPONENTS = os.environ.get("TORCHX_EXAMPLE_COMPONENTS") or os.path.abspath(
     os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "components.py")
 )
 
@@ -35,8 +41,8 @@ def reference_pipeline(
     epochs: str = "20",
     limit: str = "0",
     train_cfg: dict = {},  # noqa: B006
-    components: str = COMPONENTS,
 ) -> None:
+    components = COMPONENTS
     run = start_pipeline_run(
         pipeline_name="torchx-reference", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
     )

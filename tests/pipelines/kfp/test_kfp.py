@@ -55,6 +55,17 @@ def test_reference_pipeline_compiles_to_ir_with_dag_edges(tmp_path: Path) -> Non
     assert {"base_dir", "scheduler", "j", "epochs", "train_cfg"} <= set(params)
     assert params["j"]["defaultValue"] == "1:2x1"
     assert ir["components"]["comp-torchx-launcher"]["taskConfigPassthroughs"]
+    # the train task carries one node's resources (the trainer's cpu=1, memMB=2048)
+    train_res = executors["exec-torchx-launcher-2"]["container"]["resources"]
+    assert train_res["resourceCpuLimit"] == train_res["resourceCpuRequest"] == "1"
+    assert train_res["resourceMemoryLimit"] == train_res["resourceMemoryRequest"] == "2048Mi"
+    # typed outputs, and our documentation rather than KFP's
+    outputs = ir["components"]["comp-torchx-launcher-2"]["outputDefinitions"]
+    assert outputs["artifacts"]["model"]["artifactType"]["schemaTitle"] == "system.Model"
+    assert outputs["artifacts"]["metrics"]["artifactType"]["schemaTitle"] == "system.Metrics"
+    assert set(outputs["parameters"]) == {"app_handle", "tracker_run_id", "tracker_run_url"}
+    inputs = ir["components"]["comp-torchx-launcher-2"]["inputDefinitions"]["parameters"]
+    assert "keys the submission" in inputs["task_name"]["description"]
 
 
 def test_container_component_from_single_role_app(tmp_path: Path) -> None:
@@ -75,7 +86,10 @@ def test_container_component_from_single_role_app(tmp_path: Path) -> None:
         gpu=1,
     )
     train = component_from_app(
-        app, inputs={"data": "Dataset", "epochs": "Integer"}, outputs={"model": "Model"}
+        app,
+        inputs={"data": "Dataset", "epochs": "Integer"},
+        outputs={"model": "Model"},
+        trackers={},
     )
     prep = component_from_app(
         specs.AppDef(
@@ -91,6 +105,7 @@ def test_container_component_from_single_role_app(tmp_path: Path) -> None:
             ],
         ),
         outputs={"data": "Dataset"},
+        trackers={},
     )
 
     @dsl.pipeline(name="two-steps")

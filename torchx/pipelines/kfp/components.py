@@ -3,16 +3,18 @@
 ``torchx_launcher`` runs any torchx component on any scheduler from a pipeline step;
 ``start_pipeline_run`` opens the tracker run that groups a pipeline run's stages and
 ``close_pipeline_run`` (an exit handler) ends it.
-The image must have torchx installed (``base_image``, default ``torchx.IMAGE``); run
-locally with ``kfp.local.SubprocessRunner(use_venv=False)`` they use this environment.
+Their image must have torchx installed: ``$TORCHX_KFP_BASE_IMAGE`` when the pipeline is
+built, default ``torchx.IMAGE`` (see ``torchx.pipelines.kfp.image``). Run locally with
+``kfp.local.SubprocessRunner(use_venv=False)`` they use this environment.
 """
 
-from typing import List, NamedTuple
+from typing import Any, Callable, List, NamedTuple
 
-from torchx import IMAGE
+from torchx.pipelines.kfp.image import base_image
 from torchx.util.modules import import_optional
 
 dsl = import_optional("kfp.dsl", "kfp")
+_python_component = import_optional("kfp.dsl.python_component", "kfp")
 
 _PASSTHROUGH = [
     dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.RESOURCES, apply_to_task=False),
@@ -27,45 +29,117 @@ _PASSTHROUGH = [
 ]
 
 
-@dsl.component(base_image=IMAGE, install_kfp_package=False, task_config_passthroughs=_PASSTHROUGH)
+class TorchXComponent(_python_component.PythonComponent):  # type: ignore[misc,name-defined]
+    """A KFP Python component of torchx: documented by its function's docstring (``help``
+    shows ours, not KFP's class text); a task made inside a pipeline runs in
+    ``base_image()`` and, for the launcher, carries the launched app's resources."""
+
+    def __init__(self, component_spec: Any, python_func: Callable[..., Any]) -> None:
+        super().__init__(component_spec=component_spec, python_func=python_func)
+        self.__doc__ = python_func.__doc__
+        self.__name__ = python_func.__name__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from kfp.dsl import pipeline_context
+
+        task = super().__call__(*args, **kwargs)
+        if pipeline_context.Pipeline.get_default_pipeline() is None:
+            return task  # executed at once (kfp.local): nothing to build
+        image = base_image()
+        if task.container_spec is not None and task.container_spec.image != image:
+            task.set_container_image(image)
+        if self.python_func.__name__ == "torchx_launcher":
+            from torchx.pipelines.kfp.resources import launcher_resources, set_task_resources
+
+            found = launcher_resources(kwargs.get("component"), kwargs.get("component_args"))
+            set_task_resources(task, found)
+        return task
+
+
+def _torchx_component(**options: Any) -> Callable[[Callable[..., Any]], TorchXComponent]:
+    """``@dsl.component`` in the base image, without installing kfp, as a TorchXComponent."""
+
+    def wrap(fn: Callable[..., Any]) -> TorchXComponent:
+        import docstring_parser
+
+        made = dsl.component(fn, base_image=base_image(), install_kfp_package=False, **options)
+        # KFP documents output artifacts (``Output[...]`` parameters) only from "Returns:"
+        args = {p.arg_name: p.description for p in docstring_parser.parse(fn.__doc__).params}
+        for name, spec in (made.component_spec.outputs or {}).items():
+            if spec.description is None and args.get(name):
+                spec.description = args[name]
+        return TorchXComponent(made.component_spec, made.python_func)
+
+    return wrap
+
+
+@_torchx_component(task_config_passthroughs=_PASSTHROUGH)
 def torchx_launcher(
     component: str,
     component_args: List[str],
     task_config: dsl.TaskConfig,  # type: ignore[name-defined]
+    metrics: dsl.Output[dsl.Metrics],  # type: ignore[name-defined]
+    model: dsl.Output[dsl.Model],  # type: ignore[name-defined]
+    dataset: dsl.Output[dsl.Dataset],  # type: ignore[name-defined]
     scheduler: str = "local_cwd",
     cfg: dict = {},  # noqa: B006 (KFP needs a literal default)
     parent_run_id: str = "",
     job_id: str = "",
     task_name: str = "",
-) -> NamedTuple("Outputs", [("app_handle", str), ("tracker_run_id", str)]):  # type: ignore[valid-type]  # noqa: B006
+) -> NamedTuple(  # type: ignore[valid-type]
+    "Outputs", [("app_handle", str), ("tracker_run_id", str), ("tracker_run_url", str)]
+):
     """Run a torchx component (``dist.ddp``, ``file.py:fn``) on any scheduler and wait for it.
 
+    The step submits the app through the torchx Runner (a distributed or elastic job runs on
+    the scheduler, not in this pod), streams its logs as ``role/replica`` lines, fails with
+    the worker's error, cancels the app when the step is terminated, and re-attaches to its
+    app when KFP retries the step. The app's resources (one replica's cpu, memMB, gpu from
+    ``component_args``) are set on this task when the pipeline is built, so the IR shows
+    them. With a tracker configured the app's run is named after this task and records the
+    pipeline job, the task and these inputs as params.
+
     Args:
-        component: component name or ``path/file.py:function`` (in the launcher's image)
-        component_args: the component's arguments, as on the command line
-        task_config: KFP's task config: the resources, env, node selector and tolerations
-            set on this task go to the launched app, not to the launcher
-        scheduler: torchx scheduler (``kubernetes``, ``slurm``, ``local_cwd``, ...)
-        cfg: scheduler run options (see ``torchx runopts``)
-        parent_run_id: tracker run to nest the job under (``start_pipeline_run``'s output)
+        component: component name (``dist.ddp``, ``utils.sh``) or ``path/file.py:function``
+            as the launcher's image sees it
+        component_args: the component's arguments, as on the ``torchx run`` command line
+            (``["-j", "2x4", "--script", "train.py", "--", "--lr", "0.1"]``)
+        task_config: filled by KFP (do not pass): the resources, env, node selector,
+            tolerations and volumes set on this task go to the launched app, not to the
+            launcher's pod
+        metrics: the last value of every metric rank 0 logged (filled after the app ends)
+        model: the model the stage recorded (``record_output(path, "model", {"type":
+            "model"})``): its URI is where the stage wrote it, its metadata links the
+            tracker run; ``recorded`` is false when the stage recorded none
+        dataset: the dataset the stage recorded (``{"type": "dataset"}``), as ``model``
+        scheduler: torchx scheduler that runs the app (``kubernetes``, ``slurm``,
+            ``aws_batch``, ``ray``, ``local_cwd``)
+        cfg: the scheduler's run options (``torchx runopts SCHEDULER`` lists them)
+        parent_run_id: the pipeline's tracker run to nest the app's run under
+            (``start_pipeline_run``'s output); empty: not nested
         job_id: the pipeline job id (pass ``dsl.PIPELINE_JOB_ID_PLACEHOLDER``)
         task_name: this task's name (pass ``dsl.PIPELINE_TASK_NAME_PLACEHOLDER``); with
-            ``job_id`` it keys the submission, so a retried step re-attaches to its app
+            ``job_id`` it keys the submission, so a retried step re-attaches to its app,
+            and it names the app's tracker run
 
-    Returns the app handle and the job's tracker run id. Fails with the worker's error;
-    a terminated step (SIGTERM) cancels its app.
+    Returns:
+        app_handle: the app's handle (``scheduler://session/app_id``)
+        tracker_run_id: the app's tracker run id (the MLflow run id with the ``mlflow``
+            tracker); empty without a tracker
+        tracker_run_url: the tracker run's page in the tracker's UI; empty without a UI
     """
     import dataclasses
     from collections import namedtuple
 
     from torchx.pipelines.kfp.launch import launch, launcher_key
+    from torchx.pipelines.kfp.outputs import fill_outputs
 
     tc = (
         dataclasses.asdict(task_config)  # type: ignore[arg-type]
         if dataclasses.is_dataclass(task_config)
         else dict(task_config or {})
     )
-    handle, run_id = launch(
+    handle, record = launch(
         component,
         component_args,
         scheduler,
@@ -73,11 +147,15 @@ def torchx_launcher(
         parent_run_id,
         tc,
         idempotency_key=launcher_key(job_id, task_name),
+        job_id=job_id,
+        task_name=task_name,
     )
-    return namedtuple("Outputs", ["app_handle", "tracker_run_id"])(handle, run_id)  # type: ignore[call-arg]
+    fill_outputs(record, handle, metrics, model, dataset)
+    fields = ["app_handle", "tracker_run_id", "tracker_run_url"]
+    return namedtuple("Outputs", fields)(handle, record.run_id, record.run_url)  # type: ignore[call-arg,name-match]
 
 
-@dsl.component(base_image=IMAGE, install_kfp_package=False)
+@_torchx_component()
 def start_pipeline_run(pipeline_name: str, job_id: str) -> str:
     """Open the tracker run of this pipeline run (stages are nested under it); returns its id."""
     import uuid
@@ -93,7 +171,7 @@ def start_pipeline_run(pipeline_name: str, job_id: str) -> str:
     return run_id
 
 
-@dsl.component(base_image=IMAGE, install_kfp_package=False)
+@_torchx_component()
 def close_pipeline_run(
     pipeline_name: str,
     job_id: str,

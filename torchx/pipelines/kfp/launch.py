@@ -1,8 +1,9 @@
 """What the KFP launcher step does (plain Python, testable without KFP).
 
-Submits a component or AppDef through the Runner, copies its logs to stdout with
-``role/replica`` prefixes, cancels the app on SIGTERM (step terminated), and raises
-with the worker's error when the app fails.
+Submits a component or AppDef through the Runner (its tracker run named after the KFP task,
+with the pipeline job, the task and the launcher's inputs as params), copies its logs to
+stdout with ``role/replica`` prefixes, cancels the app on SIGTERM (step terminated), raises
+with the worker's error when the app fails, and reads back what a successful stage recorded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.pipelines import core
+from torchx.pipelines.kfp.outputs import StageRecord, read_stage
 from torchx.specs.api import AppDef, Resource
 from torchx.util.quantity import cpu_whole_cores, memory_mib
 
@@ -60,6 +62,35 @@ def launcher_key(job_id: str, task_name: str) -> Optional[str]:
     return core.stage_key("kfp", job_id, task_name)
 
 
+def _substituted(value: str) -> str:
+    """``value`` unless it is a KFP placeholder left unsubstituted (then "")."""
+    return "" if not value or "{{" in value else value
+
+
+def run_identity(
+    component: str,
+    component_args: List[str],
+    scheduler: str,
+    cfg: Mapping[str, Any],
+    parent_run_id: str = "",
+    job_id: str = "",
+    task_name: str = "",
+) -> Tuple[str, Dict[str, str]]:
+    """The tracker run's name (the KFP task's name, else the component's) and the
+    orchestrator's params: the pipeline job, the task and the launcher's inputs."""
+    job, task = _substituted(job_id), _substituted(task_name)
+    params = {
+        "kfp.job_id": job,
+        "kfp.task_name": task,
+        "kfp.component": component,
+        "kfp.component_args": json.dumps(list(component_args)),
+        "kfp.scheduler": scheduler,
+        "kfp.cfg": json.dumps(dict(cfg), sort_keys=True, default=str),
+        "kfp.parent_run_id": parent_run_id,
+    }
+    return task or component.rpartition(":")[2] or component, {k: v for k, v in params.items() if v}
+
+
 def launch(
     component: str,
     component_args: List[str],
@@ -68,10 +99,16 @@ def launch(
     parent_run_id: str = "",
     task_config: Optional[Mapping[str, Any]] = None,
     idempotency_key: Optional[str] = None,
-) -> Tuple[str, str]:
+    job_id: str = "",
+    task_name: str = "",
+) -> Tuple[str, StageRecord]:
     """Run the component to completion (or re-attach to this step's app if a retried step
-    finds it still running or succeeded); returns ``(app_handle, tracker_run_id)``."""
+    finds it still running or succeeded); returns the app handle and its tracker run
+    (backend run id, link, metrics, recorded outputs)."""
     cfg = dict(cfg or {})
+    run_name, run_params = run_identity(
+        component, component_args, scheduler, cfg, parent_run_id, job_id, task_name
+    )
     with core.runner_for() as runner:
         app = runner.materialize_component(component, list(component_args))
         apply_task_config(app, cfg, task_config)
@@ -90,6 +127,8 @@ def launch(
             idempotency_key,
             parent_run_id=parent_run_id or None,
             reattach_succeeded=True,  # a retried step whose app succeeded is done
+            run_name=run_name,
+            run_params=run_params,
         )
         handle = submission.handle
         verb = "re-attached to" if submission.reattached else "launched"
@@ -108,7 +147,10 @@ def launch(
         except core.StageFailed as e:
             raise RuntimeError(str(e)) from None
         print(f"torchx: {handle} SUCCEEDED", flush=True)
-        return handle, handle
+        record = read_stage(handle, runner.trackers())
+        if record.run_url:
+            print(f"torchx: tracker run {record.run_url}", flush=True)
+        return handle, record
 
 
 def _print_line(role: str, k: int, line: str) -> None:

@@ -1,0 +1,104 @@
+"""What a finished stage recorded, read back from its tracker run, as KFP typed outputs.
+
+After the app ends the launcher reads the app's run (keyed by its handle): the backend's
+own run id (an MLflow run id for ``mlflow``), its UI link, the last value of every metric
+rank 0 logged, and the outputs the stage recorded with ``torchx.trackers.record_output``.
+They fill the launcher's ``Metrics``, ``Model`` and ``Dataset`` artifacts, so the KFP UI
+shows lineage in its own terms. An output is a ``Model`` when recorded with
+``{"type": "model"}`` (or named ``model``), a ``Dataset`` with ``{"type": "dataset"}`` (or
+named ``dataset``); the artifact's URI is where the stage wrote it (no copy is made).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+
+from torchx.trackers.api import TrackerArtifact, TrackerBase, build_trackers
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StageRecord:
+    """A stage's tracker run as the launcher returns it ("" / empty without trackers)."""
+
+    run_id: str = ""
+    run_url: str = ""
+    metrics: Dict[str, float] = field(default_factory=dict)
+    artifacts: Dict[str, TrackerArtifact] = field(default_factory=dict)
+
+
+def _backend_run_id(tracker: TrackerBase, handle: str) -> Optional[str]:
+    """The backend's id of the app's run (MLflow's run id), None if it has no run."""
+    native = getattr(tracker, "mlflow_run_id", None)
+    if native is not None:
+        return native(handle)
+    return handle if list(tracker.metadata(handle) or {}) else None
+
+
+def _metrics(tracker: TrackerBase, run_id: str) -> Dict[str, float]:
+    """The last value of each metric (backends without metrics have none)."""
+    client = getattr(tracker, "client", None)
+    if client is None or not hasattr(client, "get_run"):
+        return {}
+    return {k: float(v) for k, v in client.get_run(run_id).data.metrics.items()}
+
+
+def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecord:
+    """The app's run in the first tracker that has one; failures to read are logged (a
+    stage that succeeded never fails on its outputs)."""
+    if not trackers:
+        return StageRecord()
+    try:
+        backends = build_trackers(trackers)
+    except Exception as e:
+        logger.warning("could not open trackers to read %s back: %s", handle, e)
+        return StageRecord()
+    for tracker in backends:
+        try:
+            run_id = _backend_run_id(tracker, handle)
+            if not run_id:
+                continue
+            return StageRecord(
+                run_id=run_id,
+                run_url=tracker.run_url(handle) or "",
+                metrics=_metrics(tracker, run_id),
+                artifacts=dict(tracker.artifacts(handle)),
+            )
+        except Exception as e:
+            logger.warning("could not read the tracker run of %s: %s", handle, e)
+    return StageRecord()
+
+
+def _recorded(record: StageRecord, kind: str) -> Optional[TrackerArtifact]:
+    typed = [a for a in record.artifacts.values() if (a.metadata or {}).get("type") == kind]
+    named = [a for a in record.artifacts.values() if a.name == kind]
+    found = sorted(typed, key=lambda a: a.name) or named
+    return found[0] if found else None
+
+
+def _lineage_metadata(record: StageRecord, handle: str) -> Dict[str, Any]:
+    meta: Dict[str, Any] = {"torchx_app": handle}
+    if record.run_id:
+        meta["tracker_run_id"] = record.run_id
+    if record.run_url:
+        meta["tracker_run_url"] = record.run_url
+    return meta
+
+
+def fill_outputs(record: StageRecord, handle: str, metrics: Any, model: Any, dataset: Any) -> None:
+    """Fill the launcher's KFP artifacts (``dsl.Metrics``, ``dsl.Model``, ``dsl.Dataset``)."""
+    for name, value in sorted(record.metrics.items()):
+        metrics.log_metric(name, value)
+    for artifact, kind in ((model, "model"), (dataset, "dataset")):
+        meta = _lineage_metadata(record, handle)
+        recorded = _recorded(record, kind)
+        meta["recorded"] = recorded is not None
+        if recorded is not None:
+            path = recorded.path
+            artifact.uri = path[len("file://") :] if path.startswith("file://") else path
+            meta["artifact"] = recorded.name
+            meta.update({k: v for k, v in (recorded.metadata or {}).items() if k != "type"})
+        artifact.metadata.update(meta)
