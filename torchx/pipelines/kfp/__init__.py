@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from torchx.util.lazy import lazy_getattr
 
+_ADAPTER = ("component_from_app", "container_from_app", "component_spec_from_app")
+_COMPONENTS = ("torchx_launcher", "start_pipeline_run", "close_pipeline_run")
 _LAZY = {
-    "component_from_app": "torchx.pipelines.kfp.adapter",
-    "container_from_app": "torchx.pipelines.kfp.adapter",
-    "component_spec_from_app": "torchx.pipelines.kfp.adapter",
-    "torchx_launcher": "torchx.pipelines.kfp.components",
-    "start_pipeline_run": "torchx.pipelines.kfp.components",
-    "close_pipeline_run": "torchx.pipelines.kfp.components",
+    **dict.fromkeys(_ADAPTER, "torchx.pipelines.kfp.adapter"),
+    **dict.fromkeys(_COMPONENTS, "torchx.pipelines.kfp.components"),
 }
 
 
