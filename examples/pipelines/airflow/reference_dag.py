@@ -4,6 +4,13 @@ Each stage is a ``TorchXOperator`` running a component of ``examples/components.
 through the torchx Runner, so the same DAG runs on any scheduler: change the
 ``scheduler`` and ``train_cfg`` params (e.g. ``slurm`` with ``{"partition": "debug"}``).
 The job handles travel between tasks as XComs; the last task reports them.
+
+Lineage needs no wiring here: each stage records what it wrote and read
+(``torchx.trackers.record_output`` / ``record_input``), and each ``TorchXOperator`` turns
+that into Asset events (through its AssetAlias ``torchx/<dag_id>/<task_id>``) and
+OpenLineage input/output datasets with a run facet naming the stage's MLflow run. Turn
+OpenLineage on with any transport, e.g.
+``AIRFLOW__OPENLINEAGE__TRANSPORT='{"type": "console"}'``.
 """
 
 from __future__ import annotations

@@ -50,7 +50,16 @@ def main() -> int:
     parser.add_argument(
         "--verbose", action="store_true", help="show Airflow's task logs (with every job log line)"
     )
+    parser.add_argument(
+        "--openlineage",
+        metavar="FILE",
+        help="append the run's OpenLineage events (one JSON per line) to FILE",
+    )
     args = parser.parse_args()
+    if args.openlineage:
+        transport = {"type": "file", "log_file_path": os.path.abspath(args.openlineage)}
+        os.environ["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps({**transport, "append": True})
+        os.environ.setdefault("AIRFLOW__OPENLINEAGE__NAMESPACE", "torchx-example")
     if not args.verbose:
         os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     out = Path(args.out).resolve()
@@ -96,6 +105,8 @@ def main() -> int:
         print(f"test accuracy: {accuracy:.4f}")
     pipeline_id = tracker.mlflow_run_id(f"airflow://{dag.dag_id}/{dag_run.run_id}")
     print(f"MLflow pipeline run: {pipeline_id} (stage runs are nested under it)")
+    if args.openlineage:
+        print(f"OpenLineage events: {os.path.abspath(args.openlineage)}")
     print(
         f"open the MLflow UI:  {os.path.dirname(sys.executable)}/mlflow ui"
         f" --backend-store-uri {mlflow_uri}"

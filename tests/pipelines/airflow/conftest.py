@@ -1,10 +1,13 @@
-"""One Airflow home (sqlite, migrated once) for the whole test session.
+"""One Airflow home (sqlite, migrated once) for the whole test session, with OpenLineage
+writing its events to one file through the real client's file transport.
 
-Set before airflow is imported.
+Set before airflow is imported: the OpenLineage plugin decides once per process whether
+it is enabled.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,10 +17,17 @@ from pathlib import Path
 import pytest
 
 _HOME = Path(tempfile.mkdtemp(prefix="torchx-airflow-"))
+OPENLINEAGE_EVENTS = _HOME / "openlineage.jsonl"
 os.environ["AIRFLOW_HOME"] = str(_HOME / "airflow")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_HOME / "dags")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
+os.environ["AIRFLOW__OPENLINEAGE__NAMESPACE"] = "torchx-tests"
+os.environ["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
+    {"type": "file", "log_file_path": str(OPENLINEAGE_EVENTS), "append": True}
+)
+# emit from a thread of the task's process rather than a fork of the test process
+os.environ["AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD"] = "True"
 
 
 @pytest.fixture(scope="session")

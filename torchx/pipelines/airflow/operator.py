@@ -11,18 +11,24 @@
   index) is stored by the scheduler with the job, and on Airflow >= 3.3 the handle is also
   kept in the task state store. A cleared task whose app SUCCEEDED runs again, unless
   ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
-- Lineage: every job of a DAG run is nested under one tracker run
+- Tracking: each job has its tracker run, named after the task, with the DAG run's
+  identity and params as run params, nested under one run per DAG run
   ``airflow://<dag_id>/<run_id>``; give the DAG ``on_success_callback`` and
   ``on_failure_callback`` = ``close_pipeline_run`` so that run ends FINISHED or FAILED.
+- Lineage in Airflow's own terms: what the stage recorded (``torchx.trackers.record_output``
+  / ``record_input``) becomes Asset events on the task's outlets and OpenLineage input and
+  output datasets (``get_openlineage_facets_on_complete``), with a run facet naming the
+  app and its MLflow run.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk import Asset, AssetAlias, BaseOperator, BaseOperatorLink
 
 from torchx.pipelines import core
+from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
 from torchx.specs.api import AppDef, AppStatus
 
 try:  # Airflow 3
@@ -42,30 +48,34 @@ def _default_deferrable() -> bool:
         return False
 
 
-class _XComLink(BaseOperatorLink):
-    """An extra link whose URL the task pushed to XCom (no link when none was pushed)."""
+class _TorchXLink(BaseOperatorLink):
+    """An extra link the task computed (``""``: no link).
+
+    Airflow 3 calls ``get_link`` on the worker when the task ends or defers and stores the
+    result under ``xcom_key`` for the UI. The link comes from the operator's memory, so a task
+    without one (no UI, not yet known) reads nothing and logs no "XCom not found" error.
+    """
 
     name = ""
+    kind = ""
 
     def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        try:
-            from airflow.sdk.execution_time.xcom import XCom
-
-            return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
-        except Exception:
-            return ""
+        links = getattr(operator, "torchx_links", None)
+        return str(links.get(self.kind, "")) if isinstance(links, dict) else ""
 
 
-class TorchXAppLink(_XComLink):
+class TorchXAppLink(_TorchXLink):
     """Extra link: where the app's logs / UI are (the scheduler's ``ui_url``)."""
 
     name = "TorchX app"
+    kind = "app"
 
 
-class TorchXMLflowLink(_XComLink):
+class TorchXMLflowLink(_TorchXLink):
     """Extra link: the app's MLflow run in the MLflow UI (when there is a UI)."""
 
     name = "MLflow run"
+    kind = "tracker"
 
 
 def pipeline_run_id(dag_id: str, run_id: str) -> str:
@@ -92,27 +102,52 @@ def close_pipeline_run(
 
 
 class TorchXOperator(BaseOperator):
-    """Run a torchx component (``utils.sh``, ``dist.ddp``, ``path/file.py:fn``) or an AppDef.
+    """Run a torchx component (``utils.sh``, ``dist.ddp``, ``path/file.py:fn``) or an AppDef
+    as one Airflow task: submit (or re-attach), stream its logs, wait, link, record lineage.
 
-    :param component: component name or ``path/file.py:function`` (or give ``app``).
+    Returns the app handle (``scheduler://session/app_id``) as the task's XCom.
+
+    :param component: component name (``utils.sh``, ``dist.ddp``) or ``path/file.py:function``;
+        give this or ``app``. Templated.
     :param app: an ``AppDef`` to run instead of a component.
-    :param component_args: the component's arguments, as on the command line
-        (``["--msg", "hi"]``) or as a dict of its parameters (``{"msg": "hi"}``); a
-        variadic component's extra args go under ``"args"`` (``{"args": ["echo", "hi"]}``
-        for ``utils.sh``). Templated.
-    :param scheduler: torchx scheduler (``local_cwd``, ``slurm``, ``kubernetes``, ...). Templated.
-    :param cfg: scheduler run options (see ``torchx runopts``). Templated.
-    :param wait_for_completion: wait for the app to end (else return the handle at once).
-    :param deferrable: wait in the triggerer (``TorchXTrigger``), freeing the worker slot.
+    :param component_args: the component's arguments, either as on the command line
+        (``["--msg", "hi"]``) or as a dict of its parameters (``{"msg": "hi"}``); in the dict
+        form a variadic component's extra arguments go under ``"args"`` as a list, e.g.
+        ``{"args": ["echo", "hi"]}`` for ``utils.sh`` or
+        ``{"script": "train.py", "j": "1x2", "args": ["--lr", "0.1"]}`` for ``dist.ddp``.
+        Templated (rendered as JSON in the UI).
+    :param scheduler: torchx scheduler (``local_cwd``, ``slurm``, ``kubernetes``,
+        ``aws_batch``, ``ray``). Templated.
+    :param cfg: scheduler run options, as ``torchx runopts <scheduler>`` lists them. Templated.
+    :param wait_for_completion: wait for the app to end (default); ``False`` returns the
+        handle at once (wait with ``TorchXSensor``).
+    :param deferrable: wait in the triggerer (``TorchXTrigger``), freeing the worker slot;
+        default: Airflow's ``[operators] default_deferrable``.
     :param poll_interval: seconds between status checks where the scheduler cannot push.
-    :param get_logs: copy the replicas' log lines into the task log.
+    :param get_logs: copy the replicas' log lines (``role/replica`` prefixed) into the task log.
     :param cancel_on_kill: cancel the app when the task is killed or marked failed.
-    :param trackers: ``{tracker: config}`` for this task's job (default: the configured ones;
-        ``{}`` turns tracking off).
-    :param parent_run_id: tracker run to nest the job under (default: the DAG run's).
-    :param reattach: re-attach a retry to the app its earlier try submitted.
+    :param trackers: ``{tracker: config}`` for this task's job, e.g.
+        ``{"mlflow": "http://mlflow:5000"}`` (default: the configured ones,
+        ``TORCHX_TRACKERS`` or ``.torchxconfig``); ``{}`` turns tracking off.
+    :param parent_run_id: tracker run to nest the job's run under (default: the DAG run's
+        ``airflow://<dag_id>/<run_id>``). Templated.
+    :param reattach: re-attach a retry to the app an earlier try of the same task instance
+        submitted (found by the scheduler through the idempotency key), instead of
+        submitting a second one.
     :param reuse_succeeded: with ``reattach``, a cleared task whose app already SUCCEEDED
         returns that app instead of running again.
+    :param record_assets: emit an Airflow Asset event for every output the stage recorded
+        (``torchx.trackers.record_output``), through the AssetAlias
+        ``torchx/<dag_id>/<task_id>`` this operator adds to its outlets; each event's extra
+        names the app, the artifact, its digest and the tracker run. (A mapped task has no
+        alias: give ``.partial(outlets=[AssetAlias(...)])`` yourself if you need one.)
+    :param outlets: Assets the task produces (Airflow's own parameter). A declared Asset
+        whose URI is a path the stage recorded (``file:///abs/path`` for a local path) gets
+        that output's extra on its event instead of an alias event; declared outlets are also
+        OpenLineage outputs.
+    :param inlets: Assets the task consumes (Airflow's own parameter); OpenLineage inputs
+        besides those the stage recorded (``torchx.trackers.record_input``).
+    :param kwargs: any other ``BaseOperator`` argument (``task_id``, ``retries``, ...).
     """
 
     template_fields: Sequence[str] = (
@@ -143,6 +178,7 @@ class TorchXOperator(BaseOperator):
         parent_run_id: Optional[str] = None,
         reattach: bool = True,
         reuse_succeeded: bool = False,
+        record_assets: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -162,7 +198,17 @@ class TorchXOperator(BaseOperator):
         self.parent_run_id = parent_run_id
         self.reattach = reattach
         self.reuse_succeeded = reuse_succeeded
+        self.record_assets = record_assets
         self.app_handle: Optional[str] = None
+        self.torchx_links: Dict[str, str] = {}  # what the extra links show (see _TorchXLink)
+        self.stage_lineage: Optional[StageLineage] = None
+        if record_assets and self.has_dag():
+            self.outlets = [*self.outlets, AssetAlias(self.asset_alias_name)]
+
+    @property
+    def asset_alias_name(self) -> str:
+        """The AssetAlias through which the stage's recorded outputs become Asset events."""
+        return f"torchx/{self.dag_id}/{self.task_id}"
 
     # ------------------------------------------------------------------ helpers
 
@@ -215,6 +261,8 @@ class TorchXOperator(BaseOperator):
             self._idempotency_key(context),
             parent_run_id=parent,
             reattach_succeeded=self.reuse_succeeded,
+            run_name=run_name(ti),
+            run_params=run_params(context),
         )
         verb = "re-attaching to" if submission.reattached else "submitted"
         self.log.info("%s %s", verb, submission.handle)
@@ -228,6 +276,12 @@ class TorchXOperator(BaseOperator):
                 )
         return submission.handle
 
+    def _link(self, ti: Any, link: _TorchXLink, url: Optional[str]) -> None:
+        """Keep a real URL for the extra link (pushed now for readers of this try's XCom)."""
+        if url:
+            self.torchx_links[link.kind] = url
+            ti.xcom_push(key=link.xcom_key, value=url)
+
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Any) -> str:
@@ -237,13 +291,14 @@ class TorchXOperator(BaseOperator):
         self.app_handle = handle
         ti.xcom_push(key="app_handle", value=handle)
         status = runner.status(handle)
-        if status is not None and status.ui_url:
-            ti.xcom_push(key=TorchXAppLink().xcom_key, value=status.ui_url)
+        self._link(ti, TorchXAppLink(), status.ui_url if status is not None else None)
         if not self.wait_for_completion:
             return handle
         if self.deferrable:
             from torchx.pipelines.airflow.trigger import TorchXTrigger
 
+            # links are kept before deferring: Airflow stores them when the task defers
+            self._link(ti, TorchXMLflowLink(), core.tracker_run_link(handle, runner.trackers()))
             self.defer(
                 trigger=TorchXTrigger(
                     app_handle=handle,
@@ -256,9 +311,9 @@ class TorchXOperator(BaseOperator):
         try:
             status = core.wait_or_cancel(runner, handle, self.poll_interval, emit)
         except core.StageFailed as e:
-            self._finish(ti, handle, e.status, runner)
+            self._finish(context, handle, e.status, runner)
             raise AirflowException(str(e)) from None
-        return self._finish(ti, handle, status, runner)
+        return self._finish(context, handle, status, runner)
 
     def execute_complete(self, context: Any, event: Optional[Dict[str, Any]] = None) -> str:
         """Resume after the trigger fired: check the event, copy the logs, raise on failure."""
@@ -270,7 +325,8 @@ class TorchXOperator(BaseOperator):
         if self.get_logs:
             core.follow_logs(runner, handle, self._emit, tail=False)
         status = runner.status(handle)
-        self._finish(context["ti"], handle, status, runner)
+        self._link(context["ti"], TorchXAppLink(), status.ui_url if status is not None else None)
+        self._finish(context, handle, status, runner)
         try:
             core.check_succeeded(handle, status)
         except core.StageFailed as e:
@@ -280,18 +336,135 @@ class TorchXOperator(BaseOperator):
     def _emit(self, role: str, replica: int, line: str) -> None:
         self.log.info("%s/%d %s", role, replica, line)
 
-    def _finish(self, ti: Any, handle: str, status: Optional[AppStatus], runner: Any) -> str:
-        """Push the final status and the tracker link (links only where there is a UI)."""
+    def _finish(
+        self, context: Mapping[str, Any], handle: str, status: Optional[AppStatus], runner: Any
+    ) -> str:
+        """Push the final status and the tracker link (only where there is a UI); read the
+        stage's lineage back and turn its outputs into Asset events."""
+        ti = context["ti"]
         if status is not None:
             ti.xcom_push(key="app_status", value=status.to_json())
-        link = core.tracker_run_link(handle, runner.trackers())
-        if link:
-            ti.xcom_push(key=TorchXMLflowLink().xcom_key, value=link)
+        trackers = runner.trackers()
+        self._link(ti, TorchXMLflowLink(), core.tracker_run_link(handle, trackers))
+        self.stage_lineage = read_stage_lineage(handle, trackers)
         if status is not None and status.state.name == "SUCCEEDED":
+            self._emit_asset_events(context, self.stage_lineage)
             self.log.info("%s SUCCEEDED", handle)
         return handle
+
+    def _emit_asset_events(self, context: Mapping[str, Any], lineage: StageLineage) -> None:
+        """A recorded output that is a declared Asset extends that Asset's event; the others
+        become Asset events through this task's AssetAlias (when ``record_assets``)."""
+        events = context.get("outlet_events")
+        if events is None or not lineage.outputs:
+            return
+        # a mapped task's alias is not in the serialized DAG (outlets come from .partial())
+        mapped = getattr(context["ti"], "map_index", -1) not in (-1, None)
+        declared = {o.uri: o for o in self.outlets if isinstance(o, Asset)}
+        alias = next(
+            (
+                o
+                for o in self.outlets
+                if isinstance(o, AssetAlias) and o.name == self.asset_alias_name
+            ),
+            None,
+        )
+        for output in lineage.outputs:
+            extra = lineage.event_extra(output)
+            asset = declared.get(Asset(uri=output.uri).uri)
+            try:
+                if asset is not None:
+                    events[asset].extra.update(extra)
+                elif alias is not None and self.record_assets and not mapped:
+                    events[alias].add(Asset(uri=output.uri), extra=extra)
+            except Exception as e:  # an unusual URI is never worth failing the stage
+                self.log.warning("no Asset event for %s: %s", output.uri, e)
 
     def on_kill(self) -> None:
         if self.cancel_on_kill and self.app_handle:
             self.log.info("task killed: cancelling %s", self.app_handle)
             core.cancel_quietly(self._runner(), self.app_handle)
+
+    # ------------------------------------------------------------------ OpenLineage
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """OpenLineage START: the declared inlets and outlets, and the torchx run facet."""
+        from torchx.pipelines.airflow.openlineage import operator_lineage
+
+        return operator_lineage(
+            self.component, self.scheduler, None, *_declared_uris(self.inlets, self.outlets)
+        )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage COMPLETE: the datasets the stage read and wrote (as it recorded them)
+        and a run facet with the app handle and its MLflow run id and link."""
+        from torchx.pipelines.airflow.openlineage import operator_lineage
+
+        return operator_lineage(
+            self.component,
+            self.scheduler,
+            self._lineage_for(task_instance),
+            *_declared_uris(self.inlets, self.outlets),
+        )
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """OpenLineage FAIL: as on complete, with whatever the stage recorded before failing."""
+        return self.get_openlineage_facets_on_complete(task_instance)
+
+    def _lineage_for(self, task_instance: Any) -> Optional[StageLineage]:
+        if self.stage_lineage is not None:
+            return self.stage_lineage
+        handle = self.app_handle
+        if handle is None:
+            try:
+                handle = task_instance.xcom_pull(task_ids=self.task_id, key="app_handle")
+            except Exception:
+                handle = None
+        if not handle:
+            return None
+        return read_stage_lineage(str(handle), self._runner().trackers())
+
+
+def _declared_uris(inlets: Sequence[Any], outlets: Sequence[Any]) -> tuple[List[str], List[str]]:
+    """The URIs of the Assets among a task's inlets and outlets (aliases resolve at run time;
+    an Asset named without a URI is not a dataset OpenLineage can name)."""
+    ins = [a.uri for a in inlets if isinstance(a, Asset) and "://" in a.uri]
+    outs = [a.uri for a in outlets if isinstance(a, Asset) and "://" in a.uri]
+    return ins, outs
+
+
+def run_name(ti: Any) -> str:
+    """The job's tracker run name: the task id (with the map index of a mapped task)."""
+    map_index = getattr(ti, "map_index", -1)
+    if map_index is not None and map_index >= 0:
+        return f"{ti.task_id}[{map_index}]"
+    return str(ti.task_id)
+
+
+def run_params(context: Mapping[str, Any]) -> Dict[str, object]:
+    """The orchestrator's params on the job's tracker run: the task instance's identity
+    (``airflow.dag_id``, ``task_id``, ``run_id``, ``try_number``, ``map_index``), the DAG's
+    params (``airflow.params.<name>``; Airflow merges the run's conf into them by default)
+    and conf keys that are not params (``airflow.conf.<key>``, when
+    ``[core] dag_run_conf_overrides_params`` is off)."""
+    ti = context["ti"]
+    params: Dict[str, object] = {
+        "airflow.dag_id": ti.dag_id,
+        "airflow.task_id": ti.task_id,
+        "airflow.run_id": ti.run_id,
+    }
+    try_number = getattr(ti, "try_number", None)
+    if try_number is not None:
+        params["airflow.try_number"] = try_number
+    map_index = getattr(ti, "map_index", -1)
+    if map_index is not None and map_index >= 0:
+        params["airflow.map_index"] = map_index
+    dag_params = context.get("params") or {}
+    for key in list(dag_params):
+        params[f"airflow.params.{key}"] = dag_params[key]
+    dag_run = context.get("dag_run")
+    conf = getattr(dag_run, "conf", None) or {}
+    for key, value in dict(conf).items():
+        if key not in dag_params:
+            params[f"airflow.conf.{key}"] = value
+    return params

@@ -1,0 +1,282 @@
+"""Tracking and lineage of TorchXOperator in Airflow's own terms, against a real ``mlflow
+server`` on loopback: OpenLineage events through the real client's file transport, Asset
+events, http extra links, and one FINISHED MLflow run per stage under the DAG run's run.
+
+The reference DAG (datapreproc -> elastic DDP train -> evaluate) runs once for the module;
+several tests read that one run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from tests.mlflow_server import mlflow_server
+
+ROOT = Path(__file__).resolve().parents[3]
+DAG_ID = "torchx_reference_pipeline"
+STAGES = ("datapreproc", "train", "evaluate")
+DEADLINE = 120.0
+# where conftest.py points the OpenLineage client's file transport
+OPENLINEAGE_EVENTS = Path(
+    json.loads(os.environ["AIRFLOW__OPENLINEAGE__TRANSPORT"])["log_file_path"]
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as url:
+        yield url
+
+
+def _load_dag(name: str, source: Path) -> Any:
+    """Put a DAG file into the dags folder (dag.test needs it there) and load it."""
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{name}.py"
+    if not path.exists():
+        path.symlink_to(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.dag
+
+
+def _tracker(url: str) -> Any:
+    from torchx.trackers.api import build_trackers
+
+    return build_trackers({"mlflow": url})[0]
+
+
+def _states(dag_run: Any) -> Dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+
+
+def _xcom(dag_run: Any, task_id: str, key: str) -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = XComModel.get_many(
+            run_id=dag_run.run_id, key=key, task_ids=task_id, dag_ids=dag_run.dag_id
+        )
+        row = session.scalars(query).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+@pytest.fixture(scope="module")
+def reference(
+    server: str, tmp_path_factory: pytest.TempPathFactory, airflow_db: Path
+) -> Iterator[Dict[str, Any]]:
+    """One run of the reference DAG, every stage tracked on the real mlflow server."""
+    work = tmp_path_factory.mktemp("reference")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHX_HOME", str(work / "home"))
+        mp.setenv("TORCHX_TRACKERS", "mlflow")
+        mp.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", server)
+        mp.chdir(work)
+        dag = _load_dag("reference_dag", ROOT / "examples/pipelines/airflow/reference_dag.py")
+        conf = {"base_dir": str(work / "out"), "j": "1:2x1", "epochs": 4, "limit": 600}
+        dag_run = dag.test(run_conf=conf)
+        from torchx.runner import get_runner
+
+        with get_runner() as runner:
+            handles = {a.name: a.app_handle for a in runner.list("local_cwd")}
+        run_dir = work / "out" / dag_run.run_id.replace(":", "_").replace("+", "_")
+        yield {"dag_run": dag_run, "handles": handles, "run_dir": run_dir, "url": server}
+
+
+def test_reference_dag_stages_nest_under_a_finished_pipeline_run(
+    reference: Dict[str, Any],
+) -> None:
+    dag_run, handles = reference["dag_run"], reference["handles"]
+    assert _states(dag_run) == {t: "success" for t in (*STAGES, "report")}, _states(dag_run)
+    assert set(handles) == set(STAGES)  # one job per stage
+    tracker = _tracker(reference["url"])
+    pipeline = f"airflow://{DAG_ID}/{dag_run.run_id}"
+    assert sorted(tracker.run_ids(parent_run_id=pipeline)) == sorted(handles.values())
+    edges = {(e.source, e.target, e.artifact) for e in tracker.lineage(handles["evaluate"]).edges}
+    assert (handles["train"], handles["evaluate"], "model") in edges
+    assert (handles["datapreproc"], handles["train"], "dataset") in edges
+    parent = tracker.mlflow_run_id(pipeline)
+    assert tracker.client.get_run(parent).info.status == "FINISHED"  # the DAG's callback
+    for h in handles.values():
+        tags = tracker.client.get_run(tracker.mlflow_run_id(h)).data.tags
+        assert tags["mlflow.parentRunId"] == parent
+
+
+def _openlineage_events(handles: Dict[str, str]) -> Dict[str, Dict[str, Any]]:
+    """``{"<task> <eventType>": event}`` for this DAG run's tasks, read from the file the
+    OpenLineage client's file transport appends to; polled until all six are there."""
+    wanted = {f"{t} {kind}" for t in STAGES for kind in ("START", "COMPLETE")}
+    found: Dict[str, Dict[str, Any]] = {}
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        events = []
+        if OPENLINEAGE_EVENTS.exists():
+            events = [json.loads(line) for line in OPENLINEAGE_EVENTS.read_text().splitlines()]
+        complete = {
+            e["run"]["runId"]: e
+            for e in events
+            if e["eventType"] == "COMPLETE"
+            and e["run"]["facets"].get("torchx", {}).get("appHandle") in handles.values()
+        }
+        for e in events:
+            if e["run"]["runId"] in complete:
+                found[f"{e['job']['name'].split('.', 1)[1]} {e['eventType']}"] = e
+        if wanted <= set(found) or time.monotonic() > deadline:
+            assert wanted <= set(found), sorted(found)
+            return found
+        time.sleep(0.5)
+
+
+def _names(datasets: List[Dict[str, Any]]) -> List[tuple]:
+    return sorted((d["namespace"], d["name"]) for d in datasets)
+
+
+def test_openlineage_events_carry_the_stages_datasets_and_mlflow_runs(
+    reference: Dict[str, Any],
+) -> None:
+    handles, run_dir = reference["handles"], reference["run_dir"]
+    events = _openlineage_events(handles)
+    data, model, metrics = (("file", str(run_dir / d)) for d in ("data", "model", "eval"))
+
+    prep = events["datapreproc COMPLETE"]
+    assert _names(prep["inputs"]) == [] and _names(prep["outputs"]) == [data]
+    manifest = json.loads((run_dir / "data" / "manifest.json").read_text())
+    facets = prep["outputs"][0]["facets"]
+    assert facets["version"]["datasetVersion"] == manifest["digest"]
+    assert facets["datasetType"]["datasetType"] == "DATASET"
+
+    train = events["train COMPLETE"]
+    assert _names(train["inputs"]) == [data] and _names(train["outputs"]) == [model]
+    assert train["outputs"][0]["facets"]["datasetType"]["datasetType"] == "MODEL"
+
+    evaluate = events["evaluate COMPLETE"]
+    assert _names(evaluate["inputs"]) == sorted([data, model])
+    assert _names(evaluate["outputs"]) == [metrics]
+
+    tracker = _tracker(reference["url"])
+    for stage in STAGES:
+        facet = events[f"{stage} COMPLETE"]["run"]["facets"]["torchx"]
+        rid = tracker.mlflow_run_id(handles[stage])
+        exp = tracker.client.get_run(rid).info.experiment_id
+        assert facet["appHandle"] == handles[stage] and facet["scheduler"] == "local_cwd"
+        assert facet["tracker"] == "mlflow" and facet["trackerRunId"] == rid
+        assert facet["trackerRunUrl"] == f"{reference['url']}/#/experiments/{exp}/runs/{rid}"
+        start = events[f"{stage} START"]["run"]["facets"]["torchx"]
+        assert start["component"].endswith(
+            f"components.py:{'trainer' if stage == 'train' else stage}"
+        )
+
+
+def test_stage_outputs_are_airflow_asset_events(reference: Dict[str, Any]) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    dag_run, run_dir, handles = reference["dag_run"], reference["run_dir"], reference["handles"]
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.uri, AssetEvent.source_task_id, AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetEvent.source_run_id == dag_run.run_id)
+        ).all()
+    events = {uri: (task, extra) for uri, task, extra in rows}
+    tracker = _tracker(reference["url"])
+    for stage, out, artifact in (
+        ("datapreproc", "data", "dataset"),
+        ("train", "model", "model"),
+        ("evaluate", "eval", "metrics"),
+    ):
+        task, extra = events[f"file://{run_dir / out}"]
+        assert task == stage
+        assert extra["torchx_artifact"] == artifact
+        assert extra["torchx_app_handle"] == handles[stage]
+        assert extra["tracker_run_id"] == tracker.mlflow_run_id(handles[stage])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.status, r.read()
+
+
+def test_extra_links_are_http_urls_of_the_mlflow_runs(reference: Dict[str, Any]) -> None:
+    dag_run, handles, url = reference["dag_run"], reference["handles"], reference["url"]
+    tracker = _tracker(url)
+    for stage in STAGES:
+        link = _xcom(dag_run, stage, "_link_TorchXMLflowLink")
+        rid = tracker.mlflow_run_id(handles[stage])
+        exp = tracker.client.get_run(rid).info.experiment_id
+        assert link == f"{url}/#/experiments/{exp}/runs/{rid}"
+        status, body = _get(f"{url}/api/2.0/mlflow/runs/get?run_id={rid}")  # the run is there
+        assert status == 200 and json.loads(body)["run"]["info"]["run_id"] == rid
+    status, body = _get(link.split("#", 1)[0])  # and the link opens the MLflow UI
+    assert status == 200 and b"<html" in body.lower()
+
+
+SH_DAG = textwrap.dedent("""
+    from datetime import datetime
+    from airflow.sdk import DAG, Param
+    from torchx.pipelines.airflow import TorchXOperator, close_pipeline_run
+
+    with DAG(
+        dag_id="sh_stages", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+        params={"lr": Param(0.1, type="number")},
+        on_success_callback=close_pipeline_run, on_failure_callback=close_pipeline_run,
+    ) as dag:
+        prep = TorchXOperator(
+            task_id="prep", component="utils.sh", component_args={"args": ["echo", "prep"]},
+            poll_interval=0.5,
+        )
+        train = TorchXOperator(
+            task_id="train", component="utils.sh", component_args=["echo", "train"],
+            deferrable=True, poll_interval=0.5,
+        )
+        report = TorchXOperator(
+            task_id="report", component="utils.sh", component_args=["true"], poll_interval=0.5
+        )
+        prep >> train >> report
+""")
+
+
+def test_stages_without_tracker_calls_each_get_a_finished_run_with_params(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db: Path
+) -> None:
+    """``utils.sh`` never calls the tracker: the launcher owns each stage's run."""
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", server)
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "sh_stages.py"
+    source.write_text(SH_DAG)
+    dag_run = _load_dag("sh_stages", source).test(run_conf={"note": "first"})
+    assert _states(dag_run) == {t: "success" for t in ("prep", "train", "report")}
+
+    tracker = _tracker(server)
+    parent = tracker.client.get_run(tracker.mlflow_run_id(f"airflow://sh_stages/{dag_run.run_id}"))
+    assert parent.info.status == "FINISHED"
+    children = tracker.client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
+    )
+    runs = {r.info.run_name: r for r in children}
+    assert sorted(runs) == ["prep", "report", "train"]  # one run per stage, named by task
+    for task_id, run in runs.items():
+        assert run.info.status == "FINISHED" and run.info.end_time, task_id
+        params = run.data.params
+        assert params["component"] == "utils.sh"
+        assert params["airflow.dag_id"] == "sh_stages"
+        assert params["airflow.task_id"] == task_id
+        assert params["airflow.run_id"] == dag_run.run_id
+        assert params["airflow.try_number"] == "1"
+        assert params["airflow.params.lr"] == "0.1"
+        assert params["airflow.params.note"] == "first"  # Airflow merges the run's conf
+        link = _xcom(dag_run, task_id, "_link_TorchXMLflowLink")  # deferred or not
+        assert link == f"{server}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"

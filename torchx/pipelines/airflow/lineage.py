@@ -1,0 +1,123 @@
+"""What a torchx stage read and wrote, read back from its tracker run once the app ended.
+
+The stages record their own outputs and inputs (``torchx.trackers.record_output`` /
+``record_input``), so the DAG never names a path twice: ``TorchXOperator`` reads them back
+here and turns them into Airflow Asset events and OpenLineage datasets. Reading lineage is
+best effort: a tracker that cannot answer is logged, never fails the task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageDataset:
+    """One path a stage wrote or read: a URI, and what the producing run recorded about it."""
+
+    uri: str
+    artifact: str = ""
+    kind: Optional[str] = None
+    digest: Optional[str] = None
+    producer: Optional[str] = None  # the torchx run (app handle) that wrote it
+
+
+@dataclass
+class StageLineage:
+    """A stage's inputs and outputs and its tracker run (the backend's id and UI link)."""
+
+    handle: str
+    inputs: List[StageDataset] = field(default_factory=list)
+    outputs: List[StageDataset] = field(default_factory=list)
+    tracker: Optional[str] = None
+    tracker_run_id: Optional[str] = None
+    tracker_run_url: Optional[str] = None
+
+    def event_extra(self, dataset: StageDataset) -> Dict[str, str]:
+        """What an Airflow Asset event for ``dataset`` carries (strings only)."""
+        extra = {
+            "torchx_app_handle": self.handle,
+            "torchx_artifact": dataset.artifact,
+            "type": dataset.kind,
+            "digest": dataset.digest,
+            "tracker": self.tracker,
+            "tracker_run_id": self.tracker_run_id,
+            "tracker_run_url": self.tracker_run_url,
+        }
+        return {k: str(v) for k, v in extra.items() if v}
+
+
+def to_uri(path: str) -> str:
+    """An fsspec path as a URI: URLs as they are, local paths as ``file:///absolute``."""
+    if "://" in path:
+        return path
+    return "file://" + os.path.abspath(path)
+
+
+def openlineage_name(uri: str) -> Tuple[str, str]:
+    """OpenLineage's ``(namespace, name)`` for a URI, as its naming spec and Airflow's asset
+    converters have it: ``("file", "/abs/path")``, ``("s3://bucket", "key")``."""
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        return ("file://" + parts.netloc if parts.netloc else "file"), parts.path or "/"
+    return f"{parts.scheme}://{parts.netloc}", parts.path.strip("/") or "/"
+
+
+def _dataset(artifact: object, producer: str) -> Optional[StageDataset]:
+    path = str(getattr(artifact, "path", "") or "")
+    if not path:
+        return None
+    meta = dict(getattr(artifact, "metadata", None) or {})
+    return StageDataset(
+        uri=to_uri(path),
+        artifact=str(getattr(artifact, "name", "")),
+        kind=str(meta["type"]) if meta.get("type") else None,
+        digest=str(meta["digest"]) if meta.get("digest") else None,
+        producer=producer,
+    )
+
+
+def _add(into: List[StageDataset], dataset: Optional[StageDataset]) -> None:
+    if dataset is not None and all(d.uri != dataset.uri for d in into):
+        into.append(dataset)
+
+
+def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageLineage:
+    """The datasets the app ``handle`` recorded as outputs, those it consumed (the producing
+    runs' recorded paths) and its tracker run, from every configured tracker."""
+    lineage = StageLineage(handle)
+    if not trackers:
+        return lineage
+    try:
+        from torchx.trackers.api import build_trackers
+
+        built = build_trackers(trackers)
+    except Exception as e:
+        logger.warning("no lineage for %s: could not build trackers: %s", handle, e)
+        return lineage
+    for name, tracker in zip(trackers, built, strict=True):
+        try:
+            for artifact in tracker.artifacts(handle).values():
+                _add(lineage.outputs, _dataset(artifact, handle))
+            for source in tracker.sources(handle):
+                produced = tracker.artifacts(source.source_run_id)
+                _add(
+                    lineage.inputs,
+                    _dataset(produced.get(source.artifact_name or ""), source.source_run_id),
+                )
+            if lineage.tracker_run_id is None:
+                backend_id = getattr(tracker, "mlflow_run_id", None)
+                run_id = backend_id(handle) if callable(backend_id) else None
+                if run_id:
+                    lineage.tracker = name
+                    lineage.tracker_run_id = str(run_id)
+                    lineage.tracker_run_url = tracker.run_url(handle)
+        except Exception as e:  # lineage is never worth failing a stage
+            logger.warning("could not read the lineage of %s from %s: %s", handle, name, e)
+    return lineage
