@@ -10,11 +10,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, List, Set
+from typing import Iterator, Set
 
 import psutil
 import pytest
 
+from tests.pipelines.prefect.reads import flow_run_logs, flow_run_task_runs
 from tests.processes import job_processes, wait_for_job_processes
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -95,7 +96,7 @@ def test_failing_stage_fails_the_flow_with_the_workers_error(env: Path) -> None:
         state.result()
     assert e.value.status is not None and str(e.value.status.state) == "FAILED"
     needle = "python/0 RuntimeError: loss is nan"  # streamed into the task log
-    assert needle in _flow_run_logs(state.state_details.flow_run_id, needle)
+    assert needle in flow_run_logs(state.state_details.flow_run_id, needle)
     from torchx.trackers.api import build_trackers
 
     tracker = build_trackers({"mlflow": os.environ["TORCHX_TRACKER_MLFLOW_CONFIG"]})[0]
@@ -123,30 +124,9 @@ def test_distinct_stages_get_their_own_apps(env: Path) -> None:
     assert a != b
     with get_runner() as runner:
         assert sorted(x.app_handle for x in runner.list("local_cwd")) == sorted([a, b])
-    logged = _flow_run_logs(state.state_details.flow_run_id, "echo/0 second-stage")
+    logged = flow_run_logs(state.state_details.flow_run_id, "echo/0 second-stage")
     assert logged.count("echo/0 first-stage") == 1
     assert logged.count("echo/0 second-stage") == 1
-
-
-def _flow_run_logs(flow_run_id: Any, needle: str, timeout: float = 60) -> List[str]:
-    """The flow run's log messages as Prefect stored them (sent in batches: poll for
-    ``needle``)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-    async def read() -> List[str]:
-        async with get_client() as client:
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
-            )
-        return [log.message for log in logs]
-
-    deadline = time.monotonic() + timeout
-    messages = asyncio.run(read())
-    while needle not in messages and time.monotonic() < deadline:
-        time.sleep(0.2)
-        messages = asyncio.run(read())
-    return messages
 
 
 def test_submit_is_idempotent_per_flow_run_and_key(env: Path) -> None:
@@ -189,10 +169,19 @@ def test_a_retried_flow_run_re_attaches_to_the_stage_that_succeeded(env: Path) -
             raise RuntimeError("a later stage failed")
         return tries
 
-    first, second = flaky()
+    state = flaky(return_state=True)
+    first, second = state.result()
     assert first == second
     with get_runner() as runner:
         assert [a.app_handle for a in runner.list("local_cwd")] == [first]
+    # the tasks persist their results: the retry's tasks load them instead of running again
+    task_runs = flow_run_task_runs(state.state_details.flow_run_id)
+    assert [(t.name, t.state.name) for t in task_runs] == [
+        ("submit-stage", "Completed"),
+        ("wait-sh", "Completed"),  # named after the app without a key=
+        ("submit-stage", "Cached"),
+        ("wait-sh", "Cached"),
+    ]
 
 
 def test_timeout_of_the_flow_cancels_the_app(env: Path) -> None:

@@ -7,19 +7,26 @@
   stages never share an app.
 - ``wait`` streams the job's log lines into ``get_run_logger()`` (``role/replica``
   prefixed), publishes a link artifact (app UI, MLflow UI) and a table artifact (replica
-  states), and raises ``TorchXJobFailed`` carrying the worker's error. If the wait is
-  interrupted (flow cancelled, timeout), it cancels the app first.
+  states) under keys stable per stage, and raises ``TorchXJobFailed`` carrying the
+  worker's error. If the wait is interrupted (flow cancelled, timeout), it cancels the app.
+- Task runs are named after the stage (``key=``, else the component); ``submit``, ``wait``
+  and ``run`` persist their results (``persist_result=True``, Prefect's result storage,
+  ``PREFECT_LOCAL_STORAGE_PATH`` by default), so a retried flow run reuses the stages that
+  completed instead of running them again.
 - ``cancel_flow_run_apps`` is an ``on_cancellation`` / ``on_crashed`` flow hook that
   cancels every app the flow run submitted (tasks and ``TorchXJob`` blocks) and ends the
   flow run's tracker run KILLED; ``close_pipeline_run`` (``on_completion`` /
   ``on_failure``) ends it FINISHED or FAILED.
 - Every app of a flow run is nested under the tracker run ``prefect://<flow>/<id>``.
+
+``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple, Union
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from uuid import UUID
 
 from prefect import get_run_logger, task
@@ -30,6 +37,8 @@ from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
+Logger = Union[logging.Logger, logging.LoggerAdapter]  # what Prefect's loggers are
+
 
 def _runner() -> Any:
     return core.runner_for()
@@ -39,6 +48,12 @@ def _flow_run() -> tuple[str, str]:
     from prefect.runtime import flow_run
 
     return str(flow_run.get_id() or "no-flow-run"), str(flow_run.get_flow_name() or "flow")
+
+
+def _in_flow_run() -> bool:
+    from prefect.runtime import flow_run
+
+    return bool(flow_run.get_id())
 
 
 def pipeline_run_id() -> str:
@@ -81,7 +96,10 @@ def flow_run_stages(flow_run_id: str) -> List[Tuple[str, str]]:
     return [(str(scheduler), str(key)) for scheduler, key in stages]
 
 
-def _open_pipeline_run(runner: Any) -> str:
+def _open_pipeline_run(runner: Any) -> Optional[str]:
+    """The flow run's tracker run, opened on first use (None outside a flow run)."""
+    if not _in_flow_run():
+        return None
     return core.open_pipeline_run(pipeline_run_id(), runner.trackers(), orchestrator="prefect")
 
 
@@ -93,37 +111,70 @@ def stage_key(
     key: Optional[str],
 ) -> Optional[str]:
     """The idempotency key of a stage in the current flow run (None outside a flow run)."""
-    from prefect.runtime import flow_run
-
-    if not flow_run.get_id():
+    if not _in_flow_run():
         return None
     fid, _ = _flow_run()
     what = key or core.content_key(component, component_args, scheduler, cfg or {})
     return core.stage_key("prefect", fid, what)
 
 
-@task(name="torchx-submit")
-def submit(
-    component: Union[str, AppDef],
-    component_args: Union[List[str], Dict[str, Any], None] = None,
-    scheduler: str = "local_cwd",
-    cfg: Optional[Dict[str, Any]] = None,
-    key: Optional[str] = None,
-    parent_run_id: Optional[str] = None,
-) -> str:
-    """Submit a component (name or ``file.py:fn``) or an AppDef; returns the app handle.
+def stage_name(component: Union[str, AppDef], key: Optional[str] = None) -> str:
+    """A stage's readable name: ``key``, else the component's (``utils.echo`` -> ``echo``,
+    ``path/file.py:train`` -> ``train``, an AppDef -> its name)."""
+    if key:
+        return key
+    if isinstance(component, AppDef):
+        return component.name
+    return component.rsplit(":", 1)[-1].rsplit(".", 1)[-1] or component
 
-    Args:
-        component: component name (``dist.ddp``), ``path/file.py:function``, or an AppDef
-        component_args: the component's arguments, as a list (``["--msg", "hi"]``) or a
-            dict of its parameters (a variadic component's extras under ``"args"``)
-        scheduler: torchx scheduler (``local_cwd``, ``slurm``, ``kubernetes``, ...)
-        cfg: scheduler run options (see ``torchx runopts``)
-        key: names this stage within the flow run (default: a digest of what it runs);
-            a retry with the same key re-attaches to its app
-        parent_run_id: tracker run to nest the job under (default: the flow run's)
-    """
-    logger = get_run_logger()
+
+def _task_run_name(verb: str) -> Callable[..., str]:
+    """A ``task_run_name`` callable: ``<verb>-<stage>`` (``<stage>`` alone without a verb)."""
+
+    def name(parameters: Dict[str, Any]) -> str:
+        if "handle" in parameters:  # wait: the stage's key, else the app's name
+            stage = parameters.get("key") or _app_name(parameters["handle"])
+        else:
+            stage = stage_name(parameters["component"], parameters.get("key"))
+        return f"{verb}-{stage}" if verb else stage
+
+    return name
+
+
+def run_params(stage: str) -> Dict[str, object]:
+    """The Prefect params of a stage's tracker run: flow, flow run (id, name), the stage's
+    name and the flow run's parameters (``prefect.param.<name>``)."""
+    from prefect.runtime import flow_run
+
+    params: Dict[str, object] = {"prefect.task": stage}
+    if not _in_flow_run():
+        return params
+    fid, flow_name = _flow_run()
+    params.update(
+        {
+            "prefect.flow": flow_name,
+            "prefect.flow_run_id": fid,
+            "prefect.flow_run": flow_run.get_name(),
+        }
+    )
+    for name, value in (flow_run.get_parameters() or {}).items():
+        params[f"prefect.param.{name}"] = value
+    return params
+
+
+def submit_stage(
+    component: Union[str, AppDef],
+    component_args: Union[List[str], Dict[str, Any], None],
+    scheduler: str,
+    cfg: Optional[Dict[str, Any]],
+    key: Optional[str],
+    parent_run_id: Optional[str],
+    logger: Logger,
+) -> str:
+    """Submit a stage, or re-attach to this flow run's app of the same stage; returns its
+    handle. Its tracker run, named after the stage and with the flow run's params, nests
+    under ``parent_run_id``, else the flow run's."""
+    name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     record_flow_run_stage(scheduler, idempotency_key)
     with _runner() as runner:
@@ -136,14 +187,46 @@ def submit(
             idempotency_key,
             parent_run_id=parent_run_id or _open_pipeline_run(runner),
             reattach_succeeded=True,  # within one flow run, a succeeded stage is done
+            run_name=name,
+            run_params=run_params(name),
         )
     verb = "re-attaching to" if submission.reattached else "submitted"
     logger.info("%s %s", verb, submission.handle)
     return submission.handle
 
 
+def wait_stage(
+    handle: str, poll_interval: float, get_logs: bool, key: Optional[str], logger: Logger
+) -> AppStatus:
+    """Wait for the app, its log lines into ``logger``; publish the stage's artifacts under
+    ``key`` (default: the app's name). Raises ``TorchXJobFailed`` unless it SUCCEEDED."""
+
+    def emit(role: str, k: int, line: str) -> None:
+        logger.info("%s/%d %s", role, k, line)
+
+    artifact_key = key or _app_name(handle)
+    with _runner() as runner:
+        try:
+            status = core.wait_or_cancel(runner, handle, poll_interval, emit if get_logs else None)
+        except core.StageFailed as e:
+            if e.status is not None:
+                _artifacts(handle, e.status, artifact_key, runner)
+            raise
+        _artifacts(handle, status, artifact_key, runner)
+    logger.info("%s SUCCEEDED", handle)
+    return status
+
+
 def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -> None:
-    """Link and table artifacts under stable per-stage keys (Prefect keeps their history)."""
+    """Link and table artifacts under stable per-stage keys (Prefect keeps their history).
+
+    A link exists only where there is a real URL: no MLflow UI, no MLflow link artifact.
+    Outside a flow or task run there is nothing to attach them to: none are created.
+    """
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    if FlowRunContext.get() is None and TaskRunContext.get() is None:
+        return
     safe = "".join(c if c.isalnum() else "-" for c in artifact_key).lower().strip("-")[:60]
     links = core.stage_links(handle, status, runner.trackers())
     if "app" in links:
@@ -163,7 +246,41 @@ def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -
         )
 
 
-@task(name="torchx-wait")
+def _app_name(handle: str) -> str:
+    """The app's name part of its id (``echo-ab12cd`` -> ``echo``), stable across runs."""
+    app_id = handle.rstrip("/").rsplit("/", 1)[-1]
+    return app_id.rsplit("-", 1)[0] if "-" in app_id else app_id
+
+
+@task(name="torchx-submit", task_run_name=_task_run_name("submit"), persist_result=True)
+def submit(
+    component: Union[str, AppDef],
+    component_args: Union[List[str], Dict[str, Any], None] = None,
+    scheduler: str = "local_cwd",
+    cfg: Optional[Dict[str, Any]] = None,
+    key: Optional[str] = None,
+    parent_run_id: Optional[str] = None,
+) -> str:
+    """Submit a component (name or ``file.py:fn``) or an AppDef; returns the app handle.
+
+    Args:
+        component: component name (``dist.ddp``), ``path/file.py:function``, or an AppDef
+        component_args: the component's arguments, as a list (``["--msg", "hi"]``) or a
+            dict of its parameters (a variadic component's extras under ``"args"``:
+            ``{"script": "train.py", "j": "1x2", "args": ["--epochs", "3"]}``)
+        scheduler: torchx scheduler (``local_cwd``, ``slurm``, ``kubernetes``, ...)
+        cfg: scheduler run options (see ``torchx runopts``)
+        key: names this stage within the flow run (default: a digest of what it runs);
+            a retry with the same key re-attaches to its app; also the task run's name
+            (``submit-<key>``)
+        parent_run_id: tracker run to nest the job under (default: the flow run's)
+    """
+    return submit_stage(
+        component, component_args, scheduler, cfg, key, parent_run_id, get_run_logger()
+    )
+
+
+@task(name="torchx-wait", task_run_name=_task_run_name("wait"), persist_result=True)
 def wait(
     handle: str, poll_interval: float = 1.0, get_logs: bool = True, key: Optional[str] = None
 ) -> Dict[str, Any]:
@@ -173,40 +290,27 @@ def wait(
         handle: the app handle ``submit`` returned
         poll_interval: seconds between status checks where the scheduler cannot push
         get_logs: copy the replicas' log lines into the task's log
-        key: artifact key of this stage (default: the app name), stable across runs
+        key: the stage's name, as given to ``submit``: the artifact keys
+            (``torchx-mlflow-<key>``, ``torchx-replicas-<key>``, ``torchx-logs-<key>``)
+            and the task run's name (``wait-<key>``); default: the app's name
 
     Returns the final status as JSON. An interrupted wait cancels the app.
     """
-    logger = get_run_logger()
-
-    def emit(role: str, k: int, line: str) -> None:
-        logger.info("%s/%d %s", role, k, line)
-
-    with _runner() as runner:
-        try:
-            status = core.wait_or_cancel(runner, handle, poll_interval, emit if get_logs else None)
-        except core.StageFailed as e:
-            if e.status is not None:
-                _artifacts(handle, e.status, key or _app_name(handle), runner)
-            raise
-        _artifacts(handle, status, key or _app_name(handle), runner)
-    logger.info("%s SUCCEEDED", handle)
-    return status.to_json()
+    return wait_stage(handle, poll_interval, get_logs, key, get_run_logger()).to_json()
 
 
-def _app_name(handle: str) -> str:
-    """The app's name part of its id (``echo-ab12cd`` -> ``echo``), stable across runs."""
-    app_id = handle.rstrip("/").rsplit("/", 1)[-1]
-    return app_id.rsplit("-", 1)[0] if "-" in app_id else app_id
-
-
-@task(name="torchx-cancel")
+@task(name="torchx-cancel", task_run_name=_task_run_name("cancel"))
 def cancel(handle: str) -> None:
+    """Cancel the app (a stage's ``wait`` then raises ``TorchXJobFailed``).
+
+    Args:
+        handle: the app handle ``submit`` returned
+    """
     with _runner() as runner:
         runner.cancel(handle)
 
 
-@task(name="torchx-run")
+@task(name="torchx-run", task_run_name=_task_run_name(""), persist_result=True)
 def run(
     component: Union[str, AppDef],
     component_args: Union[List[str], Dict[str, Any], None] = None,
@@ -214,19 +318,37 @@ def run(
     cfg: Optional[Dict[str, Any]] = None,
     key: Optional[str] = None,
     poll_interval: float = 1.0,
+    get_logs: bool = True,
+    parent_run_id: Optional[str] = None,
 ) -> str:
-    """Submit and wait (one task); returns the handle of the app that succeeded.
+    """Submit and wait in one task (named after the stage: ``key``, else the component);
+    returns the handle of the app that succeeded.
 
-    Arguments as for ``submit`` and ``wait``.
+    Args:
+        component: as for ``submit``
+        component_args: as for ``submit``
+        scheduler: as for ``submit``
+        cfg: as for ``submit``
+        key: as for ``submit`` and ``wait``; also the task run's name
+        poll_interval: as for ``wait``
+        get_logs: as for ``wait``
+        parent_run_id: as for ``submit``
     """
-    handle = submit.fn(component, component_args, scheduler, cfg, key)
-    wait.fn(handle, poll_interval, key=key)
+    logger = get_run_logger()
+    handle = submit_stage(component, component_args, scheduler, cfg, key, parent_run_id, logger)
+    wait_stage(handle, poll_interval, get_logs, stage_name(component, key), logger)
     return handle
 
 
 def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:
     """Flow hook (``on_cancellation=[...]``, ``on_crashed=[...]``): cancel the flow run's
-    apps and end its tracker run KILLED."""
+    apps and end its tracker run KILLED.
+
+    Args:
+        flow: the flow (Prefect passes it; its name names the tracker run)
+        flow_run: the flow run whose apps to cancel (default: the current one)
+        state: the flow run's state (unused: any end by cancel or crash is KILLED)
+    """
     fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
     with _runner() as runner:
         for scheduler, key in flow_run_stages(fid):
@@ -239,7 +361,13 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
 
 def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:
     """Flow hook (``on_completion=[...]``, ``on_failure=[...]``): end the flow run's tracker
-    run FINISHED or FAILED."""
+    run FINISHED or FAILED.
+
+    Args:
+        flow: the flow (Prefect passes it; its name names the tracker run)
+        flow_run: the flow run that ended (default: the current one)
+        state: its final state: completed ends the run FINISHED, anything else FAILED
+    """
     fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
     name = getattr(flow, "name", None) or _flow_run()[1]
     succeeded = bool(state.is_completed()) if state is not None else True
@@ -250,6 +378,7 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
 
 
 def status_json(handle: str) -> str:
+    """The app's status as JSON text (``null`` if its scheduler no longer knows it)."""
     with _runner() as runner:
         status = runner.status(handle)
     return json.dumps(status.to_json() if status else None)
