@@ -212,15 +212,17 @@ def test_job_block_trigger_wait_fetch_and_save(env: Path) -> None:
     from torchx.pipelines.prefect import TorchXJob, TorchXJobFailed
 
     async def go() -> dict:
-        job = TorchXJob(component="utils.echo", component_args=["--msg", "block"])
+        job = TorchXJob(component="utils.echo", component_args={"msg": "block"}, key="echo")
         await job.save("torchx-echo", overwrite=True)
         loaded = await TorchXJob.load("torchx-echo")
+        assert loaded.component_args == {"msg": "block"} and loaded.key == "echo"
         run = await loaded.trigger()
         await run.wait_for_completion()
         return await run.fetch_result()
 
     result = asyncio.run(go())
     assert result["state"] == "SUCCEEDED" and result["app_handle"].startswith("local_cwd://")
+    assert result["roles"][0]["replicas"][0]["state"] == "SUCCEEDED", result
 
     async def failing() -> None:
         run = await TorchXJob(component="utils.sh", component_args=["false"]).trigger()
@@ -230,6 +232,33 @@ def test_job_block_trigger_wait_fetch_and_save(env: Path) -> None:
     with pytest.raises(TorchXJobFailed):
         asyncio.run(failing())
     assert "component" in TorchXJob.model_json_schema()["properties"]
+
+
+def test_job_block_wait_cancelled_cancels_the_app(env: Path) -> None:
+    """As the ``wait`` task: a cancelled ``wait_for_completion`` (a flow timeout, a
+    cancelled flow run) cancels the app rather than leaving it running."""
+    from torchx.pipelines.prefect import TorchXJob
+    from torchx.runner import get_runner
+
+    handles: list = []
+
+    async def go() -> None:
+        run = await TorchXJob(component="utils.sh", component_args=["sleep", "600"]).trigger()
+        handles.append(run.handle)
+        wait_for_job_processes(run.handle, 1, ["sleep", "600"])
+        await asyncio.wait_for(run.wait_for_completion(), timeout=1)
+
+    loop = asyncio.new_event_loop()  # closed without waiting on the wait's thread
+    try:
+        with pytest.raises(asyncio.TimeoutError):
+            loop.run_until_complete(go())
+        with get_runner() as runner:
+            status = runner.wait(handles[0], timeout=60)
+        assert status is not None and str(status.state) == "CANCELLED"
+    finally:  # a failed test leaves no 10-minute app (nor a thread waiting on it) behind
+        with get_runner() as runner:
+            runner.cancel(handles[0])
+        loop.close()
 
 
 @dataclass
