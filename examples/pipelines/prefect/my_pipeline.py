@@ -49,7 +49,13 @@ def my_pipeline(
     workdir: str, greeting: str = "hello", scheduler: str = "local_cwd"
 ) -> Dict[str, str]:
     """prep writes ``greeting`` to a data file, train "fits" it (counts its bytes into a
-    model file), report echoes where the model is; returns each stage's app handle."""
+    model file), report echoes where the model is; returns each stage's app handle.
+
+    Args:
+        workdir: directory the stages share (data.txt, model.txt)
+        greeting: what prep writes
+        scheduler: torchx scheduler every stage runs on
+    """
     data, model = shlex.quote(f"{workdir}/data.txt"), shlex.quote(f"{workdir}/model.txt")
     prep = run(
         "utils.sh",

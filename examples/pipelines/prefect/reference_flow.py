@@ -37,6 +37,16 @@ def reference_flow(
     limit: int = 0,
     train_cfg: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
+    """datapreproc -> train -> evaluate; returns each stage's app handle and the accuracy.
+
+    Args:
+        base_dir: where the stages write data, checkpoints, model and metrics (path or URL)
+        scheduler: torchx scheduler every stage runs on
+        j: train's ``dist.ddp -j`` (``MIN:MAXxNPROC`` for elastic)
+        epochs: training epochs
+        limit: rows of the data set to use (0: all)
+        train_cfg: scheduler run options of the train stage
+    """
     data, model, evaluation = f"{base_dir}/data", f"{base_dir}/model", f"{base_dir}/eval"
     prep_args: Dict[str, Any] = {"output_path": data}
     if limit:
