@@ -280,3 +280,53 @@ def test_stages_without_tracker_calls_each_get_a_finished_run_with_params(
         assert params["airflow.params.note"] == "first"  # Airflow merges the run's conf
         link = _xcom(dag_run, task_id, "_link_TorchXMLflowLink")  # deferred or not
         assert link == f"{server}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+
+
+def test_a_declared_outlet_gets_the_recorded_output_extra(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db: Path
+) -> None:
+    """A stage's own record_output of a path the DAG declared as an outlet Asset extends that
+    Asset's event (no second event through the alias); OpenLineage names it once."""
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", server)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "scores"
+    code = (
+        "import os; from torchx.trackers import record_output;"
+        f" os.makedirs({str(out)!r}, exist_ok=True);"
+        f" open(os.path.join({str(out)!r}, 's.txt'), 'w').write('1');"
+        f" record_output({str(out)!r}, 'scores', {{'type': 'metrics'}})"
+    )
+    source = tmp_path / "declared_outlet.py"
+    source.write_text(
+        textwrap.dedent(f"""
+        from datetime import datetime
+        from airflow.sdk import DAG, Asset
+        from torchx.pipelines.airflow import TorchXOperator
+
+        with DAG(dag_id="declared_outlet", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+            TorchXOperator(
+                task_id="score", component="utils.python", component_args=["--c", {code!r}],
+                outlets=[Asset("file://{out}")], poll_interval=0.5,
+            )
+        """)
+    )
+    dag_run = _load_dag("declared_outlet", source).test()
+    assert _states(dag_run) == {"score": "success"}
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetEvent.source_run_id == dag_run.run_id)
+        ).all()
+    assert [uri for uri, _ in rows] == [f"file://{out}"]  # one event, on the declared Asset
+    extra = rows[0][1]
+    assert extra["torchx_artifact"] == "scores" and extra["type"] == "metrics"
+    handle = _xcom(dag_run, "score", "app_handle")
+    assert extra["tracker_run_id"] == _tracker(server).mlflow_run_id(handle)

@@ -30,7 +30,8 @@ class StageDataset:
 
 @dataclass
 class StageLineage:
-    """A stage's inputs and outputs and its tracker run (the backend's id and UI link)."""
+    """A stage's inputs and outputs, its tracker run (the backend's own id) and the run's UI
+    link (the first tracker's with a UI; None without one)."""
 
     handle: str
     inputs: List[StageDataset] = field(default_factory=list)
@@ -115,9 +116,12 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
                 backend_id = getattr(tracker, "mlflow_run_id", None)
                 run_id = backend_id(handle) if callable(backend_id) else None
                 if run_id:
-                    lineage.tracker = name
-                    lineage.tracker_run_id = str(run_id)
-                    lineage.tracker_run_url = tracker.run_url(handle)
+                    lineage.tracker, lineage.tracker_run_id = name, str(run_id)
         except Exception as e:  # lineage is never worth failing a stage
             logger.warning("could not read the lineage of %s from %s: %s", handle, name, e)
+        if lineage.tracker_run_url is None:
+            try:
+                lineage.tracker_run_url = tracker.run_url(handle)
+            except Exception as e:  # nor is a link
+                logger.warning("could not link the tracker run of %s: %s", handle, e)
     return lineage

@@ -344,9 +344,8 @@ class TorchXOperator(BaseOperator):
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key="app_status", value=status.to_json())
-        trackers = runner.trackers()
-        self._link(ti, TorchXMLflowLink(), core.tracker_run_link(handle, trackers))
-        self.stage_lineage = read_stage_lineage(handle, trackers)
+        self.stage_lineage = read_stage_lineage(handle, runner.trackers())
+        self._link(ti, TorchXMLflowLink(), self.stage_lineage.tracker_run_url)
         if status is not None and status.state.name == "SUCCEEDED":
             self._emit_asset_events(context, self.stage_lineage)
             self.log.info("%s SUCCEEDED", handle)
@@ -371,8 +370,8 @@ class TorchXOperator(BaseOperator):
         )
         for output in lineage.outputs:
             extra = lineage.event_extra(output)
-            asset = declared.get(Asset(uri=output.uri).uri)
             try:
+                asset = declared.get(Asset(uri=output.uri).uri)
                 if asset is not None:
                     events[asset].extra.update(extra)
                 elif alias is not None and self.record_assets and not mapped:
