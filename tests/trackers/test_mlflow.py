@@ -16,6 +16,7 @@ import pytest
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.trackers.api import TrackerConfigError, build_trackers, validate_tracker_config
+from torchx.trackers.job_run import flush_job_runs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -138,6 +139,7 @@ def test_failed_stage_leaves_its_run_failed(mlflow_env: str, tmp_path: Path) -> 
     with get_runner() as runner:
         h = runner.run(app, "local_cwd")
         assert runner.wait(h, timeout=120).state == specs.AppState.FAILED
+    flush_job_runs()  # the launcher ends the run in the background (sqlite: its agent)
     tracker = build_trackers({"mlflow": mlflow_env})[0]
     run = tracker.client.get_run(tracker.mlflow_run_id(h))
     assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.5

@@ -277,9 +277,9 @@ class AppRun:
             return AppRun(UNDEFINED_RUN_ID, [])
         if os.environ.get(ENV_TORCHX_RUN_OWNER) == LAUNCHER:
             # the launcher opened (and nested) the run and will end it: attach, cheaply
-            from torchx.trackers.agent import Agent, AgentTracker
+            from torchx.trackers.agent import RANK_DELAY, Agent, AgentTracker
 
-            agent = Agent()
+            agent = Agent(delay=RANK_DELAY)
             configs = _configs_from_environ()
             return AppRun(job_id, [AgentTracker(n, c, agent) for n, c in configs.items()])
         run = AppRun(job_id, trackers_from_environ())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -141,3 +142,13 @@ def close_run(
         close_job_run(trackers, handle, status, int(time.time() * 1000), wait)
     except Exception as e:
         logger.warning("could not end the tracker run of %s as %s: %s", handle, status, e)
+
+
+def flush_job_runs() -> None:
+    """Return once this process's launcher-side tracker work (runs opened or ended in the
+    background, e.g. on a sqlite store) is done: for tests and scripts that read the run
+    right after ``Runner.wait``."""
+    backend = sys.modules.get("torchx.trackers.mlflow_backend")
+    agent = getattr(backend, "_launcher_agent", None)
+    if agent is not None:
+        agent.flush()

@@ -468,6 +468,7 @@ def _validate(config: Optional[str]) -> None:
 
 
 _launcher_agent: Optional[Any] = None
+_opened: Dict[Any, str] = {}  # (REST base, job id) -> run id of runs this process opened
 
 
 def _agent() -> Any:
@@ -499,7 +500,10 @@ def _open_job_run(config: Optional[str], **job: Any) -> None:
         return
     cfg = parse_config(config)
     experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
-    mlflow_launch.open_job_run(rest, **job, configured_experiment=experiment)
+    run_id = mlflow_launch.open_job_run(
+        rest, **job, configured_experiment=experiment, find_existing=False
+    )
+    _opened[(rest.base, job["job_id"])] = run_id
 
 
 def _close_job_run(
@@ -509,6 +513,10 @@ def _close_job_run(
     if rest is None:
         kwargs = {"job_id": job_id, "status": status, "end_ms": end_ms, "wait": wait}
         _agent().call("mlflow", config, "close_job_run", **kwargs)
+        return
+    run_id = _opened.pop((rest.base, job_id), None)
+    if run_id is not None:  # opened by this process and not ended since: one request
+        rest.end_run(run_id, status, end_ms)
         return
     mlflow_launch.close_job_run(rest, job_id, status, end_ms, wait)
 

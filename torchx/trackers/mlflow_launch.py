@@ -53,9 +53,11 @@ def open_job_run(
     start_ms: Optional[int] = None,
     configured_experiment: Optional[str] = None,
     artifact_location: Optional[str] = None,
+    find_existing: bool = True,
 ) -> str:
-    """The MLflow run id of ``job_id``'s run, created unless it exists (never twice)."""
-    existing = store.find_run(TAG_JOB_ID, job_id)
+    """The MLflow run id of ``job_id``'s run, created unless it exists (never twice; the
+    Runner that scheduled a job is its only opener, so it may skip the lookup)."""
+    existing = store.find_run(TAG_JOB_ID, job_id) if find_existing else None
     if existing is not None:
         return str(_info(existing)["run_id"])
     tags = {TAG_JOB_ID: job_id, TAG_KIND: "job"}

@@ -20,6 +20,7 @@ from torchx.trackers.api import TrackerConfigError
 API = "/api/2.0/mlflow"
 TIMEOUT = 10.0
 BATCH = 100  # params per log-batch request (the server's limit)
+_experiments: Dict[Any, str] = {}  # (server, experiment name) -> id, once per process
 
 
 class MlflowRestError(TrackerConfigError):
@@ -57,6 +58,12 @@ class MlflowRest:
     # ---------------------------------------------------------------- lookups
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
+        key = (self.base, name)
+        if key not in _experiments:
+            _experiments[key] = self._experiment_id(name, artifact_location)
+        return _experiments[key]
+
+    def _experiment_id(self, name: str, artifact_location: Optional[str]) -> str:
         try:
             found = self._call("GET", "/experiments/get-by-name", {"experiment_name": name})
             return str(found["experiment"]["experiment_id"])
