@@ -37,6 +37,8 @@ def ray_head() -> Iterator[str]:
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
         PATH=f"{BIN}:{os.environ.get('PATH', '')}",
     )
+    # a head stopped just before (an earlier module setup) can leave its session behind
+    subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
     start = subprocess.run(
         [
             ray,
