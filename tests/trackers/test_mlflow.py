@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.mlflow_server import free_port, mlflow_server
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.trackers.api import TrackerConfigError, build_trackers, validate_tracker_config
@@ -95,6 +93,7 @@ def test_pipeline_lineage_with_a_2x2_ddp_job(mlflow_env: str, tmp_path: Path) ->
         )
     assert [s.state for s in (s1, s2, s3)] == [specs.AppState.SUCCEEDED] * 3, (s1, s2, s3)
 
+    flush_job_runs()  # the launcher ends job runs in the background (sqlite: its agent)
     tracker = build_trackers({"mlflow": mlflow_env})[0]
     runs = list(tracker.run_ids())
     assert runs.count(train) == 1 and len(runs) == 4  # one run for the 4-process DDP job
@@ -145,18 +144,12 @@ def test_failed_stage_leaves_its_run_failed(mlflow_env: str, tmp_path: Path) -> 
     assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_server_fails_fast_at_submit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
     monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", f"http://127.0.0.1:{free_port()}")
     with get_runner() as runner, pytest.raises(TrackerConfigError, match="unreachable"):
         runner.run(specs.AppDef("x", [specs.Role("w", ".", entrypoint="true")]), "local_cwd")
     with pytest.raises(TrackerConfigError, match="not writable|does not exist"):
@@ -165,38 +158,7 @@ def test_unreachable_server_fails_fast_at_submit(
 
 @pytest.mark.slow
 def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    port = _free_port()
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    server = subprocess.Popen(
-        [
-            os.path.join(os.path.dirname(sys.executable), "mlflow"),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{tmp_path / 'srv.db'}",
-            "--default-artifact-root",
-            str(tmp_path / "art"),
-            "--workers",
-            "1",
-        ],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                validate_tracker_config("mlflow", uri)
-                break
-            except TrackerConfigError:
-                assert time.monotonic() < deadline, "mlflow server did not come up"
-                time.sleep(1)
+    with mlflow_server(tmp_path / "server") as uri:
         monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
         monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
         monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
@@ -217,9 +179,6 @@ def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.Monkey
             and run.data.metrics["m"] == 2.0
             and run.info.status == "FINISHED"
         )
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 def test_lineage_cli_accepts_mlflow_run_ids_and_draws_a_pipeline_with_its_stages(

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from tests.mlflow_server import mlflow_server
+from tests.pipelines.airflow.test_operator import _xcom
 
 ROOT = Path(__file__).resolve().parents[3]
 DAG_ID = "torchx_reference_pipeline"
@@ -56,18 +57,6 @@ def _tracker(url: str) -> Any:
 
 def _states(dag_run: Any) -> Dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
-
-
-def _xcom(dag_run: Any, task_id: str, key: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        query = XComModel.get_many(
-            run_id=dag_run.run_id, key=key, task_ids=task_id, dag_ids=dag_run.dag_id
-        )
-        row = session.scalars(query).first()
-        return None if row is None else XComModel.deserialize_value(row)
 
 
 @pytest.fixture(scope="module")
