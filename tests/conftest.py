@@ -38,6 +38,8 @@ def worker_scope(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    # the long serial scopes first, so the other worker runs the rest meanwhile
+    items.sort(key=lambda item: worker_scope(item.nodeid) not in SHARED_RESOURCES)
     for item in items:
         for resource in SHARED_RESOURCES:
             if item.get_closest_marker(resource) and worker_scope(item.nodeid) != resource:
