@@ -12,7 +12,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 import yaml
@@ -32,19 +32,6 @@ from .moto_server import REGION, MotoBatchServer
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "torchx-q"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[MotoBatchServer]:
-    with MotoBatchServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def moto(
-    server: MotoBatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> MotoBatchServer:
-    return server.fresh(tmp_path, monkeypatch, QUEUE)
 
 
 def _ddp() -> specs.AppDef:

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 import yaml
@@ -28,19 +28,6 @@ from .moto_server import REGION, MotoBatchServer
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "torchx-ws-q"
 IMAGE_REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/app"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[MotoBatchServer]:
-    with MotoBatchServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def moto(
-    server: MotoBatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> MotoBatchServer:
-    return server.fresh(tmp_path, monkeypatch, QUEUE)
 
 
 @pytest.fixture()

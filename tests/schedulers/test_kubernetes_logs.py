@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, List
 
 import pytest
 import yaml
@@ -27,17 +27,6 @@ from .kmock_server import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[KMockServer]:
-    with KMockServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(server: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KMockServer:
-    return server.fresh(tmp_path, monkeypatch)
 
 
 # --------------------------------------------------------------------------- logs

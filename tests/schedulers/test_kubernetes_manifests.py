@@ -4,8 +4,7 @@ checked field by field and parsed back by the official client's models."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import pytest
 import yaml
@@ -22,18 +21,6 @@ from .kmock_server import (
     ddp_app,
     echo_app,
 )
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[KMockServer]:
-    with KMockServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(server: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KMockServer:
-    return server.fresh(tmp_path, monkeypatch)
-
 
 # --------------------------------------------------------------------------- manifests (dry run)
 

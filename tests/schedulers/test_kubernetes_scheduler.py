@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -31,17 +30,6 @@ from .kmock_server import (
 )
 
 NS = "default"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[KMockServer]:
-    with KMockServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(server: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KMockServer:
-    return server.fresh(tmp_path, monkeypatch)
 
 
 # --------------------------------------------------------------------------- lifecycle in kmock

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import List
 
 import pytest
 import yaml
@@ -41,17 +41,6 @@ from .kmock_server import (
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_REPO = "example.com/team/app"
 FILES = ["Dockerfile.torchx", ".dockerignore", "train.py"]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[KMockServer]:
-    with KMockServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(server: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KMockServer:
-    return server.fresh(tmp_path, monkeypatch)
 
 
 @pytest.fixture()

@@ -22,6 +22,7 @@ import atexit
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -53,27 +54,38 @@ class Agent:
         self._delay = delay  # buffer calls this long before starting the child
         self._pending: List[bytes] = []
         self._timer: Optional[threading.Timer] = None
-        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._proc: Any = None  # a Popen, or a HostedAgent with the same few methods
         self._pid = 0  # the process that started the child (a fork must start its own)
         self._lock = threading.RLock()
         self._flushes = 0
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> Any:
         if self._proc is not None and self._pid == os.getpid() and self._proc.poll() is None:
             return self._proc
+        from torchx.trackers import agent_host
+
         err: Any = None
         if self._detach:
             from torchx.util.paths import torchx_home
 
             err = open(torchx_home() / "tracker-agent.log", "ab")
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "torchx.trackers.agent"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,  # flush answers (read only while the caller waits)
-                stderr=err,
-                start_new_session=self._detach,
+            trackers = {json.loads(line).get("tracker") for line in self._pending}
+            sock = agent_host.connect(
+                start=self._detach,
+                stderr_fd=err.fileno() if err is not None else 2,
+                trackers=[t for t in trackers if t],
             )
+            if sock is not None:
+                self._proc = HostedAgent(sock)
+            else:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "torchx.trackers.agent"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,  # flush answers (read only while the caller waits)
+                    stderr=err,
+                    start_new_session=self._detach,
+                )
         finally:
             if err is not None:
                 err.close()
@@ -95,7 +107,7 @@ class Agent:
                 self._timer.daemon = True
                 self._timer.start()
 
-    def _drain(self) -> subprocess.Popen[bytes]:
+    def _drain(self) -> Any:
         """Start the child if need be and hand it every pending call."""
         with self._lock:
             proc = self._start()
@@ -149,6 +161,58 @@ class Agent:
         except subprocess.TimeoutExpired:
             logger.warning("tracker agent did not finish within %.0f s; stopping it", timeout)
             proc.kill()
+
+
+class _SocketWriter:
+    """The write end of an agent's socket; closing it tells the agent there is no more."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._file = sock.makefile("wb")
+
+    def write(self, data: bytes) -> int:
+        return self._file.write(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+class HostedAgent:
+    """An agent forked by the machine's agent host (``agent_host``), driven like a Popen:
+    ``stdin`` takes calls, ``stdout`` gives flush answers, EOF means it is done."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.stdin = _SocketWriter(sock)
+        self.stdout = sock.makefile("rb")
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        self._sock.settimeout(timeout)
+        try:
+            while self.stdout.read(1 << 16):
+                pass
+        except TimeoutError:
+            raise subprocess.TimeoutExpired("tracker agent", timeout or 0) from None
+        except OSError:
+            pass
+        self.returncode = 0
+        self._sock.close()
+        return 0
+
+    def kill(self) -> None:
+        self.returncode = -9
+        self._sock.close()
 
 
 class AgentTracker(TrackerBase):

@@ -498,6 +498,12 @@ def _open_job_run(config: Optional[str], **job: Any) -> None:
     if rest is None:
         _agent().call("mlflow", config, "open_job_run", **job)
         return
+    if job.get("params", {}).get("scheduler") == "local_cwd":
+        from torchx.trackers import agent_host
+
+        agent_host.ensure_host(
+            ["mlflow"]
+        )  # the job's ranks, on this machine, will find a warm agent
     cfg = parse_config(config)
     experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
     run_id = mlflow_launch.open_job_run(
