@@ -114,23 +114,23 @@ def test_callers_share_one_host_and_each_gets_its_own_agent(
     assert len(sockets) == 1 and oct(sockets[0].parent.stat().st_mode & 0o777) == "0o700"
 
 
-def test_a_callers_calls_are_applied_after_it_is_killed(
-    env: Dict[str, str], tmp_path: Path
-) -> None:
+@pytest.fixture()
+def warm(env: Dict[str, str], tmp_path: Path) -> Path:
+    """A store whose host runs (a launcher started it): what a job's ranks find."""
     store = tmp_path / "store"
-    _read(env, store, "warm")
-    run = _call(env, store, "job-k", mode="rank", then="die")
+    assert _read(env, store, "launcher")["agent"] == "HostedAgent"
+    return store
+
+
+def test_a_callers_calls_are_applied_after_it_is_killed(env: Dict[str, str], warm: Path) -> None:
+    run = _call(env, warm, "job-k", mode="rank", then="die")
     assert run.returncode == -signal.SIGKILL
-    tracker = build_trackers({"fsspec": str(store)})[0]
+    tracker = build_trackers({"fsspec": str(warm)})[0]
     assert "pid" in _poll(lambda: dict(tracker.metadata("job-k")), bool)
 
 
-def test_a_failed_call_is_reported_on_the_callers_stderr(
-    env: Dict[str, str], tmp_path: Path
-) -> None:
-    store = tmp_path / "store"
-    _read(env, store, "warm")
-    run = _call(env, store, "job-f", mode="rank", then="fail")
+def test_a_failed_call_is_reported_on_the_callers_stderr(env: Dict[str, str], warm: Path) -> None:
+    run = _call(env, warm, "job-f", mode="rank", then="fail")
     assert run.returncode == 0
     assert "no_such_method failed" in run.stderr  # the forked agent wrote to the rank's stderr
 
