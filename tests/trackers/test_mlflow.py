@@ -214,3 +214,37 @@ def test_lineage_cli_accepts_mlflow_run_ids_and_draws_a_pipeline_with_its_stages
     )
     assert out.returncode == 0, out.stderr
     assert "|dataset|" in out.stdout and "local_cwd://torchx/train-1" in out.stdout
+
+
+RACE = textwrap.dedent("""
+    import os, sys, time
+    from torchx.trackers import mlflow_backend
+
+    mlflow_backend.create(sys.argv[2])  # import mlflow (and sqlalchemy) once, before forking
+    start, kids = time.time() + 2, []
+    for _ in range(4):  # processes that open one new store at the same moment
+        pid = os.fork()
+        if pid == 0:
+            while time.time() < start:
+                pass
+            code = 1
+            try:
+                mlflow_backend.create(sys.argv[1]).client.search_experiments()
+                code = 0
+            finally:
+                os._exit(code)
+        kids.append(pid)
+    print(sum(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) == 0 for k in kids))
+""")
+
+
+def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = subprocess.run(
+        [sys.executable, "-c", RACE, uri, f"sqlite:///{tmp_path / 'warm.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.stdout.strip() == "4", run.stderr[-3000:]
+    assert build_trackers({"mlflow": uri})[0].client.search_experiments()  # type: ignore[attr-defined]

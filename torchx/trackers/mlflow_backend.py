@@ -21,6 +21,8 @@ URI (``sqlite:///...``, ``http://host:5000``), or a file of ``key=value`` lines
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -28,7 +30,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from torchx.trackers import mlflow_launch
 from torchx.trackers.api import (
@@ -61,6 +63,27 @@ def _bound_http_retries() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+
+
+@contextlib.contextmanager
+def _schema_lock(uri: str) -> Iterator[None]:
+    """One process at a time opens a sqlite store: MLflow creates or migrates its schema
+    on open without a lock, and processes that race on a new store can leave it unusable
+    (``table _alembic_tmp_latest_metrics already exists``)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
+    try:
+        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError:  # a read-only place: nobody can create the schema there either
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
@@ -125,7 +148,8 @@ class MLflowTracker(TrackerBase):
         from mlflow import MlflowClient
 
         self.tracking_uri = tracking_uri or default_tracking_uri()
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        with _schema_lock(self.tracking_uri):
+            self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
         self.ui_url = ui_url_for(self.tracking_uri, ui_url)
