@@ -185,10 +185,32 @@ def test_second_process_sees_running_and_finished_apps(env: dict, tmp_path: Path
     assert tx(["log", "-t", handle], env, tmp_path).stdout == "sh/0 begin\n"
 
 
+def _why_no_exit(proc: subprocess.Popen) -> str:
+    """What kept a CLI from ending: its signal masks and threads' stacks, or, if it did
+    exit, the processes that still hold its output pipe."""
+    if proc.poll() is not None:
+        assert proc.stderr is not None
+        pipe = os.readlink(f"/proc/self/fd/{proc.stderr.fileno()}")
+        holders = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                fds = os.listdir(f"/proc/{p.pid}/fd")
+                if pipe in [os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in fds]:
+                    holders.append(p.info)
+            except OSError:
+                pass
+        return f"exited {proc.returncode}, but its output pipe is held by {holders}"
+    with open(f"/proc/{proc.pid}/status") as f:
+        masks = [line.strip() for line in f if line.startswith(("SigIgn", "SigCgt"))]
+    proc.send_signal(signal.SIGABRT)
+    _, err = proc.communicate(timeout=30)
+    return f"no exit 60 s after Ctrl-C ({masks}); its threads:\n{err}"
+
+
 def test_ctrl_c_cancels_the_app(env: dict, tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [TORCHX, "run", "utils.sh", "--num_replicas", "2", "sleep", "600"],
-        env=env,
+        env=dict(env, PYTHONFAULTHANDLER="1"),  # a SIGABRT prints every thread's stack
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -198,7 +220,10 @@ def test_ctrl_c_cancels_the_app(env: dict, tmp_path: Path) -> None:
     handle = proc.stdout.readline().strip()
     sleeps = wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=30)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(_why_no_exit(proc)) from None
     assert proc.returncode == 130 and "Traceback" not in err
     gone, alive = psutil.wait_procs(sleeps, timeout=30)
     assert not alive
