@@ -65,15 +65,22 @@ def _bound_http_retries() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 
 
+def _sqlite_file(uri: str) -> Optional[str]:
+    """The database file of a ``sqlite:///`` URI (None for any other store)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return uri[len("sqlite:///") :].split("?", 1)[0]
+
+
 @contextlib.contextmanager
 def _schema_lock(uri: str) -> Iterator[None]:
     """One process at a time opens a sqlite store: MLflow creates or migrates its schema
     on open without a lock, and processes that race on a new store can leave it unusable
     (``table _alembic_tmp_latest_metrics already exists``)."""
-    if not uri.startswith("sqlite:///"):
+    path = _sqlite_file(uri)
+    if path is None:
         yield
         return
-    path = uri[len("sqlite:///") :].split("?", 1)[0]
     try:
         fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
     except OSError:  # a read-only place: nobody can create the schema there either
@@ -110,8 +117,8 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     out["tracking_uri"] = (
         out["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
     )
-    if out["artifact_location"] is None and str(out["tracking_uri"]).startswith("sqlite:///"):
-        db = str(out["tracking_uri"])[len("sqlite:///") :]
+    db = _sqlite_file(str(out["tracking_uri"]))
+    if out["artifact_location"] is None and db is not None:
         out["artifact_location"] = os.path.join(os.path.dirname(os.path.abspath(db)), "artifacts")
     return out
 
@@ -468,6 +475,7 @@ def _validate(config: Optional[str]) -> None:
         raise MissingExtraError("mlflow", "mlflow")
     cfg = parse_config(config)
     uri = str(cfg["tracking_uri"])
+    db = _sqlite_file(uri)
     if uri.startswith(("http://", "https://")):
         import urllib.error
         import urllib.request
@@ -479,8 +487,8 @@ def _validate(config: Optional[str]) -> None:
                 f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)});"
                 " start it or fix the tracker config"
             ) from None
-    elif uri.startswith("sqlite:///"):
-        parent = os.path.dirname(os.path.abspath(uri[len("sqlite:///") :]))
+    elif db is not None:
+        parent = os.path.dirname(os.path.abspath(db))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise TrackerConfigError(
                 f"MLflow sqlite store {uri}: directory {parent} does not exist or is not writable"
@@ -525,9 +533,8 @@ def _open_job_run(config: Optional[str], **job: Any) -> None:
     if job.get("params", {}).get("scheduler") == "local_cwd":
         from torchx.trackers import agent_host
 
-        agent_host.ensure_host(
-            ["mlflow"]
-        )  # the job's ranks, on this machine, will find a warm agent
+        # the job's ranks run on this machine: they will find a warm agent
+        agent_host.ensure_host(["mlflow"])
     cfg = parse_config(config)
     experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
     run_id = mlflow_launch.open_job_run(
