@@ -53,6 +53,7 @@ class Agent:
         self._detach = detach
         self._delay = delay  # buffer calls this long before starting the child
         self._pending: List[bytes] = []
+        self._trackers: List[str] = []  # backends called so far: a host preloads their clients
         self._timer: Optional[threading.Timer] = None
         self._proc: Any = None  # a Popen, or a HostedAgent with the same few methods
         self._pid = 0  # the process that started the child (a fork must start its own)
@@ -70,11 +71,10 @@ class Agent:
 
             err = open(torchx_home() / "tracker-agent.log", "ab")
         try:
-            trackers = {json.loads(line).get("tracker") for line in self._pending}
             sock = agent_host.connect(
                 start=self._detach,
                 stderr_fd=err.fileno() if err is not None else 2,
-                trackers=[t for t in trackers if t],
+                trackers=self._trackers,
             )
             if sock is not None:
                 self._proc = HostedAgent(sock)
@@ -120,6 +120,8 @@ class Agent:
     def call(self, tracker: str, config: Optional[str], method: str, **kwargs: Any) -> None:
         """Queue ``build_trackers({tracker: config})[0].<method>(**kwargs)``."""
         env = {k: os.environ.get(k) for k in ENV_SENT}
+        if tracker not in self._trackers:
+            self._trackers.append(tracker)
         self._send(
             {"tracker": tracker, "config": config, "method": method, "kwargs": kwargs, "env": env},
             now=False,
@@ -322,9 +324,9 @@ def serve(lines: Iterable[bytes], out: IO[str]) -> int:
     return 1 if failures else 0
 
 
-def main() -> int:
-    # recording can wait; the job's ranks cannot: take only CPU they leave idle
-    # (measured: an agent at normal priority added seconds to a 1x2 DDP job's first step)
+def lower_priority() -> None:
+    """Recording can wait; the job's ranks cannot: take only CPU they leave idle
+    (measured: an agent at normal priority added seconds to a 1x2 DDP job's first step)."""
     try:
         os.nice(19)
         if os.getsid(0) == os.getpid():  # a new session is its own autogroup on Linux
@@ -332,9 +334,18 @@ def main() -> int:
                 f.write("19")
     except OSError:
         pass
+
+
+def log_to_stderr(who: str = "torchx tracker agent") -> None:
+    """Agents' messages reach the caller's stderr, named and timed."""
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s torchx tracker agent %(process)d: %(message)s"
+        level=logging.INFO, format=f"%(asctime)s {who} %(process)d: %(message)s", force=True
     )
+
+
+def main() -> int:
+    lower_priority()
+    log_to_stderr()
     return serve(sys.stdin.buffer, sys.stdout)
 
 

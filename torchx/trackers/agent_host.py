@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from torchx.trackers import agent
+
 ENV_HOST = "TORCHX_TRACKER_AGENT_HOST"  # "0": every caller runs its own agent
 ENV_IDLE = "TORCHX_TRACKER_AGENT_HOST_IDLE"  # seconds without a caller before the host exits
 IDLE_SECONDS = 120.0
@@ -207,8 +209,6 @@ def _hello(conn: socket.socket) -> Tuple[Dict[str, Any], List[int], bytes]:
 
 def _agent(conn: socket.socket) -> int:
     """In the forked child: become the caller's agent and serve its calls."""
-    from torchx.trackers import agent
-
     hello, fds, first = _hello(conn)
     os.environ.clear()
     os.environ.update(hello["env"])
@@ -219,11 +219,7 @@ def _agent(conn: socket.socket) -> int:
     if fds:
         os.dup2(fds[0], 2)
         os.close(fds[0])
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s torchx tracker agent %(process)d: %(message)s",
-        force=True,
-    )
+    agent.log_to_stderr()
     out: IO[str] = conn.makefile("w", encoding="utf-8")
     code = agent.serve(_lines(first, conn), out)
     out.flush()
@@ -261,16 +257,6 @@ def _preload(trackers: Iterable[str]) -> None:
             pass
 
 
-def _lower_priority() -> None:
-    # recording can wait; jobs' ranks cannot (see torchx.trackers.agent)
-    try:
-        os.nice(19)
-        with open("/proc/self/autogroup", "w") as f:  # a new session is its own autogroup
-            f.write("19")
-    except OSError:
-        pass
-
-
 def serve_host(path: str, idle: float, trackers: List[str]) -> int:
     lock_fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
     deadline = time.monotonic() + 2.0  # a host that went idle finishes exiting first
@@ -282,7 +268,7 @@ def serve_host(path: str, idle: float, trackers: List[str]) -> int:
             if _connect_ok(path) or time.monotonic() > deadline:
                 return 0  # another host serves this socket
             time.sleep(0.05)
-    _lower_priority()
+    agent.lower_priority()
     if os.fork():  # the starter reaps this process at once; the host lives on
         os._exit(0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked agents reap themselves
@@ -315,9 +301,7 @@ def serve_host(path: str, idle: float, trackers: List[str]) -> int:
 
 
 def main() -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s torchx tracker agent host %(process)d: %(message)s"
-    )
+    agent.log_to_stderr("torchx tracker agent host")
     idle = float(os.environ.get(ENV_IDLE) or IDLE_SECONDS)
     return serve_host(sys.argv[1], idle, sys.argv[2:])
 
