@@ -15,16 +15,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, TypeVar
+from typing import Any, Dict, List
 
 import psutil
 import pytest
 
+from tests.polling import poll_until
 from torchx.trackers.api import build_trackers
-
-T = TypeVar("T")
 
 CALLER = textwrap.dedent("""
     import json, os, signal, sys
@@ -44,15 +42,6 @@ CALLER = textwrap.dedent("""
         meta = dict(tracker.metadata(job))
         print(json.dumps({"meta": meta, "agent": type(agent._proc).__name__}))
 """)
-
-
-def _poll(fetch: Callable[[], T], done: Callable[[T], bool], timeout: float = 60) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fetch()
-        if done(value) or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 @pytest.fixture()
@@ -126,7 +115,7 @@ def test_a_callers_calls_are_applied_after_it_is_killed(env: Dict[str, str], war
     run = _call(env, warm, "job-k", mode="rank", then="die")
     assert run.returncode == -signal.SIGKILL
     tracker = build_trackers({"fsspec": str(warm)})[0]
-    assert "pid" in _poll(lambda: dict(tracker.metadata("job-k")), bool)
+    assert "pid" in poll_until(lambda: dict(tracker.metadata("job-k")), bool)
 
 
 def test_a_failed_call_is_reported_on_the_callers_stderr(env: Dict[str, str], warm: Path) -> None:
@@ -160,8 +149,8 @@ def test_an_idle_host_exits_and_the_next_caller_starts_another(
     env["TORCHX_TRACKER_AGENT_HOST_IDLE"] = "1"
     store = tmp_path / "store"
     assert _read(env, store, "job-1")["agent"] == "HostedAgent"
-    first = {p.pid for p in _poll(lambda: _hosts(env), bool)}
-    assert _poll(lambda: _hosts(env), lambda hosts: not hosts) == []
+    first = {p.pid for p in poll_until(lambda: _hosts(env), bool)}
+    assert poll_until(lambda: _hosts(env), lambda hosts: not hosts) == []
     assert not list((Path(env["XDG_RUNTIME_DIR"]) / "torchx").glob("*.sock"))
     assert _read(env, store, "job-2")["meta"]
     assert {p.pid for p in _hosts(env)}.isdisjoint(first)

@@ -8,11 +8,10 @@ programs, no tracker calls); one flow run of it serves every test of the module.
 from __future__ import annotations
 
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from prefect import flow
@@ -20,9 +19,9 @@ from prefect.utilities.asyncutils import run_coro_as_sync
 
 from tests.mlflow_server import mlflow_server
 from tests.pipelines.prefect.reads import flow_run_artifacts, flow_run_logs, flow_run_task_runs
+from tests.polling import poll_until
 from torchx.pipelines.prefect import TorchXJob
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[3]
 FLOW = "my-pipeline"
 STAGES = ["prep", "train", "report"]
@@ -56,16 +55,6 @@ def tracked(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> I
         yield Tracked(url, work, str(state.state_details.flow_run_id), handles)
 
 
-def _poll(fetch: Callable[[], T], done: Callable[[T], bool], timeout: float = 60) -> T:
-    """``fetch()`` until ``done`` holds or the deadline passes; the last value either way."""
-    deadline = time.monotonic() + timeout
-    value = fetch()
-    while not done(value) and time.monotonic() < deadline:
-        time.sleep(0.3)
-        value = fetch()
-    return value
-
-
 def _client(url: str) -> Any:
     from mlflow import MlflowClient
 
@@ -92,13 +81,17 @@ def _stage_runs(t: Tracked) -> Dict[str, Any]:
         runs = _runs(t.url, f"tags.`mlflow.parentRunId` = '{parent}'")
         return {r.info.run_name: r for r in runs}
 
-    return _poll(fetch, lambda rs: all(r.info.status != "RUNNING" for r in rs.values()))
+    return poll_until(
+        fetch, lambda rs: all(r.info.status != "RUNNING" for r in rs.values()), every=0.3
+    )
 
 
 def test_each_stage_has_a_finished_run_with_params_under_the_finished_pipeline_run(
     tracked: Tracked,
 ) -> None:
-    pipeline = _poll(lambda: _pipeline_run(tracked), lambda r: r.info.status != "RUNNING")
+    pipeline = poll_until(
+        lambda: _pipeline_run(tracked), lambda r: r.info.status != "RUNNING", every=0.3
+    )
     assert pipeline.info.status == "FINISHED"
     runs = _stage_runs(tracked)
     assert sorted(runs) == sorted(STAGES)  # named after the stage, not the app handle
