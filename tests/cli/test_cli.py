@@ -182,10 +182,9 @@ def test_second_process_sees_running_and_finished_apps(env: dict, tmp_path: Path
     assert runner.wait(timeout=60) == 1  # the launching `torchx run` reports the cancellation
     status = tx(["status", "--json", handle], env, tmp_path)
     assert '"state": "CANCELLED"' in status.stdout
-    # the whole log is readable once cancelled; `sh` may report its child's SIGTERM before
-    # its own ends it (a "Terminated" line: real output of the app; seen once under load)
-    lines = tx(["log", "-t", handle], env, tmp_path).stdout.splitlines()
-    assert lines[0] == "sh/0 begin" and set(lines[1:]) <= {"sh/0 Terminated"}, lines
+    # the whole log is readable once cancelled, and the app ran nothing after the cancel
+    # (sh and its sleep are signalled at once: tests/schedulers/test_local_cancel.py)
+    assert tx(["log", "-t", handle], env, tmp_path).stdout == "sh/0 begin\n"
 
 
 # A shell starts a command with Ctrl-C (SIGINT) not ignored. This test process may have it

@@ -251,3 +251,38 @@ def test_a_killed_torchrun_agent_takes_its_workers_with_it(tmp_path: Path) -> No
         status = runner.wait(h, wait_interval=0.1, timeout=60)
         assert status is not None and status.state == specs.AppState.FAILED, status
         assert job_processes(h) == []
+
+
+def test_a_group_is_signalled_before_its_members_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A parent must get the signal with its children (one ``killpg``), not after them:
+    ``sh`` that saw its ``sleep`` die first would go on and print "end"."""
+    from torchx.schedulers import local_proc
+
+    sh = subprocess.Popen(
+        ["sh", "-c", "echo begin; sleep 30; echo end"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert sh.stdout is not None and sh.stdout.readline() == "begin\n"
+    sleep = poll(lambda: psutil.Process(sh.pid).children(), what="sh's sleep")[0].pid
+    calls: List[tuple] = []
+    kill, killpg = os.kill, os.killpg
+
+    def recording_kill(pid: int, sig: int) -> None:
+        calls.append(("kill", pid))
+        kill(pid, sig)
+
+    def recording_killpg(pgid: int, sig: int) -> None:
+        calls.append(("killpg", pgid))
+        killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "kill", recording_kill)
+    monkeypatch.setattr(os, "killpg", recording_killpg)
+    local_proc.signal_pids([sleep, sh.pid], signal.SIGTERM)  # the child listed first
+    monkeypatch.undo()
+    assert calls[0] == ("killpg", sh.pid), calls
+    assert sh.wait(timeout=30) == -signal.SIGTERM
+    assert sh.stdout.read() == ""

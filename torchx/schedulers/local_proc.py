@@ -196,15 +196,19 @@ def tagged(prefix: str, among: Optional[Iterable[int]] = None) -> Set[int]:
 
 
 def signal_pids(pids: Iterable[int], sig: int) -> None:
-    """Send ``sig`` to each pid and to its process group if it leads one."""
+    """Send ``sig`` to each pid; first to the whole group of each that leads one.
+
+    A group gets the signal in one system call. A parent signalled after its child could
+    run on in between, see the child die and carry on (``sh -c 'sleep 30; echo end'``
+    printed "end" after a cancel when ``sleep`` was signalled first)."""
+    pids = [p for p in pids if p > 1]
     for p in pids:
-        if p <= 1:
-            continue
         try:
             if os.getpgid(p) == p:
                 os.killpg(p, sig)
         except (ProcessLookupError, PermissionError):
             pass
+    for p in pids:
         try:
             os.kill(p, sig)
         except (ProcessLookupError, PermissionError):
