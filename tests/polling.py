@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
+
+import pytest
 
 T = TypeVar("T")
 
@@ -19,3 +21,15 @@ def poll_until(
         time.sleep(every)
         value = fetch()
     return value
+
+
+def poll(fn: Callable[[], Optional[T]], timeout: float = 60, what: str = "") -> T:
+    """``fn()``'s first truthy value, checked every 20 ms; fails after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout:.0f} s: {what or fn}")
+        time.sleep(0.02)

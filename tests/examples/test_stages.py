@@ -6,13 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import List
 
 import psutil
 import pytest
 
+from tests.polling import poll
 from tests.processes import job_processes
 from torchx import specs
 from torchx.runner import get_runner
@@ -46,13 +46,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _workers(handle: str) -> List[psutil.Process]:
     return [p for p in job_processes(handle) if "LOCAL_RANK" in (p.info["environ"] or {})]
-
-
-def _wait_for(predicate, timeout: float = 120, what: str = "") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _logs(runner, handle: str) -> str:  # type: ignore[no-untyped-def]
@@ -150,7 +143,7 @@ def test_killed_worker_restarts_group_and_resumes_from_checkpoint(
             "--checkpoint_every",
             "5",
         )
-        _wait_for(lambda: list((tmp_path / "ckpt").glob("ckpt-*.pt")), what="a checkpoint")
+        poll(lambda: list((tmp_path / "ckpt").glob("ckpt-*.pt")), timeout=120, what="a checkpoint")
         victim = _workers(h)[0]
         victim.kill()
         status = runner.wait(h, wait_interval=1, timeout=600)
@@ -184,7 +177,7 @@ def test_node_loss_elastic_job_continues_on_the_remaining_node(data: str, tmp_pa
             "--rdzv_port",
             "29731",
         )
-        _wait_for(lambda: list((tmp_path / "ckpt").glob("ckpt-*.pt")), what="a checkpoint")
+        poll(lambda: list((tmp_path / "ckpt").glob("ckpt-*.pt")), timeout=120, what="a checkpoint")
         state = json.loads(
             (
                 Path(os.environ["TORCHX_HOME"])
@@ -237,7 +230,7 @@ def test_cancel_training_leaves_nothing_running(data: str, tmp_path: Path) -> No
             "--rdzv_port",
             "29741",
         )
-        _wait_for(lambda: len(_workers(h)) == 4, what="4 workers")
+        poll(lambda: len(_workers(h)) == 4, timeout=120, what="4 workers")
         procs = job_processes(h)
         runner.cancel(h)
         assert runner.wait(h, timeout=120).state == specs.AppState.CANCELLED

@@ -17,13 +17,13 @@ from typing import Dict, List, Optional
 import psutil
 import pytest
 
+from tests.polling import poll
 from tests.processes import job_processes, wait_for_job_processes
 from tests.schedulers.test_local_support import (
     alive,
     app,
     app_dir,
     home,
-    poll,
     replica_pids,
     role,
     state,

@@ -13,11 +13,11 @@ from typing import List
 
 import pytest
 
+from tests.polling import poll
 from tests.schedulers.test_local_support import (
     app,
     app_dir,
     home,
-    poll,
     role,
     run_python,
     torchx,

@@ -1,5 +1,5 @@
 """Helpers shared by the ``test_local_*`` files (no tests here): an isolated
-``$TORCHX_HOME``, small apps, polling, and where an app's files are."""
+``$TORCHX_HOME``, small apps, and where an app's files are."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Dict, List, Optional
 
 import psutil
 import pytest
 
+from tests.polling import poll
 from torchx import specs
 
-T = TypeVar("T")
 TORCHX = str(Path(sys.executable).parent / "torchx")
 
 
@@ -37,18 +36,6 @@ def role(script: str, name: str = "w", n: int = 1, **kw: Any) -> specs.Role:
 
 def app(*roles: specs.Role, name: str = "t") -> specs.AppDef:
     return specs.AppDef(name=name, roles=list(roles))
-
-
-def poll(fn: Callable[[], Optional[T]], timeout: float = 60, what: str = "") -> T:
-    """``fn()``'s first truthy value, checked every 20 ms; fails after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:.0f} s: {what or fn}")
-        time.sleep(0.02)
 
 
 def app_dir(handle_or_id: str, session: str = "torchx") -> Path:
