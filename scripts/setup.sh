@@ -12,8 +12,8 @@ if ! .venv/bin/python -c "import torch, uv" 2>/dev/null; then
     .venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 uv
 fi
 # --compile-bytecode: byte-compile what uv installs, as pip does. Without it, where
-# PYTHONDONTWRITEBYTECODE is set (it is on these machines), every process recompiles each module it
-# imports from source: `import mlflow` 4.4 s of CPU instead of 2.0, airflow 3.8 vs 2.1.
+# PYTHONDONTWRITEBYTECODE is set (it is on these machines), every process recompiles
+# each module it imports from source: `import mlflow` 4.4 s of CPU instead of 2.0.
 .venv/bin/uv pip install --quiet --python .venv/bin/python --compile-bytecode \
     -c constraints.txt torch==2.13.0 -e '.[dev]'
 # the editable torchx and the examples are not installed files: compile them here
