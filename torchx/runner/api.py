@@ -191,8 +191,10 @@ class Runner:
         if an app submitted with the same key is pending or running (from any process
         on any machine that sees the scheduler), its handle is returned and nothing is
         submitted; a SUCCEEDED one is returned only with ``reattach_succeeded=True``; a
-        FAILED or CANCELLED one is never re-attached. Two submissions racing with one key
-        converge on the oldest: the newer one is cancelled and the oldest's handle returned.
+        FAILED or CANCELLED one is never re-attached. Every caller racing on one key gets
+        the same handle: where the scheduler can, the key is claimed before launching
+        (``local_cwd``: a claim file; Slurm: held until it won), so one app starts its
+        command; elsewhere the oldest live submission wins and newer ones cancel themselves.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if token:
@@ -204,13 +206,25 @@ class Runner:
         info._run_request = RunRequest(  # type: ignore[attr-defined]
             name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
         )
-        handle = self.schedule(info)
-        return self._converge(scheduler, token, handle) if token else handle
+        if not token:
+            return self.schedule(info)
+        sched = self._scheduler(scheduler)
+        holder = sched.claim_idempotency_token(token, info, reattach_succeeded)
+        if holder is not None:
+            logger.info("re-attaching to %s (idempotency key %r, claimed)", holder, idempotency_key)
+            return make_app_handle(scheduler, self._name, holder)
+        try:
+            handle = self.schedule(info)
+        except BaseException:
+            sched.release_idempotency_claim(token, info)
+            raise
+        return self._converge(scheduler, token, handle)
 
     def find_by_idempotency_key(
         self, scheduler: str, idempotency_key: str, reattach_succeeded: bool = False
     ) -> Optional[AppHandle]:
-        """The app :meth:`run` would re-attach to for this key (None: it would submit)."""
+        """The app :meth:`run` would re-attach to for this key (None: it would submit, or
+        wait for a submitter that claimed the key and is still launching)."""
         return self._find_reusable(
             scheduler, idempotency_token(idempotency_key), reattach_succeeded
         )
@@ -218,29 +232,40 @@ class Runner:
     def _find_reusable(
         self, scheduler: str, token: str, reattach_succeeded: bool
     ) -> Optional[AppHandle]:
-        """The newest app with ``token`` that may be re-attached, if any."""
-        reusable = [AppState.SUCCEEDED] if reattach_succeeded else []
-        for app in reversed(self._scheduler(scheduler).find_by_idempotency_token(token)):
-            if not is_terminal(app.state) or app.state in reusable:
-                return make_app_handle(scheduler, self._name, app.app_id)
+        """The app with ``token`` to re-attach to: the oldest live one, which is the one
+        convergence keeps (so a re-attached app is never cancelled as a race's loser),
+        else with ``reattach_succeeded`` the newest SUCCEEDED one."""
+        sched = self._scheduler(scheduler)
+        apps = sched.find_by_idempotency_token(token)
+        live = [a for a in apps if not is_terminal(a.state)]
+        if live:
+            sched.settle_idempotency_token(live)
+            return make_app_handle(scheduler, self._name, live[0].app_id)
+        if reattach_succeeded:
+            done = [a for a in apps if a.state == AppState.SUCCEEDED]
+            if done:
+                return make_app_handle(scheduler, self._name, done[-1].app_id)
         return None
 
     def _converge(self, scheduler: str, token: str, handle: AppHandle) -> AppHandle:
-        """After a keyed submission: if an older live app has the same token (a concurrent
-        submitter won the race), cancel ours and return the older one."""
+        """After a keyed submission: the oldest live app of the token wins (the order
+        ``_find_reusable`` uses); if it is not ours, cancel ours and return the winner."""
         sched = self._scheduler(scheduler)
         ours = parse_app_handle(handle).app_id
         live = [
-            a.app_id
+            a
             for a in sched.find_by_idempotency_token(token)
             if not is_terminal(a.state) or a.app_id == ours
         ]
-        if not live or live[0] == ours:
+        if not live:  # ours is not listed yet and no other app is live
             return handle
-        logger.info("%s lost a submission race to %s: cancelling it", handle, live[0])
+        sched.settle_idempotency_token([a for a in live if not is_terminal(a.state)])
+        if live[0].app_id == ours:
+            return handle
+        logger.info("%s lost a submission race to %s: cancelling it", handle, live[0].app_id)
         sched.cancel(ours)
         self._end_job_run(handle, AppState.CANCELLED, [])
-        return make_app_handle(scheduler, self._name, live[0])
+        return make_app_handle(scheduler, self._name, live[0].app_id)
 
     def dryrun(
         self,

@@ -171,6 +171,32 @@ class Scheduler(abc.ABC, Generic[T]):
         """
         raise NotImplementedError(f"{self.backend} does not support idempotent submission")
 
+    def claim_idempotency_token(
+        self, token: str, dryrun_info: AppDryRunInfo[T], reattach_succeeded: bool
+    ) -> Optional[str]:
+        """Claim ``token`` for the app ``dryrun_info`` submits, before it is scheduled.
+
+        Returns None if the caller now holds the claim and must ``schedule`` (calling
+        ``release_idempotency_claim`` if that fails), or the id of the app that holds it
+        (live, or SUCCEEDED with ``reattach_succeeded``), which the caller re-attaches to.
+        A claim held by a submitter that is still launching is waited for. The default
+        claims nothing and returns None: racing submissions are then reconciled after
+        the fact (see ``settle_idempotency_token``), and a loser may start its command.
+        """
+        return None
+
+    def release_idempotency_claim(self, token: str, dryrun_info: AppDryRunInfo[T]) -> None:
+        """Give up a claim whose ``schedule`` failed, so the next submitter need not wait."""
+
+    def settle_idempotency_token(self, live: List[ListAppResponse]) -> None:
+        """Called with the token's live apps, oldest first: the first one wins the key.
+
+        A scheduler that submits keyed apps held (so that no loser's command runs) starts
+        the winner here and cancels the held others, which never ran; it must be
+        idempotent, as every racer (and every re-attaching caller) calls it. The default
+        does nothing: the Runner cancels a losing submission itself.
+        """
+
     def exists(self, app_id: str) -> bool:
         return self.describe(app_id) is not None
 
