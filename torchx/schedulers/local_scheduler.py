@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from torchx.schedulers import local_claims as claims
 from torchx.schedulers import local_control as control
 from torchx.schedulers import local_files as files
 from torchx.schedulers.api import (
@@ -483,6 +484,28 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         found = [self._summary(app_id) for app_id in os.listdir(token_dir)]
         apps = [a for a in found if a is not None]
         return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id))]
+
+    def claim_idempotency_token(
+        self, token: str, dryrun_info: AppDryRunInfo[PopenRequest], reattach_succeeded: bool
+    ) -> Optional[str]:
+        """An atomic claim file per token (``local_claims``): one racer launches."""
+        return claims.claim(
+            self._token_dir(token), dryrun_info.request.app_id, self._app_state, reattach_succeeded
+        )
+
+    def release_idempotency_claim(
+        self, token: str, dryrun_info: AppDryRunInfo[PopenRequest]
+    ) -> None:
+        claims.release(self._token_dir(token), dryrun_info.request.app_id, self._app_state)
+
+    def _token_dir(self, token: str) -> str:
+        if not token or "/" in token or token.startswith("."):
+            raise InvalidAppError(f"idempotency token {token!r} is not a plain name")
+        return str(self._state_root() / TOKENS_DIR / token)
+
+    def _app_state(self, app_id: str) -> Optional[str]:
+        found = self._summary(app_id)
+        return None if found is None else found[1].state.name
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Return once ``state.json`` changes (or after ``timeout`` s)."""

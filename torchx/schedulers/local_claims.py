@@ -1,0 +1,135 @@
+"""Claims on an idempotency token for ``local_cwd``, so racing submitters launch one app.
+
+A token's directory (``$TORCHX_HOME/local_cwd/<session>/.tokens/<token>/``) holds numbered
+claims ``.claim.1``, ``.claim.2``, ... Each names the app its claimant is about to launch
+and the claimant (pid and start stamp). A claim is created whole and at most once: it is
+written to a private temporary file, then hard-linked to its name, which fails if the
+name exists, so of all submitters that try to take claim N exactly one succeeds.
+
+The highest claim rules the token:
+
+- its app exists: live, the app is the token's (everyone re-attaches to it); SUCCEEDED,
+  it is re-attached on request, else it is stale; FAILED or CANCELLED, it is stale;
+- its app does not exist yet: while the claimant runs it is launching (wait for it);
+  once the claimant died, or gave the claim up (``.claim.N.void``), it is stale.
+
+A stale claim N is replaced by taking claim N+1, again at most one winner. So a submitter
+that crashed between claim and launch blocks nobody: its claim is stale once it is dead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Dict, Optional
+
+from torchx.schedulers import local_files as files
+from torchx.schedulers import local_proc as procs
+
+CLAIM_PREFIX = ".claim."
+VOID_SUFFIX = ".void"
+# how long a submitter waits for another claimant to launch before it gives up
+LAUNCH_WAIT_SECONDS = 120.0
+POLL_SECONDS = 0.005
+
+AppState = Callable[[str], Optional[str]]  # app id -> its state name, None if no such app
+
+
+class ClaimWaitTimeout(RuntimeError):
+    """The claimant of a token neither launched its app nor died in time."""
+
+
+def _generations(token_dir: str) -> list[int]:
+    found = []
+    for name in os.listdir(token_dir):
+        rest = name[len(CLAIM_PREFIX) :]
+        if name.startswith(CLAIM_PREFIX) and rest.isdigit():
+            found.append(int(rest))
+    return found
+
+
+def _path(token_dir: str, gen: int) -> str:
+    return os.path.join(token_dir, f"{CLAIM_PREFIX}{gen}")
+
+
+def _read(token_dir: str, gen: int) -> Dict[str, Any]:
+    with open(_path(token_dir, gen)) as f:
+        return json.load(f)
+
+
+def _create(token_dir: str, gen: int, doc: Dict[str, Any]) -> bool:
+    """Take claim ``gen`` (True), unless another submitter has it (False)."""
+    tmp = os.path.join(token_dir, f".tmp-claim.{os.getpid()}.{time.monotonic_ns()}")
+    fd = files.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.link(tmp, _path(token_dir, gen))  # atomic, and fails if the claim exists
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def _verdict(token_dir: str, gen: int, doc: Dict[str, Any], state: AppState, reuse: bool) -> str:
+    """``reuse`` (the claim's app is the token's), ``wait`` (being launched) or ``stale``."""
+
+    def by_app(name: str) -> str:
+        if name in files.TERMINAL:
+            return "reuse" if reuse and name == "SUCCEEDED" else "stale"
+        return "reuse"
+
+    name = state(doc["app_id"])
+    if name is not None:
+        return by_app(name)
+    if os.path.exists(_path(token_dir, gen) + VOID_SUFFIX):
+        return "stale"
+    if procs.is_ours(doc.get("pid"), doc.get("stamp")):
+        return "wait"
+    name = state(doc["app_id"])  # it may have launched just before it died
+    return "stale" if name is None else by_app(name)
+
+
+def claim(
+    token_dir: str,
+    app_id: str,
+    state: AppState,
+    reattach_succeeded: bool,
+    timeout: float = LAUNCH_WAIT_SECONDS,
+) -> Optional[str]:
+    """Claim the token for ``app_id``: None if the caller holds it now and must launch
+    ``app_id``; else the app id of the claim that rules the token (to re-attach to)."""
+    files.makedirs_private(token_dir)
+    me = {"app_id": app_id, "pid": os.getpid(), "stamp": procs.stamp(os.getpid())}
+    deadline = time.monotonic() + timeout
+    while True:
+        gens = _generations(token_dir)
+        gen = max(gens, default=0)
+        if gen:
+            doc = _read(token_dir, gen)
+            verdict = _verdict(token_dir, gen, doc, state, reattach_succeeded)
+            if verdict == "reuse":
+                return str(doc["app_id"])
+            if verdict == "wait":
+                if time.monotonic() > deadline:
+                    raise ClaimWaitTimeout(
+                        f"process {doc.get('pid')} claimed this idempotency key for"
+                        f" {doc['app_id']} but has not launched it within {timeout:.0f} s;"
+                        f" retry later, or remove {_path(token_dir, gen)} if it is stuck"
+                    )
+                time.sleep(POLL_SECONDS)
+                continue
+        if _create(token_dir, gen + 1, me):
+            return None
+
+
+def release(token_dir: str, app_id: str, state: AppState) -> None:
+    """Give up the claim of ``app_id`` if its app was never created (its launch failed)."""
+    if not os.path.isdir(token_dir) or state(app_id) is not None:
+        return
+    for gen in sorted(_generations(token_dir), reverse=True):
+        if _read(token_dir, gen).get("app_id") == app_id:
+            os.close(files.open_private(_path(token_dir, gen) + VOID_SUFFIX))
+            return
