@@ -9,7 +9,9 @@ Status asks about the one job (``slurm_status``): ``squeue -j``, then ``sacct -j
 slurmctld forgot it, then a ``jobcomp/filetxt`` log. An idempotency token rides in the job
 comment (after the user's ``comment``); ``find_by_idempotency_token`` reads it back from
 the user's jobs in ``squeue`` and, for finished ones, ``sacct`` (which keeps comments with
-``AccountingStoreFlags=job_comment``).
+``AccountingStoreFlags=job_comment``). A keyed job is submitted held and released only once
+it is the oldest live job of its token (``settle_idempotency_token``), so of racing
+submitters only one job starts its command; the others are cancelled while still held.
 
 The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_HOME/slurm``
 and next to the logs as ``slurm-<jobid>.torchx.json``, so another machine or another
@@ -114,6 +116,12 @@ def _replica_state(part: Dict[str, Any]) -> AppState:
     return state
 
 
+# sacct's codes of the states a job ends in
+ENDED_STATES = "CA,CD,F,TO,NF,OOM,PR,DL,BF"
+# the reason squeue gives a job submitted with ``sbatch --hold`` (by its user or root)
+HELD_REASON = "JobHeldUser"
+
+
 def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
@@ -170,6 +178,8 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             str(cfg["comment"]) if cfg.get("comment") else None, app_idempotency_token(app)
         )
         cmd = ["sbatch", "--parsable"]
+        if app_idempotency_token(app):
+            cmd.append("--hold")  # released by settle_idempotency_token once it won its key
         for key in sorted(SBATCH_JOB_OPTIONS):
             value = comment if key == "comment" else cfg.get(key)
             if value:
@@ -302,11 +312,33 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 found[app_id] = self._listed(
                     app_id, SLURM_STATES.get(slurm_state, AppState.UNKNOWN), name
                 )
-        args = ["-u", _user(), "-o", "JobID,State,JobName,Comment"]
+        # ended jobs by state: without -s, sacct skips jobs that were never eligible (a
+        # losing submission cancelled while still held)
+        args = ["-u", _user(), "-E", "now", "-s", ENDED_STATES, "-o", "JobID,State,JobName,Comment"]
         for app_id, state, job_name, job_comment in _sacct_leaders(args):
             if app_id not in found and token_of(job_comment) == token:
                 found[app_id] = self._listed(app_id, state, job_name)
         return sorted(found.values(), key=lambda a: (int(a.app_id), a.app_id))
+
+    def settle_idempotency_token(self, live: List[ListAppResponse]) -> None:
+        """Keyed jobs are submitted held (``--hold``): release the winner (the oldest live
+        job) and cancel the other held ones, which never ran. Idempotent: every racer
+        calls it, and so does a retry that finds the winner still held after its
+        submitter died."""
+        if not live:
+            return
+        fields = "JobID:|,HetJobOffset:|,Reason:"
+        out = run(["squeue", "-h", "-t", "PENDING", "-u", _user(), "-O", fields])
+        held = set()
+        for line in out.splitlines():
+            cols = [c.strip() for c in line.split("|")]
+            if len(cols) >= 3 and cols[1] in ("0", "N/A") and cols[2] == HELD_REASON:
+                held.add(cols[0])
+        winner, losers = live[0].app_id, [a.app_id for a in live[1:] if a.app_id in held]
+        if winner in held:
+            run(["scontrol", "release", winner])
+        if losers:
+            run(["scancel", *losers])
 
     def _cancel_existing(self, app_id: str) -> None:
         run(["scancel", app_id])
