@@ -1,0 +1,168 @@
+"""Racing submitters: many processes call ``Runner.run(..., idempotency_key=K)`` at once.
+
+Every caller must get the same handle, the survivor's, and it must not be cancelled.
+``local_cwd`` claims the key before launching, so exactly one app starts its command; Slurm
+submits held and releases only the winner, so no loser's command runs either.
+
+Each worker is a real process; they wait on a start file so that their ``run`` calls
+overlap. Each app's command appends its handle to a file: its lines are the apps that
+started their command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from tests.polling import poll, poll_until
+from torchx.runner import get_runner
+from torchx.schedulers import get_scheduler_factories
+from torchx.specs import AppState
+
+WORKER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    from torchx.components.utils import sh
+    from torchx.runner import get_runner
+    scheduler, key, cfg, started, ready, go, seconds = sys.argv[1:8]
+    app = sh("sh", "-c", f'echo "$TORCHX_JOB_ID" >> {started}; sleep {seconds}')
+    with get_runner(trackers={}) as runner:
+        runner._scheduler(scheduler)  # import the scheduler before the start line
+        Path(ready, str(os.getpid())).touch()
+        while not os.path.exists(go):
+            time.sleep(0.002)
+        handle = runner.run(app, scheduler, json.loads(cfg), idempotency_key=key)
+        print(handle, flush=True)
+""")
+
+
+def race(
+    tmp: Path,
+    scheduler: str,
+    key: str,
+    n: int,
+    cfg: Optional[Dict[str, Any]] = None,
+    homes: Optional[List[Path]] = None,
+    seconds: int = 3,
+) -> tuple[List[str], Path]:
+    """Start ``n`` workers, let them all call ``run`` at once; their handles and the file
+    each started app writes a line to."""
+    round_dir = tmp / key.replace("/", "_")
+    ready = round_dir / "ready"
+    ready.mkdir(parents=True)
+    go = round_dir / "go"
+    started = round_dir / "started"
+    started.touch()
+    procs = []
+    for i in range(n):
+        env = dict(os.environ)
+        if homes:
+            env["TORCHX_HOME"] = str(homes[i % len(homes)])
+        args = [scheduler, key, json.dumps(cfg or {}), str(started), str(ready), str(go)]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, *args, str(seconds)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        poll(lambda: len(os.listdir(ready)) >= n or None, timeout=180, what="workers ready")
+        go.touch()
+        handles = []
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err[-2000:]
+            handles.append(out.strip().splitlines()[-1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return handles, started
+
+
+def _started_apps(started: Path) -> List[str]:
+    return [line for line in started.read_text().splitlines() if line]
+
+
+def _settled(scheduler: str, key: str) -> List[Any]:
+    """Every app of the key once none is live any more (the key's apps, oldest first)."""
+    from torchx.schedulers.api import idempotency_token
+
+    sched = get_scheduler_factories()[scheduler]("torchx")
+    token = idempotency_token(key)
+
+    def apps() -> List[Any]:
+        return sched.find_by_idempotency_token(token)
+
+    return poll_until(apps, lambda a: all(x.state.name in _TERMINAL for x in a), timeout=120)
+
+
+_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("TORCHX_HOME", str(home))
+    monkeypatch.delenv("TORCHX_TRACKERS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return home
+
+
+def test_twenty_racing_submitters_get_one_handle_and_one_app_runs(
+    home: Path, tmp_path: Path
+) -> None:
+    for round_no in range(3):
+        key = f"race-{round_no}"
+        handles, started = race(tmp_path, "local_cwd", key, 20)
+        assert len(set(handles)) == 1, sorted(set(handles))
+        handle = handles[0]
+        with get_runner(trackers={}) as runner:
+            status = runner.wait(handle, wait_interval=1, timeout=120)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        apps = _settled("local_cwd", key)
+        assert [a.app_id for a in apps] == [handle.rsplit("/", 1)[1]], apps  # one submitted
+        assert _started_apps(started) == [handle]  # exactly one app started its command
+
+
+def _slurm_up() -> bool:
+    return (
+        shutil.which("sinfo") is not None
+        and subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode == 0
+    )
+
+
+@pytest.mark.slurm
+def test_racing_submitters_get_one_handle_and_one_job_runs_on_slurm(tmp_path: Path) -> None:
+    """Six workers, each with its own $TORCHX_HOME (only Slurm carries the key), twice."""
+    if not _slurm_up():
+        pytest.skip("no running Slurm cluster (bash scripts/slurm_cluster.sh start)")
+    tmp_path.chmod(0o755)
+    homes = [tmp_path / f"worker-{i}" for i in range(6)]
+    for round_no in range(2):
+        key = f"slurm-race/{uuid.uuid4().hex}/{round_no}"  # Slurm remembers older tests' jobs
+        cfg = {"job_dir": str(tmp_path / "job")}
+        handles, started = race(tmp_path, "slurm", key, 6, cfg, homes, seconds=2)
+        assert len(set(handles)) == 1, sorted(set(handles))
+        handle = handles[0]
+        with get_runner(trackers={}) as runner:
+            status = runner.wait(handle, wait_interval=1, timeout=120)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        apps = _settled("slurm", key)
+        winner = handle.rsplit("/", 1)[1]
+        assert winner == apps[0].app_id, apps  # the oldest job won
+        assert all(a.state == AppState.CANCELLED for a in apps[1:]), apps
+        assert _started_apps(started) == [handle]  # no loser's command ran
