@@ -374,6 +374,11 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         ``keyed_definition(token)``, which its JOB_DEFINITION filter matches on the
         service side. The tag is checked on each job found, and at most
         ``FIND_MAX_JOBS`` jobs per queue are read.
+
+        Batch has no claim and no held submission: of racing submitters each job is
+        submitted and the losers are cancelled at once (a loser that already reached
+        RUNNING may start its command). ListJobs is eventually consistent, so two
+        submissions within its lag may both be kept.
         """
         flt = {"name": "JOB_DEFINITION", "values": [keyed_definition(token)]}
         found = []

@@ -430,6 +430,11 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
         The API server filters by label selector. Order: creationTimestamp (whole
         seconds), then the submitter's submit time, then the app id.
+
+        No claim before launching (``claim_idempotency_token`` is the default): of racing
+        submitters, each creates its job and the losers cancel theirs at once, so their
+        pods may start. Within one second the order rests on submitters' clocks, so two
+        submissions that see each other late may both be kept.
         """
         found = self._apps({LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token})
         found.sort(key=lambda pair: (*_created(pair[0]), pair[1].app_id))

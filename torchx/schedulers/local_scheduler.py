@@ -16,6 +16,8 @@ Unlike upstream TorchX, an app's state lives on disk, so any process can see it:
   the app is CANCELLED. A cancel while the app is still being launched sticks.
 - If the supervisor itself dies, ``describe`` notices (pid and start time, never a pid
   alone), and ``cancel`` kills what is left of the app.
+- A keyed submission claims its idempotency token before launching (``local_claims``), so
+  of racing submitters exactly one launches and the others re-attach to its app.
 """
 
 from __future__ import annotations

@@ -255,6 +255,9 @@ class RayScheduler(Scheduler[RayJob]):
 
         The Job Submission API cannot filter: this lists the cluster's jobs and filters
         their metadata here.
+
+        Ray has no claim and no held submission: of racing submitters each job starts
+        its entrypoint and the losers are stopped at once.
         """
         jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
