@@ -272,3 +272,18 @@ def stage_apps(key: str, home: Optional[str] = None) -> List[Tuple[str, str]]:
             if appdef and any(marker in " ".join(r.args) for r in appdef.roles):
                 found.append((app.app_handle, app.state.name))
     return found
+
+
+def cancel_live_apps(home: Optional[str] = None) -> List[str]:
+    """Cancel every local_cwd app still running under ``home`` (a failed test leaves no
+    600-second app behind); the handles cancelled."""
+    from torchx.runner import get_runner
+    from torchx.specs.api import is_terminal
+
+    cancelled = []
+    with _torchx_home(home), get_runner(trackers={}) as runner:
+        for app in runner.list("local_cwd"):
+            if not is_terminal(app.state):
+                runner.cancel(app.app_handle)
+                cancelled.append(app.app_handle)
+    return cancelled

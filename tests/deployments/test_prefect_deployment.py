@@ -16,6 +16,7 @@ import pytest
 from tests.deployments.prefect_deployment import (
     REPO,
     PrefectDeployment,
+    cancel_live_apps,
     prefect_deployment,
     stage_apps,
 )
@@ -34,7 +35,10 @@ def prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectDeploym
         FLOWS,
         {"stages": "deployed_flows.py:stages", "job-block": "deployed_flows.py:job_block"},
     ) as deployment:
-        yield deployment
+        try:
+            yield deployment
+        finally:
+            cancel_live_apps()
 
 
 def _states(apps: List[Tuple[str, str]]) -> List[str]:

@@ -11,8 +11,8 @@ local_cwd and Ray keep their state; the trackers its jobs report to).
 The hook (``cancel_stages``) cancels each stage's live app with those settings: in its own
 process when they match, else in a short-lived child process
 (``python -m torchx.pipelines.prefect.stages``) whose ``TORCHX_HOME`` is the flow run's.
-The scheduler's credentials (kubeconfig, AWS, Slurm) are not recorded: the worker needs
-its own.
+Credentials are not recorded (the scheduler's kubeconfig, AWS or Slurm user; a tracker
+URI's ``user:password@``): the worker needs its own.
 """
 
 from __future__ import annotations
@@ -53,8 +53,21 @@ class StageRecord:
 
 
 def here(scheduler: str, key: str, trackers: Dict[str, Optional[str]]) -> StageRecord:
-    """The record of a stage submitted by this process (its ``TORCHX_HOME``)."""
-    return StageRecord(scheduler, key, str(torchx_home()), dict(trackers))
+    """The record of a stage submitted by this process (its ``TORCHX_HOME``); a tracker
+    URI's user and password are left out (labels are visible to every Prefect user)."""
+    public = {name: _without_userinfo(config) for name, config in trackers.items()}
+    return StageRecord(scheduler, key, str(torchx_home()), public)
+
+
+def _without_userinfo(config: Optional[str]) -> Optional[str]:
+    if not config or "@" not in config:
+        return config
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(config)
+    if not parts.netloc or "@" not in parts.netloc:
+        return config
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def record_stage(flow_run_id: str, record: StageRecord) -> None:
