@@ -7,7 +7,8 @@ artifacts) but a stage is the same everywhere:
 2. submit or re-attach: the submission carries an idempotency key that the *scheduler*
    stores with the job, so a retry on any worker finds the app its earlier try started;
 3. follow the replicas' logs into a callback while waiting;
-4. cancel the app if the wait is interrupted (task killed, flow cancelled, SIGTERM);
+4. cancel the app only if the wait is cancelled (``CANCELLATIONS`` plus the orchestrator's
+   own signals): an ordinary exception leaves it running for the task's retry to find;
 5. raise one exception, ``StageFailed``, carrying the status and the worker's error;
 6. link the app's UI and its tracker run;
 7. close the pipeline run FINISHED, FAILED or KILLED when the pipeline ends.
@@ -15,11 +16,12 @@ artifacts) but a stage is the same everywhere:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from torchx.runner.api import Runner, get_runner
 from torchx.specs.api import AppDef, AppState, AppStatus
@@ -29,6 +31,17 @@ logger = logging.getLogger(__name__)
 Component = Union[str, AppDef]
 ComponentArgs = Union[List[str], Dict[str, Any], None]
 Emit = Callable[[str, int, str], None]
+Log = Union[logging.Logger, logging.LoggerAdapter]  # orchestrators hand out adapters
+
+# What interrupts a wait because the stage itself is being cancelled: a cancelled asyncio
+# task (also Prefect's timeouts), Ctrl-C, and a SIGTERM handler's exit (KFP's launcher).
+# Adapters add their orchestrator's own signals (Prefect's TerminationSignal). Anything else
+# (a network error, a scheduler hiccup) is not a reason to throw away the app's work.
+CANCELLATIONS: Tuple[Type[BaseException], ...] = (
+    asyncio.CancelledError,
+    KeyboardInterrupt,
+    SystemExit,
+)
 
 # how a pipeline run ends, in MLflow's run-status words
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
@@ -172,18 +185,23 @@ def wait_or_cancel(
     handle: str,
     poll_interval: float = 1.0,
     emit: Optional[Emit] = None,
+    cancel_on: Tuple[Type[BaseException], ...] = CANCELLATIONS,
+    log: Optional[Log] = None,
 ) -> AppStatus:
-    """Wait for the app (following its logs into ``emit``); cancel it if interrupted.
+    """Wait for the app (following its logs into ``emit``); cancel it if the wait is
+    cancelled (one of ``cancel_on``), and log that to ``log`` (the task's own log).
 
+    Any other exception propagates and leaves the app running: the task's retry finds it
+    through its idempotency key instead of submitting a second one.
     Returns the final status if it SUCCEEDED, else raises ``StageFailed``.
     """
     try:
         if emit is not None:
             follow_logs(runner, handle, emit)
         status = runner.wait(handle, wait_interval=poll_interval)
-    except BaseException:
-        logger.warning("wait interrupted: cancelling %s", handle)
-        cancel_quietly(runner, handle)
+    except cancel_on as e:
+        (log or logger).warning("wait cancelled (%s): cancelling %s", type(e).__name__, handle)
+        cancel_quietly(runner, handle, log)
         raise
     return check_succeeded(handle, status)
 
@@ -195,12 +213,12 @@ def check_succeeded(handle: str, status: Optional[AppStatus]) -> AppStatus:
     return status
 
 
-def cancel_quietly(runner: Runner, handle: str) -> None:
-    """Cancel the app; an app already gone or unreachable is logged, not raised."""
+def cancel_quietly(runner: Runner, handle: str, log: Optional[Log] = None) -> None:
+    """Cancel the app; an app already gone or unreachable is logged (to ``log``), not raised."""
     try:
         runner.cancel(handle)
     except Exception as e:
-        logger.warning("could not cancel %s: %s", handle, e)
+        (log or logger).warning("could not cancel %s: %s", handle, e)
 
 
 # ---------------------------------------------------------------------------- links

@@ -15,7 +15,7 @@ from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
 from torchx.pipelines import core
-from torchx.pipelines.prefect.tasks import stage_name, submit_stage, wait_stage
+from torchx.pipelines.prefect.tasks import CANCELLATIONS, stage_name, submit_stage, wait_stage
 
 
 class TorchXJobRun(JobRun[Dict[str, Any]]):
@@ -47,8 +47,9 @@ class TorchXJobRun(JobRun[Dict[str, Any]]):
 
         try:
             self.status = await asyncio.to_thread(_wait)
-        except asyncio.CancelledError:
-            await asyncio.to_thread(_cancel, self.handle)
+        except CANCELLATIONS as e:  # the thread's wait cannot see these: cancel here
+            logger.warning("wait cancelled (%s): cancelling %s", type(e).__name__, self.handle)
+            _cancel(self.handle, logger)  # blocking: the flow run is going away
             raise
 
     async def fetch_result(self) -> Dict[str, Any]:
@@ -60,9 +61,9 @@ class TorchXJobRun(JobRun[Dict[str, Any]]):
         return {"app_handle": self.handle, **status.to_json()}
 
 
-def _cancel(handle: str) -> None:
+def _cancel(handle: str, logger: Any) -> None:
     with core.runner_for() as runner:
-        core.cancel_quietly(runner, handle)
+        core.cancel_quietly(runner, handle, logger)
 
 
 class TorchXJob(JobBlock):

@@ -8,15 +8,19 @@
 - ``wait`` streams the job's log lines into ``get_run_logger()`` (``role/replica``
   prefixed), publishes a link artifact (app UI, MLflow UI) and a table artifact (replica
   states) under keys stable per stage, and raises ``TorchXJobFailed`` carrying the
-  worker's error. If the wait is interrupted (flow cancelled, timeout), it cancels the app.
-- Task runs are named after the stage (``key=``, else the component); ``submit``, ``wait``
-  and ``run`` persist their results (``persist_result=True``, Prefect's result storage,
+  worker's error. If the wait is cancelled (flow run cancelled or timed out, task timed
+  out, SIGTERM), it cancels the app; any other exception leaves the app running, and the
+  task's retry waits on it again.
+- Task runs are named after the stage (``key=``, else the component). ``wait`` and ``run``
+  persist their results (``persist_result=True``, Prefect's result storage,
   ``PREFECT_LOCAL_STORAGE_PATH`` by default), so a retried flow run reuses the stages that
-  completed instead of running them again.
+  completed. ``submit`` is never cached: a retried flow run asks the scheduler again,
+  which returns the stage's live or succeeded app, or submits anew after a cancel.
 - ``cancel_flow_run_apps`` is an ``on_cancellation`` / ``on_crashed`` flow hook that
   cancels every app the flow run submitted (tasks and ``TorchXJob`` blocks) and ends the
-  flow run's tracker run KILLED; ``close_pipeline_run`` (``on_completion`` /
-  ``on_failure``) ends it FINISHED or FAILED.
+  flow run's tracker run KILLED; Prefect runs it in the worker, which finds the apps from
+  the flow run's labels (``stages``). ``close_pipeline_run`` (``on_completion`` /
+  ``on_failure``, run in the flow-run process) ends it FINISHED or FAILED.
 - Every app of a flow run is nested under the tracker run ``prefect://<flow>/<id>``.
 
 ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
@@ -26,18 +30,25 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
-from uuid import UUID
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import TerminationSignal
 
 from torchx.pipelines import core
+from torchx.pipelines.prefect import stages
 from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
 Logger = Union[logging.Logger, logging.LoggerAdapter]  # what Prefect's loggers are
+
+# a wait cancels its app on these only: a cancelled or timed-out task or flow run (Prefect
+# raises its CancelledError, an asyncio.CancelledError), and the SIGTERM the worker sends a
+# cancelled flow run's process (TerminationSignal); a retry re-attaches after anything else
+CANCELLATIONS = core.CANCELLATIONS + (TerminationSignal,)
 
 
 def _runner() -> Any:
@@ -62,38 +73,16 @@ def pipeline_run_id() -> str:
     return f"prefect://{name}/{fid}"
 
 
-STAGE_LABEL_PREFIX = "torchx.stage."
-
-
-def record_flow_run_stage(scheduler: str, key: Optional[str]) -> None:
-    """Label the current flow run with a stage's scheduler and idempotency key, *before* the
-    stage is submitted, for ``cancel_flow_run_apps``.
-
-    The label lives with the flow run on the Prefect server and the app is found through
-    the key on its scheduler, so the hook finds it from whichever process runs it, even
-    if the flow run is cancelled while the submission is under way.
-    """
-    import hashlib
-
-    from prefect.client.orchestration import get_client
+def record_flow_run_stage(scheduler: str, key: Optional[str], runner: Any) -> None:
+    """Label the current flow run with what reaches the stage's app (scheduler, key, this
+    process's ``TORCHX_HOME`` and trackers), *before* it is submitted, for
+    ``cancel_flow_run_apps``, which Prefect runs in the worker (see ``stages``)."""
     from prefect.runtime import flow_run
 
     fid = flow_run.get_id()
     if not fid or not key:  # not inside a flow run: there is nothing that could cancel it
         return
-    label = STAGE_LABEL_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:16]
-    with get_client(sync_client=True) as client:
-        client.update_flow_run_labels(UUID(str(fid)), {label: json.dumps([scheduler, key])})
-
-
-def flow_run_stages(flow_run_id: str) -> List[Tuple[str, str]]:
-    """``(scheduler, idempotency key)`` of every stage a flow run submitted (its labels)."""
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        labels = client.read_flow_run(UUID(flow_run_id)).labels
-    stages = [json.loads(str(v)) for k, v in labels.items() if k.startswith(STAGE_LABEL_PREFIX)]
-    return [(str(scheduler), str(key)) for scheduler, key in stages]
+    stages.record_stage(str(fid), stages.here(scheduler, key, runner.trackers()))
 
 
 def _open_pipeline_run(runner: Any) -> Optional[str]:
@@ -176,8 +165,8 @@ def submit_stage(
     under ``parent_run_id``, else the flow run's."""
     name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
-    record_flow_run_stage(scheduler, idempotency_key)
     with _runner() as runner:
+        record_flow_run_stage(scheduler, idempotency_key, runner)
         submission = core.submit_or_attach(
             runner,
             component,
@@ -207,7 +196,9 @@ def wait_stage(
     artifact_key = key or _app_name(handle)
     with _runner() as runner:
         try:
-            status = core.wait_or_cancel(runner, handle, poll_interval, emit if get_logs else None)
+            status = core.wait_or_cancel(
+                runner, handle, poll_interval, emit if get_logs else None, CANCELLATIONS, logger
+            )
         except core.StageFailed as e:
             if e.status is not None:
                 _artifacts(handle, e.status, artifact_key, runner)
@@ -229,11 +220,18 @@ def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -
         return
     safe = "".join(c if c.isalnum() else "-" for c in artifact_key).lower().strip("-")[:60]
     links = core.stage_links(handle, status, runner.trackers())
+    # always the sync form: this runs in a thread of an async flow too (TorchXJob), where
+    # Prefect would dispatch to the coroutine form and nothing would await it
     if "app" in links:
-        create_link_artifact(links["app"], link_text=f"{handle} logs", key=f"torchx-logs-{safe}")
+        create_link_artifact(  # type: ignore[call-arg]
+            links["app"], link_text=f"{handle} logs", key=f"torchx-logs-{safe}", _sync=True
+        )
     if "tracker" in links:
-        create_link_artifact(
-            links["tracker"], link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
+        create_link_artifact(  # type: ignore[call-arg]
+            links["tracker"],
+            link_text=f"MLflow run of {handle}",
+            key=f"torchx-mlflow-{safe}",
+            _sync=True,
         )
     rows = [
         {"role": r.role, "replica": x.id, "state": str(x.state), "host": x.hostname}
@@ -241,8 +239,11 @@ def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -
         for x in r.replicas
     ]
     if rows:
-        create_table_artifact(
-            rows, key=f"torchx-replicas-{safe}", description=f"{handle}: {status.state}"
+        create_table_artifact(  # type: ignore[call-arg]
+            rows,
+            key=f"torchx-replicas-{safe}",
+            description=f"{handle}: {status.state}",
+            _sync=True,
         )
 
 
@@ -252,7 +253,14 @@ def _app_name(handle: str) -> str:
     return app_id.rsplit("-", 1)[0] if "-" in app_id else app_id
 
 
-@task(name="torchx-submit", task_run_name=_task_run_name("submit"), persist_result=True)
+# not cached: a retried flow run must ask the scheduler (the key skips a cancelled or
+# failed app), never get back the handle its cancelled try returned
+@task(
+    name="torchx-submit",
+    task_run_name=_task_run_name("submit"),
+    persist_result=False,
+    cache_policy=NO_CACHE,
+)
 def submit(
     component: Union[str, AppDef],
     component_args: Union[List[str], Dict[str, Any], None] = None,
@@ -350,13 +358,23 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
         state: the flow run's state (unused: any end by cancel or crash is KILLED)
     """
     fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
+    name = getattr(flow, "name", None) or _flow_run()[1]
+    logger = _hook_logger(flow_run)
     with _runner() as runner:
-        for scheduler, key in flow_run_stages(fid):
-            handle = runner.find_by_idempotency_key(scheduler, key)  # a live app, if any
-            if handle is not None:
-                core.cancel_quietly(runner, handle)
-        name = getattr(flow, "name", None) or _flow_run()[1]
-        core.close_pipeline_run(f"prefect://{name}/{fid}", runner.trackers(), core.KILLED)
+        trackers = runner.trackers()
+    stages.cancel_stages(stages.read_stages(fid), f"prefect://{name}/{fid}", logger, trackers)
+
+
+def _hook_logger(flow_run: Any) -> Logger:
+    """The flow run's own log (what the UI shows), also from the worker's process."""
+    from prefect.logging.loggers import flow_run_logger
+
+    if flow_run is not None:
+        try:
+            return flow_run_logger(flow_run)
+        except Exception:  # a logger is never worth missing a cancel
+            pass
+    return logging.getLogger(__name__)
 
 
 def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:

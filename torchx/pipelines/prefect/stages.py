@@ -1,0 +1,173 @@
+"""Where each stage of a flow run lives, recorded on the flow run itself.
+
+Prefect runs ``on_cancellation`` and ``on_crashed`` hooks in the *worker* (after it reloads
+the flow), not in the flow-run process that submitted the stages. The two processes may
+have different settings: a deployment's ``job_variables`` set the flow run's environment
+only. So before a stage is submitted, the flow run is labelled with everything needed to
+reach its app from any process: the scheduler, the idempotency key (the scheduler stores
+it with the job) and torchx's own settings in the flow run (``TORCHX_HOME``, where
+local_cwd and Ray keep their state; the trackers its jobs report to).
+
+The hook (``cancel_stages``) cancels each stage's live app with those settings: in its own
+process when they match, else in a short-lived child process
+(``python -m torchx.pipelines.prefect.stages``) whose ``TORCHX_HOME`` is the flow run's.
+Credentials are not recorded (the scheduler's kubeconfig, AWS or Slurm user; a tracker
+URI's ``user:password@``): the worker needs its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Union
+from uuid import UUID
+
+from torchx.pipelines import core
+from torchx.util.paths import ENV_TORCHX_HOME, torchx_home
+
+logger = logging.getLogger(__name__)
+
+Log = Union[logging.Logger, logging.LoggerAdapter]
+
+LABEL_PREFIX = "torchx.stage."
+CHILD_TIMEOUT = 300.0  # a cancel waits for the app to end (the scheduler's grace period)
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What reaches a stage's app from any process (one flow-run label per stage)."""
+
+    scheduler: str
+    key: str
+    torchx_home: str
+    trackers: Dict[str, Optional[str]] = field(default_factory=dict)
+
+    def where(self) -> str:
+        """The settings the app is reached with (stages sharing them are handled together)."""
+        return json.dumps([self.torchx_home, self.trackers], sort_keys=True)
+
+
+def here(scheduler: str, key: str, trackers: Dict[str, Optional[str]]) -> StageRecord:
+    """The record of a stage submitted by this process (its ``TORCHX_HOME``); a tracker
+    URI's user and password are left out (labels are visible to every Prefect user)."""
+    public = {name: _without_userinfo(config) for name, config in trackers.items()}
+    return StageRecord(scheduler, key, str(torchx_home()), public)
+
+
+def _without_userinfo(config: Optional[str]) -> Optional[str]:
+    if not config or "@" not in config:
+        return config
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(config)
+    if not parts.netloc or "@" not in parts.netloc:
+        return config
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def record_stage(flow_run_id: str, record: StageRecord) -> None:
+    """Label the flow run with the stage, *before* it is submitted: a cancel that comes
+    while the submission is under way still finds the app through its key."""
+    from prefect.client.orchestration import get_client
+
+    label = LABEL_PREFIX + hashlib.sha256(record.key.encode()).hexdigest()[:16]
+    with get_client(sync_client=True) as client:
+        client.update_flow_run_labels(UUID(flow_run_id), {label: json.dumps(asdict(record))})
+
+
+def read_stages(flow_run_id: str) -> List[StageRecord]:
+    """Every stage the flow run recorded (an unreadable label is logged and skipped)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        labels = client.read_flow_run(UUID(flow_run_id)).labels
+    records = []
+    for name, value in labels.items():
+        if not name.startswith(LABEL_PREFIX):
+            continue
+        try:
+            records.append(StageRecord(**json.loads(str(value))))
+        except (TypeError, ValueError) as e:
+            logger.warning("skipping flow-run label %s=%r: %s", name, value, e)
+    return records
+
+
+def cancel_stages(
+    records: Sequence[StageRecord],
+    pipeline_run: str,
+    log: Log,
+    trackers_here: Dict[str, Optional[str]],
+) -> None:
+    """Cancel every stage's live app and end ``pipeline_run`` KILLED, each with the
+    settings of the flow run that recorded it (``trackers_here``: this process's, used
+    when no stage was recorded)."""
+    if not records:
+        _cancel_here([], pipeline_run, trackers_here, log)
+        return
+    groups: Dict[str, List[StageRecord]] = {}
+    for r in records:
+        groups.setdefault(r.where(), []).append(r)
+    for i, group in enumerate(groups.values()):
+        run = pipeline_run if i == 0 else None  # the flow run's settings are all the same
+        if group[0].torchx_home == str(torchx_home()):
+            _cancel_here(group, run, group[0].trackers, log)
+        else:
+            _cancel_in_child(group, run, log)
+
+
+def _cancel_here(
+    records: Sequence[StageRecord],
+    pipeline_run: Optional[str],
+    trackers: Dict[str, Optional[str]],
+    log: Log,
+) -> None:
+    with core.runner_for(trackers) as runner:
+        for r in records:
+            handle = runner.find_by_idempotency_key(r.scheduler, r.key)  # a live app, if any
+            if handle is not None:
+                log.info("cancelling %s (stage %s)", handle, r.key)
+                core.cancel_quietly(runner, handle, log)
+        if pipeline_run:
+            core.close_pipeline_run(pipeline_run, trackers, core.KILLED)
+
+
+def _cancel_in_child(records: Sequence[StageRecord], pipeline_run: Optional[str], log: Log) -> None:
+    """``_cancel_here`` in a child process whose ``TORCHX_HOME`` is the records' (this
+    process's environment is left alone); its output goes to ``log``."""
+    home = records[0].torchx_home
+    request = json.dumps({"stages": [asdict(r) for r in records], "pipeline_run": pipeline_run})
+    log.info("cancelling %d stage(s) with TORCHX_HOME=%s", len(records), home)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", __name__, request],
+            env={**os.environ, ENV_TORCHX_HOME: home},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        log.warning("cancelling stages under %s took over %.0f s", home, CHILD_TIMEOUT)
+        return
+    for line in (done.stdout + done.stderr).splitlines():
+        if line.strip():
+            log.info("%s", line)
+    if done.returncode != 0:
+        log.warning("cancelling stages under %s exited with %d", home, done.returncode)
+
+
+def _main(argv: List[str]) -> int:
+    request: Dict[str, Any] = json.loads(argv[1])
+    records = [StageRecord(**r) for r in request["stages"]]
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    _cancel_here(records, request.get("pipeline_run"), records[0].trackers, logger)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))
