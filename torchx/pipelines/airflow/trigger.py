@@ -3,10 +3,10 @@
 Lifecycle, as Airflow 3.3 defines it for triggers:
 
 - the trigger's cancellation (``CancelledError``) is *not* a reason to cancel the app: the
-  triggerer cancels every trigger when it stops, restarts or hands triggers to another
-  triggerer, and the task is still deferred then; a new trigger re-attaches to the app;
-- ``on_kill`` is: Airflow calls it only when a user acts on the deferred task (mark failed,
-  mark success, clear), and it cancels the app;
+  triggerer cancels every trigger when it stops or restarts, and the task is still deferred
+  then; the next triggerer's trigger re-attaches to the app;
+- ``on_kill`` cancels the app: Airflow calls it when a user acts on the deferred task (mark
+  failed, mark success, clear);
 - status checks run in a daemon thread, so a triggerer that stops never waits for one.
 """
 
@@ -19,9 +19,6 @@ from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple, TypeVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 T = TypeVar("T")
-
-# how long on_kill asks the API for the task's state before it trusts Airflow's call
-STATE_TIMEOUT = 10.0
 
 
 class TorchXTrigger(BaseTrigger):
@@ -78,31 +75,11 @@ class TorchXTrigger(BaseTrigger):
                 return
 
     async def on_kill(self) -> None:
-        """A user killed the deferred task: cancel the app.
-
-        Airflow 3.3 also takes this path when the trigger was reassigned to another
-        triggerer (its own was thought dead); the task is still deferred then, and the app
-        is left to the new trigger.
-        """
+        """A user killed the deferred task (mark failed or success, clear): cancel the app."""
         if not self.cancel_on_kill:
             return
-        state = await self._live_task_state()
-        if state == "deferred":
-            self.log.info("%s moved to another triggerer: leaving it running", self.app_handle)
-            return
-        self.log.info("task killed (state %s): cancelling %s", state, self.app_handle)
+        self.log.info("task killed: cancelling %s", self.app_handle)
         await off_loop(self._cancel)
-
-    async def _live_task_state(self) -> Optional[str]:
-        """The task instance's current state (lower case), None if unknown."""
-        ti = getattr(self, "task_instance", None)
-        if ti is None:
-            return None
-        try:
-            return await asyncio.wait_for(off_loop(lambda: _task_state(ti)), STATE_TIMEOUT)
-        except Exception as e:
-            self.log.warning("could not read the state of %s: %s", ti.task_id, e)
-            return None
 
     def _cancel(self) -> None:
         from torchx.pipelines import core
@@ -110,21 +87,6 @@ class TorchXTrigger(BaseTrigger):
 
         with get_runner() as runner:
             core.cancel_quietly(runner, self.app_handle)
-
-
-def _task_state(ti: Any) -> Optional[str]:
-    """The task instance's state from the Airflow API (called off the event loop)."""
-    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-    states = RuntimeTaskInstance.get_task_states(
-        dag_id=ti.dag_id,
-        map_index=getattr(ti, "map_index", None),
-        task_ids=[ti.task_id],
-        run_ids=[ti.run_id],
-    )
-    by_task = states.get(ti.run_id, states) if isinstance(states, dict) else {}
-    state = by_task.get(ti.task_id) if isinstance(by_task, dict) else None
-    return None if state is None else str(state).rsplit(".", 1)[-1].lower()
 
 
 async def off_loop(fn: Callable[[], T]) -> T:
