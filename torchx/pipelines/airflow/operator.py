@@ -136,10 +136,11 @@ class TorchXOperator(BaseOperator):
         ``TORCHX_TRACKERS`` or ``.torchxconfig``); ``{}`` turns tracking off.
     :param parent_run_id: tracker run to nest the job's run under (default: the DAG run's
         ``airflow://<dag_id>/<run_id>``). Templated.
-    :param reattach: re-attach a retry to the app an earlier try of the same task instance
-        submitted (found by the scheduler through the idempotency key), instead of
-        submitting a second one.
-    :param reuse_succeeded: with ``reattach``, a cleared task whose app already SUCCEEDED
+    :param durable: re-attach a retry to the app an earlier try of the same task instance
+        submitted (found by the scheduler through the idempotency key; the handle is cached
+        in the task state store under ``external_id_key``), instead of submitting a second
+        one; named as Airflow's ``ResumableJobMixin`` names it.
+    :param reuse_succeeded: with ``durable``, a cleared task whose app already SUCCEEDED
         returns that app instead of running again (a retry always does).
     :param record_assets: add the stable Asset ``x-torchx://<dag_id>/<task_id>`` (named
         ``torchx/<dag_id>/<task_id>``) to the task's outlets; its event on success names the
@@ -165,6 +166,9 @@ class TorchXOperator(BaseOperator):
     )
     template_fields_renderers = {"component_args": "json", "cfg": "json"}
     operator_extra_links = (TorchXAppLink(), TorchXMLflowLink())
+    # the task state store key of the app handle (ResumableJobMixin's attribute name);
+    # renaming it strands the handles of in-flight retries (the scheduler's key still finds them)
+    external_id_key = STATE_STORE_KEY
     ui_color = "#ee4c2c"
 
     def __init__(
@@ -182,7 +186,7 @@ class TorchXOperator(BaseOperator):
         cancel_on_kill: bool = True,
         trackers: Optional[Dict[str, Optional[str]]] = None,
         parent_run_id: Optional[str] = None,
-        reattach: bool = True,
+        durable: bool = True,
         reuse_succeeded: bool = False,
         record_assets: bool = True,
         **kwargs: Any,
@@ -202,7 +206,7 @@ class TorchXOperator(BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self.trackers = trackers
         self.parent_run_id = parent_run_id
-        self.reattach = reattach
+        self.durable = durable
         self.reuse_succeeded = reuse_succeeded
         self.record_assets = record_assets
         self.app_handle: Optional[str] = None
@@ -222,7 +226,7 @@ class TorchXOperator(BaseOperator):
         return core.runner_for(self.trackers)
 
     def _idempotency_key(self, context: Mapping[str, Any]) -> Optional[str]:
-        if not self.reattach:
+        if not self.durable:
             return None
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
@@ -231,10 +235,10 @@ class TorchXOperator(BaseOperator):
     def _cached_handle(self, context: Mapping[str, Any], runner: Any) -> Optional[str]:
         """The handle an earlier try kept in Airflow's task state store, if still reusable."""
         store = context.get("task_state_store")
-        if store is None or not self.reattach:
+        if store is None or not self.durable:
             return None
         try:
-            handle = store.get(STATE_STORE_KEY)
+            handle = store.get(self.external_id_key)
         except Exception:
             return None
         if not handle:
@@ -281,9 +285,9 @@ class TorchXOperator(BaseOperator):
         verb = "re-attaching to" if submission.reattached else "submitted"
         self.log.info("%s %s", verb, submission.handle)
         store = context.get("task_state_store")
-        if store is not None:
+        if store is not None and self.durable:
             try:
-                store.set(STATE_STORE_KEY, submission.handle)
+                store.set(self.external_id_key, submission.handle)
             except Exception as e:  # a cache only: the scheduler holds the key
                 self.log.warning(
                     "could not keep %s in the task state store: %s", submission.handle, e
