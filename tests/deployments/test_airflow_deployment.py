@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import time
 import uuid
@@ -24,7 +23,39 @@ import pytest
 from tests.deployments.airflow_deployment import AirflowDeployment, airflow_deployment
 from tests.polling import poll, poll_until
 
-HERE = Path(__file__).resolve().parent
+# the deployment's DAGs: one torchx stage whose job waits for dag_run.conf["flag"] to exist,
+# so a test decides when the app succeeds (no guessing how long a crash takes to handle)
+DAGS = """
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from torchx.pipelines.airflow import TorchXOperator, close_pipeline_run
+
+WAIT = "while [ ! -e {{ dag_run.conf['flag'] }} ]; do sleep 0.1; done; echo flag-seen"
+
+for dag_id, deferrable in (("torchx_wait", False), ("torchx_wait_deferred", True)):
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        on_success_callback=close_pipeline_run,
+        on_failure_callback=close_pipeline_run,
+    ) as dag:
+        TorchXOperator(
+            task_id="job",
+            component="utils.sh",
+            component_args=["sh", "-c", WAIT],
+            deferrable=deferrable,
+            poll_interval=0.5,
+            retries=1,
+            retry_delay=timedelta(seconds=1),
+        )
+    globals()[dag_id] = dag
+"""
 DEADLINE = 120.0
 # a crashed try fails after task_instance_heartbeat_timeout, then the retry starts
 CRASH_DEADLINE = 180.0
@@ -35,7 +66,7 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
     work = tmp_path_factory.mktemp("airflow-deployment")
     dags = work / "dags"
     dags.mkdir()
-    shutil.copy(HERE / "airflow_dags.py", dags / "airflow_dags.py")
+    (dags / "torchx_dags.py").write_text(DAGS)
     torchx_env = {"TORCHX_HOME": str(work / "torchx_home"), "TORCHX_TRACKERS": ""}
     with pytest.MonkeyPatch.context() as mp:
         for k, v in torchx_env.items():  # this process counts the deployment's apps
