@@ -7,7 +7,8 @@ The job handles travel between tasks as XComs; the last task reports them.
 
 Lineage needs no wiring here: each stage records what it wrote and read
 (``torchx.trackers.record_output`` / ``record_input``), and each ``TorchXOperator`` turns
-that into Asset events (through its AssetAlias ``torchx/<dag_id>/<task_id>``) and
+that into an event on the stage's stable Asset ``x-torchx://<dag_id>/<task_id>`` (the
+run's output path in its extra) and
 OpenLineage input/output datasets with a run facet naming the stage's MLflow run. Turn
 OpenLineage on with any transport, e.g.
 ``AIRFLOW__OPENLINEAGE__TRANSPORT='{"type": "console"}'``.

@@ -178,14 +178,17 @@ def test_stage_outputs_are_airflow_asset_events(reference: Dict[str, Any]) -> No
             .where(AssetEvent.source_run_id == dag_run.run_id)
         ).all()
     events = {uri: (task, extra) for uri, task, extra in rows}
+    # one stable Asset per stage (not one per run's path), the run's path in the extra
+    assert sorted(events) == sorted(f"x-torchx://{DAG_ID}/{s}" for s in STAGES)
     tracker = _tracker(reference["url"])
     for stage, out, artifact in (
         ("datapreproc", "data", "dataset"),
         ("train", "model", "model"),
         ("evaluate", "eval", "metrics"),
     ):
-        task, extra = events[f"file://{run_dir / out}"]
+        task, extra = events[f"x-torchx://{DAG_ID}/{stage}"]
         assert task == stage
+        assert extra["uri"] == f"file://{run_dir / out}"
         assert extra["torchx_artifact"] == artifact
         assert extra["torchx_app_handle"] == handles[stage]
         assert extra["tracker_run_id"] == tracker.mlflow_run_id(handles[stage])
@@ -314,8 +317,11 @@ def test_a_declared_outlet_gets_the_recorded_output_extra(
             .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
             .where(AssetEvent.source_run_id == dag_run.run_id)
         ).all()
-    assert [uri for uri, _ in rows] == [f"file://{out}"]  # one event, on the declared Asset
-    extra = rows[0][1]
+    events = dict(rows)
+    # one event on the declared Asset; the stage's own Asset only names the app
+    assert sorted(events) == sorted([f"file://{out}", "x-torchx://declared_outlet/score"])
+    extra = events[f"file://{out}"]
     assert extra["torchx_artifact"] == "scores" and extra["type"] == "metrics"
     handle = _xcom(dag_run, "score", "app_handle")
     assert extra["tracker_run_id"] == _tracker(server).mlflow_run_id(handle)
+    assert events["x-torchx://declared_outlet/score"] == {"torchx_app_handle": handle}

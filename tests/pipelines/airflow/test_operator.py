@@ -267,6 +267,31 @@ def test_cleared_succeeded_task_runs_again_unless_reusing_success(torchx_env: Pa
     assert execute(reuse_succeeded=True) == second  # the newest succeeded app is reused
 
 
+def test_a_retry_returns_the_succeeded_app_a_clear_runs_again(torchx_env: Path) -> None:
+    """Airflow's try numbering tells them apart: a clear sets ``max_tries = try_number +
+    retries``, so only a try after the first of its series is a retry."""
+    from torchx.pipelines.airflow import TorchXOperator
+
+    def execute(try_number: int, max_tries: int) -> str:
+        op = TorchXOperator(
+            task_id="t",
+            component="utils.sh",
+            component_args=["true"],
+            poll_interval=0.5,
+            trackers={},
+            retries=1,
+        )
+        ti = _TI("retried")
+        ti.try_number, ti.max_tries = try_number, max_tries  # type: ignore[attr-defined]
+        return op.execute({"ti": ti})
+
+    first = execute(1, 1)  # its worker died after the app succeeded ...
+    assert execute(2, 1) == first  # ... so the retry returns that app
+    cleared = execute(3, 3)  # a user cleared the task after try 2: it runs again
+    assert cleared != first
+    assert execute(4, 3) == cleared  # and that series' retry returns its own app
+
+
 def test_provider_info_and_bad_arguments() -> None:
     from torchx.pipelines.airflow import TorchXOperator, get_provider_info
 

@@ -9,23 +9,27 @@
   cancelled by the trigger's cleanup (Airflow does not call ``on_kill`` for it).
 - Retries re-attach on any worker: the submission's idempotency key (dag, task, run, map
   index) is stored by the scheduler with the job, and on Airflow >= 3.3 the handle is also
-  kept in the task state store. A cleared task whose app SUCCEEDED runs again, unless
+  kept in the task state store (a cache). A retry (a try after a failed or crashed one)
+  returns the app even if it already SUCCEEDED, so a worker that dies after its job
+  succeeded does not run the job twice. A cleared task runs again (a new app), unless
   ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
 - Tracking: each job has its tracker run, named after the task, with the DAG run's
   identity and params as run params, nested under one run per DAG run
   ``airflow://<dag_id>/<run_id>``; give the DAG ``on_success_callback`` and
   ``on_failure_callback`` = ``close_pipeline_run`` so that run ends FINISHED or FAILED.
 - Lineage in Airflow's own terms: what the stage recorded (``torchx.trackers.record_output``
-  / ``record_input``) becomes Asset events on the task's outlets and OpenLineage input and
-  output datasets (``get_openlineage_facets_on_complete``), with a run facet naming the
-  app and its MLflow run.
+  / ``record_input``) becomes Asset events and OpenLineage input and output datasets
+  (``get_openlineage_facets_on_complete``), with a run facet naming the app and its MLflow
+  run. Each task has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG run adds
+  an event to it (the run's concrete output paths go in the event's extra), not a new
+  Asset per run.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from airflow.sdk import Asset, AssetAlias, BaseOperator, BaseOperatorLink
+from airflow.sdk import Asset, BaseOperator, BaseOperatorLink
 
 from torchx.pipelines import core
 from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
@@ -37,6 +41,7 @@ except ImportError:  # pragma: no cover
     AirflowException = RuntimeError  # type: ignore[misc, assignment]
 
 STATE_STORE_KEY = "torchx_app_handle"
+STAGE_SCHEME = "x-torchx://"
 
 
 def _default_deferrable() -> bool:
@@ -131,20 +136,22 @@ class TorchXOperator(BaseOperator):
         ``TORCHX_TRACKERS`` or ``.torchxconfig``); ``{}`` turns tracking off.
     :param parent_run_id: tracker run to nest the job's run under (default: the DAG run's
         ``airflow://<dag_id>/<run_id>``). Templated.
-    :param reattach: re-attach a retry to the app an earlier try of the same task instance
-        submitted (found by the scheduler through the idempotency key), instead of
-        submitting a second one.
-    :param reuse_succeeded: with ``reattach``, a cleared task whose app already SUCCEEDED
-        returns that app instead of running again.
-    :param record_assets: emit an Airflow Asset event for every output the stage recorded
-        (``torchx.trackers.record_output``), through the AssetAlias
-        ``torchx/<dag_id>/<task_id>`` this operator adds to its outlets; each event's extra
-        names the app, the artifact, its digest and the tracker run. (A mapped task has no
-        alias: give ``.partial(outlets=[AssetAlias(...)])`` yourself if you need one.)
+    :param durable: re-attach a retry to the app an earlier try of the same task instance
+        submitted (found by the scheduler through the idempotency key; the handle is cached
+        in the task state store under ``external_id_key``), instead of submitting a second
+        one; named as Airflow's ``ResumableJobMixin`` names it.
+    :param reuse_succeeded: with ``durable``, a cleared task whose app already SUCCEEDED
+        returns that app instead of running again (a retry always does).
+    :param record_assets: add the stable Asset ``x-torchx://<dag_id>/<task_id>`` (named
+        ``torchx/<dag_id>/<task_id>``) to the task's outlets; its event on success names the
+        app, and the output the stage recorded (``torchx.trackers.record_output``): the
+        run's concrete ``uri``, the artifact, its digest and the tracker run (several
+        outputs: the first flat, all under ``outputs``). (A mapped task gets none: give
+        ``.partial(outlets=[Asset(...)])`` yourself if you need one.)
     :param outlets: Assets the task produces (Airflow's own parameter). A declared Asset
         whose URI is a path the stage recorded (``file:///abs/path`` for a local path) gets
-        that output's extra on its event instead of an alias event; declared outlets are also
-        OpenLineage outputs.
+        that output's extra on its event instead; declared outlets are also OpenLineage
+        outputs.
     :param inlets: Assets the task consumes (Airflow's own parameter); OpenLineage inputs
         besides those the stage recorded (``torchx.trackers.record_input``).
     :param kwargs: any other ``BaseOperator`` argument (``task_id``, ``retries``, ...).
@@ -159,6 +166,9 @@ class TorchXOperator(BaseOperator):
     )
     template_fields_renderers = {"component_args": "json", "cfg": "json"}
     operator_extra_links = (TorchXAppLink(), TorchXMLflowLink())
+    # the task state store key of the app handle (ResumableJobMixin's attribute name);
+    # renaming it strands the handles of in-flight retries (the scheduler's key still finds them)
+    external_id_key = STATE_STORE_KEY
     ui_color = "#ee4c2c"
 
     def __init__(
@@ -176,7 +186,7 @@ class TorchXOperator(BaseOperator):
         cancel_on_kill: bool = True,
         trackers: Optional[Dict[str, Optional[str]]] = None,
         parent_run_id: Optional[str] = None,
-        reattach: bool = True,
+        durable: bool = True,
         reuse_succeeded: bool = False,
         record_assets: bool = True,
         **kwargs: Any,
@@ -196,19 +206,19 @@ class TorchXOperator(BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self.trackers = trackers
         self.parent_run_id = parent_run_id
-        self.reattach = reattach
+        self.durable = durable
         self.reuse_succeeded = reuse_succeeded
         self.record_assets = record_assets
         self.app_handle: Optional[str] = None
         self.torchx_links: Dict[str, str] = {}  # what the extra links show (see _TorchXLink)
         self.stage_lineage: Optional[StageLineage] = None
         if record_assets and self.has_dag():
-            self.outlets = [*self.outlets, AssetAlias(self.asset_alias_name)]
+            self.outlets = [*self.outlets, stage_asset(self.dag_id, self.task_id)]
 
     @property
-    def asset_alias_name(self) -> str:
-        """The AssetAlias through which the stage's recorded outputs become Asset events."""
-        return f"torchx/{self.dag_id}/{self.task_id}"
+    def stage_asset(self) -> Asset:
+        """The task's stable Asset: one event per successful run, the run's paths in extra."""
+        return stage_asset(self.dag_id, self.task_id)
 
     # ------------------------------------------------------------------ helpers
 
@@ -216,7 +226,7 @@ class TorchXOperator(BaseOperator):
         return core.runner_for(self.trackers)
 
     def _idempotency_key(self, context: Mapping[str, Any]) -> Optional[str]:
-        if not self.reattach:
+        if not self.durable:
             return None
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
@@ -225,10 +235,10 @@ class TorchXOperator(BaseOperator):
     def _cached_handle(self, context: Mapping[str, Any], runner: Any) -> Optional[str]:
         """The handle an earlier try kept in Airflow's task state store, if still reusable."""
         store = context.get("task_state_store")
-        if store is None or not self.reattach:
+        if store is None or not self.durable:
             return None
         try:
-            handle = store.get(STATE_STORE_KEY)
+            handle = store.get(self.external_id_key)
         except Exception:
             return None
         if not handle:
@@ -236,9 +246,17 @@ class TorchXOperator(BaseOperator):
         status = runner.status(handle)
         if status is None:
             return None
-        if not status.is_terminal() or (self.reuse_succeeded and status.state.name == "SUCCEEDED"):
+        if not status.is_terminal() or (
+            self._reuse_succeeded(context) and status.state.name == "SUCCEEDED"
+        ):
             return str(handle)
         return None
+
+    def _reuse_succeeded(self, context: Mapping[str, Any]) -> bool:
+        """Whether a SUCCEEDED app of this task instance is returned rather than run again:
+        always on a retry (a crash after the app succeeded must not run it twice), on the
+        first try after a clear only with ``reuse_succeeded``."""
+        return self.reuse_succeeded or is_retry(context["ti"], self.retries)
 
     def _submit(self, context: Mapping[str, Any], runner: Any) -> str:
         ti = context["ti"]
@@ -260,16 +278,16 @@ class TorchXOperator(BaseOperator):
             self.cfg,
             self._idempotency_key(context),
             parent_run_id=parent,
-            reattach_succeeded=self.reuse_succeeded,
+            reattach_succeeded=self._reuse_succeeded(context),
             run_name=run_name(ti),
             run_params=run_params(context),
         )
         verb = "re-attaching to" if submission.reattached else "submitted"
         self.log.info("%s %s", verb, submission.handle)
         store = context.get("task_state_store")
-        if store is not None:
+        if store is not None and self.durable:
             try:
-                store.set(STATE_STORE_KEY, submission.handle)
+                store.set(self.external_id_key, submission.handle)
             except Exception as e:  # a cache only: the scheduler holds the key
                 self.log.warning(
                     "could not keep %s in the task state store: %s", submission.handle, e
@@ -353,31 +371,33 @@ class TorchXOperator(BaseOperator):
 
     def _emit_asset_events(self, context: Mapping[str, Any], lineage: StageLineage) -> None:
         """A recorded output that is a declared Asset extends that Asset's event; the others
-        become Asset events through this task's AssetAlias (when ``record_assets``)."""
+        go into the extra of the task's stable Asset's event (when ``record_assets``)."""
         events = context.get("outlet_events")
-        if events is None or not lineage.outputs:
+        if events is None:
             return
-        # a mapped task's alias is not in the serialized DAG (outlets come from .partial())
-        mapped = getattr(context["ti"], "map_index", -1) not in (-1, None)
-        declared = {o.uri: o for o in self.outlets if isinstance(o, Asset)}
-        alias = next(
-            (
-                o
-                for o in self.outlets
-                if isinstance(o, AssetAlias) and o.name == self.asset_alias_name
-            ),
-            None,
-        )
+        mine = self.stage_asset
+        declared = {o.uri: o for o in self.outlets if isinstance(o, Asset) and o != mine}
+        # a mapped task's outlets come from .partial(): it has no stage Asset
+        has_stage_asset = self.record_assets and any(o == mine for o in self.outlets)
+        rest: List[Dict[str, str]] = []
         for output in lineage.outputs:
-            extra = lineage.event_extra(output)
+            extra = {**lineage.event_extra(output), "uri": output.uri}
             try:
                 asset = declared.get(Asset(uri=output.uri).uri)
                 if asset is not None:
                     events[asset].extra.update(extra)
-                elif alias is not None and self.record_assets and not mapped:
-                    events[alias].add(Asset(uri=output.uri), extra=extra)
+                    continue
             except Exception as e:  # an unusual URI is never worth failing the stage
                 self.log.warning("no Asset event for %s: %s", output.uri, e)
+            rest.append(extra)
+        if not has_stage_asset:
+            return
+        stage: Dict[str, Any] = {"torchx_app_handle": lineage.handle}
+        if rest:
+            stage.update(rest[0])
+        if len(rest) > 1:
+            stage["outputs"] = rest
+        events[mine].extra.update(stage)
 
     def on_kill(self) -> None:
         if self.cancel_on_kill and self.app_handle:
@@ -425,11 +445,39 @@ class TorchXOperator(BaseOperator):
 
 
 def _declared_uris(inlets: Sequence[Any], outlets: Sequence[Any]) -> tuple[List[str], List[str]]:
-    """The URIs of the Assets among a task's inlets and outlets (aliases resolve at run time;
-    an Asset named without a URI is not a dataset OpenLineage can name)."""
-    ins = [a.uri for a in inlets if isinstance(a, Asset) and "://" in a.uri]
-    outs = [a.uri for a in outlets if isinstance(a, Asset) and "://" in a.uri]
+    """The URIs of the Assets among a task's inlets and outlets (an Asset named without a
+    URI, or a stage's own Asset, is not a dataset OpenLineage can name)."""
+    ins = [a.uri for a in inlets if _is_dataset(a)]
+    outs = [a.uri for a in outlets if _is_dataset(a)]
     return ins, outs
+
+
+def _is_dataset(asset: Any) -> bool:
+    # a stage's stable Asset names the task, not a dataset
+    return (
+        isinstance(asset, Asset) and "://" in asset.uri and not asset.uri.startswith(STAGE_SCHEME)
+    )
+
+
+def stage_asset(dag_id: str, task_id: str) -> Asset:
+    """A task's stable Asset ``x-torchx://<dag_id>/<task_id>`` (``x-``: a user scheme,
+    which Airflow keeps as written)."""
+    return Asset(name=f"torchx/{dag_id}/{task_id}", uri=f"{STAGE_SCHEME}{dag_id}/{task_id}")
+
+
+def is_retry(ti: Any, retries: Optional[int]) -> bool:
+    """Whether this try retries a failed or crashed try, rather than being the first try
+    since the DAG run started or a user cleared the task.
+
+    Airflow numbers tries on: a clear sets ``max_tries = try_number + retries``, so the
+    first try of a series is ``max_tries - retries + 1`` (as the task SDK computes it for
+    reschedules) and any later try of the series is a retry.
+    """
+    try_number = getattr(ti, "try_number", None)
+    max_tries = getattr(ti, "max_tries", None)
+    if not isinstance(try_number, int) or not isinstance(max_tries, int):
+        return False
+    return try_number > max_tries - (retries or 0) + 1
 
 
 def run_name(ti: Any) -> str:

@@ -1,20 +1,31 @@
-"""``TorchXTrigger``: waits for a torchx app in the triggerer, so no worker slot is held."""
+"""``TorchXTrigger``: waits for a torchx app in the triggerer, so no worker slot is held.
+
+Lifecycle, as Airflow 3.3 defines it for triggers:
+
+- the trigger's cancellation (``CancelledError``) is *not* a reason to cancel the app: the
+  triggerer cancels every trigger when it stops or restarts, and the task is still deferred
+  then; the next triggerer's trigger re-attaches to the app;
+- ``on_kill`` cancels the app: Airflow calls it when a user acts on the deferred task (mark
+  failed, mark success, clear);
+- status checks run in a daemon thread, so a triggerer that stops never waits for one.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Dict, Optional, Tuple
+import threading
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+T = TypeVar("T")
 
 
 class TorchXTrigger(BaseTrigger):
     """Fires one event ``{"app_handle", "state", "message"}`` when the app is terminal.
 
-    If the trigger is cancelled while the app still runs because its task was killed
-    (marked failed, DAG run stopped), it cancels the app: Airflow does not call the
-    operator's ``on_kill`` for a deferred task. A triggerer restart does not cancel the app
-    (the task instance is still deferred then).
+    A user's kill of the deferred task (mark failed or success, clear) cancels the app
+    (``on_kill``, when ``cancel_on_kill``); a triggerer restart leaves it running.
     """
 
     def __init__(
@@ -36,6 +47,8 @@ class TorchXTrigger(BaseTrigger):
         )
 
     def _status(self) -> Any:
+        """The app's status once terminal, or after ``poll_interval`` (a local app's end
+        wakes this at once)."""
         from torchx.runner import get_runner
 
         with get_runner() as runner:
@@ -44,65 +57,61 @@ class TorchXTrigger(BaseTrigger):
             )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        try:
-            while True:
-                status = await asyncio.to_thread(self._status)
-                if status is None:
-                    yield TriggerEvent(
-                        {
-                            "app_handle": self.app_handle,
-                            "state": "UNKNOWN",
-                            "message": "app not found",
-                        }
-                    )
-                    return
-                if status.is_terminal():
-                    yield TriggerEvent(
-                        {
-                            "app_handle": self.app_handle,
-                            "state": str(status.state),
-                            "message": status.error_summary(),
-                        }
-                    )
-                    return
-        except asyncio.CancelledError:
-            if self.cancel_on_kill and self._task_was_killed():
-                await asyncio.to_thread(self._cancel)
-            raise
+        while True:
+            status = await off_loop(self._status)
+            if status is None:
+                yield TriggerEvent(
+                    {"app_handle": self.app_handle, "state": "UNKNOWN", "message": "app not found"}
+                )
+                return
+            if status.is_terminal():
+                yield TriggerEvent(
+                    {
+                        "app_handle": self.app_handle,
+                        "state": str(status.state),
+                        "message": status.error_summary(),
+                    }
+                )
+                return
 
-    def _task_was_killed(self) -> bool:
-        """Whether the task left the deferred state (marked failed, DAG run stopped) rather
-        than the triggerer stopping. Decided from the live task state, as Airflow's own
-        provider triggers do; the snapshot taken when the trigger started is only a fallback
-        where the triggerer's API is not reachable."""
-        ti = getattr(self, "task_instance", None)
-        if ti is None:
-            return False
-        state = _live_task_state(ti)
-        if state is None:
-            state = str(getattr(ti, "state", "") or "")
-        return state.rsplit(".", 1)[-1].lower() != "deferred"
+    async def on_kill(self) -> None:
+        """A user killed the deferred task (mark failed or success, clear): cancel the app."""
+        if not self.cancel_on_kill:
+            return
+        self.log.info("task killed: cancelling %s", self.app_handle)
+        await off_loop(self._cancel)
 
     def _cancel(self) -> None:
+        from torchx.pipelines import core
         from torchx.runner import get_runner
 
         with get_runner() as runner:
-            runner.cancel(self.app_handle)
+            core.cancel_quietly(runner, self.app_handle)
 
 
-def _live_task_state(ti: Any) -> Optional[str]:
-    """The task instance's current state from the Airflow API (None if unreachable)."""
-    try:
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+async def off_loop(fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread: unlike ``asyncio.to_thread``, a triggerer that stops
+    (its loop closes, its process exits) never waits for a blocking scheduler call."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
 
-        states = RuntimeTaskInstance.get_task_states(
-            dag_id=ti.dag_id,
-            map_index=getattr(ti, "map_index", None),
-            task_ids=[ti.task_id],
-            run_ids=[ti.run_id],
-        )
-    except Exception:
-        return None
-    by_task = states.get(ti.run_id, states) if isinstance(states, dict) else {}
-    state = by_task.get(ti.task_id) if isinstance(by_task, dict) else None
-    return None if state is None else str(state)
+    def settle(result: Any, error: Optional[BaseException]) -> None:
+        if future.done():  # the awaiting trigger was cancelled
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = fn(), None
+        except BaseException as e:  # noqa: B036 - handed to the awaiting coroutine
+            result, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop closed: nobody waits any more
+            pass
+
+    threading.Thread(target=work, name="torchx-trigger", daemon=True).start()
+    return await future
