@@ -191,7 +191,9 @@ def test_triggerer_restart_leaves_the_deferred_app_running(af: AirflowDeployment
     stopped_in = time.monotonic() - started
     print(f"\nthe old triggerer and its trigger runner stopped in {stopped_in:.1f} s")
     assert not alive
-    assert stopped_in < 5.0, f"the triggerer took {stopped_in:.1f} s to stop"
+    # behaviour, not speed: the trigger runner exits by itself, well before Airflow's 20 s
+    # SIGKILL of a runner that ignores SIGTERM (measured 1.7-2.5 s; before the fix 23 s)
+    assert stopped_in < 15.0, f"the triggerer took {stopped_in:.1f} s to stop"
     assert _app_state(ti) == "RUNNING"  # the stop did not cancel the app
     af.start("triggerer")
     _trigger_started(af, ti, times=2)  # the new triggerer re-attached to the app
