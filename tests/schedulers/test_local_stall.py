@@ -62,7 +62,11 @@ def test_apps_that_keep_printing_or_reporting_are_never_stopped() -> None:
         "for i in range(1, 9):\n    report_progress(i, total=8); time.sleep(1)"
     )
     with get_runner() as runner:
-        handles = [runner.run(app(r), "local_cwd", stall_timeout=3) for r in (printing, reporting)]
+        # the reporter gets 5 s: its first report comes after Python and torchx start
+        handles = [
+            runner.run(app(r), "local_cwd", stall_timeout=timeout)
+            for r, timeout in ((printing, 3), (reporting, 5))
+        ]
         for h in handles:
             status = runner.wait(h, wait_interval=1, timeout=DEADLINE)
             assert status is not None and status.state == specs.AppState.SUCCEEDED, status
