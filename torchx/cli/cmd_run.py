@@ -31,6 +31,7 @@ _STDIN_FIELDS = {
     "tee_logs",
     "component_args",
     "component_args_str",
+    "stall_timeout",
 }
 
 
@@ -89,6 +90,14 @@ class CmdRun(SubCommand):
             help="stream the logs of every replica (same as --log)",
         )
         subparser.add_argument(
+            "--stall_timeout",
+            type=float,
+            default=None,
+            metavar="S",
+            help="fail the app (and stop all its processes) when it neither prints a line nor"
+            " reports progress (torchx.trackers.report_progress) for S seconds",
+        )
+        subparser.add_argument(
             "--stdin", action="store_true", help="read the run arguments as JSON from stdin"
         )
         subparser.add_argument(
@@ -119,6 +128,11 @@ class CmdRun(SubCommand):
             getattr(args, "_stdin_args_dict", None) or comp_and_args[1:]
         )
         workspace = resolve_workspace(args.workspace, cli_defaults)
+        stall_timeout = args.stall_timeout
+        if stall_timeout is not None and not stall_timeout > 0:
+            raise CommandError(
+                f"--stall_timeout {stall_timeout:g}: give a number of seconds > 0", 2
+            )
 
         with get_runner() as runner:
             runner.scheduler_run_opts(
@@ -136,6 +150,7 @@ class CmdRun(SubCommand):
                     cfg=cfg,
                     workspace=workspace,
                     parent_run_id=args.parent_run_id,
+                    stall_timeout=stall_timeout,
                 )
             except Exception as e:
                 from torchx.specs.builders import is_help_request
@@ -285,6 +300,8 @@ class CmdRun(SubCommand):
         for flag in ("dryrun", "wait", "log", "tee_logs"):
             setattr(args, flag, bool(data.get(flag, False)))
         args.parent_run_id = data.get("parent_run_id")
+        stall = data.get("stall_timeout")
+        args.stall_timeout = float(stall) if isinstance(stall, (int, float)) and stall else None
         args.workspace = data.get("workspace")
 
 

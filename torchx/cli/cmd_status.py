@@ -1,4 +1,5 @@
-"""``torchx status HANDLE``: the app's state, replicas and error."""
+"""``torchx status HANDLE``: the app's state, replicas and error, and the last progress
+report of its rank 0 (``torchx.trackers.report_progress``) if it made any."""
 
 from __future__ import annotations
 
@@ -24,11 +25,17 @@ class CmdStatus(SubCommand):
         roles = [r for r in args.roles.split(",") if r] or None
         with get_runner() as runner:
             status = runner.status(args.app_handle)
+            progress = runner.progress(args.app_handle) if status is not None else None
         if status is None:
             raise CommandError(
                 f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)"
             )
         if args.json:
-            print(json.dumps(status.to_json(roles), indent=2))
+            doc = status.to_json(roles)
+            if progress is not None:
+                doc["progress"] = progress.to_json()
+            print(json.dumps(doc, indent=2))
         else:
             print(status.format(roles))
+            if progress is not None:
+                print(f"  progress: {progress.format(running=not status.is_terminal())}")

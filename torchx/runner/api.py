@@ -27,6 +27,7 @@ from torchx.runner.events import log_event
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
+    STALL_TIMEOUT,
     InvalidAppError,
     ListAppResponse,
     Scheduler,
@@ -57,6 +58,7 @@ from torchx.trackers.job_run import (
     mark_launcher_owned,
     open_run,
 )
+from torchx.trackers.progress import Progress, read_progress
 from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)
@@ -121,6 +123,7 @@ class Runner:
         reattach_succeeded: bool = False,
         run_name: Optional[str] = None,
         run_params: Optional[Mapping[str, object]] = None,
+        stall_timeout: Optional[float] = None,
     ) -> AppHandle:
         """Materialize a component (``utils.echo``, ``file.py:fn``) and submit it.
 
@@ -138,6 +141,7 @@ class Runner:
             reattach_succeeded=reattach_succeeded,
             run_name=run_name,
             run_params=run_params,
+            stall_timeout=stall_timeout,
             _component=(component, component_args),
         )
 
@@ -149,9 +153,12 @@ class Runner:
         cfg: Optional[Mapping[str, CfgVal]] = None,
         workspace: Optional[Union[Workspace, str]] = None,
         parent_run_id: Optional[str] = None,
+        stall_timeout: Optional[float] = None,
     ) -> AppDryRunInfo[Any]:
         app = self.materialize_component(component, component_args)
-        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
+        return self.dryrun(
+            app, scheduler, cfg, workspace, parent_run_id, stall_timeout=stall_timeout
+        )
 
     def materialize_component(
         self, component: str, component_args: Union[List[str], Dict[str, Any]]
@@ -178,6 +185,7 @@ class Runner:
         reattach_succeeded: bool = False,
         run_name: Optional[str] = None,
         run_params: Optional[Mapping[str, object]] = None,
+        stall_timeout: Optional[float] = None,
         _component: Optional[tuple[str, Union[List[str], Dict[str, Any]]]] = None,
     ) -> AppHandle:
         """Submit ``app``; returns ``scheduler://session/app_id``.
@@ -195,6 +203,10 @@ class Runner:
         the same handle: where the scheduler can, the key is claimed before launching
         (``local_cwd``: a claim file; Slurm: held until it won), so one app starts its
         command; elsewhere the oldest live submission wins and newer ones cancel themselves.
+
+        With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
+        nor reports progress (``report_progress``) for that long is stopped and ends FAILED
+        (``stalled: ...``); ``local_cwd``'s supervisor enforces it.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if token:
@@ -202,7 +214,9 @@ class Runner:
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
                 return existing
-        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, _token=token)
+        info = self.dryrun(
+            app, scheduler, cfg, workspace, parent_run_id, stall_timeout=stall_timeout, _token=token
+        )
         info._run_request = RunRequest(  # type: ignore[attr-defined]
             name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
         )
@@ -274,6 +288,7 @@ class Runner:
         cfg: Optional[Mapping[str, CfgVal]] = None,
         workspace: Optional[Union[Workspace, str]] = None,
         parent_run_id: Optional[str] = None,
+        stall_timeout: Optional[float] = None,
         _token: Optional[str] = None,
     ) -> AppDryRunInfo[Any]:
         """The scheduler request for ``app`` (on a copy: the caller's AppDef is untouched).
@@ -286,6 +301,10 @@ class Runner:
         trackers = self.trackers()
         if _token:
             app.metadata[IDEMPOTENCY_TOKEN] = _token
+        if stall_timeout is not None:
+            if not stall_timeout > 0:
+                raise ValueError(f"stall_timeout must be > 0 seconds, got {stall_timeout!r}")
+            app.metadata[STALL_TIMEOUT] = f"{float(stall_timeout):g}"
         parent = os.environ.get(ENV_TORCHX_PARENT_RUN_ID) or parent_run_id
         job_id = make_app_handle(scheduler, self._name, macros.app_id)
         for role in app.roles:
@@ -381,6 +400,11 @@ class Runner:
                 if remaining <= 0:
                     return status
             sched.wait_for_change(app_id, remaining)
+
+    def progress(self, app_handle: AppHandle) -> Optional[Progress]:
+        """The app's last progress report (``report_progress`` from rank 0), if any."""
+        sched, _, app_id = self._scheduler_app_id(app_handle)
+        return read_progress(sched.progress_path(app_id))
 
     def describe(self, app_handle: AppHandle) -> Optional[AppDef]:
         """The AppDef of a submitted app (from this runner's cache or the scheduler)."""

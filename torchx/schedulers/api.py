@@ -69,6 +69,19 @@ def app_idempotency_token(app: AppDef) -> Optional[str]:
     return app.metadata.get(IDEMPOTENCY_TOKEN) or None
 
 
+# ``Runner.run(stall_timeout=S)`` stores S (seconds) in the app's metadata, so the scheduler
+# keeps it with the job (like the idempotency token)
+STALL_TIMEOUT = "torchx.stall_timeout"
+# where a job's rank 0 writes its progress reports (``torchx.trackers.report_progress``)
+ENV_PROGRESS_FILE = "TORCHX_PROGRESS_FILE"
+
+
+def app_stall_timeout(app: AppDef) -> Optional[float]:
+    """The stall timeout the Runner put on ``app`` (None: no stall detection)."""
+    value = app.metadata.get(STALL_TIMEOUT)
+    return float(value) if value else None
+
+
 class Stream(str, Enum):
     STDOUT = "stdout"
     STDERR = "stderr"
@@ -232,6 +245,10 @@ class Scheduler(abc.ABC, Generic[T]):
         import time
 
         time.sleep(timeout)
+
+    def progress_path(self, app_id: str) -> Optional[str]:
+        """The file the app's progress reports go to, if this scheduler gives one."""
+        return None
 
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         """Checks that must pass before a workspace is built."""

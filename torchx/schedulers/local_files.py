@@ -6,7 +6,8 @@ it starts fast.
 An app directory holds ``request.json`` (what to run, written once by the launcher),
 ``state.json`` (the app's state, replaced atomically on every change), ``supervisor.pid``
 (``PID STAMP``, written by the supervisor once its signal handlers are installed),
-``cancel`` (created by ``cancel``) and ``state.lock``. Every directory is created 0700 and
+``cancel`` (created by ``cancel``), ``state.lock`` and ``progress.json`` (rank 0's last
+progress report, written by the job). Every directory is created 0700 and
 every file 0600: the request holds the replicas' environment, which may hold secrets.
 
 A state that is terminal never changes again: every writer goes through ``transition``,
@@ -27,6 +28,7 @@ PID = "supervisor.pid"
 CANCEL = "cancel"
 LOCK = "state.lock"
 SUPERVISOR_LOG = "supervisor.log"
+PROGRESS = "progress.json"  # rank 0's last ``report_progress`` (torchx.trackers.progress)
 
 # cancel: SIGTERM to every process of the app, SIGKILL to what still runs this much later
 GRACE_SECONDS = 5.0

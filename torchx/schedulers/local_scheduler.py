@@ -38,12 +38,14 @@ from torchx.schedulers import local_claims as claims
 from torchx.schedulers import local_control as control
 from torchx.schedulers import local_files as files
 from torchx.schedulers.api import (
+    ENV_PROGRESS_FILE,
     DescribeAppResponse,
     InvalidAppError,
     ListAppResponse,
     Scheduler,
     Stream,
     app_idempotency_token,
+    app_stall_timeout,
 )
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.local_images import (
@@ -112,10 +114,13 @@ class PopenRequest:
     role_log_dirs: Dict[str, List[str]] = field(default_factory=dict)
     app: Dict[str, Any] = field(default_factory=dict)
     idempotency_token: Optional[str] = None
+    stall_timeout: Optional[float] = None
 
 
 def _format_request(req: PopenRequest) -> str:
     lines = [f"app_id: {req.app_id}", f"log_dir: {req.log_dir}"]
+    if req.stall_timeout:
+        lines.append(f"stall_timeout: {req.stall_timeout:g} s")
     for role, params in req.role_params.items():
         for i, p in enumerate(params):
             lines.append(f"{role}/{i}:")
@@ -230,7 +235,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             log_dir=app_log_dir,
             app=appdef_to_dict(app),
             idempotency_token=app_idempotency_token(app),
+            stall_timeout=app_stall_timeout(app),
         )
+        progress_file = str(self._app_dir(app_id) / files.PROGRESS)
         for role in app.roles:
             img_root = workspace_dir(role) or provider.fetch_role(role)
             params: List[ReplicaParam] = []
@@ -259,6 +266,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                         RANK0_ENV: "localhost",
                         "TORCHELASTIC_ERROR_FILE": param.error_file,
                         "PET_LOG_DIR": os.path.join(app_log_dir, "torchelastic", role.name),
+                        ENV_PROGRESS_FILE: progress_file,
                     }
                 )
                 if replica_id == 0:
@@ -355,6 +363,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             "roles": roles,
             "replicas": replicas,
             "idempotency_token": req.idempotency_token,
+            "stall_timeout": req.stall_timeout,
             "submitted": time.time(),
         }
         files.write_json_atomic(str(app_dir / files.REQUEST), request)
@@ -448,6 +457,12 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             roles_statuses=roles_statuses,
             roles=app.roles,
         )
+
+    def progress_path(self, app_id: str) -> Optional[str]:
+        """``progress.json`` in the app's directory (see ``torchx.trackers.progress``)."""
+        if self._request(app_id) is None:
+            return None
+        return str(self._app_dir(app_id) / files.PROGRESS)
 
     def _summary(self, app_id: str) -> Optional[tuple[float, ListAppResponse]]:
         """``(submitted, ListAppResponse)``; None (with a warning) if it is unreadable."""

@@ -16,12 +16,16 @@ be walked.
   CANCELLED. A gang failure stops the other replicas the same way.
 - Output goes through pipes read here, so a replica's last line is on disk before its
   exit is recorded; ``combined.log`` gets whole lines, a line over 1 MiB in marked pieces.
+- With a ``stall_timeout`` in the request, an app whose replicas neither print nor report
+  progress (``progress.json`` changes) for that long is stopped like a gang failure and
+  ends FAILED, ``stalled: ...``: enforced here, so it holds whether or not anyone waits.
 """
 
 from __future__ import annotations
 
 import fcntl
 import importlib
+import json
 import os
 import select
 import signal
@@ -101,6 +105,7 @@ class _Tee(threading.Thread):
         self.fd = fd
         self.own = files.open_private(own_path)
         self.combined = combined
+        self.last_output = time.monotonic()  # for stall detection
         self.start()
 
     def run(self) -> None:
@@ -113,6 +118,7 @@ class _Tee(threading.Thread):
                     chunk = b""
                 if not chunk:
                     break
+                self.last_output = time.monotonic()
                 _write_all(self.own, chunk)
                 complete = lines.feed(chunk)
                 if complete:
@@ -233,6 +239,11 @@ class Supervisor:
         self.wake_r, self.wake_w = os.pipe()
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
+        stall = self.request.get("stall_timeout")
+        self.stall_timeout: Optional[float] = float(stall) if stall else None
+        self.progress_path = os.path.join(app_dir, files.PROGRESS)
+        self.progress_key: Optional[tuple[int, int]] = None
+        self.last_activity = time.monotonic()
 
     # ------------------------------------------------------------------ state
 
@@ -384,6 +395,37 @@ class Supervisor:
             return True
         return self.role_ok(role)
 
+    # ------------------------------------------------------------------ stalls
+
+    def stalled(self) -> bool:
+        """True (with the app's message set) once nothing was printed or reported for
+        ``stall_timeout`` s; a report is a change of ``progress.json``."""
+        if self.stall_timeout is None:
+            return False
+        try:
+            st = os.stat(self.progress_path)
+            key: Optional[tuple[int, int]] = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            key = None
+        now = time.monotonic()
+        if key != self.progress_key:
+            self.progress_key, self.last_activity = key, now
+        outputs = [t.last_output for r in self.running() for t in r.tees]
+        last = max([self.last_activity, *outputs])
+        if now - last < self.stall_timeout:
+            return False
+        self.msg = (
+            f"stalled: no progress or output for {self.stall_timeout:g} s ({self.last_step()})"
+        )
+        return True
+
+    def last_step(self) -> str:
+        try:
+            with open(self.progress_path, "rb") as f:
+                return f"last step {json.loads(f.read())['step']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "no step reported"
+
     # ------------------------------------------------------------------ main
 
     def _on_term(self, *_: Any) -> None:
@@ -421,6 +463,7 @@ class Supervisor:
     def run(self) -> int:
         if not self.start():
             return 0
+        stall = False
         if not self.cancelling():
             self.state = RUNNING
             if not self.write_state():  # someone finalized the app meanwhile
@@ -430,6 +473,9 @@ class Supervisor:
             if not any(r.pid in self.exits for r in self.running()):
                 self.sleep(1.0)
             self.reap()
+            if self.state != FAILED and self.running() and self.stalled():
+                self.state = FAILED  # stopped below like a gang failure, never retried
+                stall = True
         if self.cancelling():
             was_running = self.running()
             self.stop(None, GRACE_SECONDS)
@@ -437,8 +483,9 @@ class Supervisor:
                 r.state = CANCELLED
             self.state, self.msg = CANCELLED, "cancelled"
         else:
-            if self.state == FAILED and self.running():
+            if self.state == FAILED and self.running() and not stall:
                 self.write_state()  # the failure's message, while the others stop
+            # a stall, like a cancel, is recorded once every process of the app is gone
             self.stop(None, GRACE_SECONDS)  # the other replicas, and anything left behind
             if self.state != FAILED and all(self.role_ok(role) for role in self.roles):
                 self.state, self.msg = SUCCEEDED, ""

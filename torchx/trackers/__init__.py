@@ -18,6 +18,7 @@ from torchx.trackers.api import (
     trackers_from_environ,
 )
 from torchx.trackers.markers import record_input, record_output
+from torchx.trackers.progress import report_progress
 
 __all__ = [
     "ENV_TORCHX_JOB_ID",
@@ -35,6 +36,7 @@ __all__ = [
     "build_trackers",
     "record_input",
     "record_output",
+    "report_progress",
     "tracker_config_env_var_name",
     "trackers_from_environ",
 ]

@@ -1,0 +1,78 @@
+"""``report_progress`` in a real process: where it writes, who counts, what a reader sees,
+and that a broken destination never breaks the caller."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional
+
+from torchx.schedulers.api import ENV_PROGRESS_FILE as SCHEDULER_ENV
+from torchx.trackers.progress import ENV_PROGRESS_FILE, Progress, read_progress
+
+REPORT = """
+import time
+from torchx.trackers import report_progress
+for i in range(1, 6):
+    report_progress(i, total=5, loss=1.0 / i, note="not a number")
+    time.sleep(0.06)
+print("done")
+"""
+
+
+def run(code: str, env: Dict[str, Optional[str]]) -> subprocess.CompletedProcess[str]:
+    e = {k: v for k, v in os.environ.items() if k not in (ENV_PROGRESS_FILE, "RANK")}
+    e.update({k: v for k, v in env.items() if v is not None})
+    return subprocess.run(
+        [sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_launcher_and_the_rank_agree_on_the_variable() -> None:
+    assert ENV_PROGRESS_FILE == SCHEDULER_ENV
+
+
+def test_rank0_writes_its_last_step_total_rate_and_numeric_metrics(tmp_path: Path) -> None:
+    path = tmp_path / "progress.json"
+    p = run(REPORT, {ENV_PROGRESS_FILE: str(path), "RANK": "0"})
+    assert p.returncode == 0 and p.stdout.strip() == "done", p.stderr
+    got = read_progress(str(path))
+    assert got is not None
+    assert (got.step, got.total) == (5, 5)
+    assert got.metrics == {"loss": 0.2}
+    assert got.rate is not None and got.rate > 0
+    assert [f.name for f in tmp_path.iterdir()] == ["progress.json"]  # no temp file left
+
+
+def test_other_ranks_and_jobs_without_a_destination_write_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "progress.json"
+    p = run(REPORT, {ENV_PROGRESS_FILE: str(path), "RANK": "1"})
+    assert p.returncode == 0 and not path.exists(), p.stderr
+    p = run(REPORT, {})
+    assert p.returncode == 0 and p.stdout.strip() == "done" and not p.stderr, p.stderr
+
+
+def test_an_unwritable_destination_warns_once_and_training_goes_on(tmp_path: Path) -> None:
+    p = run(REPORT, {ENV_PROGRESS_FILE: str(tmp_path / "missing" / "progress.json")})
+    assert p.returncode == 0 and p.stdout.strip() == "done"
+    warnings = [line for line in p.stderr.splitlines() if "report_progress" in line]
+    assert len(warnings) == 1, p.stderr
+
+
+def test_readers_see_nothing_for_a_missing_or_bad_file(tmp_path: Path) -> None:
+    assert read_progress(None) is None
+    assert read_progress(str(tmp_path / "none.json")) is None
+    bad = tmp_path / "bad.json"
+    for text in ("", "{", json.dumps({"step": "x"}), json.dumps([1])):
+        bad.write_text(text)
+        assert read_progress(str(bad)) is None, text
+
+
+def test_the_status_line_shows_step_rate_eta_and_age() -> None:
+    p = Progress(step=40, total=100, time=1000.0, rate=2.0)
+    assert p.format(now=1003.0) == "step 40/100, 2 steps/s, ETA 30s, last report 3.0s ago"
+    assert p.format(running=False, now=1003.0) == "step 40/100, 2 steps/s, last report 3.0s ago"
+    assert Progress(step=7, time=1000.0).format(now=1000.5) == "step 7, last report 0.5s ago"
