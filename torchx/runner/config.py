@@ -39,9 +39,11 @@ from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt, runopts
 CONFIG_FILE = ".torchxconfig"
 CONFIG_PREFIX_DELIM = ":"
 ENV_TORCHXCONFIG = "TORCHXCONFIG"
-# upstream's search list ($HOME, then the cwd at import); find_configs() looks in the
-# current cwd first, then $HOME, at call time
+# upstream's search list ($HOME, then the cwd at import). While it holds these values,
+# find_configs() looks in the current cwd first, then $HOME, at call time; a list the
+# caller puts here instead (upstream's tests patch it) is searched as given, in order.
 DEFAULT_CONFIG_DIRS: List[str] = [str(Path.home()), str(Path.cwd())]
+_IMPORT_TIME_DIRS: List[str] = list(DEFAULT_CONFIG_DIRS)
 _NONE = "None"
 _FIXME = "#FIXME"
 
@@ -78,7 +80,8 @@ def find_configs(dirs: Optional[Iterable[str]] = None) -> List[str]:
     """Config files in precedence order (first wins).
 
     ``$TORCHXCONFIG`` alone if set; else ``.torchxconfig`` in each of ``dirs``
-    (default, or if empty: the current directory, then ``$HOME``).
+    (default, or if empty: the current directory, then ``$HOME``; or
+    ``DEFAULT_CONFIG_DIRS`` in its order, when the caller replaced it).
     """
     env = os.environ.get(ENV_TORCHXCONFIG)
     if env:
@@ -88,13 +91,19 @@ def find_configs(dirs: Optional[Iterable[str]] = None) -> List[str]:
                 f" create it or unset {ENV_TORCHXCONFIG}"
             )
         return [env]
-    search = list(dirs or []) or [os.getcwd(), str(Path.home())]
+    search = list(dirs or []) or _default_dirs()
     found: List[str] = []
     for d in search:
         path = os.path.join(d, CONFIG_FILE)
         if os.path.isfile(path) and os.path.abspath(path) not in map(os.path.abspath, found):
             found.append(path)
     return found
+
+
+def _default_dirs() -> List[str]:
+    if list(DEFAULT_CONFIG_DIRS) != _IMPORT_TIME_DIRS:
+        return list(DEFAULT_CONFIG_DIRS)
+    return [os.getcwd(), str(Path.home())]
 
 
 def _new_parser(delimiters: tuple[str, ...]) -> configparser.ConfigParser:

@@ -227,6 +227,9 @@ def _find_components() -> Dict[str, _Component]:
     return _components
 
 
+_load_components = _find_components  # upstream's name (its tests call it)
+
+
 def get_components() -> Dict[str, _Component]:
     """The valid components by name: the builtins plus the ``torchx.components`` entry points.
 
