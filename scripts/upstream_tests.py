@@ -13,6 +13,9 @@ non-test module is ours (an upstream module we lack stays missing).
 Usage::
 
     python scripts/upstream_tests.py --upstream /tmp/upstream-src [--junit-dir DIR] [FILE ...]
+    # the baseline: upstream's tests on upstream 0.7.0 itself (a venv with torchx==0.7.0)
+    python scripts/upstream_tests.py --upstream /tmp/upstream-src --installed \
+        --python benchmarks/.venvs/upstream/bin/python
 
 FILE is relative to upstream's ``torchx/`` (default: the ten files of issue 26).
 Prints passed/failed/error counts per file and the total.
@@ -117,13 +120,17 @@ def counts(junit: Path) -> Tuple[int, int, int, int]:
     return p, f, e, s
 
 
-def run_file(work: Path, rel: str, junit_dir: Path, extra: List[str]) -> Tuple[int, ...]:
+def run_file(
+    work: Path, rel: str, junit_dir: Path, extra: List[str], python: str, ours: bool
+) -> Tuple[int, ...]:
     junit = junit_dir / (rel.replace("/", "__") + ".xml")
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("PYTHONPATH", None)
+    if ours:
+        env["PYTHONPATH"] = str(ROOT)
     env.setdefault("TORCHX_HOME", str(work / "torchx_home"))
     cmd = [
-        sys.executable,
+        python,
         "-m",
         "pytest",
         "-q",
@@ -148,8 +155,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--upstream", required=True, help="dir holding upstream's torchx/ package")
     ap.add_argument("--junit-dir", help="keep the per-file junit xml here")
+    ap.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter to run pytest with (it needs pytest and torch)",
+    )
+    ap.add_argument(
+        "--installed",
+        action="store_true",
+        help="test the torchx installed in --python's env (e.g. upstream 0.7.0 itself, for"
+        " the tests upstream passes) instead of this repository's",
+    )
     ap.add_argument("files", nargs="*", default=FILES)
     args, extra = ap.parse_known_args()
+    python = os.path.abspath(args.python)  # pytest runs in a temp dir; keep the venv path
     with tempfile.TemporaryDirectory(prefix="torchx-upstream-tests-") as tmp:
         work = Path(tmp)
         make_overlay(Path(args.upstream), work, args.files)
@@ -157,7 +176,7 @@ def main() -> int:
         junit_dir.mkdir(parents=True, exist_ok=True)
         total: Dict[str, int] = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
         for rel in args.files:
-            c = run_file(work, rel, junit_dir, extra)
+            c = run_file(work, rel, junit_dir, extra, python, not args.installed)
             for k, v in zip(total, c, strict=True):
                 total[k] += v
         print("total: " + " ".join(f"{k} {v}" for k, v in total.items()))

@@ -268,3 +268,12 @@ def test_booth_runs_and_writes_its_trial_result(
         assert "booth(1.0, 3.0) = 0.0\n" in list(runner.log_lines(handle, "torchx-utils-booth"))
     assert json.loads((tmp_path / "hpo" / "7").read_text()) == {"booth_eval": 0.0}
     assert FsspecResultTracker(str(tmp_path / "hpo"))[7] == {"booth_eval": 0.0}
+
+
+def test_ddp_role_name_from_a_script_name_that_is_no_valid_role_name() -> None:
+    assert dist.ddp(script="my dir/my script.py").roles[0].name == "my_script"
+    assert dist.ddp(script="train.py").roles[0].name == "train"
+    assert dist.ddp(script="./.hidden run!.py").roles[0].name == "hidden_run_"
+    assert dist.ddp(m="pkg.my mod").roles[0].name == "my_mod"
+    # the user's own file name still reaches torchrun unchanged
+    assert "'my dir/my script.py'" in dist.ddp(script="my dir/my script.py").roles[0].args[1]

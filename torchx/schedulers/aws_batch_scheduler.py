@@ -239,7 +239,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
         super()._validate(app, scheduler, cfg)
         if len(app.roles) > MAX_NODE_RANGES:
             raise InvalidAppError(

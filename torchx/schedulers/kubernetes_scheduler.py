@@ -258,8 +258,11 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
         super()._validate(app, scheduler, cfg)
+        cfg = cfg or {}
         opts = self.run_opts()
         defaults = {name: opt.default for name, opt in opts}
         given = {

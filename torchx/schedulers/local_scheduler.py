@@ -197,7 +197,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
         """Local runs need no resources; entrypoints must exist (checked at submit, not at run)."""
 
     # ------------------------------------------------------------------ submit

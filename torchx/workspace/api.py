@@ -326,6 +326,16 @@ def apply_workspace(
     return WorkspaceBuild(str(workspace), role.name, old_image, role.image, files, detail)
 
 
+# Role.metadata key: the directory a local role runs in (its copy of the workspace).
+WORKSPACE_DIR = "torchx.workspace.dir"
+
+
+def workspace_dir(role: Role) -> Optional[str]:
+    """The directory ``role`` must run in, if a local dir workspace was applied to it."""
+    value = role.metadata.get(WORKSPACE_DIR)
+    return str(value) if value else None
+
+
 def _describe(scheduler: object, role: Role, old_image: str) -> Tuple[List[str], str]:
     """The files that went into the role's new image or job dir, and where they are."""
     if role.image == old_image:
@@ -334,8 +344,6 @@ def _describe(scheduler: object, role: Role, old_image: str) -> Tuple[List[str],
     build = describe(role.image) if callable(describe) else None
     if build is not None:
         return list(build.files), str(build)
-    from torchx.workspace.dir_workspace import workspace_dir
-
     target = workspace_dir(role) or role.image
     if target and os.path.isdir(target):
         root = Path(target)
