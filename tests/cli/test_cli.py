@@ -296,7 +296,8 @@ def test_a_role_name_the_user_gives_is_still_checked(env: dict, tmp_path: Path) 
     (tmp_path / "comp.py").write_text(
         "import torchx.specs as specs\n"
         "def c() -> specs.AppDef:\n"
-        "    return specs.AppDef('a', roles=[specs.Role('my role', image='.', entrypoint='echo')])\n"
+        "    role = specs.Role('my role', image='.', entrypoint='echo')\n"
+        "    return specs.AppDef('a', roles=[role])\n"
     )
     p = tx(["run", "--dryrun", "-s", "local_cwd", "comp.py:c"], env, tmp_path)
     lines = p.stderr.strip().splitlines()
