@@ -565,3 +565,4 @@ def get_scheduler_factories(
 
 get_configs = torchx_config.get_configs  # upstream's names, imported here from .config
 get_config = torchx_config.get_config
+NONE = "<NONE>"  # upstream's torchx.runner.api.NONE (the same as torchx.specs.NONE)

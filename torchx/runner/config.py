@@ -48,6 +48,7 @@ _NONE = "None"
 _FIXME = "#FIXME"
 
 logger = logging.getLogger(__name__)
+log = logger  # upstream's name
 
 __all__ = [
     "CONFIG_FILE",

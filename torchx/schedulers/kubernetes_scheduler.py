@@ -585,3 +585,23 @@ def create_scheduler(
         namespace=kwargs.get("namespace"),
         docker_client=docker_client,
     )
+
+
+# upstream 0.7.0's names for what kubernetes_manifests / kubernetes_status implement
+from torchx.schedulers.kubernetes_compat import (  # noqa: E402, F401
+    ANNOTATION_ISTIO_SIDECAR,
+    JOB_STATE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_KUBE_APP_NAME,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    LABEL_ROLE_NAME,
+    LABEL_VERSION,
+    RESERVED_MEMMB,
+    RESERVED_MILLICPU,
+    RETRY_POLICIES,
+    TASK_STATE,
+    pod_labels,
+    role_to_pod,
+    sanitize_for_serialization,
+)

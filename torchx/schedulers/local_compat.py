@@ -3,7 +3,8 @@ not use (its logs and signals work differently, see ``local_scheduler``'s module
 
 They are here, re-exported by ``local_scheduler``, so code written against upstream keeps
 importing them: ``LogIterator`` (follow one log file until the app ends),
-``SignalException``, ``make_unique`` and ``_join_PATH``.
+``SignalException``, ``PopenProtocol``, the id type aliases, ``make_unique`` and
+``_join_PATH``.
 """
 
 from __future__ import annotations
@@ -11,12 +12,34 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import IO, Any, Optional
+from typing import IO, Any, Optional, Protocol
 
 from torchx.schedulers.ids import make_unique
 from torchx.specs.api import is_terminal
 
-__all__ = ["LogIterator", "SignalException", "make_unique"]
+__all__ = ["LogIterator", "PopenProtocol", "SignalException", "make_unique"]
+
+NA = "<N/A>"
+AppId = str
+AppName = str
+RoleName = str
+
+
+class PopenProtocol(Protocol):
+    """What a replica process offers (``subprocess.Popen`` fits); upstream's type name."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> Optional[int]: ...
+
+    def wait(self, timeout: Optional[float] = None) -> int: ...
+
+    def poll(self) -> Optional[int]: ...
+
+    def kill(self) -> None: ...
+
 
 _POLL_SECONDS = 0.1
 

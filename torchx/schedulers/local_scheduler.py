@@ -566,11 +566,17 @@ def create_scheduler(
 
 
 # upstream's names that local_cwd does not use itself (see local_compat)
-from torchx.schedulers.local_compat import (  # noqa: E402
+from torchx.schedulers.local_compat import (  # noqa: E402, F401
+    NA,
+    AppId,
+    AppName,
     LogIterator,
+    PopenProtocol,
+    RoleName,
     SignalException,
     _join_PATH,
     make_unique,
 )
 
-__all__ += ["LogIterator", "SignalException", "make_unique"]
+log = logger  # upstream's name for this module's logger
+__all__ += ["LogIterator", "PopenProtocol", "SignalException", "make_unique"]

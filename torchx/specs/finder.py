@@ -13,6 +13,7 @@ import abc
 import difflib
 import importlib
 import inspect
+import logging
 import os
 import pkgutil
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ __all__ = [
     "read_conf_file",
     "validate",
 ]
+
+
+logger: logging.Logger = logging.getLogger(__name__)
 
 
 class ComponentNotFoundException(TorchXError):
