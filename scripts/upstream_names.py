@@ -2,10 +2,10 @@
 
 Reads upstream's source (a checkout dir holding ``torchx/``; nothing of it is imported or
 copied): for each public module, its public module-level names (functions, classes,
-assignments but type variables, ``__all__``, and for a package ``__init__`` the names it re-exports from
-torchx), and the public members of its classes (methods and class-body attributes, enum
-members, dataclass fields). Then it imports the same module path from this package and
-checks each name (``getattr``; a dataclass field counts if it is a field).
+assignments but type variables, ``__all__``, and for a package ``__init__`` the names it
+re-exports from torchx), and the public members of its classes (methods and class-body
+attributes, enum members, dataclass fields). Then it imports the same module path from this
+package and checks each name (``getattr``; a dataclass field counts if it is a field).
 
 Usage::
 
@@ -108,15 +108,15 @@ def surface(path: Path, is_package: bool) -> List[str]:
             for t in node.targets:
                 if isinstance(t, ast.Name):
                     if t.id == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
-                        exported = [
-                            e.value for e in node.value.elts if isinstance(e, ast.Constant)
-                        ]
+                        exported = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
                     else:
                         names.append(t.id)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.append(node.target.id)
-        elif is_package and isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "torchx"
+        elif (
+            is_package
+            and isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("torchx")
         ):
             names += [a.asname or a.name for a in node.names if a.name != "*"]
     out = [n for n in names if _public(n.split(".")[0])]
@@ -129,7 +129,8 @@ def _has(obj: object, name: str) -> bool:
         if hasattr(obj, part):
             obj = getattr(obj, part)
         elif dataclasses.is_dataclass(obj) and part in {
-            f.name for f in dataclasses.fields(obj)  # type: ignore[arg-type]
+            f.name
+            for f in dataclasses.fields(obj)  # type: ignore[arg-type]
         }:
             return True
         else:
@@ -167,15 +168,19 @@ def main() -> int:
     args = ap.parse_args()
     per_module, excluded = measure(Path(args.upstream))
     total = sum(n for n, _ in per_module.values())
-    missing = sum(len([m for m in miss if not m.startswith("(module")]) for _, miss in per_module.values())
+    missing = sum(
+        len([m for m in miss if not m.startswith("(module")]) for _, miss in per_module.values()
+    )
     for mod, (n, miss) in sorted(per_module.items()):
         names = [m for m in miss if not m.startswith("(module")]
         if miss:
             line = f"{mod}: {n - len(names)}/{n}"
             print(line + (f"  missing: {', '.join(miss)}" if args.missing else ""))
     print(f"excluded modules ({len(excluded)}): " + ", ".join(sorted(excluded)))
-    print(f"surface: {total - missing} of {total} names import ({100 * (total - missing) / total:.1f}%)"
-          f" over {len(per_module)} modules")
+    print(
+        f"surface: {total - missing} of {total} names import"
+        f" ({100 * (total - missing) / total:.1f}%) over {len(per_module)} modules"
+    )
     return 0
 
 

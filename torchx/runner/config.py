@@ -26,15 +26,17 @@ placeholder counts as unset; a file that cannot be read or parsed is a one-line
 
 from __future__ import annotations
 
-import configparser
 import io
 import logging
 import os
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, TextIO
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, TextIO
 
 from torchx.schedulers import Scheduler, get_scheduler_factories
 from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt, runopts
+
+if TYPE_CHECKING:  # configparser is loaded only when a config file is read (~2 ms)
+    import configparser
 
 CONFIG_FILE = ".torchxconfig"
 CONFIG_PREFIX_DELIM = ":"
@@ -108,12 +110,16 @@ def _default_dirs() -> List[str]:
 
 
 def _new_parser(delimiters: tuple[str, ...]) -> configparser.ConfigParser:
+    import configparser
+
     parser = configparser.ConfigParser(delimiters=delimiters, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment, method-assign]  # keys are case-sensitive
     return parser
 
 
 def _parse(text: str, source: str) -> configparser.ConfigParser:
+    import configparser
+
     try:
         parser = _new_parser(("=",))
         parser.read_string(text, source=source)

@@ -10,7 +10,6 @@ component runs in its own namespace, and the validation errors are one line.
 from __future__ import annotations
 
 import abc
-import difflib
 import importlib
 import inspect
 import logging
@@ -191,6 +190,8 @@ class CustomComponentsFinder(ComponentsFinder):
         if not callable(fn):
             funcs = [k for k, v in namespace.items() if inspect.isfunction(v)]
             funcs = [f for f in funcs if not f.startswith("_")]
+            import difflib
+
             hint = difflib.get_close_matches(fn_name, funcs, n=3)
             more = (
                 f"; did you mean {', '.join(hint)}?"
@@ -275,6 +276,8 @@ def get_component(name: str) -> _Component:
     components = _find_components()
     if name not in components:
         valid = list(get_components())
+        import difflib
+
         close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ComponentNotFoundException(

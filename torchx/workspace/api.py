@@ -13,8 +13,6 @@ import abc
 import logging
 import os
 import posixpath
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +32,11 @@ from typing import (
 )
 
 from torchx.specs import AppDef, CfgVal, Role, TorchXError, runopts
-from torchx.workspace.ignore import IgnoreRules
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
+
+    from torchx.workspace.ignore import IgnoreRules
 
 log: logging.Logger = logging.getLogger(__name__)
 
@@ -151,6 +150,8 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
             if workspace.is_unmapped_single_project():
                 workspace = str(workspace)
             else:
+                import tempfile
+
                 with tempfile.TemporaryDirectory(prefix="torchx_workspace_") as root:
                     _assemble(workspace, root)
                     self.build_workspace_and_update_role(role, root, cfg)
@@ -176,6 +177,8 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
 
 
 def _assemble(workspace: Workspace, root: str) -> None:
+    import shutil
+
     for src, dst in workspace.projects.items():
         source = Path(src).expanduser()
         target = Path(root) / dst
@@ -202,6 +205,8 @@ def open_workspace(workspace: str) -> Tuple[AbstractFileSystem, str]:
 
 
 def _read_rules(fs: AbstractFileSystem, path: str, ignore_name: str) -> IgnoreRules:
+    from torchx.workspace.ignore import IgnoreRules
+
     ignore_path = posixpath.join(path, ignore_name)
     if not fs.isfile(ignore_path):
         return IgnoreRules(source=ignore_name)
