@@ -160,3 +160,93 @@ def test_distributed_helpers_in_a_plain_process() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "group 1 cpu False"
+
+
+def test_a_scheduler_registered_under_another_name_runs_under_that_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Upstream's Runner names the handle after the key it was given (here ``local_dir``),
+    and a relative entrypoint in the image directory runs (searched last on PATH)."""
+    import os
+
+    from torchx.runner import Runner
+    from torchx.schedulers.local_scheduler import LocalDirectoryImageProvider, create_scheduler
+    from torchx.specs import AppDef, AppState, Role, resource
+
+    script = tmp_path / "touch.sh"
+    script.write_text('#!/bin/sh\ntouch "$1"\n')
+    os.chmod(script, 0o755)
+    with Runner(
+        "s",
+        scheduler_factories={"local_dir": create_scheduler},
+        scheduler_params={"image_provider_class": LocalDirectoryImageProvider},
+    ) as runner:
+        app = AppDef(
+            "t",
+            roles=[
+                Role(
+                    "touch",
+                    image=str(tmp_path),
+                    entrypoint="touch.sh",
+                    args=[str(tmp_path / "done")],
+                    resource=resource(cpu=1),
+                )
+            ],
+        )
+        handle = runner.run(app, scheduler="local_dir")
+        assert handle.startswith("local_dir://s/")
+        status = runner.wait(handle, wait_interval=0.05)
+        assert status is not None and status.state == AppState.SUCCEEDED
+    assert (tmp_path / "done").exists()
+
+
+def test_a_plugin_with_upstreams_validate_signature_is_called(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A scheduler written for 0.7.0 overrides ``_validate(self, app, scheduler)``."""
+    from torchx.schedulers.api import Scheduler
+    from torchx.specs import AppDef, AppDryRunInfo, Role, resource
+
+    seen = []
+
+    class Plugin(Scheduler):  # type: ignore[type-arg]
+        def _validate(self, app: AppDef, scheduler: str) -> None:  # type: ignore[override]
+            seen.append((app.name, scheduler))
+            super()._validate(app, scheduler)
+
+        def _submit_dryrun(self, app, cfg):  # type: ignore[no-untyped-def]
+            return AppDryRunInfo({"app": app.name}, str)
+
+        def schedule(self, dryrun_info):  # type: ignore[no-untyped-def]
+            return "id"
+
+        def describe(self, app_id):  # type: ignore[no-untyped-def]
+            return None
+
+        def _cancel_existing(self, app_id):  # type: ignore[no-untyped-def]
+            pass
+
+        def list(self):  # type: ignore[no-untyped-def]
+            return []
+
+    plugin = Plugin("plugin", "s")
+    role = Role("r", image="i", entrypoint="e", resource=resource(cpu=1))
+    plugin.submit_dryrun(AppDef("a", roles=[role]), {})
+    assert seen == [("a", "plugin")]
+    with pytest.raises(ValueError, match="No resource"):
+        plugin._validate(AppDef("b", roles=[Role("r", image="i", entrypoint="e")]), "plugin")
+
+
+def test_replaced_default_config_dirs_are_searched_in_order(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from torchx.runner import config
+
+    for d, v in (("a", "from_a"), ("b", "from_b")):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / ".torchxconfig").write_text(f"[local_cwd]\nlog_dir = {v}\n")
+    monkeypatch.chdir(tmp_path / "b")
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    assert config.find_configs()[0] == str(tmp_path / "b" / ".torchxconfig")  # cwd first
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_DIRS", [str(tmp_path / "a"), str(tmp_path / "b")])
+    assert config.find_configs() == [
+        str(tmp_path / "a" / ".torchxconfig"),
+        str(tmp_path / "b" / ".torchxconfig"),
+    ]
+    cfg: dict = {}
+    config.apply("local_cwd", cfg)
+    assert cfg["log_dir"] == "from_a"
