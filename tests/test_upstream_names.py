@@ -250,3 +250,34 @@ def test_replaced_default_config_dirs_are_searched_in_order(tmp_path, monkeypatc
     cfg: dict = {}
     config.apply("local_cwd", cfg)
     assert cfg["log_dir"] == "from_a"
+
+
+def test_kubernetes_names_build_what_the_scheduler_builds() -> None:
+    pytest.importorskip("kubernetes")
+    from torchx.schedulers.kubernetes_scheduler import (
+        LABEL_REPLICA_ID,
+        LABEL_ROLE_NAME,
+        RESERVED_MILLICPU,
+        pod_labels,
+        role_to_pod,
+        sanitize_for_serialization,
+    )
+    from torchx.specs import AppDef, Role, resource
+
+    role = Role(
+        "trainer",
+        image="img",
+        entrypoint="python",
+        args=["t.py"],
+        resource=resource(cpu=2, memMB=4096),
+    )
+    pod = role_to_pod("trainer-0", role, service_account="sa")
+    doc = sanitize_for_serialization(pod)
+    assert isinstance(doc, dict)
+    container = doc["spec"]["containers"][0]
+    assert container["command"] == ["python", "t.py"] and container["image"] == "img"
+    assert doc["spec"]["serviceAccountName"] == "sa"
+    assert container["resources"]["limits"]["cpu"] == "2000m"
+    assert container["resources"]["requests"]["cpu"] == f"{2000 - RESERVED_MILLICPU}m"
+    labels = pod_labels(AppDef("app", roles=[role]), 0, role, 3, "app-xyz")
+    assert labels[LABEL_ROLE_NAME] == "trainer" and labels[LABEL_REPLICA_ID] == "3"

@@ -588,20 +588,5 @@ def create_scheduler(
 
 
 # upstream 0.7.0's names for what kubernetes_manifests / kubernetes_status implement
-from torchx.schedulers.kubernetes_compat import (  # noqa: E402, F401
-    ANNOTATION_ISTIO_SIDECAR,
-    JOB_STATE,
-    LABEL_INSTANCE_TYPE,
-    LABEL_KUBE_APP_NAME,
-    LABEL_REPLICA_ID,
-    LABEL_ROLE_INDEX,
-    LABEL_ROLE_NAME,
-    LABEL_VERSION,
-    RESERVED_MEMMB,
-    RESERVED_MILLICPU,
-    RETRY_POLICIES,
-    TASK_STATE,
-    pod_labels,
-    role_to_pod,
-    sanitize_for_serialization,
-)
+# (role_to_pod, pod_labels, LABEL_*, RESERVED_*, JOB_STATE, ...: kubernetes_compat.__all__)
+from torchx.schedulers.kubernetes_compat import *  # noqa: E402, F401, F403
