@@ -272,3 +272,34 @@ def test_stdin_json(env: dict, tmp_path: Path) -> None:
         input='{"component_name": "utils.echo", "component_args": {"msg": "json"}}',
     )
     assert p.returncode == 0 and "echo/0 json" in p.stdout
+
+
+def test_ddp_script_with_a_space_in_its_path_runs(env: dict, tmp_path: Path) -> None:
+    """Upstream runs it; the role name is derived from the file name (``my_script``)."""
+    (tmp_path / "my dir").mkdir()
+    (tmp_path / "my dir" / "my script.py").write_text(
+        "import os, sys\nprint('rank', os.environ['RANK'], 'ran', sys.argv[1:])\n"
+    )
+    p = tx(
+        ["run", "-s", "local_cwd", "dist.ddp", "-j", "1x1", "--script", "my dir/my script.py"]
+        + ["--", "an arg"],
+        env,
+        tmp_path,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "rank 0 ran ['an arg']" in p.stdout, p.stdout
+    assert "my_script/0" in p.stdout
+
+
+def test_a_role_name_the_user_gives_is_still_checked(env: dict, tmp_path: Path) -> None:
+    (tmp_path / "comp.py").write_text(
+        "import torchx.specs as specs\n"
+        "def c() -> specs.AppDef:\n"
+        "    role = specs.Role('my role', image='.', entrypoint='echo')\n"
+        "    return specs.AppDef('a', roles=[role])\n"
+    )
+    p = tx(["run", "--dryrun", "-s", "local_cwd", "comp.py:c"], env, tmp_path)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0
+    assert len(lines) == 1 and "role name 'my role' is not allowed" in lines[0], p.stderr

@@ -13,6 +13,7 @@ import pytest
 import torchx.specs as specs
 from torchx.apps.utils import copy_main
 from torchx.components import dist, utils
+from torchx.runtime.tracking import FsspecResultTracker
 from torchx.specs.builders import ComponentArgumentError, component_help, materialize_appdef
 from torchx.specs.finder import (
     ComponentNotFoundException,
@@ -265,4 +266,14 @@ def test_booth_runs_and_writes_its_trial_result(
         status = runner.wait(handle, wait_interval=1, timeout=120)
         assert status is not None and str(status.state) == "SUCCEEDED", status
         assert "booth(1.0, 3.0) = 0.0\n" in list(runner.log_lines(handle, "torchx-utils-booth"))
-    assert json.loads((tmp_path / "hpo" / "7.json").read_text()) == {"booth_eval": 0.0}
+    assert json.loads((tmp_path / "hpo" / "7").read_text()) == {"booth_eval": 0.0}
+    assert FsspecResultTracker(str(tmp_path / "hpo"))[7] == {"booth_eval": 0.0}
+
+
+def test_ddp_role_name_from_a_script_name_that_is_no_valid_role_name() -> None:
+    assert dist.ddp(script="my dir/my script.py").roles[0].name == "my_script"
+    assert dist.ddp(script="train.py").roles[0].name == "train"
+    assert dist.ddp(script="./.hidden run!.py").roles[0].name == "hidden_run_"
+    assert dist.ddp(m="pkg.my mod").roles[0].name == "my_mod"
+    # the user's own file name still reaches torchrun unchanged
+    assert "'my dir/my script.py'" in dist.ddp(script="my dir/my script.py").roles[0].args[1]

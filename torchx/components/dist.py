@@ -17,6 +17,15 @@ from typing import Dict, List, Optional, Tuple
 import torchx
 import torchx.specs as specs
 from torchx.components.structured_arg import StructuredJArgument, StructuredNameArgument
+from torchx.specs.names import role_name_from
+
+# The env ``dist.ddp --debug`` sets (upstream's name; its own tests read it).
+_TORCH_DEBUG_FLAGS: Dict[str, str] = {
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "NCCL_DESYNC_DEBUG": "1",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "TORCH_SHOW_CPP_STACKTRACES": "1",
+}
 
 
 class _noquote(str):
@@ -123,14 +132,7 @@ def ddp(
     role_env.update(env or {})
     role_env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
     if debug:
-        role_env.update(
-            {
-                "CUDA_LAUNCH_BLOCKING": "1",
-                "NCCL_DESYNC_DEBUG": "1",
-                "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
-                "TORCH_SHOW_CPP_STACKTRACES": "1",
-            }
-        )
+        role_env.update(_TORCH_DEBUG_FLAGS)
 
     conf = _merge_rdzv_conf(
         rdzv_conf,
@@ -236,11 +238,13 @@ def spmd(
 
 
 def get_role_name(script: Optional[str], m: Optional[str]) -> str:
-    """The role name ``dist.ddp`` uses: the script's stem, else the module's last part."""
+    """The role name ``dist.ddp`` uses: the script's stem, else the module's last part,
+    made a valid role name (``"my dir/my script.py"`` -> ``my_script``, as upstream runs it).
+    """
     if script:
-        return Path(script).stem
+        return role_name_from(Path(script).stem)
     if m:
-        return m.rpartition(".")[2]
+        return role_name_from(m.rpartition(".")[2])
     raise ValueError("failed to compute role_name: give script or m")
 
 

@@ -54,6 +54,11 @@ class StructuredJArgument:
     nproc_per_node: int
 
     @property
+    def nnodes(self) -> int:
+        """The node count (the maximum for an elastic ``MIN:MAX``), upstream's field."""
+        return self.max_nnodes
+
+    @property
     def nnodes_rep(self) -> str:
         if self.min_nnodes == self.max_nnodes:
             return str(self.max_nnodes)

@@ -20,7 +20,7 @@ def _loglevel_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 def echo(
     msg: str = "hello world", image: str = torchx.IMAGE, num_replicas: int = 1
 ) -> specs.AppDef:
-    """Echoes a message to stdout (calls echo).
+    """Echos a message to stdout (calls echo)
 
     Args:
         msg: message to echo

@@ -331,6 +331,7 @@ class Runner:
             sched._pre_build_validate(app, scheduler, resolved)
             build = apply_workspace(sched, app, workspace, resolved)
             info = sched.submit_dryrun(app, resolved)
+            info._scheduler = scheduler  # the name it was asked under (as upstream)
             info._workspace = build
         return info
 
@@ -573,7 +574,7 @@ def get_runner(
     """
     return Runner(
         name or DEFAULT_SESSION_NAME,
-        SchedulerFactories(),
+        get_scheduler_factories(),
         component_defaults,
         scheduler_params,
         trackers,
@@ -597,3 +598,20 @@ def materialize_appdef(*args: Any, **kwargs: Any) -> AppDef:
     from torchx.specs.builders import materialize_appdef as materialize
 
     return materialize(*args, **kwargs)
+
+
+def get_scheduler_factories(
+    group: str = "torchx.schedulers", skip_defaults: bool = False
+) -> Mapping[str, SchedulerFactory]:
+    """Upstream's ``torchx.runner.api.get_scheduler_factories``, which ``get_runner`` calls
+    (upstream's tests patch it here). Lazy: no entry-point scan until a plugin is needed."""
+    if skip_defaults:
+        from torchx.schedulers import get_scheduler_factories as eager
+
+        return eager(group, skip_defaults)
+    return SchedulerFactories(group)
+
+
+get_configs = torchx_config.get_configs  # upstream's names, imported here from .config
+get_config = torchx_config.get_config
+NONE = "<NONE>"  # upstream's torchx.runner.api.NONE (the same as torchx.specs.NONE)

@@ -26,26 +26,31 @@ placeholder counts as unset; a file that cannot be read or parsed is a one-line
 
 from __future__ import annotations
 
-import configparser
 import io
 import logging
 import os
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, TextIO
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, TextIO
 
 from torchx.schedulers import Scheduler, get_scheduler_factories
 from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt, runopts
 
+if TYPE_CHECKING:  # configparser is loaded only when a config file is read (~2 ms)
+    import configparser
+
 CONFIG_FILE = ".torchxconfig"
 CONFIG_PREFIX_DELIM = ":"
 ENV_TORCHXCONFIG = "TORCHXCONFIG"
-# upstream's search list ($HOME, then the cwd at import); find_configs() looks in the
-# current cwd first, then $HOME, at call time
+# upstream's search list ($HOME, then the cwd at import). While it holds these values,
+# find_configs() looks in the current cwd first, then $HOME, at call time; a list the
+# caller puts here instead (upstream's tests patch it) is searched as given, in order.
 DEFAULT_CONFIG_DIRS: List[str] = [str(Path.home()), str(Path.cwd())]
+_IMPORT_TIME_DIRS: List[str] = list(DEFAULT_CONFIG_DIRS)
 _NONE = "None"
 _FIXME = "#FIXME"
 
 logger = logging.getLogger(__name__)
+log = logger  # upstream's name
 
 __all__ = [
     "CONFIG_FILE",
@@ -78,7 +83,8 @@ def find_configs(dirs: Optional[Iterable[str]] = None) -> List[str]:
     """Config files in precedence order (first wins).
 
     ``$TORCHXCONFIG`` alone if set; else ``.torchxconfig`` in each of ``dirs``
-    (default, or if empty: the current directory, then ``$HOME``).
+    (default, or if empty: the current directory, then ``$HOME``; or
+    ``DEFAULT_CONFIG_DIRS`` in its order, when the caller replaced it).
     """
     env = os.environ.get(ENV_TORCHXCONFIG)
     if env:
@@ -88,7 +94,7 @@ def find_configs(dirs: Optional[Iterable[str]] = None) -> List[str]:
                 f" create it or unset {ENV_TORCHXCONFIG}"
             )
         return [env]
-    search = list(dirs or []) or [os.getcwd(), str(Path.home())]
+    search = list(dirs or []) or _default_dirs()
     found: List[str] = []
     for d in search:
         path = os.path.join(d, CONFIG_FILE)
@@ -97,13 +103,23 @@ def find_configs(dirs: Optional[Iterable[str]] = None) -> List[str]:
     return found
 
 
+def _default_dirs() -> List[str]:
+    if list(DEFAULT_CONFIG_DIRS) != _IMPORT_TIME_DIRS:
+        return list(DEFAULT_CONFIG_DIRS)
+    return [os.getcwd(), str(Path.home())]
+
+
 def _new_parser(delimiters: tuple[str, ...]) -> configparser.ConfigParser:
+    import configparser
+
     parser = configparser.ConfigParser(delimiters=delimiters, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment, method-assign]  # keys are case-sensitive
     return parser
 
 
 def _parse(text: str, source: str) -> configparser.ConfigParser:
+    import configparser
+
     try:
         parser = _new_parser(("=",))
         parser.read_string(text, source=source)

@@ -145,7 +145,7 @@ class Scheduler(abc.ABC, Generic[T]):
         """The exact request ``schedule`` would submit, without submitting it."""
         resolved = self.run_opts().resolve(cfg)
         validate_app_names(app)
-        self._validate(app, self.backend, resolved)
+        _call_validate(self, app, resolved)
         info = self._submit_dryrun(app, resolved)
         for role in app.roles:
             info = role.pre_proc(self.backend, info)
@@ -253,13 +253,32 @@ class Scheduler(abc.ABC, Generic[T]):
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         """Checks that must pass before a workspace is built."""
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
+        """Raise ``InvalidAppError`` (a ``ValueError``) if the app cannot run here. ``cfg`` is
+        optional: upstream 0.7.0's signature is ``_validate(app, scheduler)``."""
         for role in app.roles:
             if role.resource == NULL_RESOURCE:
                 raise InvalidAppError(
                     f"No resource for role: {role.image}."
                     " Did you forget to attach resource to the role?"
                 )
+
+
+def _call_validate(sched: Scheduler[Any], app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+    """``sched._validate(app, backend, cfg)``; without ``cfg`` for a plugin that overrides it
+    with upstream 0.7.0's two-argument signature."""
+    import inspect
+
+    try:
+        params = inspect.signature(sched._validate).parameters.values()
+    except (TypeError, ValueError):
+        params = None  # type: ignore[assignment]
+    if params is not None and len(params) < 3 and all(p.kind != p.VAR_POSITIONAL for p in params):
+        sched._validate(app, sched.backend)
+    else:
+        sched._validate(app, sched.backend, cfg)
 
 
 def filter_regex(regex: Optional[str], lines: Iterable[str]) -> Iterator[str]:

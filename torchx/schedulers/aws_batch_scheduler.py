@@ -239,7 +239,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
         super()._validate(app, scheduler, cfg)
         if len(app.roles) > MAX_NODE_RANGES:
             raise InvalidAppError(
@@ -544,3 +546,17 @@ def create_scheduler(
         log_group=kwargs.get("log_group", DEFAULT_LOG_GROUP),
         docker_client=docker_client,
     )
+
+
+# upstream 0.7.0's names for what aws_batch_request implements
+from torchx.schedulers.aws_batch_compat import (  # noqa: E402, F401
+    DEFAULT_ROLE_NAME,
+    TAG_TORCHX_APPNAME,
+    TAG_TORCHX_USER,
+    TAG_TORCHX_VER,
+    ResourceType,
+    resource_from_resource_requirements,
+    resource_requirements_from_resource,
+    to_datetime,
+    to_millis_since_epoch,
+)

@@ -258,8 +258,11 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
         super()._validate(app, scheduler, cfg)
+        cfg = cfg or {}
         opts = self.run_opts()
         defaults = {name: opt.default for name, opt in opts}
         given = {
@@ -587,3 +590,8 @@ def create_scheduler(
         namespace=kwargs.get("namespace"),
         docker_client=docker_client,
     )
+
+
+# upstream 0.7.0's names for what kubernetes_manifests / kubernetes_status implement
+# (role_to_pod, pod_labels, LABEL_*, RESERVED_*, JOB_STATE, ...: kubernetes_compat.__all__)
+from torchx.schedulers.kubernetes_compat import *  # noqa: E402, F401, F403

@@ -154,6 +154,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         if cache_size <= 0:
             raise ValueError("cache size must be greater than zero")
         self._image_provider_class = image_provider_class
+        self._cache_size = cache_size  # upstream's LRU size; local_cwd keeps every app
         self._extra_paths = extra_paths or []
 
     def close(self) -> None:
@@ -204,7 +205,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
         """Local runs need no resources; entrypoints must exist (checked at submit, not at run)."""
 
     # ------------------------------------------------------------------ submit
@@ -228,7 +231,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             os.path.expanduser(str(cfg.get("log_dir") or (torchx_home() / "local_cwd")))
         )
         app_log_dir = os.path.join(log_root, self.session_name, app_id)
-        path_env = self._path_env(bool(cfg.get("prepend_cwd")))
+        prepend_cwd = bool(cfg.get("prepend_cwd"))
+        path_env = self._path_env(False)
         provider = self._image_provider_class(dict(cfg))  # type: ignore[arg-type]
         req = PopenRequest(
             app_id=app_id,
@@ -262,7 +266,11 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 param.env.setdefault("PYTHONUNBUFFERED", "1")
                 param.env.update(
                     {
-                        "PATH": path_env,
+                        # the replica's cwd (the image dir) is searched last, as upstream;
+                        # first with prepend_cwd
+                        "PATH": _join_PATH(param.cwd, path_env)
+                        if prepend_cwd
+                        else _join_PATH(path_env, param.cwd),
                         RANK0_ENV: "localhost",
                         "TORCHELASTIC_ERROR_FILE": param.error_file,
                         "PET_LOG_DIR": os.path.join(app_log_dir, "torchelastic", role.name),
@@ -595,3 +603,20 @@ def create_scheduler(
     **kwargs: Any,
 ) -> LocalScheduler:
     return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths)
+
+
+# upstream's names that local_cwd does not use itself (see local_compat)
+from torchx.schedulers.local_compat import (  # noqa: E402, F401
+    NA,
+    AppId,
+    AppName,
+    LogIterator,
+    PopenProtocol,
+    RoleName,
+    SignalException,
+    _join_PATH,
+    make_unique,
+)
+
+log = logger  # upstream's name for this module's logger
+__all__ += ["LogIterator", "PopenProtocol", "SignalException", "make_unique"]

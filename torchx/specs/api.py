@@ -36,12 +36,17 @@ from torchx.specs.errors import (
     UnknownSchedulerException,
 )
 from torchx.specs.run_options import CfgVal, get_type_name, runopt, runopts
+from torchx.specs.states import (  # noqa: F401  (upstream's names, defined below api)
+    _TERMINAL_STATES,
+    ALL,
+    MISSING,
+    NONE,
+    AppState,
+    ReplicaState,
+    is_started,
+    is_terminal,
+)
 from torchx.util.types import to_dict
-
-ALL = "all"
-MISSING = "<MISSING>"
-NONE = "<NONE>"
-
 
 # --------------------------------------------------------------------------- resources
 
@@ -239,39 +244,6 @@ class AppDef:
 # --------------------------------------------------------------------------- states
 
 
-class AppState(int, Enum):
-    """Lifecycle of an app (and of each replica: ``ReplicaState``)."""
-
-    UNSUBMITTED = 0
-    SUBMITTED = 1
-    PENDING = 2
-    RUNNING = 3
-    SUCCEEDED = 4
-    FAILED = 5
-    CANCELLED = 6
-    UNKNOWN = 7
-
-    def __str__(self) -> str:
-        return self.name
-
-    def __repr__(self) -> str:
-        return f"{self.name} ({self.value})"
-
-
-ReplicaState = AppState
-
-_TERMINAL_STATES = (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED)
-
-
-def is_terminal(state: AppState) -> bool:
-    """True once the app can no longer change state."""
-    return state in _TERMINAL_STATES
-
-
-def is_started(state: AppState) -> bool:
-    return is_terminal(state) or state == AppState.RUNNING
-
-
 @dataclass
 class ReplicaStatus:
     id: int
@@ -337,6 +309,13 @@ class AppStatus:
             "structured_error_msg": self.structured_error_msg,
             "url": self.ui_url,
         }
+
+    def _format_error_message(self, msg: str, header: str, width: int = 80) -> str:
+        """``msg`` (an RPC error cut to its message) broken at the first space after
+        ``width`` characters, under ``header`` (upstream's helper; its tests call it)."""
+        from torchx.specs.status_format import _wrap
+
+        return _wrap(msg, header, width)
 
     def format(self, filter_roles: Optional[List[str]] = None) -> str:
         """Human-readable multi-line status, as ``torchx status`` prints it (upstream's layout)."""

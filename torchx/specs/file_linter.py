@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+from torchx.util.io import read_conf_file
+
 _DOC_URL = "https://pytorch.org/torchx/latest/component_best_practices.html"
 
 
@@ -244,18 +246,14 @@ ComponentFnVisitor = TorchFunctionVisitor
 
 
 @functools.lru_cache(maxsize=64)
-def _parse_cached(path: str, mtime_ns: int, size: int) -> ast.Module:
-    with open(path) as f:
-        return ast.parse(f.read(), filename=path)
+def _parse_text(path: str, text: str) -> ast.Module:
+    return ast.parse(text, filename=path)
 
 
 def _parse(path: str) -> ast.Module:
-    if os.path.isfile(path):
-        st = os.stat(path)
-        return _parse_cached(os.path.abspath(path), st.st_mtime_ns, st.st_size)
-    from torchx.util.io import read_conf_file
-
-    return ast.parse(read_conf_file(path), filename=path)
+    """The file's AST, read through ``read_conf_file`` (upstream's hook for files kept
+    elsewhere); cached by content, so an unchanged file is parsed once."""
+    return _parse_text(os.path.abspath(path), read_conf_file(path))
 
 
 def validate(

@@ -10,9 +10,9 @@ component runs in its own namespace, and the validation errors are one line.
 from __future__ import annotations
 
 import abc
-import difflib
 import importlib
 import inspect
+import logging
 import os
 import pkgutil
 from dataclasses import dataclass
@@ -41,6 +41,9 @@ __all__ = [
     "read_conf_file",
     "validate",
 ]
+
+
+logger: logging.Logger = logging.getLogger(__name__)
 
 
 class ComponentNotFoundException(TorchXError):
@@ -187,6 +190,8 @@ class CustomComponentsFinder(ComponentsFinder):
         if not callable(fn):
             funcs = [k for k, v in namespace.items() if inspect.isfunction(v)]
             funcs = [f for f in funcs if not f.startswith("_")]
+            import difflib
+
             hint = difflib.get_close_matches(fn_name, funcs, n=3)
             more = (
                 f"; did you mean {', '.join(hint)}?"
@@ -225,6 +230,9 @@ def _find_components() -> Dict[str, _Component]:
         found += ModuleComponentsFinder(BUILTIN_PACKAGE, "").find()  # builtins win a clash
         _components = {c.name: c for c in found}
     return _components
+
+
+_load_components = _find_components  # upstream's name (its tests call it)
 
 
 def get_components() -> Dict[str, _Component]:
@@ -268,6 +276,8 @@ def get_component(name: str) -> _Component:
     components = _find_components()
     if name not in components:
         valid = list(get_components())
+        import difflib
+
         close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ComponentNotFoundException(

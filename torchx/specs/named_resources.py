@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Callable, Dict, Optional
 
 from torchx.specs.api import NULL_RESOURCE, InvalidArgumentError, Resource
@@ -38,6 +37,8 @@ class _NamedResourcesLibrary:
     def __getitem__(self, key: str) -> Resource:
         factories = self._load()
         if key not in factories:
+            import difflib
+
             close = difflib.get_close_matches(key, list(factories), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise NamedResourceNotFound(f"unknown named resource {key!r}{hint}")

@@ -125,6 +125,8 @@ class runopts:
         default: CfgVal = None,
         required: bool = False,
     ) -> None:
+        if type_ in _DICT_TYPES and default == []:
+            default = {}  # upstream accepted an empty list as an empty dict's default
         if required and default is not None:
             raise ValueError(f"required option {cfg_key!r} cannot have a default ({default!r})")
         if default is not None and not runopts.is_type(default, type_):

@@ -16,7 +16,7 @@ from datetime import datetime
 from string import Template
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from torchx.specs.api import NONE, AppState
+from torchx.specs.states import NONE, AppState
 
 if TYPE_CHECKING:
     from torchx.specs.api import AppStatus, ReplicaStatus, RoleStatus

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-import functools
 import importlib
 import logging
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Callable, Dict
+from importlib import metadata
+from importlib.metadata import EntryPoint
+from typing import Any, Callable, Dict, Tuple
 
 logger = logging.getLogger(__name__)
 
+# group -> (the scan function used, its entry points by name). Keyed on the function too,
+# so code that swaps ``metadata.entry_points`` (upstream's tests patch
+# ``torchx.util.entrypoints.metadata.entry_points``) sees its own entries, not a stale scan.
+_scanned: Dict[str, Tuple[Any, Dict[str, EntryPoint]]] = {}
 
-@functools.cache
+
 def _group(group: str) -> Dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=group)}
+    scan = metadata.entry_points
+    hit = _scanned.get(group)
+    if hit is None or hit[0] is not scan:
+        eps = scan(group=group)
+        if hasattr(eps, "select"):  # a stand-in may return every group
+            eps = eps.select(group=group)
+        hit = _scanned[group] = (scan, {ep.name: ep for ep in eps})
+    return hit[1]
 
 
 def entry_point_names(group: str) -> list[str]:

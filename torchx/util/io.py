@@ -12,6 +12,12 @@ from pathlib import Path
 from typing import Optional
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the dir that holds the torchx package
+COMPONENTS_DIR: Path = Path("torchx/components")  # upstream's name, relative to that dir
+
+
+def get_abspath(relpath: str) -> str:
+    """``relpath`` under the directory that holds the installed torchx package."""
+    return str(_PACKAGE_ROOT / relpath)
 
 
 def _bundled_contents(conf_file: str) -> Optional[str]:

@@ -26,3 +26,14 @@ def import_optional(module: str, extra: str) -> ModuleType:
         if e.name and e.name.split(".")[0] == top:
             raise MissingExtraError(module, extra) from e
         raise
+
+
+def load_module(path: str) -> object:
+    """``pkg.module`` or ``pkg.module:attr`` imported; None when it cannot be loaded
+    (upstream's helper: it swallows the error, so prefer ``import_optional``)."""
+    module_path, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_path)
+        return getattr(module, attr) if attr else module
+    except Exception:
+        return None

@@ -15,8 +15,6 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Union
 
-from torchx.specs.api import InvalidArgumentError
-
 MIB = 2**20
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -42,8 +40,9 @@ _MAX_EXPONENT = 100  # Kubernetes itself caps quantities far below 1e100
 Quantity = Union[str, int, float]
 
 
-class InvalidQuantityError(InvalidArgumentError):
-    """A value that is not a Kubernetes quantity."""
+class InvalidQuantityError(ValueError):
+    """A value that is not a Kubernetes quantity (a ``ValueError``: helpers know no data
+    model, so not a ``torchx.specs`` error; callers that face users say what was wrong)."""
 
 
 def parse_quantity(value: Quantity, what: str = "quantity") -> Decimal:

@@ -13,8 +13,6 @@ import abc
 import logging
 import os
 import posixpath
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +32,11 @@ from typing import (
 )
 
 from torchx.specs import AppDef, CfgVal, Role, TorchXError, runopts
-from torchx.workspace.ignore import IgnoreRules
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
+
+    from torchx.workspace.ignore import IgnoreRules
 
 log: logging.Logger = logging.getLogger(__name__)
 
@@ -151,6 +150,8 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
             if workspace.is_unmapped_single_project():
                 workspace = str(workspace)
             else:
+                import tempfile
+
                 with tempfile.TemporaryDirectory(prefix="torchx_workspace_") as root:
                     _assemble(workspace, root)
                     self.build_workspace_and_update_role(role, root, cfg)
@@ -176,6 +177,8 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
 
 
 def _assemble(workspace: Workspace, root: str) -> None:
+    import shutil
+
     for src, dst in workspace.projects.items():
         source = Path(src).expanduser()
         target = Path(root) / dst
@@ -202,6 +205,8 @@ def open_workspace(workspace: str) -> Tuple[AbstractFileSystem, str]:
 
 
 def _read_rules(fs: AbstractFileSystem, path: str, ignore_name: str) -> IgnoreRules:
+    from torchx.workspace.ignore import IgnoreRules
+
     ignore_path = posixpath.join(path, ignore_name)
     if not fs.isfile(ignore_path):
         return IgnoreRules(source=ignore_name)
@@ -326,6 +331,16 @@ def apply_workspace(
     return WorkspaceBuild(str(workspace), role.name, old_image, role.image, files, detail)
 
 
+# Role.metadata key: the directory a local role runs in (its copy of the workspace).
+WORKSPACE_DIR = "torchx.workspace.dir"
+
+
+def workspace_dir(role: Role) -> Optional[str]:
+    """The directory ``role`` must run in, if a local dir workspace was applied to it."""
+    value = role.metadata.get(WORKSPACE_DIR)
+    return str(value) if value else None
+
+
 def _describe(scheduler: object, role: Role, old_image: str) -> Tuple[List[str], str]:
     """The files that went into the role's new image or job dir, and where they are."""
     if role.image == old_image:
@@ -334,8 +349,6 @@ def _describe(scheduler: object, role: Role, old_image: str) -> Tuple[List[str],
     build = describe(role.image) if callable(describe) else None
     if build is not None:
         return list(build.files), str(build)
-    from torchx.workspace.dir_workspace import workspace_dir
-
     target = workspace_dir(role) or role.image
     if target and os.path.isdir(target):
         root = Path(target)

@@ -16,31 +16,24 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from typing import List, Mapping, Optional
+from typing import List, Mapping
 
 from torchx.specs import CfgVal, Role
 from torchx.util.paths import torchx_home
 from torchx.workspace.api import (
     DISABLE_HINT,
     TORCHX_IGNORE,
+    WORKSPACE_DIR,
     WorkspaceError,
     WorkspaceMixin,
     open_workspace,
     workspace_files,
 )
-
-# Role.metadata key: the directory a local role runs in (its copy of the workspace).
-WORKSPACE_DIR = "torchx.workspace.dir"
+from torchx.workspace.api import workspace_dir as workspace_dir  # its upstream-facing home
 
 
 class JobDirExistsError(WorkspaceError, FileExistsError):
     """``job_dir`` already exists, so the workspace cannot be copied into a fresh one."""
-
-
-def workspace_dir(role: Role) -> Optional[str]:
-    """The directory ``role`` must run in, if a local dir workspace was applied to it."""
-    value = role.metadata.get(WORKSPACE_DIR)
-    return str(value) if value else None
 
 
 def copy_workspace(workspace: str, target: str, ignore_name: str = TORCHX_IGNORE) -> List[str]:

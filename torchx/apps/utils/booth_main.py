@@ -1,13 +1,13 @@
 """The program of ``utils.booth``: evaluate the booth function for one HPO trial.
 
-Prints ``booth(x1, x2) = value`` and writes ``{"booth_eval": value}`` to
-``<tracker_base>/<trial_idx>.json`` (any fsspec URL), where an HPO driver reads it.
+Prints ``booth(x1, x2) = value`` and records ``{"booth_eval": value}`` under key
+``trial_idx`` of an ``FsspecResultTracker(tracker_base)`` (the file
+``<tracker_base>/<trial_idx>``, any fsspec URL, as upstream), where an HPO driver reads it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import List, Optional
 
@@ -25,12 +25,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     value = booth(args.x1, args.x2)
     print(f"booth({args.x1}, {args.x2}) = {value}")
-    import fsspec
+    from torchx.runtime.tracking import FsspecResultTracker
 
-    fs, base = fsspec.core.url_to_fs(args.tracker_base)
-    fs.makedirs(base, exist_ok=True)
-    with fs.open(f"{base.rstrip('/')}/{args.trial_idx}.json", "w") as f:
-        json.dump({"booth_eval": value}, f)
+    FsspecResultTracker(args.tracker_base)[args.trial_idx] = {"booth_eval": value}
     return 0
 
 

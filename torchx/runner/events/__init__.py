@@ -51,6 +51,13 @@ class TorchxEvent:
         return TorchxEvent(**d)
 
 
+def get_logging_handler(destination: str = "null") -> logging.Handler:
+    """Upstream's name, from ``torchx.runner.events.handlers``."""
+    from torchx.runner.events.handlers import get_logging_handler as make
+
+    return make(destination)
+
+
 def _logger(destination: str) -> logging.Logger:
     logger = logging.getLogger(f"torchx-events-{destination}")
     logger.propagate = False

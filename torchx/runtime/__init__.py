@@ -1,0 +1,1 @@
+"""Upstream's ``torchx.runtime`` namespace: helpers an app uses at run time."""

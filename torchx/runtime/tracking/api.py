@@ -1,0 +1,60 @@
+"""Result trackers: a small map from a key to a dict of numbers or short strings."""
+
+from __future__ import annotations
+
+import abc
+import json
+from typing import Dict, Union
+
+KeyType = Union[int, str]
+ResultType = Union[int, float, str]
+
+
+class ResultTracker(abc.ABC):
+    """A key -> results store; ``tracker[k] = {...}`` is ``put(k, **...)``, ``tracker[k]`` is
+    ``get(k)``. Keys are made strings with ``str(key)``; a missing key reads as ``{}``."""
+
+    def __getitem__(self, key: KeyType) -> Dict[str, ResultType]:
+        return self.get(key)
+
+    def __setitem__(self, key: KeyType, results: Dict[str, ResultType]) -> None:
+        self.put(key, **results)
+
+    @abc.abstractmethod
+    def put(self, key: KeyType, **results: ResultType) -> None:
+        """Store ``results`` under ``key`` (overwrites; the store decides consistency)."""
+
+    @abc.abstractmethod
+    def get(self, key: KeyType) -> Dict[str, ResultType]:
+        """The results stored under ``key``, or ``{}`` when there are none (does not wait)."""
+
+
+class FsspecResultTracker(ResultTracker):
+    """Results as pretty-printed JSON files ``<tracker_base>/<key>`` on any fsspec URL."""
+
+    def __init__(self, tracker_base: str) -> None:
+        self._tracker_base = tracker_base
+
+    def _path(self, key: KeyType, create: bool) -> tuple:
+        import fsspec  # only when a result is read or written
+
+        fs, base = fsspec.core.url_to_fs(self._tracker_base)
+        if create:
+            fs.makedirs(base, exist_ok=True)
+        return fs, f"{base.rstrip('/')}/{key}"
+
+    def put(self, key: KeyType, **results: ResultType) -> None:
+        fs, path = self._path(key, create=True)
+        parent = path.rsplit("/", 1)[0]
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        with fs.open(path, "w") as f:
+            f.write(json.dumps(results, indent=2))
+
+    def get(self, key: KeyType) -> Dict[str, ResultType]:
+        fs, path = self._path(key, create=False)
+        try:
+            with fs.open(path, "r") as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            return {}
