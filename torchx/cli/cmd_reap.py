@@ -35,7 +35,7 @@ class CmdReap(SubCommand):
         )
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.pipelines.reap import Orchestrators, ReapError, find_candidates, reap
+        from torchx.pipelines.reap import Orchestrators, find_candidates, reap
         from torchx.runner import get_runner
 
         schedulers = args.scheduler or ["local_cwd"]
@@ -46,19 +46,21 @@ class CmdReap(SubCommand):
                     f"unknown scheduler {', '.join(unknown)}; choose from "
                     f"{', '.join(sorted(runner.scheduler_backends()))}"
                 )
-            try:
-                found = find_candidates(
-                    runner, schedulers, Orchestrators(args.airflow_url, args.prefect_url)
-                )
-            except ReapError as e:
-                raise CommandError(f"torchx reap: {e}") from None
+            found = find_candidates(
+                runner, schedulers, Orchestrators(args.airflow_url, args.prefect_url)
+            )
             for c in found:
                 print(c.line())
             orphans = [c for c in found if c.orphan]
             if args.dryrun:
                 print(f"{len(orphans)} orphan(s) of {len(found)} owned live app(s); dry run")
-                return
-            cancelled = reap(runner, orphans)
-            for handle in cancelled:
-                print(f"cancelled {handle}")
-            print(f"{len(cancelled)} orphan(s) cancelled of {len(found)} owned live app(s)")
+            else:
+                for handle in reap(runner, orphans):
+                    print(f"cancelled {handle}")
+                print(f"{len(orphans)} orphan(s) cancelled of {len(found)} owned live app(s)")
+        errors = [c.error for c in found if c.error]
+        if errors:
+            raise CommandError(
+                f"torchx reap: {len(errors)} app(s) kept, their owner could not be asked: "
+                f"{errors[0]}"
+            )

@@ -44,6 +44,7 @@ class Candidate:
     owner: Owner
     owner_state: str = "?"
     orphan: bool = False
+    error: Optional[str] = None  # why the owner could not be asked (then it is kept)
 
     def line(self) -> str:
         verdict = "ORPHAN" if self.orphan else "kept"
@@ -82,13 +83,22 @@ class Orchestrators:
         self.airflow_url = airflow_url
         self.prefect_url = prefect_url
         self._airflow_tokens: Dict[str, str] = {}
+        self._down: Dict[str, str] = {}
 
     def state(self, owner: Owner) -> Tuple[str, bool]:
-        """``(state, finished for good)`` of ``owner``."""
-        if owner.kind == "airflow":
-            return self._airflow(owner)
-        if owner.kind == "prefect":
-            return self._prefect(owner)
+        """``(state, finished for good)`` of ``owner``; ReapError if it cannot be asked
+        (remembered per orchestrator URL, so a dead one costs one timeout per run)."""
+        where = owner.api or owner.kind
+        if where in self._down:
+            raise ReapError(self._down[where])
+        try:
+            if owner.kind == "airflow":
+                return self._airflow(owner)
+            if owner.kind == "prefect":
+                return self._prefect(owner)
+        except ReapError as e:
+            self._down[where] = str(e)
+            raise
         return f"unknown ({owner.kind} owners are not looked up)", False
 
     # -- Airflow
@@ -173,7 +183,11 @@ def find_candidates(
             owner = owner_of(appdef.metadata if appdef is not None else None)
             if owner is None:
                 continue
-            state, done = orchestrators.state(owner)
+            try:
+                state, done = orchestrators.state(owner)
+            except ReapError as e:  # kept: one unreachable orchestrator stops no other
+                found.append(Candidate(app.app_handle, owner, "unknown", False, str(e)))
+                continue
             found.append(Candidate(app.app_handle, owner, state, done))
     return found
 
