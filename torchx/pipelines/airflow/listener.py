@@ -42,6 +42,10 @@ def _app_handle(ti: Any) -> Optional[str]:
     the metadata database elsewhere (scheduler, api-server)."""
     map_index = getattr(ti, "map_index", -1)
     if type(ti).__module__.startswith("airflow.sdk"):
+        from torchx.pipelines.airflow.operator import TorchXOperator
+
+        if not isinstance(getattr(ti, "task", None), TorchXOperator):
+            return None  # a task process knows its operator: no XCom call for other tasks
         value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=map_index)
         return str(value) if value else None
     from airflow.models.xcom import XComModel
