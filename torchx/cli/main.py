@@ -29,6 +29,7 @@ BUILTIN_VERBS: Dict[str, tuple[str, str, str]] = {
     "describe": ("torchx.cli.cmd_describe", "CmdDescribe", "show the AppDef of a submitted app"),
     "list": ("torchx.cli.cmd_list", "CmdList", "list the apps of a scheduler"),
     "log": ("torchx.cli.cmd_log", "CmdLog", "print or follow an app's logs"),
+    "reap": ("torchx.cli.cmd_reap", "CmdReap", "cancel live apps whose owner task has ended"),
     "run": ("torchx.cli.cmd_run", "CmdRun", "run a component on a scheduler"),
     "runopts": (
         "torchx.cli.cmd_runopts",

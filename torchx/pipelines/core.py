@@ -132,6 +132,7 @@ def submit_or_attach(
     reattach_succeeded: bool = False,
     run_name: Optional[str] = None,
     run_params: Optional[Mapping[str, object]] = None,
+    owner: Optional[str] = None,
 ) -> Submission:
     """Re-attach to the live app submitted with ``key``, else submit the stage with it.
 
@@ -153,6 +154,7 @@ def submit_or_attach(
             reattach_succeeded=reattach_succeeded,
             run_name=run_name,
             run_params=run_params,
+            owner=owner,
         )
     else:
         handle = runner.run_component(
@@ -165,6 +167,7 @@ def submit_or_attach(
             reattach_succeeded=reattach_succeeded,
             run_name=run_name,
             run_params=run_params,
+            owner=owner,
         )
     return Submission(handle, reattached=False)
 

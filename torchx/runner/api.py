@@ -27,6 +27,7 @@ from torchx.runner.events import log_event
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
+    OWNER,
     STALL_TIMEOUT,
     InvalidAppError,
     ListAppResponse,
@@ -124,6 +125,7 @@ class Runner:
         run_name: Optional[str] = None,
         run_params: Optional[Mapping[str, object]] = None,
         stall_timeout: Optional[float] = None,
+        owner: Optional[str] = None,
     ) -> AppHandle:
         """Materialize a component (``utils.echo``, ``file.py:fn``) and submit it.
 
@@ -142,6 +144,7 @@ class Runner:
             run_name=run_name,
             run_params=run_params,
             stall_timeout=stall_timeout,
+            owner=owner,
             _component=(component, component_args),
         )
 
@@ -186,6 +189,7 @@ class Runner:
         run_name: Optional[str] = None,
         run_params: Optional[Mapping[str, object]] = None,
         stall_timeout: Optional[float] = None,
+        owner: Optional[str] = None,
         _component: Optional[tuple[str, Union[List[str], Dict[str, Any]]]] = None,
     ) -> AppHandle:
         """Submit ``app``; returns ``scheduler://session/app_id``.
@@ -206,7 +210,7 @@ class Runner:
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
-        (``stalled: ...``); ``local_cwd``'s supervisor enforces it.
+        (``stalled: ...``); ``local_cwd``'s supervisor enforces it. ``owner``: stored alike.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if token:
@@ -214,9 +218,8 @@ class Runner:
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
                 return existing
-        info = self.dryrun(
-            app, scheduler, cfg, workspace, parent_run_id, stall_timeout=stall_timeout, _token=token
-        )
+        meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
+        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
         info._run_request = RunRequest(  # type: ignore[attr-defined]
             name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
         )
@@ -289,18 +292,16 @@ class Runner:
         workspace: Optional[Union[Workspace, str]] = None,
         parent_run_id: Optional[str] = None,
         stall_timeout: Optional[float] = None,
-        _token: Optional[str] = None,
+        _meta: Optional[Mapping[str, Optional[str]]] = None,
     ) -> AppDryRunInfo[Any]:
         """The scheduler request for ``app`` (on a copy: the caller's AppDef is untouched).
 
-        Offline: trackers are checked by :meth:`schedule`, not here.
-        """
+        Offline: trackers are checked by :meth:`schedule`, not here."""
         _validate_app(app)
         app = copy.deepcopy(app)
         sched = self._scheduler(scheduler)
         trackers = self.trackers()
-        if _token:
-            app.metadata[IDEMPOTENCY_TOKEN] = _token
+        app.metadata.update({k: v for k, v in (_meta or {}).items() if v})  # token, owner
         if stall_timeout is not None:
             if not stall_timeout > 0:
                 raise ValueError(f"stall_timeout must be > 0 seconds, got {stall_timeout!r}")

@@ -32,6 +32,7 @@ from torchx.workspace.api import Workspace, WorkspaceMixin, apply_workspace
 __all__ = [
     "DescribeAppResponse",
     "IDEMPOTENCY_TOKEN",
+    "OWNER",
     "InvalidAppError",
     "ListAppResponse",
     "Scheduler",
@@ -51,6 +52,8 @@ T = TypeVar("T")  # the scheduler's request type
 # scheduler's dry run; each scheduler stores the token with the job itself (local request,
 # Slurm comment, Kubernetes label, Batch tag, Ray metadata) so any process can find it.
 IDEMPOTENCY_TOKEN = "torchx.idempotency_token"
+# key of the job's owner (the orchestrator task that submitted it; torchx.pipelines.owner)
+OWNER = "torchx.owner"
 
 
 def idempotency_token(key: str) -> str:

@@ -33,6 +33,7 @@ from airflow.sdk import Asset, BaseOperator, BaseOperatorLink
 
 from torchx.pipelines import core
 from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
+from torchx.pipelines.owner import airflow_owner
 from torchx.specs.api import AppDef, AppStatus
 
 try:  # Airflow 3
@@ -281,6 +282,7 @@ class TorchXOperator(BaseOperator):
             reattach_succeeded=self._reuse_succeeded(context),
             run_name=run_name(ti),
             run_params=run_params(context),
+            owner=airflow_owner(ti).to_metadata(),
         )
         verb = "re-attaching to" if submission.reattached else "submitted"
         self.log.info("%s %s", verb, submission.handle)

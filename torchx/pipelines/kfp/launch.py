@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
+from torchx.pipelines.owner import kfp_owner, metadata_value
 from torchx.specs.api import AppDef, Resource
 from torchx.util.quantity import cpu_whole_cores, memory_mib
 
@@ -129,6 +130,7 @@ def launch(
             reattach_succeeded=True,  # a retried step whose app succeeded is done
             run_name=run_name,
             run_params=run_params,
+            owner=metadata_value(kfp_owner(job_id, task_name)),
         )
         handle = submission.handle
         verb = "re-attached to" if submission.reattached else "launched"

@@ -38,6 +38,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import TerminationSignal
 
 from torchx.pipelines import core
+from torchx.pipelines.owner import current_prefect_owner, metadata_value
 from torchx.pipelines.prefect import stages
 from torchx.specs.api import AppDef, AppStatus
 
@@ -178,6 +179,7 @@ def submit_stage(
             reattach_succeeded=True,  # within one flow run, a succeeded stage is done
             run_name=name,
             run_params=run_params(name),
+            owner=metadata_value(current_prefect_owner()),
         )
     verb = "re-attaching to" if submission.reattached else "submitted"
     logger.info("%s %s", verb, submission.handle)

@@ -1,0 +1,209 @@
+"""No orphans in a real Airflow 3 deployment: a stage whose worker is SIGKILLed (no
+``on_kill`` runs) has its job cancelled by torchx's listener once the scheduler fails the
+try by heartbeat timeout, with no user action; a try Airflow will retry keeps its job.
+
+The listener is registered through Airflow's plugins folder (a one-line plugin importing
+``TorchXListenerPlugin``): the shared venv's editable install predates the provider's
+``airflow.plugins`` entry point, which does the same for an installed torchx.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, List, Tuple
+
+import psutil
+import pytest
+
+from tests.deployments.airflow_deployment import (
+    HEARTBEAT_TIMEOUT,
+    AirflowDeployment,
+    airflow_deployment,
+)
+from tests.deployments.test_airflow_deployment import _kill_worker, _supervisor_pid
+from tests.polling import poll, poll_until
+
+DAGS = """
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from torchx.pipelines.airflow import TorchXOperator
+
+WAIT = "while [ ! -e {{ dag_run.conf['flag'] }} ]; do sleep 0.1; done; echo flag-seen"
+
+for dag_id, retries in (("orphan_no_retry", 0), ("orphan_retry", 1)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+        TorchXOperator(
+            task_id="job",
+            component="utils.sh",
+            component_args=["sh", "-c", WAIT],
+            deferrable=False,
+            poll_interval=0.5,
+            retries=retries,
+            retry_delay=timedelta(seconds=1),
+        )
+    globals()[dag_id] = dag
+"""
+PLUGIN = "from torchx.pipelines.airflow.listener import TorchXListenerPlugin  # noqa: F401\n"
+DEADLINE = 120.0
+CRASH_DEADLINE = 180.0
+REAPED_WITHIN = 90.0  # after the task fails by heartbeat timeout
+
+
+@pytest.fixture(scope="module")
+def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
+    work = tmp_path_factory.mktemp("airflow-orphans")
+    dags, plugins = work / "dags", work / "plugins"
+    dags.mkdir()
+    plugins.mkdir()
+    (dags / "orphan_dags.py").write_text(DAGS)
+    (plugins / "torchx_listener.py").write_text(PLUGIN)
+    torchx_env = {"TORCHX_HOME": str(work / "torchx_home"), "TORCHX_TRACKERS": ""}
+    env = {**torchx_env, "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins)}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in torchx_env.items():  # this process looks at the deployment's apps
+            mp.setenv(k, v)
+        try:
+            with airflow_deployment(work, dags, env) as deployment:
+                for dag_id in ("orphan_no_retry", "orphan_retry"):
+                    deployment.unpause(dag_id)
+                yield deployment
+        finally:
+            _cancel_every_app()
+
+
+def _cancel_every_app() -> None:
+    from torchx.runner import get_runner
+
+    with get_runner() as runner:
+        for app in runner.list("local_cwd"):
+            if app.state.name not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                runner.cancel(app.app_handle)
+
+
+def _run(af: AirflowDeployment, dag_id: str) -> Tuple[Tuple[str, str, str], Path]:
+    flag = af.home.parent / f"flag-{uuid.uuid4().hex[:8]}"
+    return (dag_id, af.trigger(dag_id, {"flag": str(flag)}), "job"), flag
+
+
+def _apps(ti: Tuple[str, str, str]) -> List[Any]:
+    from torchx.schedulers.api import idempotency_token
+    from torchx.schedulers.local_scheduler import create_scheduler
+
+    key = "/".join(["airflow", ti[0], ti[2], ti[1], "-1"])
+    return create_scheduler("torchx").find_by_idempotency_token(idempotency_token(key))
+
+
+def _running_app(ti: Tuple[str, str, str]) -> Any:
+    return poll(
+        lambda: next((a for a in _apps(ti) if a.state.name == "RUNNING"), None),
+        DEADLINE,
+        f"a RUNNING app for {ti}",
+    )
+
+
+def _app_pids(app_id: str) -> List[int]:
+    """Every live process of the app: its supervisor (named by the app id) and its
+    replicas and their children (``TORCHX_JOB_ID`` in their environment)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(c.endswith(app_id) for c in p.info["cmdline"] or []) or p.environ().get(
+                "TORCHX_JOB_ID", ""
+            ).endswith(app_id):
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _owner(app_id: str) -> Any:
+    from torchx.pipelines.owner import owner_of
+    from torchx.runner import get_runner
+
+    with get_runner() as runner:
+        appdef = runner.describe(f"local_cwd://torchx/{app_id}")
+    return owner_of(appdef.metadata if appdef else None)
+
+
+def _reap(af: AirflowDeployment, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AIRFLOW_API_USERNAME": "admin", "AIRFLOW_API_PASSWORD": _password(af)}
+    cmd = [sys.executable, "-m", "torchx.cli.main", "reap", "--airflow_url", af.url, *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _password(af: AirflowDeployment) -> str:
+    import json
+
+    users = json.loads((af.home / "simple_auth_manager_passwords.json.generated").read_text())
+    return str(users["admin"])
+
+
+def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployment) -> None:
+    ti, _ = _run(af, "orphan_no_retry")
+    af.wait_task(ti, {"running"}, DEADLINE)
+    app = _running_app(ti)
+    owner = _owner(app.app_id)  # the owner travels with the job, readable from here
+    assert owner is not None and owner.kind == "airflow"
+    assert (owner.ids["dag"], owner.ids["run"], owner.ids["task"]) == ti
+    assert owner.ids["map"] == -1 and owner.ids["try"] == 1
+    before = _app_pids(app.app_id)
+    assert len(before) >= 2, before  # the supervisor and the replica's shell at least
+    _kill_worker(af, app.app_id)  # SIGKILL: no on_kill runs
+    assert psutil.pid_exists(_supervisor_pid(app.app_id))  # the job outlived its worker
+    af.wait_task(ti, {"failed"}, HEARTBEAT_TIMEOUT + CRASH_DEADLINE)
+    failed_at = time.monotonic()
+    state = poll_until(
+        lambda: next(a.state.name for a in _apps(ti) if a.app_id == app.app_id),
+        lambda s: s == "CANCELLED",
+        REAPED_WITHIN,
+        0.5,
+    )
+    left = poll_until(
+        lambda: _app_pids(app.app_id),
+        lambda pids: not pids,
+        max(1.0, REAPED_WITHIN - (time.monotonic() - failed_at)),
+        0.5,
+    )
+    print(f"app CANCELLED, no process left, {time.monotonic() - failed_at:.1f} s after failed")
+    assert state == "CANCELLED"
+    assert not left, left
+    assert "cancelling" in (af.home / "scheduler.log").read_text()
+
+
+def test_worker_killed_with_a_retry_left_keeps_the_app(af: AirflowDeployment) -> None:
+    ti, flag = _run(af, "orphan_retry")
+    af.wait_task(ti, {"running"}, DEADLINE)
+    app = _running_app(ti)
+    listed = _reap(af, "--dryrun")  # the owner's state, through Airflow's REST API
+    assert listed.returncode == 0, listed.stderr
+    assert f"kept local_cwd://torchx/{app.app_id}" in listed.stdout
+    assert "state: running" in listed.stdout
+    _kill_worker(af, app.app_id)
+    af.wait_task(ti, {"running"}, CRASH_DEADLINE, try_number=2)  # failed try 1: up_for_retry
+    poll(lambda: "re-attaching" in af.log(ti, 2), DEADLINE, "the retry re-attached")
+    assert [(a.app_id, a.state.name) for a in _apps(ti)] == [(app.app_id, "RUNNING")]
+    flag.touch()
+    af.wait_task(ti, {"success"}, DEADLINE, try_number=2)
+    assert [(a.app_id, a.state.name) for a in _apps(ti)] == [(app.app_id, "SUCCEEDED")]
+
+
+def test_reap_with_an_unreachable_airflow_is_one_line(af: AirflowDeployment) -> None:
+    ti, flag = _run(af, "orphan_retry")
+    _running_app(ti)
+    try:
+        out = _reap(af, "--dryrun", "--airflow_url", "http://127.0.0.1:9")
+        assert out.returncode != 0
+        assert "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "cannot reach" in out.stderr
+    finally:
+        flag.touch()
+        af.wait_task(ti, {"success"}, DEADLINE)

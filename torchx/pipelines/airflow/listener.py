@@ -1,0 +1,115 @@
+"""Cancel a stage's job when its task instance ends for good while the job still runs.
+
+Registered by ``TorchXListenerPlugin`` (the provider's ``airflow.plugins`` entry point), so
+DAGs need no wiring. Why a listener: a task instance can end without the operator's
+``on_kill`` running; the case that matters is a worker lost (SIGKILL, OOM, node gone):
+the scheduler fails the try after ``[scheduler] task_instance_heartbeat_timeout`` and then
+calls ``on_task_instance_failed`` itself, in the scheduler process
+(``TaskInstance.handle_failure``, reached from ``process_executor_events``). A user's
+"mark failed / success" calls it in the api-server; a task's own end calls it in the task
+process. The same hook runs in each, so each of those processes needs torchx's settings
+(``TORCHX_HOME`` for local_cwd, the schedulers' credentials).
+
+Only a final state cancels: ``failed`` (no retry left) or ``success`` (Airflow 3.3 has no
+listener hook for ``removed``: ``torchx reap`` covers that one). A try
+that Airflow will retry (``up_for_retry``) keeps its job: the retry re-attaches to it.
+The job is the one the task pushed as its ``app_handle`` XCom; one already finished is
+left alone. Nothing here raises into Airflow: a failure is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Optional
+
+from airflow.listeners import hookimpl
+from airflow.plugins_manager import AirflowPlugin
+
+logger = logging.getLogger(__name__)
+
+FINAL = ("failed", "success", "removed")
+HANDLE_XCOM = "app_handle"
+
+
+def _state(ti: Any) -> str:
+    state = getattr(ti, "state", None)
+    return str(getattr(state, "value", state) or "").lower()
+
+
+def _app_handle(ti: Any) -> Optional[str]:
+    """The ``app_handle`` XCom of this try: through the task SDK in a task process, from
+    the metadata database elsewhere (scheduler, api-server)."""
+    map_index = getattr(ti, "map_index", -1)
+    if type(ti).__module__.startswith("airflow.sdk"):
+        from torchx.pipelines.airflow.operator import TorchXOperator
+
+        if not isinstance(getattr(ti, "task", None), TorchXOperator):
+            return None  # a task process knows its operator: no XCom call for other tasks
+        value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=map_index)
+        return str(value) if value else None
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = XComModel.get_many(
+            run_id=ti.run_id,
+            key=HANDLE_XCOM,
+            task_ids=ti.task_id,
+            dag_ids=ti.dag_id,
+            map_indexes=map_index,
+        )
+        row = session.scalars(query).first()
+        value = XComModel.deserialize_value(row) if row is not None else None
+    return str(value) if value else None
+
+
+def reap_task_instance(ti: Any) -> Optional[str]:
+    """Cancel the live job of ``ti`` if ``ti`` ended for good; the cancelled handle."""
+    state = _state(ti)
+    if state not in FINAL:
+        return None
+    handle = _app_handle(ti)
+    if not handle:
+        return None
+    from torchx.pipelines import core
+
+    with core.runner_for() as runner:
+        status = runner.status(handle)
+        if status is None or status.is_terminal():
+            return None
+        logger.warning(
+            "torchx: task %s.%s (run %s, map %s) ended %s while %s runs: cancelling it",
+            ti.dag_id,
+            ti.task_id,
+            ti.run_id,
+            getattr(ti, "map_index", -1),
+            state,
+            handle,
+        )
+        runner.cancel(handle)
+    return handle
+
+
+def _safely(ti: Any) -> None:
+    try:
+        reap_task_instance(ti)
+    except Exception:  # a listener must never break the scheduler or the task
+        logger.exception("torchx: could not cancel the job of %s", ti)
+
+
+@hookimpl
+def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
+    _safely(task_instance)
+
+
+@hookimpl
+def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
+    _safely(task_instance)
+
+
+class TorchXListenerPlugin(AirflowPlugin):
+    """Registers this module's listener in every Airflow process that loads plugins."""
+
+    name = "torchx_listener"
+    listeners = [sys.modules[__name__]]

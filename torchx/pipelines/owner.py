@@ -1,0 +1,122 @@
+"""Who owns a job: the orchestrator's task that submitted it, stored with the job.
+
+``Runner.run(owner=...)`` puts the owner in the app's metadata under ``OWNER`` beside the
+idempotency token, so the scheduler keeps it with the job and any process that can list
+the scheduler's apps (``torchx reap``, Airflow's listener) can ask the owner's orchestrator
+whether the owner still wants the job. The value is compact JSON, e.g.::
+
+    {"kind":"airflow","api":"http://airflow:8080","dag":"d","run":"r","task":"t","map":-1,"try":1}
+    {"kind":"prefect","api":"http://prefect:4200/api","flow_run":"<uuid>","task_run":"<uuid>"}
+    {"kind":"kfp","run":"<run id>","task":"<task name>"}
+
+``api`` says where to ask (Airflow's ``[api] base_url``, Prefect's ``PREFECT_API_URL``);
+an owner without it is asked at the URL ``torchx reap`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+
+from torchx.schedulers.api import OWNER
+
+KINDS = ("airflow", "prefect", "kfp")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """An orchestrator task that owns a job: ``kind`` and its identity ``ids``."""
+
+    kind: str
+    ids: Dict[str, Any] = field(default_factory=dict)
+    api: Optional[str] = None
+
+    def to_metadata(self) -> str:
+        doc: Dict[str, Any] = {"kind": self.kind}
+        if self.api:
+            doc["api"] = self.api
+        doc.update(self.ids)
+        return json.dumps(doc, separators=(",", ":"), sort_keys=False)
+
+    def describe(self) -> str:
+        """One readable line: ``airflow dag=d run=r task=t map=-1 try=1``."""
+        ids = " ".join(f"{k}={v}" for k, v in self.ids.items())
+        return f"{self.kind} {ids}".strip()
+
+
+def parse_owner(value: Optional[str]) -> Optional[Owner]:
+    """The owner stored in a job's metadata (None if absent or not an owner)."""
+    if not value:
+        return None
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
+        return None
+    kind, api = str(doc.pop("kind")), doc.pop("api", None)
+    return Owner(kind, doc, str(api) if api else None)
+
+
+def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
+    """The owner in an app's metadata (``DescribeAppResponse.metadata``), if any."""
+    return parse_owner((metadata or {}).get(OWNER))
+
+
+# ---------------------------------------------------------------------------- builders
+
+
+def airflow_owner(ti: Any) -> Owner:
+    """The owner of a job submitted by Airflow task instance ``ti`` (dag, run, task, map
+    index, try), with Airflow's ``[api] base_url`` when it is configured."""
+    api: Optional[str] = None
+    try:
+        from airflow.configuration import conf
+
+        api = conf.get("api", "base_url", fallback=None) or None
+    except Exception:  # no airflow config here: reap is told the URL instead
+        api = None
+    ids = {
+        "dag": ti.dag_id,
+        "run": ti.run_id,
+        "task": ti.task_id,
+        "map": int(
+            getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1
+        ),
+        "try": int(getattr(ti, "try_number", 0) or 0),
+    }
+    return Owner("airflow", ids, api.rstrip("/") if api else None)
+
+
+def prefect_owner(flow_run_id: str, task_run_id: Optional[str] = None) -> Owner:
+    """The owner of a job submitted in Prefect flow run ``flow_run_id`` (and task run)."""
+    ids: Dict[str, Any] = {"flow_run": flow_run_id}
+    if task_run_id:
+        ids["task_run"] = task_run_id
+    return Owner("prefect", ids, os.environ.get("PREFECT_API_URL") or None)
+
+
+def current_prefect_owner() -> Optional[Owner]:
+    """The owner for a submission from the current Prefect flow run (None outside one)."""
+    try:
+        from prefect.runtime import flow_run, task_run
+    except ImportError:
+        return None
+    fid = flow_run.get_id()
+    if not fid:
+        return None
+    return prefect_owner(str(fid), str(task_run.get_id() or "") or None)
+
+
+def kfp_owner(run_id: str, task_name: str) -> Optional[Owner]:
+    """The owner of a KFP launcher step (None when KFP left its placeholders)."""
+    if not run_id or not task_name or "{{" in run_id + task_name:
+        return None
+    return Owner("kfp", {"run": run_id, "task": task_name})
+
+
+def metadata_value(owner: Optional[Owner]) -> Optional[str]:
+    """``owner`` as ``Runner.run(owner=...)`` takes it (None passes through)."""
+    return owner.to_metadata() if owner is not None else None

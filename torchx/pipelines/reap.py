@@ -1,0 +1,202 @@
+"""Orphaned jobs: live apps whose owner (``torchx.pipelines.owner``) has ended for good.
+
+A job is reaped only when its owner's orchestrator says the owner is finished and will not
+retry it: an Airflow task instance in ``success``, ``failed``, ``removed``, ``skipped`` or
+``upstream_failed`` (``up_for_retry`` and every other state keep the job), a Prefect flow
+run in ``COMPLETED``, ``FAILED``, ``CANCELLED`` or ``CRASHED`` (``AwaitingRetry`` is
+``SCHEDULED``: kept). An owner the orchestrator does not know, or a KFP owner (no lookup
+yet), is never reaped: a cancel needs a fact, not a doubt.
+
+Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
+``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
+Prefect: ``PREFECT_API_KEY`` (Prefect Cloud) or ``PREFECT_API_AUTH_STRING`` (``user:pass``
+of a server with basic auth).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from torchx.pipelines.owner import Owner, owner_of
+from torchx.specs.api import is_terminal
+
+AIRFLOW_DONE = ("success", "failed", "removed", "skipped", "upstream_failed")
+PREFECT_DONE = ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+TIMEOUT = 30.0
+
+
+class ReapError(Exception):
+    """An orchestrator could not be asked (unreachable, refused, bad answer): one line."""
+
+
+@dataclass
+class Candidate:
+    """A live app with an owner, and what the owner's orchestrator said about it."""
+
+    handle: str
+    owner: Owner
+    owner_state: str = "?"
+    orphan: bool = False
+    error: Optional[str] = None  # why the owner could not be asked (then it is kept)
+
+    def line(self) -> str:
+        verdict = "ORPHAN" if self.orphan else "kept"
+        return f"{verdict} {self.handle} owner: {self.owner.describe()} state: {self.owner_state}"
+
+
+# ---------------------------------------------------------------------------- HTTP
+
+
+def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any]] = None) -> Any:
+    """GET (or POST ``body``) ``url``; None on 404; ReapError on anything else that fails."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
+    request.add_header("Content-Type", "application/json")
+    for k, v in headers.items():
+        request.add_header(k, v)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as r:
+            return json.loads(r.read().decode() or "null")
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise ReapError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise ReapError(f"cannot reach {url}: {reason}") from None
+
+
+# ---------------------------------------------------------------------------- orchestrators
+
+
+class Orchestrators:
+    """Asks owners' orchestrators for their state; caches logins and answers per run."""
+
+    def __init__(self, airflow_url: Optional[str] = None, prefect_url: Optional[str] = None):
+        self.airflow_url = airflow_url
+        self.prefect_url = prefect_url
+        self._airflow_tokens: Dict[str, str] = {}
+        self._down: Dict[str, str] = {}
+
+    def state(self, owner: Owner) -> Tuple[str, bool]:
+        """``(state, finished for good)`` of ``owner``; ReapError if it cannot be asked
+        (remembered per orchestrator URL, so a dead one costs one timeout per run)."""
+        where = owner.api or owner.kind
+        if where in self._down:
+            raise ReapError(self._down[where])
+        try:
+            if owner.kind == "airflow":
+                return self._airflow(owner)
+            if owner.kind == "prefect":
+                return self._prefect(owner)
+        except ReapError as e:
+            self._down[where] = str(e)
+            raise
+        return f"unknown ({owner.kind} owners are not looked up)", False
+
+    # -- Airflow
+
+    def _airflow_base(self, owner: Owner) -> str:
+        base = self.airflow_url or owner.api or os.environ.get("AIRFLOW_API_URL")
+        if not base:
+            raise ReapError(
+                f"no Airflow API URL for {owner.describe()}: pass --airflow_url or set "
+                "AIRFLOW_API_URL (or [api] base_url in the deployment's airflow.cfg)"
+            )
+        return base.rstrip("/")
+
+    def _airflow_token(self, base: str) -> str:
+        if base in self._airflow_tokens:
+            return self._airflow_tokens[base]
+        token = os.environ.get("AIRFLOW_API_TOKEN", "")
+        user = os.environ.get("AIRFLOW_API_USERNAME")
+        if not token and user:
+            body = {"username": user, "password": os.environ.get("AIRFLOW_API_PASSWORD", "")}
+            answer = _get_json(f"{base}/auth/token", {}, body)
+            token = str((answer or {}).get("access_token") or "")
+            if not token:
+                raise ReapError(f"{base}/auth/token gave no access_token for user {user!r}")
+        self._airflow_tokens[base] = token
+        return token
+
+    def _airflow(self, owner: Owner) -> Tuple[str, bool]:
+        base = self._airflow_base(owner)
+        token = self._airflow_token(base)
+        ids = owner.ids
+        path = "/".join(
+            urllib.parse.quote(str(p), safe="")
+            for p in ("dags", ids.get("dag"), "dagRuns", ids.get("run"), "taskInstances")
+        )
+        path += "/" + urllib.parse.quote(str(ids.get("task")), safe="")
+        if int(ids.get("map", -1)) >= 0:
+            path += f"/{int(ids['map'])}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        ti = _get_json(f"{base}/api/v2/{path}", headers)
+        if ti is None:
+            return "not found", False
+        state = str(ti.get("state") or "none")
+        return state, state in AIRFLOW_DONE
+
+    # -- Prefect
+
+    def _prefect(self, owner: Owner) -> Tuple[str, bool]:
+        base = self.prefect_url or owner.api or os.environ.get("PREFECT_API_URL")
+        if not base:
+            raise ReapError(
+                f"no Prefect API URL for {owner.describe()}: set PREFECT_API_URL "
+                "or pass --prefect_url"
+            )
+        headers = {}
+        if os.environ.get("PREFECT_API_KEY"):
+            headers["Authorization"] = f"Bearer {os.environ['PREFECT_API_KEY']}"
+        elif os.environ.get("PREFECT_API_AUTH_STRING"):
+            auth = base64.b64encode(os.environ["PREFECT_API_AUTH_STRING"].encode()).decode()
+            headers["Authorization"] = f"Basic {auth}"
+        run = _get_json(f"{base.rstrip('/')}/flow_runs/{owner.ids.get('flow_run')}", headers)
+        if run is None:
+            return "not found", False
+        state = (run.get("state") or {}).get("type") or "none"
+        name = (run.get("state") or {}).get("name") or state
+        return (name if name.upper() == state else f"{name} ({state})"), state in PREFECT_DONE
+
+
+# ---------------------------------------------------------------------------- reaping
+
+
+def find_candidates(
+    runner: Any, schedulers: Iterable[str], orchestrators: Orchestrators
+) -> List[Candidate]:
+    """Every live app of ``schedulers`` that carries an owner, with its owner's state."""
+    found: List[Candidate] = []
+    for scheduler in schedulers:
+        for app in runner.list(scheduler):
+            if is_terminal(app.state):
+                continue
+            appdef = runner.describe(app.app_handle)
+            owner = owner_of(appdef.metadata if appdef is not None else None)
+            if owner is None:
+                continue
+            try:
+                state, done = orchestrators.state(owner)
+            except ReapError as e:  # kept: one unreachable orchestrator stops no other
+                found.append(Candidate(app.app_handle, owner, "unknown", False, str(e)))
+                continue
+            found.append(Candidate(app.app_handle, owner, state, done))
+    return found
+
+
+def reap(runner: Any, candidates: Iterable[Candidate]) -> List[str]:
+    """Cancel the orphans among ``candidates``; their handles."""
+    cancelled = []
+    for c in candidates:
+        if c.orphan:
+            runner.cancel(c.handle)
+            cancelled.append(c.handle)
+    return cancelled
