@@ -1,11 +1,14 @@
 """Orphaned jobs: live apps whose owner (``torchx.pipelines.owner``) has ended for good.
 
-A job is reaped only when its owner's orchestrator says the owner is finished and will not
-retry it: an Airflow task instance in ``success``, ``failed``, ``removed``, ``skipped`` or
+A job is reaped only when its owner's orchestrator says the owner ended without success
+and will not retry it: an Airflow task instance in ``failed``, ``removed``, ``skipped`` or
 ``upstream_failed`` (``up_for_retry`` and every other state keep the job), a Prefect flow
-run in ``COMPLETED``, ``FAILED``, ``CANCELLED`` or ``CRASHED`` (``AwaitingRetry`` is
-``SCHEDULED``: kept). An owner the orchestrator does not know, or a KFP owner (no lookup
-yet), is never reaped: a cancel needs a fact, not a doubt.
+run in ``FAILED``, ``CANCELLED`` or ``CRASHED`` (``AwaitingRetry`` is ``SCHEDULED``:
+kept). An owner that succeeded keeps its job: a stage may leave its job running on
+purpose (``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a
+Prefect ``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator
+does not know, or a KFP owner (no lookup yet), is never reaped: a cancel needs a fact,
+not a doubt.
 
 Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
 ``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
@@ -27,8 +30,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from torchx.pipelines.owner import Owner, owner_of
 from torchx.specs.api import is_terminal
 
-AIRFLOW_DONE = ("success", "failed", "removed", "skipped", "upstream_failed")
-PREFECT_DONE = ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+AIRFLOW_DONE = ("failed", "removed", "skipped", "upstream_failed")
+PREFECT_DONE = ("FAILED", "CANCELLED", "CRASHED")
 TIMEOUT = 30.0
 
 

@@ -10,9 +10,12 @@ calls ``on_task_instance_failed`` itself, in the scheduler process
 process. The same hook runs in each, so each of those processes needs torchx's settings
 (``TORCHX_HOME`` for local_cwd, the schedulers' credentials).
 
-Only a final state cancels: ``failed`` (no retry left) or ``success`` (Airflow 3.3 has no
-listener hook for ``removed``: ``torchx reap`` covers that one). A try
-that Airflow will retry (``up_for_retry``) keeps its job: the retry re-attaches to it.
+Only ``failed`` (no retry left) cancels. A try that Airflow will retry (``up_for_retry``)
+keeps its job: the retry re-attaches to it. ``success`` never cancels: a task that does not
+wait (``wait_for_completion=False``, a ``TorchXSensor`` waits later) succeeds while its job
+runs, on purpose; a user's "mark success" of a running or deferred task already reaches
+the operator's or the trigger's ``on_kill``. (Airflow 3.3 has no listener hook for
+``removed``: ``torchx reap`` covers that one.)
 The job is the one the task pushed as its ``app_handle`` XCom; one already finished is
 left alone. Nothing here raises into Airflow: a failure is logged.
 """
@@ -28,7 +31,7 @@ from airflow.plugins_manager import AirflowPlugin
 
 logger = logging.getLogger(__name__)
 
-FINAL = ("failed", "success", "removed")
+FINAL = ("failed",)
 HANDLE_XCOM = "app_handle"
 
 
@@ -100,11 +103,6 @@ def _safely(ti: Any) -> None:
 
 @hookimpl
 def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
-    _safely(task_instance)
-
-
-@hookimpl
-def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
     _safely(task_instance)
 
 
