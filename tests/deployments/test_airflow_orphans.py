@@ -51,6 +51,16 @@ for dag_id, retries in (("orphan_no_retry", 0), ("orphan_retry", 1)):
             retry_delay=timedelta(seconds=1),
         )
     globals()[dag_id] = dag
+
+# a task that does not wait: it succeeds while its job runs, on purpose
+with DAG(dag_id="detached", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as d:
+    TorchXOperator(
+        task_id="job",
+        component="utils.sh",
+        component_args=["sh", "-c", WAIT],
+        wait_for_completion=False,
+    )
+detached = d
 """
 PLUGIN = "from torchx.pipelines.airflow.listener import TorchXListenerPlugin  # noqa: F401\n"
 DEADLINE = 120.0
@@ -73,7 +83,7 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
             mp.setenv(k, v)
         try:
             with airflow_deployment(work, dags, env) as deployment:
-                for dag_id in ("orphan_no_retry", "orphan_retry"):
+                for dag_id in ("orphan_no_retry", "orphan_retry", "detached"):
                     deployment.unpause(dag_id)
                 yield deployment
         finally:
@@ -207,3 +217,20 @@ def test_reap_with_an_unreachable_airflow_is_one_line(af: AirflowDeployment) -> 
     finally:
         flag.touch()
         af.wait_task(ti, {"success"}, DEADLINE)
+
+
+def test_a_task_that_does_not_wait_keeps_its_job(af: AirflowDeployment) -> None:
+    ti, flag = _run(af, "detached")
+    af.wait_task(ti, {"success"}, DEADLINE)  # the listener has run in the task process
+    try:
+        app = _running_app(ti)
+        listed = _reap(af)  # not a dry run: a successful owner is never reaped
+        assert listed.returncode == 0, listed.stderr
+        assert f"kept local_cwd://torchx/{app.app_id}" in listed.stdout
+        assert [(a.app_id, a.state.name) for a in _apps(ti)] == [(app.app_id, "RUNNING")]
+    finally:
+        flag.touch()
+    state = poll_until(
+        lambda: [a.state.name for a in _apps(ti)], lambda s: s == ["SUCCEEDED"], DEADLINE, 0.5
+    )
+    assert state == ["SUCCEEDED"]
