@@ -145,10 +145,3 @@ def _parse_config(config: Optional[str]) -> FsspecTracker:
 
 def create(config: Optional[str]) -> FsspecTracker:
     return _parse_config(config)
-
-
-def _validate(config: Optional[str]) -> None:
-    _parse_config(config)
-
-
-create.validate = _validate  # type: ignore[attr-defined]

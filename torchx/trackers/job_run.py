@@ -1,10 +1,12 @@
-"""The job's tracker run, owned by the launcher: opened at submit, ended with the app.
+"""The job's tracker run, owned by the Runner that submits the job.
 
-The Runner opens the run when it schedules a job (so a job that never calls the tracker,
-or crashes before it does, still has one) and ends it FINISHED, FAILED or KILLED when it
-sees the app end. The job's ranks only attach to it. Nothing here imports a tracker
-backend's heavy client on the submit path: backends do their work however is cheapest
-(see ``torchx.trackers.mlflow_launch``).
+The Runner opens the run *before* it submits the job, so the run exists when submit
+returns and its id travels with the job (MLflow: ``MLFLOW_RUN_ID``,
+``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID`` in every role's env): a user's own
+``mlflow.start_run()`` in a rank lands in it, and so does ``torchx.trackers``. The Runner
+ends it FINISHED, FAILED or KILLED when it sees the app end (``wait``, ``status``,
+``cancel``); any Runner can, since the run id is in the app's env. A run that cannot be
+opened fails the submit with one line; one that cannot be ended is one warning line.
 """
 
 from __future__ import annotations
@@ -12,18 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import shlex
-import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from torchx.specs.api import AppState
-from torchx.trackers.api import (
-    ENV_TORCHX_RUN_OWNER,
-    LAUNCHER,
-    close_job_run,
-    open_job_run,
-)
+from torchx.specs.api import AppState, TorchXError
+from torchx.trackers.api import JobRun, OpenedRun, TrackerBackend, tracker_backend
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +31,16 @@ _RUN_STATUS = {
     AppState.FAILED: "FAILED",
     AppState.CANCELLED: "KILLED",
 }
+MAX_PARAM = 6000  # MLflow's limit on a param value
+REDACTED = "<redacted>"
+_ENV_FLAGS = ("--env", "-env", "--e", "-e")
 
 ComponentCall = Tuple[str, Union[List[str], Dict[str, Any]]]
+Trackers = Mapping[str, Optional[str]]
+
+
+class TrackerRunError(TorchXError):
+    """The job's tracker run could not be opened (nothing was submitted)."""
 
 
 @dataclass
@@ -48,40 +53,49 @@ class RunRequest:
     cfg: Dict[str, object] = field(default_factory=dict)
 
 
-@dataclass
-class JobRun:
-    """Everything a backend needs to open a job's run."""
-
-    job_id: str
-    name: str
-    params: Dict[str, str]
-    parent_run_id: Optional[str] = None
-    experiment_name: Optional[str] = None
-    start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-
-
 def _text(value: object) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _args_text(args: Union[List[str], Dict[str, Any]]) -> str:
+def _redact_pairs(text: str) -> str:
+    """``K=V,K2=V2`` -> ``K=<redacted>,K2=<redacted>``: names stay, values never leave."""
+    return ",".join(f"{p.split('=', 1)[0]}={REDACTED}" for p in text.split(",") if p)
+
+
+def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict[str, Any]]:
+    """Component args without env values (``--env K=V``, ``--env=K=V``, ``{"env": {...}}``)."""
     if isinstance(args, dict):
-        return _text(args)
-    return shlex.join(str(a) for a in args)
-
-
-MAX_PARAM = 6000  # MLflow's limit on a param value
+        out = dict(args)
+        env = out.get("env")
+        if isinstance(env, Mapping):
+            out["env"] = {k: REDACTED for k in env}
+        elif isinstance(env, str):
+            out["env"] = _redact_pairs(env)
+        return out
+    redacted: List[str] = []
+    after_flag = False
+    for arg in (str(a) for a in args):
+        flag, eq, value = arg.partition("=")
+        if after_flag:
+            arg = _redact_pairs(arg)
+        elif eq and flag in _ENV_FLAGS:
+            arg = f"{flag}={_redact_pairs(value)}"
+        after_flag = arg in _ENV_FLAGS
+        redacted.append(arg)
+    return redacted
 
 
 def job_params(app: Any, scheduler: str, request: RunRequest) -> Dict[str, str]:
-    """The run's params: what ran (component, args), where (scheduler, cfg), on what
-    (per role: replicas, cpu, memMB, gpu), plus the orchestrator's own params."""
+    """The run's params: what ran (component, args without env values), where (scheduler,
+    cfg), on what (per role: replicas, cpu, memMB, gpu), the env names the roles were
+    given, plus the orchestrator's own params."""
     params: Dict[str, str] = {str(k): _text(v) for k, v in request.params.items()}
     if request.component is not None:
         params["component"] = request.component[0]
-        params["args"] = _args_text(request.component[1])
+        args = redact_args(request.component[1])
+        params["args"] = _text(args) if isinstance(args, dict) else shlex.join(args)
     else:
         params["component"] = app.name
         params["args"] = _text({r.name: [r.entrypoint, *r.args] for r in app.roles})
@@ -97,58 +111,128 @@ def job_params(app: Any, scheduler: str, request: RunRequest) -> Dict[str, str]:
     return {k[:250]: v[:MAX_PARAM] for k, v in params.items()}
 
 
-def mark_launcher_owned(app: Any) -> None:
-    """Tell the job's ranks (through their env) that the launcher owns the run."""
-    for role in app.roles:
-        role.env[ENV_TORCHX_RUN_OWNER] = LAUNCHER
+@dataclass
+class OpenedJobRun:
+    """The runs one submit opened, one per tracker, and the env they add to the job."""
+
+    runs: List[Tuple[TrackerBackend, OpenedRun]]
+
+    @property
+    def env(self) -> Dict[str, str]:
+        env: Dict[str, str] = {}
+        for _, run in self.runs:
+            for k, v in run.env.items():
+                env.setdefault(k, v)  # two MLflow trackers: the first owns MLFLOW_*
+        return env
 
 
-def launcher_owned(roles: Any) -> bool:
-    return any(r.env.get(ENV_TORCHX_RUN_OWNER) == LAUNCHER for r in roles)
+class TrackerSession:
+    """A Runner's trackers: each backend built once (its client, its store's engine), used
+    for every job the Runner submits or sees end, released by ``close``."""
+
+    def __init__(self) -> None:
+        self._backends: Dict[Tuple[str, Optional[str]], TrackerBackend] = {}
+        self._lock = threading.Lock()
+
+    def backends(self, trackers: Trackers) -> List[TrackerBackend]:
+        with self._lock:
+            out = []
+            for name, config in trackers.items():
+                key = (name, config)
+                if key not in self._backends:
+                    self._backends[key] = tracker_backend(name, config)
+                out.append(self._backends[key])
+            return out
+
+    def validate(self, trackers: Trackers) -> None:
+        for backend in self.backends(trackers):
+            backend.validate()
+
+    def open(
+        self,
+        trackers: Trackers,
+        app: Any,
+        scheduler: str,
+        request: Optional[RunRequest],
+        start_ms: int,
+    ) -> OpenedJobRun:
+        """Open the job's run in every tracker; raises ``TrackerRunError`` naming the store."""
+        request = request or RunRequest()
+        env = app.roles[0].env if app.roles else {}
+        experiment = env.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+        job = JobRun(
+            name=request.name or app.name,
+            params=job_params(app, scheduler, request),
+            parent_run_id=env.get("TORCHX_PARENT_RUN_ID") or None,
+            experiment_name=None if experiment == _PLACEHOLDER_EXPERIMENT else experiment,
+            start_ms=start_ms,
+        )
+        opened = OpenedJobRun([])
+        for backend in self.backends(trackers):
+            try:
+                opened.runs.append((backend, backend.open_job_run(job)))
+            except Exception as e:
+                self.abort(opened)
+                raise TrackerRunError(
+                    f"could not open the job's tracker run in {_store(backend)}: {_reason(e)}"
+                ) from e
+        return opened
+
+    def bind(self, opened: OpenedJobRun, handle: str) -> None:
+        """The job was submitted as ``handle``: record it on each run (a failure warns)."""
+        for backend, run in opened.runs:
+            try:
+                backend.bind_job_run(run.run_id, handle)
+            except Exception as e:
+                logger.warning(
+                    "could not record %s on its tracker run in %s: %s",
+                    handle,
+                    _store(backend),
+                    _reason(e),
+                )
+
+    def abort(self, opened: OpenedJobRun) -> None:
+        """The submit failed: end the runs it opened as FAILED."""
+        for backend, run in opened.runs:
+            try:
+                backend.close_job_run("", run.run_id, "FAILED")
+            except Exception as e:
+                logger.warning("could not end a tracker run in %s: %s", _store(backend), e)
+
+    def close_job_run(
+        self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState
+    ) -> None:
+        """End the job's run with the app's terminal ``state``; a failure is one warning."""
+        status = _RUN_STATUS.get(state, "FAILED")
+        end_ms = int(time.time() * 1000)
+        for backend in self.backends(trackers):
+            try:
+                run_id = backend.job_run_id(handle, env)
+                backend.close_job_run(handle, run_id, status, end_ms)
+            except Exception as e:
+                logger.warning(
+                    "could not end the tracker run of %s as %s in %s: %s",
+                    handle,
+                    status,
+                    _store(backend),
+                    _reason(e),
+                )
+
+    def close(self) -> None:
+        with self._lock:
+            for backend in self._backends.values():
+                try:
+                    backend.close()
+                except Exception as e:  # releasing a client is never worth failing for
+                    logger.debug("closing %s: %s", _store(backend), e)
+            self._backends.clear()
 
 
-def open_run(
-    trackers: Mapping[str, Optional[str]],
-    handle: str,
-    app: Any,
-    scheduler: str,
-    request: Optional[RunRequest],
-    start_ms: int,
-) -> None:
-    """Open the job's run; a tracker that fails is logged (the job is already running)."""
-    request = request or RunRequest()
-    env = app.roles[0].env if app.roles else {}
-    experiment = env.get("TORCHX_TRACKING_EXPERIMENT_NAME")
-    job = JobRun(
-        job_id=handle,
-        name=request.name or app.name,
-        params=job_params(app, scheduler, request),
-        parent_run_id=env.get("TORCHX_PARENT_RUN_ID") or None,
-        experiment_name=None if experiment == _PLACEHOLDER_EXPERIMENT else experiment,
-        start_ms=start_ms,
-    )
-    try:
-        open_job_run(trackers, **job.__dict__)
-    except Exception as e:
-        logger.warning("could not open the tracker run of %s: %s", handle, e)
+def _store(backend: TrackerBackend) -> str:
+    return str(getattr(backend, "store", None) or f"{backend.name} ({backend.config})")
 
 
-def close_run(
-    trackers: Mapping[str, Optional[str]], handle: str, state: AppState, wait: bool
-) -> None:
-    """End the job's run with the app's terminal ``state`` (best effort, logged)."""
-    status = _RUN_STATUS.get(state, "FAILED")
-    try:
-        close_job_run(trackers, handle, status, int(time.time() * 1000), wait)
-    except Exception as e:
-        logger.warning("could not end the tracker run of %s as %s: %s", handle, status, e)
-
-
-def flush_job_runs() -> None:
-    """Return once this process's launcher-side tracker work (runs opened or ended in the
-    background, e.g. on a sqlite store) is done: for tests and scripts that read the run
-    right after ``Runner.wait``."""
-    backend = sys.modules.get("torchx.trackers.mlflow_backend")
-    agent = getattr(backend, "_launcher_agent", None)
-    if agent is not None:
-        agent.flush()
+def _reason(e: BaseException) -> str:
+    """The first line of what went wrong, without a driver's SQL dump."""
+    text = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]

@@ -1,9 +1,9 @@
-"""The launcher's MLflow calls over the tracking server's REST API (``http(s)://`` URIs).
+"""The Runner's MLflow calls over the tracking server's REST API (``http(s)://`` URIs).
 
 Opening or ending a job's run is a few small requests: no ``import mlflow`` (seconds) on
-the submit path, and the run exists (so its link works) as soon as the submit returns.
-Same run layout as ``MLflowTracker`` (tags ``torchx.job_id``/``torchx.parent_run_id``,
-``mlflow.parentRunId``, the parent's experiment), which ranks then attach to.
+the submit path, and no "View run" line printed to stdout when a run ends. The same
+store methods as ``MLflowTracker`` (``experiment_id``, ``find_run``, ``create_run``,
+``tag_run``, ``terminate``), so ``MlflowBackend`` is written once against both.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.trackers.api import TrackerConfigError
 
@@ -24,7 +24,11 @@ _experiments: Dict[Any, str] = {}  # (server, experiment name) -> id, once per p
 
 
 class MlflowRestError(TrackerConfigError):
-    """The tracking server refused a request."""
+    """The tracking server refused a request, or did not answer."""
+
+    def __init__(self, message: str, error_code: str = "") -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class MlflowRest:
@@ -51,9 +55,23 @@ class MlflowRest:
                 code = json.loads(detail).get("error_code", "")
             except ValueError:
                 code = ""
-            err = MlflowRestError(f"MLflow {path} failed ({e.code}): {detail[:300]}")
-            err.error_code = code  # type: ignore[attr-defined]
-            raise err from None
+            raise MlflowRestError(
+                f"MLflow {path} failed ({e.code}): {detail[:300]}", code
+            ) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", None) or e
+            raise MlflowRestError(f"MLflow server unreachable ({reason})") from None
+
+    def health(self) -> None:
+        """Raise ``TrackerConfigError`` (one line) unless the server answers."""
+        url = self.base[: -len(API)] + "/health"
+        try:
+            urllib.request.urlopen(url, timeout=5).read()
+        except (urllib.error.URLError, OSError) as e:
+            raise TrackerConfigError(
+                f"MLflow tracking server {self.base[: -len(API)]} is unreachable"
+                f" ({getattr(e, 'reason', e)}); start it or fix the tracker config"
+            ) from None
 
     # ---------------------------------------------------------------- lookups
 
@@ -68,7 +86,7 @@ class MlflowRest:
             found = self._call("GET", "/experiments/get-by-name", {"experiment_name": name})
             return str(found["experiment"]["experiment_id"])
         except MlflowRestError as e:
-            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
         body: Dict[str, Any] = {"name": name}
         if artifact_location:
@@ -79,8 +97,8 @@ class MlflowRest:
             found = self._call("GET", "/experiments/get-by-name", {"experiment_name": name})
             return str(found["experiment"]["experiment_id"])
 
-    def find_run(self, tag: str, value: str) -> Optional[Dict[str, Any]]:
-        """The oldest run whose ``tag`` is ``value`` (None: none yet)."""
+    def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
+        """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
         exps = self._call("POST", "/experiments/search", {"max_results": 1000})
         ids = [e["experiment_id"] for e in exps.get("experiments", [])]
         if not ids:
@@ -96,7 +114,13 @@ class MlflowRest:
                 "order_by": ["attributes.start_time ASC"],
             },
         ).get("runs", [])
-        return runs[0] if runs else None
+        if not runs:
+            return None
+        return str(runs[0]["info"]["run_id"]), str(runs[0]["info"]["experiment_id"])
+
+    def run_experiment(self, run_id: str) -> str:
+        run = self._call("GET", "/runs/get", {"run_id": run_id})
+        return str(run["run"]["info"]["experiment_id"])
 
     # ---------------------------------------------------------------- writes
 
@@ -126,7 +150,10 @@ class MlflowRest:
             )
         return run_id
 
-    def end_run(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
+    def tag_run(self, run_id: str, key: str, value: str) -> None:
+        self._call("POST", "/runs/set-tag", {"run_id": run_id, "key": key, "value": value})
+
+    def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         body: Dict[str, Any] = {"run_id": run_id, "status": status}
         body["end_time"] = end_ms if end_ms is not None else int(time.time() * 1000)
         self._call("POST", "/runs/update", body)
