@@ -240,20 +240,24 @@ def test_no_process_outlives_the_tracked_jobs_by_10_s(store: str) -> None:
     assert poll_until(left_behind, lambda found: not found, timeout=10) == []
 
 
+def _fill(path: Path) -> None:
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:  # no space left on device
+            pass
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tiny tmpfs needs root")
-def test_a_full_disk_under_the_store_is_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
+def test_a_full_disk_under_the_store_is_one_line_at_submit_and_at_the_end(tmp_path: Path) -> None:
     mnt = tmp_path / "full"
     mnt.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
     try:
         uri = f"sqlite:///{mnt / 'mlflow.db'}"
         job_runs(uri)  # a whole store, then no room for one more page
-        with open(mnt / "filler", "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError:
-                pass
+        _fill(mnt / "filler")
         env = dict(
             os.environ,
             TORCHX_TRACKERS="mlflow",
@@ -269,5 +273,24 @@ def test_a_full_disk_under_the_store_is_one_line_and_a_nonzero_exit(tmp_path: Pa
         assert len(errors) == 1, out.stderr
         assert uri in errors[0] and "full" in errors[0], errors
         assert "hi" not in out.stdout  # nothing was submitted without its run
+
+        # room again, a job starts with its run; the disk fills up before the job ends
+        (mnt / "filler").unlink()
+        go = tmp_path / "go"
+        cmd = f"while [ ! -e {go} ]; do sleep 0.1; done"
+        job = subprocess.Popen(
+            [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh", "sh", "-c", cmd],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        try:
+            assert poll_until(lambda: job_runs(uri), bool, timeout=240), job.stderr
+            _fill(mnt / "filler")
+            go.touch()
+            _, stderr = job.communicate(timeout=240)
+        finally:
+            job.kill()
+        assert job.returncode == 0, stderr  # the job itself succeeded
+        warnings = [line for line in stderr.splitlines() if "could not end" in line]
+        assert len(warnings) == 1 and uri in warnings[0] and "full" in warnings[0], stderr
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)

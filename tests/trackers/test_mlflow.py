@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mlflow_server import free_port, mlflow_server
+from tests.mlflow_server import free_port
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.trackers.api import TrackerConfigError, build_trackers, validate_tracker_config
@@ -134,31 +134,6 @@ def test_unreachable_server_fails_fast_at_submit(
         runner.run(specs.AppDef("x", [specs.Role("w", ".", entrypoint="true")]), "local_cwd")
     with pytest.raises(TrackerConfigError, match="not writable|does not exist"):
         validate_tracker_config("mlflow", "sqlite:////nonexistent/dir/mlflow.db")
-
-
-@pytest.mark.slow
-def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with mlflow_server(tmp_path / "server") as uri:
-        monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
-        monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
-        code = (
-            "from torchx.tracker import app_run_from_env as r; "
-            "r().add_metadata(stage='s'); r().log_metrics({'m': 2.0})"
-        )
-        with get_runner() as runner:
-            h = runner.run(
-                specs.AppDef("srv", [specs.Role("w", ".", entrypoint="python", args=["-c", code])]),
-                "local_cwd",
-            )
-            assert runner.wait(h, timeout=120).state == specs.AppState.SUCCEEDED
-        tracker = build_trackers({"mlflow": uri})[0]
-        run = tracker.client.get_run(tracker.mlflow_run_id(h))
-        assert (
-            run.data.tags["stage"] == "s"
-            and run.data.metrics["m"] == 2.0
-            and run.info.status == "FINISHED"
-        )
 
 
 def test_lineage_cli_accepts_mlflow_run_ids_and_draws_a_pipeline_with_its_stages(
