@@ -1,13 +1,10 @@
 """Tracker API: what a torchx job records (metadata, artifacts, metrics) and where its
 inputs came from (sources), so lineage can be walked both ways.
 
-Upstream-compatible names (``TrackerBase``, ``AppRun``, ``app_run_from_env``, the
-``TORCHX_*`` env contract). Beyond upstream: real lineage, per-step metrics, pipeline
-parent runs, run status (a failed job's run ends FAILED), and config checks at submit.
-
-Two sides, one module each way: a ``TrackerBase`` records and reads runs (in a job's
-ranks, in a pipeline); a ``TrackerBackend`` is what the ``Runner`` holds per configured
-tracker to open a job's run before submitting it and to end it with the app.
+Upstream-compatible names (``TrackerBase``, ``AppRun``, ``app_run_from_env``, ``TORCHX_*``
+env); beyond upstream: lineage, metrics, pipeline parent runs, run status. A ``TrackerBase``
+records and reads runs (ranks, pipelines); a ``TrackerBackend`` is what the ``Runner``
+holds per tracker to open a job's run before the submit and end it with the app.
 """
 
 from __future__ import annotations
@@ -37,6 +34,19 @@ def tracker_config_env_var_name(entrypoint_name: str) -> str:
 
 class TrackerConfigError(TorchXError, ValueError):
     """An unknown tracker backend or an unusable tracker config."""
+
+
+def read_config_file(path: str, keys: Iterable[str] = ()) -> Dict[str, str]:
+    """``key=value`` lines (``#`` comments); with ``keys``, any other key is an error."""
+    out: Dict[str, str] = {}
+    with open(path) as f:
+        for line in (raw.strip() for raw in f):
+            if line and not line.startswith("#") and "=" in line:
+                k, v = (part.strip() for part in line.split("=", 1))
+                if keys and k not in keys:
+                    raise TrackerConfigError(f"{path}: unknown key {k!r}; use {', '.join(keys)}")
+                out[k] = v
+    return out
 
 
 @dataclass
@@ -249,18 +259,15 @@ class FactoryBackend:
         return OpenedRun(token)
 
     def bind_job_run(self, run_id: str, job_id: str) -> None:
-        job = self._pending.pop(run_id, None)
-        tracker = self.tracker()
-        if job is not None and job.parent_run_id:
-            tracker.set_parent(job_id, job.parent_run_id)
-        tracker.add_metadata(job_id, **({"run_name": job.name, **job.params} if job else {}))
+        job = self._pending.pop(run_id)
+        if job.parent_run_id:
+            self.tracker().set_parent(job_id, job.parent_run_id)
+        self.tracker().add_metadata(job_id, run_name=job.name, **job.params)
 
     def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]:
         return job_id
 
-    def close_job_run(
-        self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
-    ) -> None:
+    def close_job_run(self, job_id: str, run_id: Optional[str], status: str, *_: Any) -> None:
         self.tracker().end_run(job_id, status)
 
     def close(self) -> None:
@@ -268,20 +275,14 @@ class FactoryBackend:
 
 
 def _known_backends() -> Dict[str, Any]:
-    from torchx.util.entrypoints import load_group
+    from torchx.util.entrypoints import load_group, load_object
 
     backends = {
-        "fsspec": lambda: _load("torchx.trackers.fsspec_backend:create"),
-        "mlflow": lambda: _load("torchx.trackers.mlflow_backend:create"),
+        "fsspec": lambda: load_object("torchx.trackers.fsspec_backend:create"),
+        "mlflow": lambda: load_object("torchx.trackers.mlflow_backend:create"),
     }
     backends.update(load_group("torchx.tracker"))
     return backends
-
-
-def _load(path: str) -> Any:
-    from torchx.util.entrypoints import load_object
-
-    return load_object(path)
 
 
 def _factory(name: str) -> Any:
@@ -289,8 +290,10 @@ def _factory(name: str) -> Any:
     if name in backends:
         return backends[name]()
     if ":" in name or "." in name:
+        from torchx.util.entrypoints import load_object
+
         try:
-            return _load(name)
+            return load_object(name)
         except (ImportError, AttributeError) as e:
             raise TrackerConfigError(f"cannot load tracker {name!r}: {e}") from None
     raise TrackerConfigError(
@@ -314,7 +317,6 @@ def build_trackers(entrypoint_and_config: Mapping[str, Optional[str]]) -> List[T
 
 
 def validate_tracker_config(name: str, config: Optional[str]) -> None:
-    """Cheap submit-time check: the backend exists and its store is reachable."""
     tracker_backend(name, config).validate()
 
 
@@ -380,9 +382,6 @@ class AppRun:
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
         for b in self.backends:
             b.log_metrics(self.id, metrics, step)
-
-    def flush(self) -> None:
-        """Kept for callers of the agent era: every call is recorded when it returns."""
 
     def sources(self) -> Iterable[AppRunTrackableSource]:
         if not self.backends:

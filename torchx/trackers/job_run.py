@@ -1,12 +1,10 @@
 """The job's tracker run, owned by the Runner that submits the job.
 
 The Runner opens the run *before* it submits the job, so the run exists when submit
-returns and its id travels with the job (MLflow: ``MLFLOW_RUN_ID``,
-``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID`` in every role's env): a user's own
-``mlflow.start_run()`` in a rank lands in it, and so does ``torchx.trackers``. The Runner
-ends it FINISHED, FAILED or KILLED when it sees the app end (``wait``, ``status``,
-``cancel``); any Runner can, since the run id is in the app's env. A run that cannot be
-opened fails the submit with one line; one that cannot be ended is one warning line.
+returns and its id travels with the job in every role's env (MLflow: ``MLFLOW_RUN_ID``,
+``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``). Any Runner that sees the app end
+(``wait``, ``status``, ``cancel``) ends the run by that id. A run that cannot be opened
+fails the submit with one line; one that cannot be ended is one warning line.
 """
 
 from __future__ import annotations
@@ -102,28 +100,23 @@ def job_params(app: Any, scheduler: str, request: RunRequest) -> Dict[str, str]:
     params["scheduler"] = scheduler
     params["cfg"] = _text({k: v for k, v in request.cfg.items() if v is not None})
     for role in app.roles:
-        res = role.resource
-        prefix = f"resources.{role.name}"
-        params[f"{prefix}.replicas"] = str(role.num_replicas)
-        params[f"{prefix}.cpu"] = str(res.cpu)
-        params[f"{prefix}.memMB"] = str(res.memMB)
-        params[f"{prefix}.gpu"] = str(res.gpu)
+        res, prefix = role.resource, f"resources.{role.name}"
+        values = (role.num_replicas, res.cpu, res.memMB, res.gpu)
+        for key, value in zip(("replicas", "cpu", "memMB", "gpu"), values, strict=True):
+            params[f"{prefix}.{key}"] = str(value)
     return {k[:250]: v[:MAX_PARAM] for k, v in params.items()}
 
 
 @dataclass
 class OpenedJobRun:
-    """The runs one submit opened, one per tracker, and the env they add to the job."""
+    """The runs one submit opened, one per tracker."""
 
     runs: List[Tuple[TrackerBackend, OpenedRun]]
 
     @property
     def env(self) -> Dict[str, str]:
-        env: Dict[str, str] = {}
-        for _, run in self.runs:
-            for k, v in run.env.items():
-                env.setdefault(k, v)  # two MLflow trackers: the first owns MLFLOW_*
-        return env
+        """What the runs add to every role's env (two MLflow trackers: the first wins)."""
+        return {k: v for _, run in reversed(self.runs) for k, v in run.env.items()}
 
 
 class TrackerSession:
@@ -181,23 +174,14 @@ class TrackerSession:
     def bind(self, opened: OpenedJobRun, handle: str) -> None:
         """The job was submitted as ``handle``: record it on each run (a failure warns)."""
         for backend, run in opened.runs:
-            try:
-                backend.bind_job_run(run.run_id, handle)
-            except Exception as e:
-                logger.warning(
-                    "could not record %s on its tracker run in %s: %s",
-                    handle,
-                    _store(backend),
-                    _reason(e),
-                )
+            what = f"record {handle} on its tracker run"
+            _warn_on_error(backend, what, backend.bind_job_run, run.run_id, handle)
 
     def abort(self, opened: OpenedJobRun) -> None:
         """The submit failed: end the runs it opened as FAILED."""
         for backend, run in opened.runs:
-            try:
-                backend.close_job_run("", run.run_id, "FAILED")
-            except Exception as e:
-                logger.warning("could not end a tracker run in %s: %s", _store(backend), e)
+            what = "end the tracker run of a job that was not submitted"
+            _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "FAILED")
 
     def close_job_run(
         self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState
@@ -206,26 +190,22 @@ class TrackerSession:
         status = _RUN_STATUS.get(state, "FAILED")
         end_ms = int(time.time() * 1000)
         for backend in self.backends(trackers):
-            try:
-                run_id = backend.job_run_id(handle, env)
-                backend.close_job_run(handle, run_id, status, end_ms)
-            except Exception as e:
-                logger.warning(
-                    "could not end the tracker run of %s as %s in %s: %s",
-                    handle,
-                    status,
-                    _store(backend),
-                    _reason(e),
-                )
+            what = f"end the tracker run of {handle} as {status}"
+            run_id = backend.job_run_id(handle, env)
+            _warn_on_error(backend, what, backend.close_job_run, handle, run_id, status, end_ms)
 
     def close(self) -> None:
         with self._lock:
             for backend in self._backends.values():
-                try:
-                    backend.close()
-                except Exception as e:  # releasing a client is never worth failing for
-                    logger.debug("closing %s: %s", _store(backend), e)
+                backend.close()
             self._backends.clear()
+
+
+def _warn_on_error(backend: TrackerBackend, what: str, call: Any, *args: Any) -> None:
+    try:
+        call(*args)
+    except Exception as e:
+        logger.warning("could not %s in %s: %s", what, _store(backend), _reason(e))
 
 
 def _store(backend: TrackerBackend) -> str:

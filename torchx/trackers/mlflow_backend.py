@@ -1,24 +1,17 @@
 """MLflow tracker (registered as ``mlflow``): one MLflow run per torchx job, with lineage.
 
-Config (``[tracker:mlflow] config=`` or ``TORCHX_TRACKER_MLFLOW_CONFIG``): a tracking
-URI (``sqlite:///...``, ``http://host:5000``), or a file of ``key=value`` lines
-(``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset means
-``$MLFLOW_TRACKING_URI``, else an embedded sqlite store under ``$TORCHX_HOME/mlflow``
-(directory 0700, database 0600; MLflow >= 3.13 refuses plain ``file:`` stores).
+Config: a tracking URI (``sqlite:///...``, ``http://host:5000``) or a file of ``key=value``
+lines (``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset:
+``$MLFLOW_TRACKING_URI``, else a sqlite store under ``$TORCHX_HOME/mlflow`` (0700, 0600).
 
 - ``MlflowBackend`` (the Runner's side) opens the job's run before the job is submitted:
-  over http with a few REST calls (no ``import mlflow``), on sqlite with MlflowClient in
-  the submitting process, under a file lock, so the store's schema is complete before any
-  other process can read it. The job's roles get ``MLFLOW_RUN_ID``,
-  ``MLFLOW_TRACKING_URI`` and ``MLFLOW_EXPERIMENT_ID``: MLflow's own convention, so a
-  user's ``mlflow.start_run()`` in a rank resumes the job's run;
-- ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into that run by its
-  id; a run it has no id for (a pipeline run, a job not launched by a Runner) is found by
-  its ``torchx.job_id`` tag, or created;
-- a pipeline run nests its stage runs (``mlflow.parentRunId``), and so does a parent
-  given as an MLflow run id (KFP's ``MLFLOW_RUN_ID``);
-- ``add_source`` records the producing run in tags and as an MLflow dataset input whose
-  source points at the producer (``runs:/<id>/<artifact>``).
+  over http by REST (no ``import mlflow``), on sqlite with MlflowClient under a file lock,
+  so the schema is whole before any other process reads it. Roles get ``MLFLOW_RUN_ID``,
+  ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``: a user's ``mlflow.start_run()`` resumes it.
+- ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into a job's run by that
+  id; other runs (a pipeline's) are found by their ``torchx.job_id`` tag, or created. Stage
+  runs nest under their pipeline run (``mlflow.parentRunId``); ``add_source`` records the
+  producer as a dataset input (``runs:/<id>/<artifact>``).
 """
 
 from __future__ import annotations
@@ -41,6 +34,7 @@ from torchx.trackers.api import (
     TrackerBase,
     TrackerConfigError,
     TrackerSource,
+    read_config_file,
 )
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
@@ -101,36 +95,19 @@ def _schema_lock(uri: str) -> Iterator[None]:
 
 
 def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
-    out: Dict[str, Optional[str]] = {
-        "tracking_uri": None,
-        "experiment_name": None,
-        "artifact_location": None,
-        "ui_url": None,
-    }
+    keys = ("tracking_uri", "experiment_name", "artifact_location", "ui_url")
+    out: Dict[str, Optional[str]] = dict.fromkeys(keys)
     if config and os.path.isfile(config):
-        with open(config) as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    k, v = line.split("=", 1)
-                    if k.strip() not in out:
-                        raise TrackerConfigError(
-                            f"mlflow tracker config {config}: unknown key {k.strip()!r};"
-                            f" use {', '.join(out)}"
-                        )
-                    out[k.strip()] = v.strip()
+        out.update(read_config_file(config, keys))
     elif config:
         out["tracking_uri"] = config
-    out["tracking_uri"] = (
-        out["tracking_uri"] or os.environ.get(ENV_TRACKING_URI) or default_tracking_uri()
-    )
-    db = _sqlite_file(str(out["tracking_uri"]))
+    uri = out["tracking_uri"] or os.environ.get(ENV_TRACKING_URI) or default_tracking_uri()
+    out["tracking_uri"], db = uri, _sqlite_file(uri)
     if out["artifact_location"] is None and db is not None:
         out["artifact_location"] = os.path.join(os.path.dirname(os.path.abspath(db)), "artifacts")
-    if out["experiment_name"] is None:
-        experiment = os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
-        if experiment != "default-experiment":  # dist.ddp's placeholder
-            out["experiment_name"] = experiment
+    experiment = os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+    if out["experiment_name"] is None and experiment != "default-experiment":  # dist.ddp's
+        out["experiment_name"] = experiment  # placeholder is not an experiment
     return out
 
 
@@ -186,15 +163,9 @@ class MLflowTracker(TrackerBase):
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
         exp_ids = [e.experiment_id for e in self.client.search_experiments()]
-        if not exp_ids:
-            return None
-        runs = self.client.search_runs(
-            exp_ids, filter_string=f"tags.`{tag}` = '{_q(value)}'", max_results=10
-        )
-        if not runs:
-            return None
-        info = min(runs, key=lambda r: r.info.start_time).info
-        return str(info.run_id), str(info.experiment_id)
+        flt, order = f"tags.`{tag}` = '{_q(value)}'", ["attributes.start_time ASC"]
+        runs = self.client.search_runs(exp_ids, flt, max_results=1, order_by=order)
+        return (str(runs[0].info.run_id), str(runs[0].info.experiment_id)) if runs else None
 
     def run_experiment(self, run_id: str) -> str:
         return str(self.client.get_run(run_id).info.experiment_id)
@@ -384,9 +355,7 @@ class MLflowTracker(TrackerBase):
 
     def resolve_run_id(self, run_id: str) -> str:
         """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""
-        import re
-
-        if re.fullmatch(r"[0-9a-f]{32}", run_id) and self._find(run_id) is None:
+        if _MLFLOW_ID.fullmatch(run_id) and self._find(run_id) is None:
             try:
                 tags = self.client.get_run(run_id).data.tags
             except Exception:
@@ -440,16 +409,11 @@ class MlflowBackend:
         self._cfg = parse_config(config)
         self.store = str(self._cfg["tracking_uri"])
         self._tracker: Optional[MLflowTracker] = None
-        self._lock = threading.Lock()
-        self._store_lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def tracker(self) -> MLflowTracker:
         with self._lock:
-            if self._tracker is None:
-                cfg = self._cfg
-                self._tracker = MLflowTracker(
-                    cfg["experiment_name"], self.store, cfg["artifact_location"], cfg["ui_url"]
-                )
+            self._tracker = self._tracker or create(self.config)
             return self._tracker
 
     @contextlib.contextmanager
@@ -461,9 +425,8 @@ class MlflowBackend:
 
             yield MlflowRest(self.store)
             return
-        tracker = self.tracker()
-        with self._store_lock:
-            yield tracker
+        with self._lock:
+            yield self.tracker()
 
     def validate(self) -> None:
         """Without importing mlflow: the package is installed and the store is reachable
@@ -479,13 +442,10 @@ class MlflowBackend:
             from torchx.trackers.mlflow_rest import MlflowRest
 
             MlflowRest(uri).health()
-        elif db is not None:
-            parent = os.path.dirname(os.path.abspath(db))
-            if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-                raise TrackerConfigError(
-                    f"MLflow sqlite store {uri}: directory {parent} does not exist or is not"
-                    " writable"
-                )
+        elif db is not None and not os.access(os.path.dirname(os.path.abspath(db)), os.W_OK):
+            raise TrackerConfigError(
+                f"MLflow sqlite store {uri}: its directory does not exist or is not writable"
+            )
         elif uri.startswith("file:"):
             raise TrackerConfigError(
                 f"MLflow >= 3 refuses file stores ({uri}); use sqlite:///path/mlflow.db"
@@ -500,13 +460,12 @@ class MlflowBackend:
         exp_id: Optional[str] = None
         if job.parent_run_id:
             tags[TAG_PARENT] = job.parent_run_id
-            if _MLFLOW_ID.fullmatch(job.parent_run_id):  # an MLflow run id (KFP's own run)
-                parent: Optional[Tuple[str, str]] = (
-                    job.parent_run_id,
-                    store.run_experiment(job.parent_run_id),
-                )
-            else:
-                parent = store.find_run(TAG_JOB_ID, job.parent_run_id)
+            pid = job.parent_run_id  # a pipeline run's torchx id, or an MLflow id (KFP's run)
+            parent = (
+                (pid, store.run_experiment(pid))
+                if _MLFLOW_ID.fullmatch(pid)
+                else store.find_run(TAG_JOB_ID, pid)
+            )
             if parent is not None:  # stages live with their pipeline run, nested under it
                 tags[TAG_NESTED], exp_id = parent
         if exp_id is None:
