@@ -97,6 +97,26 @@ def test_a_failing_job_ends_failed_and_a_cancelled_one_killed(store: str) -> Non
     assert run.info.status == "KILLED" and run.info.run_name == "sh"
 
 
+def test_on_a_current_store_submit_and_wait_never_import_mlflow(store: str) -> None:
+    """The first job creates the store and its experiment (MlflowClient); the next ones
+    open and end their runs with a few SQL rows."""
+    with get_runner() as runner:
+        runner.wait(runner.run_component("utils.sh", ["true"], "local_cwd"), timeout=120)
+    code = (
+        "import sys; from torchx.runner import get_runner\n"
+        "with get_runner() as r:\n"
+        "    h = r.run_component('utils.sh', ['true'], 'local_cwd')\n"
+        "    r.wait(h, wait_interval=1, timeout=120)\n"
+        "print(h, 'mlflow' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    handle, imported = out.stdout.split()
+    assert imported == "False", out.stderr
+    run = the_run(store, handle)
+    assert run.info.status == "FINISHED" and run.data.params["component"] == "utils.sh"
+    assert run.info.artifact_uri.endswith(f"/{run.info.run_id}/artifacts")
+
+
 def test_another_runner_ends_the_run_by_the_id_in_the_apps_env(store: str) -> None:
     with get_runner() as submitter:
         handle = submitter.run_component("utils.sh", ["true"], "local_cwd")

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
 from torchx.runner.events import log_event
+from torchx.runner.tracking import RunRequest, job_run
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
@@ -50,7 +51,7 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.trackers.api import tracker_config_env_var_name
-from torchx.trackers.job_run import OpenedJobRun, RunRequest, TrackerSession
+from torchx.trackers.job_run import OpenedJobRun, TrackerSession
 from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)
@@ -301,10 +302,11 @@ class Runner:
         opened: Optional[OpenedJobRun] = None
         if app is not None and trackers:
             self._tracking.validate(trackers)
-            request = getattr(dryrun_info, "_run_request", None)
-            if request is None:
-                request = RunRequest(cfg=dict(dryrun_info._cfg))
-            opened = self._tracking.open(trackers, app, scheduler, request, int(time.time() * 1000))
+            request = getattr(dryrun_info, "_run_request", None) or RunRequest(
+                cfg=dict(dryrun_info._cfg)
+            )
+            job = job_run(app, scheduler, request, int(time.time() * 1000))
+            opened = self._tracking.open(trackers, job)
             dryrun_info = _with_env(sched, dryrun_info, opened.env)
             app = dryrun_info._app
         try:

@@ -171,18 +171,11 @@ class MLflowTracker(TrackerBase):
         return str(self.client.get_run(run_id).info.experiment_id)
 
     def create_run(
-        self,
-        experiment_id: str,
-        name: str,
-        tags: Mapping[str, str],
-        params: Mapping[str, str],
-        start_ms: int,
+        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
         from mlflow.entities import Param
 
-        run = self.client.create_run(
-            experiment_id, start_time=start_ms, tags=dict(tags), run_name=name
-        )
+        run = self.client.create_run(exp_id, start_time=start, tags=dict(tags), run_name=name)
         items = [Param(k, v) for k, v in params.items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(run.info.run_id, params=items[i : i + 100])
@@ -218,8 +211,8 @@ class MLflowTracker(TrackerBase):
                 return rid
             name = self.experiment_name or DEFAULT_EXPERIMENT
             exp_id = self.experiment_id(name, self.artifact_location)
-            rid = self.create_run(exp_id, job_id, {TAG_JOB_ID: job_id}, {}, _now())
-            self._runs[job_id] = rid
+            run = self.client.create_run(exp_id, tags={TAG_JOB_ID: job_id}, run_name=job_id)
+            self._runs[job_id] = rid = str(run.info.run_id)
             return rid
 
     def _ensure(self, job_id: str) -> str:
@@ -418,15 +411,23 @@ class MlflowBackend:
 
     @contextlib.contextmanager
     def _launcher_store(self) -> Iterator[Any]:
-        """REST over http (no ``import mlflow``); else MlflowClient, in this process, one
-        call at a time (sqlite has one writer; a Runner's threads share its engine)."""
+        """REST over http, SQL on a current sqlite store (no ``import mlflow``); else
+        MlflowClient, which creates or migrates the store. One call at a time on sqlite."""
         if is_http(self.store):
             from torchx.trackers.mlflow_rest import MlflowRest
 
             yield MlflowRest(self.store)
             return
+        from torchx.trackers.mlflow_sqlite import SqliteStore, is_current
+
+        db = _sqlite_file(self.store)
         with self._lock:
-            yield self.tracker()
+            if db is None:  # another database: MlflowClient
+                yield self.tracker()
+                return
+            if not is_current(db):
+                self.tracker()  # MlflowClient creates or migrates the schema, under the lock
+            yield SqliteStore(db, self.tracker)
 
     def validate(self) -> None:
         """Without importing mlflow: the package is installed and the store is reachable
