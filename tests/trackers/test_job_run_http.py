@@ -99,10 +99,11 @@ def test_user_mlflow_code_lands_in_the_job_run_under_the_pipeline_run(url: str) 
     assert run.info.status == "FINISHED"
 
 
-def test_a_rank_records_into_the_run(url: str) -> None:
+def test_a_rank_records_tags_and_metrics_without_importing_mlflow(url: str, tmp_path: Path) -> None:
     code = (
-        "from torchx.tracker import app_run_from_env as r; "
-        "r().add_metadata(stage='s'); r().log_metrics({'m': 2.0})"
+        "import sys; from torchx.tracker import app_run_from_env as r; "
+        "r().add_metadata(stage='s'); r().log_metrics({'m': 2.0}, step=3); "
+        f"open({str(tmp_path / 'imported')!r}, 'w').write(str('mlflow' in sys.modules))"
     )
     with get_runner() as runner:
         h = runner.run(
@@ -113,6 +114,7 @@ def test_a_rank_records_into_the_run(url: str) -> None:
     run = the_run(url, h)
     assert run.data.tags["stage"] == "s" and run.data.metrics["m"] == 2.0
     assert run.info.status == "FINISHED"
+    assert (tmp_path / "imported").read_text() == "False"
 
 
 def test_a_server_gone_at_submit_is_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:

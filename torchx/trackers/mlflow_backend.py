@@ -121,7 +121,8 @@ def ui_url_for(tracking_uri: str, ui_url: Optional[str] = None) -> Optional[str]
 
 
 class MLflowTracker(TrackerBase):
-    """Records and reads runs with ``MlflowClient`` (imported here: seconds of CPU)."""
+    """Records and reads runs with ``MlflowClient``, imported at its first use (seconds of
+    CPU); over http, a rank's tags and metrics go by REST and never import it."""
 
     def __init__(
         self,
@@ -130,20 +131,30 @@ class MLflowTracker(TrackerBase):
         artifact_location: Optional[str] = None,
         ui_url: Optional[str] = None,
     ) -> None:
-        import_optional("mlflow", "mlflow")
-        from mlflow import MlflowClient
+        from torchx.trackers.mlflow_rest import MlflowRest
 
         self.tracking_uri = tracking_uri or default_tracking_uri()
-        with _schema_lock(self.tracking_uri):
-            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self._client: Any = None
+        self._rest = MlflowRest(self.tracking_uri) if is_http(self.tracking_uri) else None
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
         self.ui_url = ui_url_for(self.tracking_uri, ui_url)
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         job_id, run_id = os.environ.get("TORCHX_JOB_ID"), os.environ.get(ENV_RUN_ID)
         if job_id and run_id and os.environ.get(ENV_TRACKING_URI) == self.tracking_uri:
             self._runs[job_id] = run_id  # this process is a rank of a job its Runner opened
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import_optional("mlflow", "mlflow")
+                from mlflow import MlflowClient
+
+                with _schema_lock(self.tracking_uri):
+                    self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            return self._client
 
     # -------------------------------------------------------------- the store, by MLflow id
 
@@ -182,13 +193,14 @@ class MLflowTracker(TrackerBase):
         return str(run.info.run_id)
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
-        self.client.set_tag(run_id, key, value)
+        if self._rest:
+            self._rest.tag_run(run_id, key, value)
+        else:
+            self.client.set_tag(run_id, key, value)
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        if is_http(self.tracking_uri):  # MlflowClient prints "View run ..." to stdout here
-            from torchx.trackers.mlflow_rest import MlflowRest
-
-            MlflowRest(self.tracking_uri).terminate(run_id, status, end_ms)
+        if self._rest:  # MlflowClient.set_terminated prints "View run ..." to stdout here
+            self._rest.terminate(run_id, status, end_ms)
         else:
             self.client.set_terminated(run_id, status, end_time=end_ms)
 
@@ -228,7 +240,7 @@ class MLflowTracker(TrackerBase):
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
         rid = self._ensure(run_id)
         for k, v in kwargs.items():
-            self.client.set_tag(rid, k if k != "kind" else TAG_KIND, str(v))
+            self.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         rid = self._run(run_id, create=False)
@@ -329,8 +341,10 @@ class MLflowTracker(TrackerBase):
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
-        rid = self._ensure(run_id)
-        now = int(time.time() * 1000)
+        rid, now = self._ensure(run_id), int(time.time() * 1000)
+        if self._rest:
+            self._rest.log_metrics(rid, metrics, now, step or 0)
+            return
         for k, v in metrics.items():
             self.client.log_metric(rid, k, float(v), timestamp=now, step=step or 0)
 
@@ -426,7 +440,7 @@ class MlflowBackend:
                 yield self.tracker()
                 return
             if not is_current(db):
-                self.tracker()  # MlflowClient creates or migrates the schema, under the lock
+                _ = self.tracker().client  # MlflowClient creates or migrates the schema
             yield SqliteStore(db, self.tracker)
 
     def validate(self) -> None:

@@ -134,6 +134,12 @@ class MlflowRest:
     def tag_run(self, run_id: str, key: str, value: str) -> None:
         self._call("POST", API + "/runs/set-tag", {"run_id": run_id, "key": key, "value": value})
 
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
+        rows = [
+            {"key": k, "value": float(v), "timestamp": ts, "step": step} for k, v in metrics.items()
+        ]
+        self._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
+
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = end_ms if end_ms is not None else int(time.time() * 1000)
         body = {"run_id": run_id, "status": status, "end_time": end}
