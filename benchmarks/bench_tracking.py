@@ -214,9 +214,10 @@ def report(
         " the app end. Over http: a few REST calls. On sqlite whose schema is the installed"
         " MLflow's head: a few `sqlite3` rows (no `import mlflow` in the CLI); a new store is"
         " first created and migrated by MlflowClient in the CLI's process, under the store's"
-        " lock (the 'new store' row: `import mlflow` plus the migrations). A rank imports"
-        " mlflow at its first tracker call, not before (the DDP table: that import is the"
-        " 'in tracker calls' column).",
+        " lock (the 'new store' row: `import mlflow` plus the migrations, once per store). On"
+        " sqlite a rank imports mlflow at its first tracker call, not before (the DDP table's"
+        " 'in tracker calls' column); over http a rank's tags and metrics go by REST and"
+        " import nothing.",
         "",
         f"Check: {runs_ok}.",
     ]
