@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional
 
+from torchx.runtime.progress import ENV_PROGRESS_FILE, Progress, read_progress
 from torchx.schedulers.api import ENV_PROGRESS_FILE as SCHEDULER_ENV
-from torchx.trackers.progress import ENV_PROGRESS_FILE, Progress, read_progress
 
 REPORT = """
 import time

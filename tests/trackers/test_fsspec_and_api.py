@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torchx.trackers import render
+from torchx.cli import cmd_tracker as render
 from torchx.trackers.api import (
     AppRun,
     TrackerConfigError,

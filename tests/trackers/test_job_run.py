@@ -1,63 +1,60 @@
-"""The launcher-owned job run: real MLflow (sqlite, and a real server over REST), real
-local_cwd jobs. Runs are opened in the background, so every check polls to a deadline."""
+"""The job's run on the embedded sqlite store: real MLflow, real local_cwd jobs, real CLI.
+
+The Runner opens the run before it submits the job (so it is there when submit returns)
+and ends it in-process when it sees the app end, so every check reads at once.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
+import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
 import pytest
 
+from tests.polling import poll_until
 from torchx import specs
+from torchx.pipelines.core import submit_or_attach
 from torchx.runner import get_runner
-from torchx.trackers.api import build_trackers, start_pipeline_run
+from torchx.trackers.api import start_pipeline_run
 
-DEADLINE = 240.0  # the agent's first `import mlflow` takes 5-30 s on a loaded 2-core machine
+SECRET = "s3cr3t-value-4711"
+USER_MLFLOW = (
+    "import mlflow; mlflow.start_run(); mlflow.log_metric('m', 1);"
+    " from torchx.tracker import app_run_from_env as r; r().add_metadata(stage='s');"
+    " mlflow.end_run()"
+)
 
 
 @pytest.fixture()
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
     monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
-    monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
-    monkeypatch.delenv("TORCHX_JOB_ID", raising=False)
+    for var in ("TORCHX_PARENT_RUN_ID", "TORCHX_JOB_ID", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
-    # create the store's schema first: MLflow's migrations break a fresh sqlite store that
-    # two processes (this test's reader and the launcher's agent) initialize at once
-    build_trackers({"mlflow": uri})[0].run_ids()
     return uri
 
 
-def job_runs(uri: str, handle: str) -> List[Any]:
-    client = build_trackers({"mlflow": uri})[0].client  # type: ignore[attr-defined]
+def job_runs(uri: str, handle: str = "") -> List[Any]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
     exps = [e.experiment_id for e in client.search_experiments()]
-    if not exps:
-        return []
-    return list(client.search_runs(exps, filter_string=f"tags.`torchx.job_id` = '{handle}'"))
+    flt = f"tags.`torchx.job_id` = '{handle}'" if handle else ""
+    return list(client.search_runs(exps, filter_string=flt, max_results=1000))
 
 
-def _poll(uri: str, handle: str) -> List[Any]:
-    try:
-        return job_runs(uri, handle)
-    except Exception as e:  # the agent may be creating the fresh store's schema right now
-        if "OperationalError" not in type(e).__name__:
-            raise
-        return []
-
-
-def ended_run(uri: str, handle: str, status: str) -> Any:
-    """The job's one run, once it has ended as ``status`` (fails at the deadline)."""
-    deadline = time.monotonic() + DEADLINE
-    runs = _poll(uri, handle)
-    while not (runs and runs[0].info.status == status) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        runs = _poll(uri, handle)
-    assert [r.info.status for r in runs] == [status], f"runs of {handle}: {runs}"
+def the_run(uri: str, handle: str) -> Any:
+    runs = job_runs(uri, handle)
+    assert len(runs) == 1, f"runs of {handle}: {runs}"
     return runs[0]
 
 
@@ -70,9 +67,10 @@ def test_a_job_that_never_calls_the_tracker_gets_one_finished_run(store: str) ->
             run_name="prep",
             run_params={"dag_id": "d1", "epochs": 3},
         )
+        assert the_run(store, handle).info.status == "RUNNING"  # there when submit returns
         assert runner.wait(handle, wait_interval=1, timeout=120).state == specs.AppState.SUCCEEDED
-    run = ended_run(store, handle, "FINISHED")
-    assert run.info.run_name == "prep"
+    run = the_run(store, handle)
+    assert run.info.status == "FINISHED" and run.info.run_name == "prep"
     assert run.data.params == {
         "dag_id": "d1",
         "epochs": "3",
@@ -88,7 +86,22 @@ def test_a_job_that_never_calls_the_tracker_gets_one_finished_run(store: str) ->
     assert run.info.start_time <= run.info.end_time
 
 
-def test_submitting_and_waiting_never_imports_mlflow(store: str) -> None:
+def test_a_failing_job_ends_failed_and_a_cancelled_one_killed(store: str) -> None:
+    with get_runner() as runner:
+        failing = runner.run_component("utils.sh", ["exit", "3"], "local_cwd")
+        sleeping = runner.run_component("utils.sh", ["sleep", "600"], "local_cwd")
+        assert runner.wait(failing, wait_interval=1, timeout=120).state == specs.AppState.FAILED
+        runner.cancel(sleeping)
+    assert the_run(store, failing).info.status == "FAILED"
+    run = the_run(store, sleeping)
+    assert run.info.status == "KILLED" and run.info.run_name == "sh"
+
+
+def test_on_a_current_store_submit_and_wait_never_import_mlflow(store: str) -> None:
+    """The first job creates the store and its experiment (MlflowClient); the next ones
+    open and end their runs with a few SQL rows."""
+    with get_runner() as runner:
+        runner.wait(runner.run_component("utils.sh", ["true"], "local_cwd"), timeout=120)
     code = (
         "import sys; from torchx.runner import get_runner\n"
         "with get_runner() as r:\n"
@@ -99,95 +112,205 @@ def test_submitting_and_waiting_never_imports_mlflow(store: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     handle, imported = out.stdout.split()
     assert imported == "False", out.stderr
-    ended_run(store, handle, "FINISHED")
+    run = the_run(store, handle)
+    assert run.info.status == "FINISHED" and run.data.params["component"] == "utils.sh"
+    assert run.info.artifact_uri.endswith(f"/{run.info.run_id}/artifacts")
 
 
-def test_a_failing_job_ends_failed_and_a_cancelled_one_killed(store: str) -> None:
-    with get_runner() as runner:
-        failing = runner.run_component("utils.sh", ["exit", "3"], "local_cwd")
-        sleeping = runner.run_component("utils.sh", ["sleep", "600"], "local_cwd")
-        assert runner.wait(failing, wait_interval=1, timeout=120).state == specs.AppState.FAILED
-        runner.cancel(sleeping)
-    ended_run(store, failing, "FAILED")
-    run = ended_run(store, sleeping, "KILLED")
-    assert run.info.run_name == "sh"  # no run_name: the app's name
+def test_another_runner_ends_the_run_by_the_id_in_the_apps_env(store: str) -> None:
+    with get_runner() as submitter:
+        handle = submitter.run_component("utils.sh", ["true"], "local_cwd")
+    with get_runner() as watcher:  # e.g. `torchx status` in another process
+        assert watcher.wait(handle, wait_interval=1, timeout=120).state == specs.AppState.SUCCEEDED
+    assert the_run(store, handle).info.status == "FINISHED"
 
 
-def test_a_stage_run_nests_under_its_pipeline_run(store: str) -> None:
+def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(
+    store: str,
+) -> None:
     parent = start_pipeline_run("airflow://dag/run-1", {"mlflow": store})[0]
     parent_id = parent.mlflow_run_id("airflow://dag/run-1")  # type: ignore[attr-defined]
     with get_runner() as runner:
-        handle = runner.run(
-            specs.AppDef("train", [specs.Role("w", "/", entrypoint="true")]),
+        handle = runner.run_component(
+            "utils.python",
+            ["--c", USER_MLFLOW],
             "local_cwd",
             parent_run_id="airflow://dag/run-1",
             run_name="train-stage",
         )
-        runner.wait(handle, wait_interval=1, timeout=120)
-    run = ended_run(store, handle, "FINISHED")
+        status = runner.wait(handle, wait_interval=1, timeout=240)
+        assert status.state == specs.AppState.SUCCEEDED, status
+    run = the_run(store, handle)
+    assert run.data.metrics == {"m": 1.0} and run.data.tags["stage"] == "s"
     assert run.data.tags["mlflow.parentRunId"] == parent_id
     assert run.data.tags["torchx.parent_run_id"] == "airflow://dag/run-1"
-    assert run.info.experiment_id == parent.client.get_run(parent_id).info.experiment_id  # type: ignore[attr-defined]
+    assert run.info.status == "FINISHED" and len(job_runs(store)) == 2  # no stray user run
     assert list(parent.run_ids(parent_run_id="airflow://dag/run-1")) == [handle]
 
 
-def test_a_rank_attaches_to_the_launcher_run_and_does_not_end_it(store: str) -> None:
-    """The rank logs through its agent and exits 0 before the app is seen to end: the run
-    is ended by the launcher (FINISHED), with the rank's metrics and tags."""
-    code = (
-        "from torchx.tracker import app_run_from_env as r; "
-        "r().log_metrics({'loss': 0.5}, step=1); r().add_metadata(stage='s')"
-    )
-    with get_runner() as runner:
-        handle = runner.run_component("utils.python", ["--c", code], "local_cwd", run_name="py")
-        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
-        assert status.state == specs.AppState.SUCCEEDED, status
-    run = ended_run(store, handle, "FINISHED")
-    assert run.data.metrics == {"loss": 0.5} and run.data.tags["stage"] == "s"
-
-
-@pytest.mark.slow
-def test_ranks_of_a_ddp_job_attach_to_one_run(store: str, tmp_path: Path) -> None:
-    script = tmp_path / "ddp.py"
-    script.write_text(
-        "import os\n"
-        "from torchx.tracker import app_run_from_env as r\n"
-        "rank = os.environ['RANK']\n"
-        "r().log_metrics({'rank' + rank: 1.0})\n"
-        "r().add_metadata(**{'seen_rank' + rank: 'yes'})\n"
-    )
-    with get_runner() as runner:
-        handle = runner.run_component(
-            "dist.ddp", ["-j", "1x2", "--script", str(script)], "local_cwd", run_name="ddp"
-        )
-        status = runner.wait(handle, wait_interval=1, timeout=600)
-        assert status.state == specs.AppState.SUCCEEDED, status
-    run = ended_run(store, handle, "FINISHED")
-    assert run.data.metrics == {"rank0": 1.0, "rank1": 1.0}
-    assert run.data.params["resources.ddp.replicas"] == "1"
-    assert {run.data.tags["seen_rank0"], run.data.tags["seen_rank1"]} == {"yes"}
-
-
-@pytest.mark.slow
-def test_over_rest_the_run_exists_when_submit_returns(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_new_store_read_at_once_after_each_submit_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
 ) -> None:
-    from tests.mlflow_server import mlflow_server
+    from mlflow import MlflowClient
 
-    with mlflow_server(tmp_path / "server") as url:
-        monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
-        monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", url)
-        monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
+    for i in range(5):
+        uri = f"sqlite:///{tmp_path / f'new{i}.db'}"
+        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
         with get_runner() as runner:
-            handle = runner.run_component(
-                "utils.sh", ["sleep", "600"], "local_cwd", run_name="long"
-            )
-            assert [r.info.status for r in job_runs(url, handle)] == ["RUNNING"]
-            runner.cancel(handle)
-        run = ended_run(url, handle, "KILLED")
-        assert run.info.run_name == "long" and run.data.params["component"] == "utils.sh"
-        tracker = build_trackers({"mlflow": url})[0]
-        assert tracker.run_url(handle) == (
-            f"{url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+            handle = runner.run_component("utils.sh", ["echo", str(i)], "local_cwd")
+            assert MlflowClient(uri).search_experiments()  # what `mlflow ui` does first
+            assert the_run(uri, handle).info.status == "RUNNING"
+            runner.wait(handle, wait_interval=1, timeout=120)
+        assert the_run(uri, handle).info.status == "FINISHED"
+
+
+def test_thirty_concurrent_jobs_on_a_new_store(store: str) -> None:
+    with get_runner() as runner:
+
+        def one(i: int) -> str:
+            handle = runner.run_component("utils.sh", ["echo", str(i)], "local_cwd")
+            runner.wait(handle, wait_interval=1, timeout=300)
+            return handle
+
+        with concurrent.futures.ThreadPoolExecutor(30) as pool:
+            handles = list(pool.map(one, range(30)))
+    runs = job_runs(store)
+    assert sorted(r.data.tags["torchx.job_id"] for r in runs) == sorted(handles)
+    assert {r.info.status for r in runs} == {"FINISHED"}
+
+
+def _no_secret_anywhere(store_dir: Path) -> None:
+    for path in store_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
+    store: str, tmp_path: Path
+) -> None:
+    with get_runner() as runner:
+        sdk = runner.run_component(
+            "utils.sh", ["--env", f"AWS_SECRET_ACCESS_KEY={SECRET}", "true"], "local_cwd"
         )
+        as_dict = runner.run_component(
+            "utils.sh",
+            {"env": {"AWS_SECRET_ACCESS_KEY": SECRET}, "args": ["true"]},
+            "local_cwd",
+        )
+        pipeline = submit_or_attach(
+            runner,
+            "utils.sh",
+            [f"--env=AWS_SECRET_ACCESS_KEY={SECRET}", "true"],
+            "local_cwd",
+            {},
+            key="k1",
+            run_name="stage",
+        ).handle
+        for h in (sdk, as_dict, pipeline):
+            runner.wait(h, wait_interval=1, timeout=120)
+    cli = subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh",
+         "--env", f"AWS_SECRET_ACCESS_KEY={SECRET}", "true"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    runs = job_runs(store)
+    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+    by_handle: Dict[str, Any] = {r.data.tags["torchx.job_id"]: r for r in runs}
+    assert "AWS_SECRET_ACCESS_KEY=<redacted>" in by_handle[sdk].data.params["args"]
+    assert '"AWS_SECRET_ACCESS_KEY": "<redacted>"' in by_handle[as_dict].data.params["args"]
+    cli_run = by_handle[cli.stdout.split()[0]]
+    assert cli_run.data.params["component"] == "utils.sh"  # the name given, not "sh"
+    _no_secret_anywhere(tmp_path / "store")
+
+
+def test_store_files_are_private(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCHX_TRACKER_MLFLOW_CONFIG")  # the default: $TORCHX_HOME/mlflow
+    with get_runner() as runner:
+        handle = runner.run_component("utils.sh", ["true"], "local_cwd")
+        runner.wait(handle, wait_interval=1, timeout=120)
+    home = tmp_path / "home" / "mlflow"
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "mlflow.db").stat().st_mode) == 0o600
+
+
+def test_no_process_outlives_the_tracked_jobs_by_10_s(store: str) -> None:
+    import psutil
+
+    with get_runner() as runner:
+        handles = [runner.run_component("utils.sh", ["true"], "local_cwd") for _ in range(3)]
+        for h in handles:
+            runner.wait(h, wait_interval=1, timeout=120)
+
+    home, me = os.environ["TORCHX_HOME"], os.getpid()
+
+    def left_behind() -> List[str]:
+        """Processes started for this test (they carry its TORCHX_HOME), but this one."""
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if p.pid != me and p.environ().get("TORCHX_HOME") == home:
+                    found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])}")
+            except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+        return found
+
+    assert poll_until(left_behind, lambda found: not found, timeout=10) == []
+
+
+def _fill(path: Path) -> None:
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:  # no space left on device
+            pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tiny tmpfs needs root")
+def test_a_full_disk_under_the_store_is_one_line_at_submit_and_at_the_end(tmp_path: Path) -> None:
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
+    try:
+        uri = f"sqlite:///{mnt / 'mlflow.db'}"
+        job_runs(uri)  # a whole store, then no room for one more page
+        _fill(mnt / "filler")
+        env = dict(
+            os.environ,
+            TORCHX_TRACKERS="mlflow",
+            TORCHX_TRACKER_MLFLOW_CONFIG=uri,
+            TORCHX_HOME=str(tmp_path / "home"),
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh", "echo", "hi"],
+            capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert out.returncode != 0
+        errors = [line for line in out.stderr.splitlines() if line.startswith("torchx: error")]
+        assert len(errors) == 1, out.stderr
+        assert uri in errors[0] and "full" in errors[0], errors
+        assert "hi" not in out.stdout  # nothing was submitted without its run
+
+        # room again, a job starts with its run; the disk fills up before the job ends
+        (mnt / "filler").unlink()
+        go = tmp_path / "go"
+        cmd = f"while [ ! -e {go} ]; do sleep 0.1; done"
+        job = subprocess.Popen(
+            [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh", "sh", "-c", cmd],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        try:
+            assert poll_until(lambda: job_runs(uri), bool, timeout=240), job.stderr
+            _fill(mnt / "filler")
+            go.touch()
+            _, stderr = job.communicate(timeout=240)
+        finally:
+            job.kill()
+        assert job.returncode == 0, stderr  # the job itself succeeded
+        warnings = [line for line in stderr.splitlines() if "could not end" in line]
+        assert len(warnings) == 1 and uri in warnings[0] and "full" in warnings[0], stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.mlflow_server import free_port, mlflow_server
+from tests.mlflow_server import free_port
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.trackers.api import TrackerConfigError, build_trackers, validate_tracker_config
-from torchx.trackers.job_run import flush_job_runs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -28,23 +27,6 @@ def mlflow_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
     monkeypatch.chdir(tmp_path)
     return uri
-
-
-def test_concurrent_ranks_create_exactly_one_run(mlflow_env: str, tmp_path: Path) -> None:
-    build_trackers({"mlflow": mlflow_env})[
-        0
-    ].run_ids()  # create the schema once, as a job's first stage would
-    code = (
-        "from torchx.tracker import app_run_from_env as r; "
-        "r().add_metadata(rank=__import__('os').environ['RANK'])"
-    )
-    procs = []
-    for rank in (3, 2, 1, 0):  # rank 0 last: the others must wait for it
-        env = dict(os.environ, TORCHX_JOB_ID="local_cwd://torchx/ddp-1", RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env))
-    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
-    tracker = build_trackers({"mlflow": mlflow_env})[0]
-    assert list(tracker.run_ids()) == ["local_cwd://torchx/ddp-1"]
 
 
 def _run(runner, component: str, args: list, parent: str | None = None) -> specs.AppStatus:  # type: ignore[no-untyped-def]
@@ -93,7 +75,6 @@ def test_pipeline_lineage_with_a_2x2_ddp_job(mlflow_env: str, tmp_path: Path) ->
         )
     assert [s.state for s in (s1, s2, s3)] == [specs.AppState.SUCCEEDED] * 3, (s1, s2, s3)
 
-    flush_job_runs()  # the launcher ends job runs in the background (sqlite: its agent)
     tracker = build_trackers({"mlflow": mlflow_env})[0]
     runs = list(tracker.run_ids())
     assert runs.count(train) == 1 and len(runs) == 4  # one run for the 4-process DDP job
@@ -138,7 +119,6 @@ def test_failed_stage_leaves_its_run_failed(mlflow_env: str, tmp_path: Path) -> 
     with get_runner() as runner:
         h = runner.run(app, "local_cwd")
         assert runner.wait(h, timeout=120).state == specs.AppState.FAILED
-    flush_job_runs()  # the launcher ends the run in the background (sqlite: its agent)
     tracker = build_trackers({"mlflow": mlflow_env})[0]
     run = tracker.client.get_run(tracker.mlflow_run_id(h))
     assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.5
@@ -154,31 +134,6 @@ def test_unreachable_server_fails_fast_at_submit(
         runner.run(specs.AppDef("x", [specs.Role("w", ".", entrypoint="true")]), "local_cwd")
     with pytest.raises(TrackerConfigError, match="not writable|does not exist"):
         validate_tracker_config("mlflow", "sqlite:////nonexistent/dir/mlflow.db")
-
-
-@pytest.mark.slow
-def test_against_a_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with mlflow_server(tmp_path / "server") as uri:
-        monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
-        monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
-        code = (
-            "from torchx.tracker import app_run_from_env as r; "
-            "r().add_metadata(stage='s'); r().log_metrics({'m': 2.0})"
-        )
-        with get_runner() as runner:
-            h = runner.run(
-                specs.AppDef("srv", [specs.Role("w", ".", entrypoint="python", args=["-c", code])]),
-                "local_cwd",
-            )
-            assert runner.wait(h, timeout=120).state == specs.AppState.SUCCEEDED
-        tracker = build_trackers({"mlflow": uri})[0]
-        run = tracker.client.get_run(tracker.mlflow_run_id(h))
-        assert (
-            run.data.tags["stage"] == "s"
-            and run.data.metrics["m"] == 2.0
-            and run.info.status == "FINISHED"
-        )
 
 
 def test_lineage_cli_accepts_mlflow_run_ids_and_draws_a_pipeline_with_its_stages(

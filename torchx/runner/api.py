@@ -24,6 +24,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
 from torchx.runner.events import log_event
+from torchx.runner.tracking import RunRequest, job_run
+from torchx.runtime.progress import Progress, read_progress
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
@@ -52,14 +54,7 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.trackers.api import tracker_config_env_var_name
-from torchx.trackers.job_run import (
-    RunRequest,
-    close_run,
-    launcher_owned,
-    mark_launcher_owned,
-    open_run,
-)
-from torchx.trackers.progress import Progress, read_progress
+from torchx.trackers.job_run import OpenedJobRun, TrackerSession
 from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)
@@ -92,6 +87,7 @@ class Runner:
         self._scheduler_instances: Dict[str, Scheduler] = {}
         self._apps: Dict[AppHandle, AppDef] = {}
         self._ended: set[AppHandle] = set()  # apps whose tracker run this runner ended
+        self._tracking = TrackerSession()  # tracker clients, built once, closed with the runner
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -102,10 +98,12 @@ class Runner:
         self.close()
 
     def close(self) -> None:
-        """Release scheduler clients. Jobs keep running: they are tracked on their scheduler."""
+        """Release scheduler and tracker clients. Jobs keep running: they are tracked on
+        their scheduler, and any Runner that sees one end ends its tracker run."""
         for scheduler in self._scheduler_instances.values():
             scheduler.close()
         self._scheduler_instances.clear()
+        self._tracking.close()
 
     def name(self) -> str:
         return self._name
@@ -159,9 +157,14 @@ class Runner:
         stall_timeout: Optional[float] = None,
     ) -> AppDryRunInfo[Any]:
         app = self.materialize_component(component, component_args)
-        return self.dryrun(
+        info = self.dryrun(
             app, scheduler, cfg, workspace, parent_run_id, stall_timeout=stall_timeout
         )
+        # the tracker run records the component as the caller named it (utils.sh, not sh)
+        info._run_request = RunRequest(  # type: ignore[attr-defined]
+            component=(component, component_args), cfg=dict(cfg or {})
+        )
+        return info
 
     def materialize_component(
         self, component: str, component_args: Union[List[str], Dict[str, Any]]
@@ -318,8 +321,6 @@ class Runner:
                 for tracker, tracker_cfg in trackers.items():
                     if tracker_cfg:
                         role.env[tracker_config_env_var_name(tracker)] = tracker_cfg
-        if trackers:
-            mark_launcher_owned(app)
         resolved = dict(cfg or {})
         torchx_config.apply(scheduler, resolved)
         with log_event(
@@ -344,19 +345,29 @@ class Runner:
         sched = self._scheduler(scheduler)
         app = dryrun_info._app
         trackers = _trackers_of(app) if app is not None else {}
-        _check_trackers(trackers)
-        start_ms = int(time.time() * 1000)
-        with log_event("schedule", scheduler) as event:
-            app_id = sched.schedule(dryrun_info)
-            event.app_id = app_id
+        opened: Optional[OpenedJobRun] = None
+        if app is not None and trackers:
+            self._tracking.validate(trackers)
+            request = getattr(dryrun_info, "_run_request", None) or RunRequest(
+                cfg=dict(dryrun_info._cfg)
+            )
+            job = job_run(app, scheduler, request, int(time.time() * 1000))
+            opened = self._tracking.open(trackers, job)
+            dryrun_info = _with_env(sched, dryrun_info, opened.env)
+            app = dryrun_info._app
+        try:
+            with log_event("schedule", scheduler) as event:
+                app_id = sched.schedule(dryrun_info)
+                event.app_id = app_id
+        except BaseException:
+            if opened is not None:
+                self._tracking.abort(opened)
+            raise
         handle = make_app_handle(scheduler, self._name, app_id)
         if app is not None:
             self._apps[handle] = app
-            if trackers and launcher_owned(app.roles):
-                request = getattr(dryrun_info, "_run_request", None)
-                if request is None:
-                    request = RunRequest(cfg=dict(dryrun_info._cfg))
-                open_run(trackers, handle, app, scheduler, request, start_ms)
+        if opened is not None:
+            self._tracking.bind(opened, handle)
         logger.info("launched %s", handle)
         return handle
 
@@ -490,9 +501,9 @@ class Runner:
     def _end_job_run(self, handle: AppHandle, state: AppState, roles: List[Any]) -> None:
         """End the job's tracker run with the app (once per handle in this runner).
 
-        The app's own env says which trackers it reports to and whether its launcher
-        owns the run; a scheduler that does not return the env falls back to this
-        runner's trackers (ending a run that does not exist does nothing).
+        The app's own env says which trackers it reports to and its run's id; a scheduler
+        that does not return the env falls back to this runner's trackers (ending a run
+        that does not exist does nothing).
         """
         if handle in self._ended:
             return
@@ -500,15 +511,13 @@ class Runner:
         app = self._apps.get(handle)
         if app is not None:
             roles = app.roles
-        known = any(ENV_TORCHX_TRACKERS in r.env for r in roles)
-        if known:
-            if not launcher_owned(roles):
-                return
+        env: Dict[str, str] = dict(roles[0].env) if roles else {}
+        if ENV_TORCHX_TRACKERS in env:
             trackers = _trackers_of(AppDef("app", roles))
         else:
             trackers = self.trackers()
         if trackers:
-            close_run(trackers, handle, state, wait=known)
+            self._tracking.close_job_run(trackers, handle, env, state)
 
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)
@@ -548,14 +557,20 @@ def _trackers_of(app: AppDef) -> Dict[str, Optional[str]]:
     return {n: env.get(tracker_config_env_var_name(n)) for n in names}
 
 
-def _check_trackers(trackers: Mapping[str, Optional[str]]) -> None:
-    """Fail at submit time, in one line, on an unknown or unreachable tracker."""
-    if not trackers:
-        return
-    from torchx.trackers.api import validate_tracker_config
-
-    for name, tracker_cfg in trackers.items():
-        validate_tracker_config(name, tracker_cfg)
+def _with_env(
+    sched: Scheduler, info: AppDryRunInfo[Any], env: Mapping[str, str]
+) -> AppDryRunInfo[Any]:
+    """The request again, with the job's tracker run (its id) in every role's env."""
+    if not env or info._app is None:
+        return info
+    app = copy.deepcopy(info._app)
+    for role in app.roles:
+        role.env.update(env)
+    new = sched.submit_dryrun(app, info._cfg)
+    for attr in ("_workspace", "_run_request"):
+        if hasattr(info, attr):
+            setattr(new, attr, getattr(info, attr))
+    return new
 
 
 def _image(app: AppDef) -> Optional[str]:

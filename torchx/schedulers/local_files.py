@@ -28,7 +28,7 @@ PID = "supervisor.pid"
 CANCEL = "cancel"
 LOCK = "state.lock"
 SUPERVISOR_LOG = "supervisor.log"
-PROGRESS = "progress.json"  # rank 0's last ``report_progress`` (torchx.trackers.progress)
+PROGRESS = "progress.json"  # rank 0's last ``report_progress`` (torchx.runtime.progress)
 
 # cancel: SIGTERM to every process of the app, SIGKILL to what still runs this much later
 GRACE_SECONDS = 5.0

@@ -467,7 +467,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         )
 
     def progress_path(self, app_id: str) -> Optional[str]:
-        """``progress.json`` in the app's directory (see ``torchx.trackers.progress``)."""
+        """``progress.json`` in the app's directory (see ``torchx.runtime.progress``)."""
         if self._request(app_id) is None:
             return None
         return str(self._app_dir(app_id) / files.PROGRESS)

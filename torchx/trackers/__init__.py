@@ -1,5 +1,6 @@
 """Trackers: record what a torchx job produced and consumed (fsspec and MLflow backends)."""
 
+from torchx.runtime.progress import report_progress
 from torchx.trackers.api import (
     ENV_TORCHX_JOB_ID,
     ENV_TORCHX_PARENT_RUN_ID,
@@ -18,7 +19,6 @@ from torchx.trackers.api import (
     trackers_from_environ,
 )
 from torchx.trackers.markers import record_input, record_output
-from torchx.trackers.progress import report_progress
 
 __all__ = [
     "ENV_TORCHX_JOB_ID",

@@ -1,9 +1,10 @@
 """Tracker API: what a torchx job records (metadata, artifacts, metrics) and where its
 inputs came from (sources), so lineage can be walked both ways.
 
-Upstream-compatible names (``TrackerBase``, ``AppRun``, ``app_run_from_env``, the
-``TORCHX_*`` env contract). Beyond upstream: real lineage, per-step metrics, pipeline
-parent runs, run status (a failed job's run ends FAILED), and config checks at submit.
+Upstream-compatible names (``TrackerBase``, ``AppRun``, ``app_run_from_env``, ``TORCHX_*``
+env); beyond upstream: lineage, metrics, pipeline parent runs, run status. A ``TrackerBase``
+records and reads runs (ranks, pipelines); a ``TrackerBackend`` is what the ``Runner``
+holds per tracker to open a job's run before the submit and end it with the app.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol
 
 from torchx.specs.api import TorchXError
 
@@ -24,9 +25,6 @@ ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
 ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
 ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
 UNDEFINED_RUN_ID = "<UNDEFINED>"
-# set in a job's env when the launcher owns its run: ranks attach, never create or end it
-ENV_TORCHX_RUN_OWNER = "TORCHX_TRACKER_RUN_OWNER"
-LAUNCHER = "launcher"
 
 
 def tracker_config_env_var_name(entrypoint_name: str) -> str:
@@ -36,6 +34,19 @@ def tracker_config_env_var_name(entrypoint_name: str) -> str:
 
 class TrackerConfigError(TorchXError, ValueError):
     """An unknown tracker backend or an unusable tracker config."""
+
+
+def read_config_file(path: str, keys: Iterable[str] = ()) -> Dict[str, str]:
+    """``key=value`` lines (``#`` comments); with ``keys``, any other key is an error."""
+    out: Dict[str, str] = {}
+    with open(path) as f:
+        for line in (raw.strip() for raw in f):
+            if line and not line.startswith("#") and "=" in line:
+                k, v = (part.strip() for part in line.split("=", 1))
+                if keys and k not in keys:
+                    raise TrackerConfigError(f"{path}: unknown key {k!r}; use {', '.join(keys)}")
+                out[k] = v
+    return out
 
 
 @dataclass
@@ -125,27 +136,6 @@ class TrackerBase(abc.ABC):
     def end_run(self, run_id: str, status: str) -> None:
         """Mark the run ``FINISHED``, ``FAILED`` or ``KILLED``."""
 
-    def open_job_run(
-        self,
-        job_id: str,
-        name: str,
-        params: Mapping[str, str],
-        parent_run_id: Optional[str] = None,
-        experiment_name: Optional[str] = None,
-        start_ms: Optional[int] = None,
-    ) -> None:
-        """The launcher opens the job's run (idempotent): named, with params, nested."""
-        if parent_run_id:
-            self.set_parent(job_id, parent_run_id)
-        self.add_metadata(job_id, run_name=name, **params)
-
-    def close_job_run(
-        self, job_id: str, status: str, end_ms: Optional[int] = None, wait: bool = False
-    ) -> None:
-        """The launcher ends the job's run with the app (``wait``: the run may still be
-        being opened by another process)."""
-        self.end_run(job_id, status)
-
     def resolve_run_id(self, run_id: str) -> str:
         """The torchx run id for ``run_id`` (backends may also accept their own run ids)."""
         return run_id
@@ -196,21 +186,103 @@ class TrackerBase(abc.ABC):
 # ---------------------------------------------------------------------------- backends
 
 
+@dataclass
+class JobRun:
+    """What the Runner tells a backend about a job whose run it opens."""
+
+    name: str
+    params: Dict[str, str]
+    parent_run_id: Optional[str] = None
+    experiment_name: Optional[str] = None
+    start_ms: int = 0
+
+
+@dataclass
+class OpenedRun:
+    """A job's run as its backend opened it: the backend's id, and the env that carries it
+    to the job's ranks (MLflow: ``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI``, ...)."""
+
+    run_id: str
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+class TrackerBackend(Protocol):
+    """One configured tracker, as the Runner that submits jobs uses it (in-process)."""
+
+    name: str
+    config: Optional[str]
+
+    def validate(self) -> None:
+        """Cheap submit-time check (seconds): the backend exists and its store is usable."""
+
+    def open_job_run(self, job: JobRun) -> OpenedRun:
+        """Create the job's run before the job is submitted (raises if it cannot)."""
+
+    def bind_job_run(self, run_id: str, job_id: str) -> None:
+        """The scheduler accepted the job: record its handle on the run."""
+
+    def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]:
+        """The id of ``job_id``'s run, from the env its roles were given."""
+
+    def close_job_run(
+        self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
+    ) -> None:
+        """End the job's run as ``FINISHED``, ``FAILED`` or ``KILLED``."""
+
+    def tracker(self) -> TrackerBase:
+        """The reading and recording side, built on first use."""
+
+    def close(self) -> None:
+        """Release clients (connections, engines)."""
+
+
+class FactoryBackend:
+    """A ``TrackerBackend`` over any ``create(config) -> TrackerBase`` (fsspec, and users'
+    own trackers from an entry point or ``module:function``); the run id is the job id."""
+
+    def __init__(self, name: str, config: Optional[str], create: Callable[..., Any]) -> None:
+        self.name, self.config, self._create = name, config, create
+        self._tracker: Optional[TrackerBase] = None
+        self._pending: Dict[str, JobRun] = {}  # opened, not yet bound to a handle
+
+    def tracker(self) -> TrackerBase:
+        if self._tracker is None:
+            self._tracker = self._create(self.config)
+        return self._tracker
+
+    def validate(self) -> None:
+        self.tracker()
+
+    def open_job_run(self, job: JobRun) -> OpenedRun:
+        token = f"pending-{id(job)}"  # the handle becomes the run id in bind_job_run
+        self._pending[token] = job
+        return OpenedRun(token)
+
+    def bind_job_run(self, run_id: str, job_id: str) -> None:
+        job = self._pending.pop(run_id)
+        if job.parent_run_id:
+            self.tracker().set_parent(job_id, job.parent_run_id)
+        self.tracker().add_metadata(job_id, run_name=job.name, **job.params)
+
+    def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]:
+        return job_id
+
+    def close_job_run(self, job_id: str, run_id: Optional[str], status: str, *_: Any) -> None:
+        self.tracker().end_run(job_id, status)
+
+    def close(self) -> None:
+        self._tracker = None
+
+
 def _known_backends() -> Dict[str, Any]:
-    from torchx.util.entrypoints import load_group
+    from torchx.util.entrypoints import load_group, load_object
 
     backends = {
-        "fsspec": lambda: _load("torchx.trackers.fsspec_backend:create"),
-        "mlflow": lambda: _load("torchx.trackers.mlflow_backend:create"),
+        "fsspec": lambda: load_object("torchx.trackers.fsspec_backend:create"),
+        "mlflow": lambda: load_object("torchx.trackers.mlflow_backend:create"),
     }
     backends.update(load_group("torchx.tracker"))
     return backends
-
-
-def _load(path: str) -> Any:
-    from torchx.util.entrypoints import load_object
-
-    return load_object(path)
 
 
 def _factory(name: str) -> Any:
@@ -218,8 +290,10 @@ def _factory(name: str) -> Any:
     if name in backends:
         return backends[name]()
     if ":" in name or "." in name:
+        from torchx.util.entrypoints import load_object
+
         try:
-            return _load(name)
+            return load_object(name)
         except (ImportError, AttributeError) as e:
             raise TrackerConfigError(f"cannot load tracker {name!r}: {e}") from None
     raise TrackerConfigError(
@@ -228,20 +302,27 @@ def _factory(name: str) -> Any:
     )
 
 
+# trackers with a backend of their own (the others are adapted from their factory)
+BUILTIN_BACKENDS = {"mlflow": "torchx.trackers.mlflow_backend:MlflowBackend"}
+
+
+def tracker_backend(name: str, config: Optional[str]) -> TrackerBackend:
+    """The ``TrackerBackend`` of a configured tracker, loaded in this process (with its env)."""
+    if name in BUILTIN_BACKENDS:  # by name, as the builtin factories: loaded on first use
+        from torchx.util.entrypoints import load_object
+
+        backend: TrackerBackend = load_object(BUILTIN_BACKENDS[name])(name, config)
+        return backend
+    return FactoryBackend(name, config, _factory(name))
+
+
 def build_trackers(entrypoint_and_config: Mapping[str, Optional[str]]) -> List[TrackerBase]:
     """Instantiate trackers from ``{name or module:fn: config}``."""
     return [_factory(name)(config) for name, config in entrypoint_and_config.items()]
 
 
 def validate_tracker_config(name: str, config: Optional[str]) -> None:
-    """Cheap submit-time check: the backend exists and its store is reachable.
-
-    Takes seconds, not minutes.
-    """
-    factory = _factory(name)
-    check = getattr(factory, "validate", None)
-    if check is not None:
-        check(config)
+    tracker_backend(name, config).validate()
 
 
 def _configs_from_environ() -> Dict[str, Optional[str]]:
@@ -264,7 +345,11 @@ class AppRunTrackableSource:
 
 @dataclass
 class AppRun:
-    """The tracked run of the current torchx job; does nothing outside a torchx job."""
+    """The tracked run of the current torchx job; does nothing outside a torchx job.
+
+    Its backends are built on the first call (``import mlflow`` happens then, not before);
+    the MLflow one records into the run the launcher opened (``$MLFLOW_RUN_ID``).
+    """
 
     id: str
     backends: List[TrackerBase]
@@ -275,16 +360,9 @@ class AppRun:
         job_id = os.environ.get(ENV_TORCHX_JOB_ID)
         if not job_id:
             return AppRun(UNDEFINED_RUN_ID, [])
-        if os.environ.get(ENV_TORCHX_RUN_OWNER) == LAUNCHER:
-            # the launcher opened (and nested) the run and will end it: attach, cheaply
-            from torchx.trackers.agent import RANK_DELAY, Agent, AgentTracker
-
-            agent = Agent(delay=RANK_DELAY)
-            configs = _configs_from_environ()
-            return AppRun(job_id, [AgentTracker(n, c, agent) for n, c in configs.items()])
         run = AppRun(job_id, trackers_from_environ())
         parent = os.environ.get(ENV_TORCHX_PARENT_RUN_ID)
-        if parent:
+        if parent and not os.environ.get("MLFLOW_RUN_ID"):  # no Runner nested it already
             for backend in run.backends:
                 backend.set_parent(job_id, parent)
         return run
@@ -309,14 +387,6 @@ class AppRun:
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
         for b in self.backends:
             b.log_metrics(self.id, metrics, step)
-
-    def flush(self) -> None:
-        """Return once every call so far is recorded (calls may be applied in the
-        background; they are always flushed at process exit)."""
-        for b in self.backends:
-            flush = getattr(getattr(b, "agent", None), "flush", None)
-            if flush is not None:
-                flush()
 
     def sources(self) -> Iterable[AppRunTrackableSource]:
         if not self.backends:
@@ -355,32 +425,3 @@ def end_run(run_id: str, status: str, trackers: Mapping[str, Optional[str]]) -> 
     """Close a run (pipeline or job) as ``FINISHED``, ``FAILED`` or ``KILLED``."""
     for b in build_trackers(trackers):
         b.end_run(run_id, status)
-
-
-def open_job_run(trackers: Mapping[str, Optional[str]], **job: Any) -> None:
-    """Open the job's run in each tracker, the cheapest way each backend offers (a backend
-    factory may define ``open_job_run(config, **job)``; else the tracker is built here)."""
-    for name, config in trackers.items():
-        factory = _factory(name)
-        hook = getattr(factory, "open_job_run", None)
-        if hook is not None:
-            hook(config, **job)
-        else:
-            factory(config).open_job_run(**job)
-
-
-def close_job_run(
-    trackers: Mapping[str, Optional[str]],
-    job_id: str,
-    status: str,
-    end_ms: Optional[int] = None,
-    wait: bool = False,
-) -> None:
-    """End the job's run in each tracker as ``FINISHED``, ``FAILED`` or ``KILLED``."""
-    for name, config in trackers.items():
-        factory = _factory(name)
-        hook = getattr(factory, "close_job_run", None)
-        if hook is not None:
-            hook(config, job_id, status, end_ms, wait)
-        else:
-            factory(config).close_job_run(job_id, status, end_ms, wait)

@@ -16,7 +16,13 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 import fsspec
 
-from torchx.trackers.api import TrackerArtifact, TrackerBase, TrackerConfigError, TrackerSource
+from torchx.trackers.api import (
+    TrackerArtifact,
+    TrackerBase,
+    TrackerConfigError,
+    TrackerSource,
+    read_config_file,
+)
 
 
 def _enc(run_id: str) -> str:
@@ -113,26 +119,19 @@ class FsspecTracker(TrackerBase):
             return []
         ids = [_dec(p.rstrip("/").rsplit("/", 1)[-1]) for p in self.fs.ls(self.root, detail=False)]
         parent = kwargs.get("parent_run_id")
-        if parent is None:
-            return ids
-        return [
+        nested = (
             i for i in ids if any(r["parent_run_id"] == parent for r in self._records(i, "parent"))
-        ]
+        )
+        return ids if parent is None else list(nested)
 
 
-def _parse_config(config: Optional[str]) -> FsspecTracker:
+def create(config: Optional[str]) -> FsspecTracker:
     if not config:
         raise TrackerConfigError(
             "the fsspec tracker needs a config: a URL (e.g. /tmp/tracking) or a key=value file"
         )
     if os.path.isfile(config):
-        kv: Dict[str, Any] = {}
-        with open(config) as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    k, v = line.split("=", 1)
-                    kv[k.strip()] = v.strip()
+        kv: Dict[str, Any] = dict(read_config_file(config))
         if "protocol" not in kv or "root_path" not in kv:
             raise TrackerConfigError(
                 f"fsspec tracker config {config} needs protocol= and root_path="
@@ -141,14 +140,3 @@ def _parse_config(config: Optional[str]) -> FsspecTracker:
         return FsspecTracker(fsspec.filesystem(protocol, **kv), root)
     fs, root = fsspec.core.url_to_fs(config)
     return FsspecTracker(fs, root)
-
-
-def create(config: Optional[str]) -> FsspecTracker:
-    return _parse_config(config)
-
-
-def _validate(config: Optional[str]) -> None:
-    _parse_config(config)
-
-
-create.validate = _validate  # type: ignore[attr-defined]

@@ -1,154 +1,126 @@
-"""The job's tracker run, owned by the launcher: opened at submit, ended with the app.
+"""The job's tracker run, owned by the Runner that submits the job.
 
-The Runner opens the run when it schedules a job (so a job that never calls the tracker,
-or crashes before it does, still has one) and ends it FINISHED, FAILED or KILLED when it
-sees the app end. The job's ranks only attach to it. Nothing here imports a tracker
-backend's heavy client on the submit path: backends do their work however is cheapest
-(see ``torchx.trackers.mlflow_launch``).
+The Runner opens the run *before* it submits the job, so the run exists when submit
+returns and its id travels with the job in every role's env (MLflow: ``MLFLOW_RUN_ID``,
+``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``). Any Runner that sees the app end
+(``wait``, ``status``, ``cancel``) ends the run by that id. A run that cannot be opened
+fails the submit with one line; one that cannot be ended is one warning line.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import shlex
-import sys
+import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from torchx.specs.api import AppState
-from torchx.trackers.api import (
-    ENV_TORCHX_RUN_OWNER,
-    LAUNCHER,
-    close_job_run,
-    open_job_run,
-)
+from torchx.specs.api import AppState, TorchXError
+from torchx.trackers.api import JobRun, OpenedRun, TrackerBackend, tracker_backend
 
 logger = logging.getLogger(__name__)
 
-# dist.ddp's placeholder experiment: keep a pipeline's stages with their pipeline run
-_PLACEHOLDER_EXPERIMENT = "default-experiment"
 _RUN_STATUS = {
     AppState.SUCCEEDED: "FINISHED",
     AppState.FAILED: "FAILED",
     AppState.CANCELLED: "KILLED",
 }
+Trackers = Mapping[str, Optional[str]]
 
-ComponentCall = Tuple[str, Union[List[str], Dict[str, Any]]]
 
-
-@dataclass
-class RunRequest:
-    """What the caller of ``Runner.run`` says about the job's run."""
-
-    name: Optional[str] = None
-    params: Dict[str, object] = field(default_factory=dict)
-    component: Optional[ComponentCall] = None
-    cfg: Dict[str, object] = field(default_factory=dict)
+class TrackerRunError(TorchXError):
+    """The job's tracker run could not be opened (nothing was submitted)."""
 
 
 @dataclass
-class JobRun:
-    """Everything a backend needs to open a job's run."""
+class OpenedJobRun:
+    """The runs one submit opened, one per tracker."""
 
-    job_id: str
-    name: str
-    params: Dict[str, str]
-    parent_run_id: Optional[str] = None
-    experiment_name: Optional[str] = None
-    start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    runs: List[Tuple[TrackerBackend, OpenedRun]]
 
-
-def _text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
+    @property
+    def env(self) -> Dict[str, str]:
+        """What the runs add to every role's env (two MLflow trackers: the first wins)."""
+        return {k: v for _, run in reversed(self.runs) for k, v in run.env.items()}
 
 
-def _args_text(args: Union[List[str], Dict[str, Any]]) -> str:
-    if isinstance(args, dict):
-        return _text(args)
-    return shlex.join(str(a) for a in args)
+class TrackerSession:
+    """A Runner's trackers: each backend built once (its client, its store's engine), used
+    for every job the Runner submits or sees end, released by ``close``."""
+
+    def __init__(self) -> None:
+        self._backends: Dict[Tuple[str, Optional[str]], TrackerBackend] = {}
+        self._lock = threading.Lock()
+
+    def backends(self, trackers: Trackers) -> List[TrackerBackend]:
+        with self._lock:
+            out = []
+            for name, config in trackers.items():
+                key = (name, config)
+                if key not in self._backends:
+                    self._backends[key] = tracker_backend(name, config)
+                out.append(self._backends[key])
+            return out
+
+    def validate(self, trackers: Trackers) -> None:
+        for backend in self.backends(trackers):
+            backend.validate()
+
+    def open(self, trackers: Trackers, job: JobRun) -> OpenedJobRun:
+        """Open the job's run in every tracker; raises ``TrackerRunError`` naming the store."""
+        opened = OpenedJobRun([])
+        for backend in self.backends(trackers):
+            try:
+                opened.runs.append((backend, backend.open_job_run(job)))
+            except Exception as e:
+                self.abort(opened)
+                raise TrackerRunError(
+                    f"could not open the job's tracker run in {_store(backend)}: {_reason(e)}"
+                ) from e
+        return opened
+
+    def bind(self, opened: OpenedJobRun, handle: str) -> None:
+        """The job was submitted as ``handle``: record it on each run (a failure warns)."""
+        for backend, run in opened.runs:
+            what = f"record {handle} on its tracker run"
+            _warn_on_error(backend, what, backend.bind_job_run, run.run_id, handle)
+
+    def abort(self, opened: OpenedJobRun) -> None:
+        """The submit failed: end the runs it opened as FAILED."""
+        for backend, run in opened.runs:
+            what = "end the tracker run of a job that was not submitted"
+            _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "FAILED")
+
+    def close_job_run(
+        self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState
+    ) -> None:
+        """End the job's run with the app's terminal ``state``; a failure is one warning."""
+        status = _RUN_STATUS.get(state, "FAILED")
+        end_ms = int(time.time() * 1000)
+        for backend in self.backends(trackers):
+            what = f"end the tracker run of {handle} as {status}"
+            run_id = backend.job_run_id(handle, env)
+            _warn_on_error(backend, what, backend.close_job_run, handle, run_id, status, end_ms)
+
+    def close(self) -> None:
+        with self._lock:
+            for backend in self._backends.values():
+                backend.close()
+            self._backends.clear()
 
 
-MAX_PARAM = 6000  # MLflow's limit on a param value
-
-
-def job_params(app: Any, scheduler: str, request: RunRequest) -> Dict[str, str]:
-    """The run's params: what ran (component, args), where (scheduler, cfg), on what
-    (per role: replicas, cpu, memMB, gpu), plus the orchestrator's own params."""
-    params: Dict[str, str] = {str(k): _text(v) for k, v in request.params.items()}
-    if request.component is not None:
-        params["component"] = request.component[0]
-        params["args"] = _args_text(request.component[1])
-    else:
-        params["component"] = app.name
-        params["args"] = _text({r.name: [r.entrypoint, *r.args] for r in app.roles})
-    params["scheduler"] = scheduler
-    params["cfg"] = _text({k: v for k, v in request.cfg.items() if v is not None})
-    for role in app.roles:
-        res = role.resource
-        prefix = f"resources.{role.name}"
-        params[f"{prefix}.replicas"] = str(role.num_replicas)
-        params[f"{prefix}.cpu"] = str(res.cpu)
-        params[f"{prefix}.memMB"] = str(res.memMB)
-        params[f"{prefix}.gpu"] = str(res.gpu)
-    return {k[:250]: v[:MAX_PARAM] for k, v in params.items()}
-
-
-def mark_launcher_owned(app: Any) -> None:
-    """Tell the job's ranks (through their env) that the launcher owns the run."""
-    for role in app.roles:
-        role.env[ENV_TORCHX_RUN_OWNER] = LAUNCHER
-
-
-def launcher_owned(roles: Any) -> bool:
-    return any(r.env.get(ENV_TORCHX_RUN_OWNER) == LAUNCHER for r in roles)
-
-
-def open_run(
-    trackers: Mapping[str, Optional[str]],
-    handle: str,
-    app: Any,
-    scheduler: str,
-    request: Optional[RunRequest],
-    start_ms: int,
-) -> None:
-    """Open the job's run; a tracker that fails is logged (the job is already running)."""
-    request = request or RunRequest()
-    env = app.roles[0].env if app.roles else {}
-    experiment = env.get("TORCHX_TRACKING_EXPERIMENT_NAME")
-    job = JobRun(
-        job_id=handle,
-        name=request.name or app.name,
-        params=job_params(app, scheduler, request),
-        parent_run_id=env.get("TORCHX_PARENT_RUN_ID") or None,
-        experiment_name=None if experiment == _PLACEHOLDER_EXPERIMENT else experiment,
-        start_ms=start_ms,
-    )
+def _warn_on_error(backend: TrackerBackend, what: str, call: Any, *args: Any) -> None:
     try:
-        open_job_run(trackers, **job.__dict__)
+        call(*args)
     except Exception as e:
-        logger.warning("could not open the tracker run of %s: %s", handle, e)
+        logger.warning("could not %s in %s: %s", what, _store(backend), _reason(e))
 
 
-def close_run(
-    trackers: Mapping[str, Optional[str]], handle: str, state: AppState, wait: bool
-) -> None:
-    """End the job's run with the app's terminal ``state`` (best effort, logged)."""
-    status = _RUN_STATUS.get(state, "FAILED")
-    try:
-        close_job_run(trackers, handle, status, int(time.time() * 1000), wait)
-    except Exception as e:
-        logger.warning("could not end the tracker run of %s as %s: %s", handle, status, e)
+def _store(backend: TrackerBackend) -> str:
+    return str(getattr(backend, "store", None) or f"{backend.name} ({backend.config})")
 
 
-def flush_job_runs() -> None:
-    """Return once this process's launcher-side tracker work (runs opened or ended in the
-    background, e.g. on a sqlite store) is done: for tests and scripts that read the run
-    right after ``Runner.wait``."""
-    backend = sys.modules.get("torchx.trackers.mlflow_backend")
-    agent = getattr(backend, "_launcher_agent", None)
-    if agent is not None:
-        agent.flush()
+def _reason(e: BaseException) -> str:
+    """The first line of what went wrong, without a driver's SQL dump."""
+    text = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]

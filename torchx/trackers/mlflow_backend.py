@@ -1,68 +1,63 @@
 """MLflow tracker (registered as ``mlflow``): one MLflow run per torchx job, with lineage.
 
-Config (``[tracker:mlflow] config=`` or ``TORCHX_TRACKER_MLFLOW_CONFIG``): a tracking
-URI (``sqlite:///...``, ``http://host:5000``), or a file of ``key=value`` lines
-(``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset means
-``$MLFLOW_TRACKING_URI``, else an embedded sqlite store under ``$TORCHX_HOME/mlflow``
-(MLflow >= 3.13 refuses plain ``file:`` stores).
+Config: a tracking URI (``sqlite:///...``, ``http://host:5000``) or a file of ``key=value``
+lines (``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset:
+``$MLFLOW_TRACKING_URI``, else a sqlite store under ``$TORCHX_HOME/mlflow`` (0700, 0600).
 
-- a job submitted through the Runner gets its run from the launcher (named after the
-  stage, with params, nested, ended with the app: see ``mlflow_launch``); its ranks only
-  attach to it by the ``torchx.job_id`` tag. Without a launcher-opened run, rank 0
-  creates one named by the job id and the other ranks attach (never a duplicate);
-- a pipeline run nests its stage runs (``mlflow.parentRunId``);
-- ``add_source`` records the producing run in tags and as an MLflow dataset input whose
-  source points at the producer (``runs:/<id>/<artifact>``), so the UI shows which
-  dataset or model each run consumed;
-- a run rank 0 created ends FINISHED when its process exits normally and FAILED on an
-  uncaught exception; a launcher-opened run ends with the app instead.
+- ``MlflowBackend`` (the Runner's side) opens the job's run before the job is submitted:
+  over http by REST (no ``import mlflow``), on sqlite with MlflowClient under a file lock,
+  so the schema is whole before any other process reads it. Roles get ``MLFLOW_RUN_ID``,
+  ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``: a user's ``mlflow.start_run()`` resumes it.
+- ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into a job's run by that
+  id; other runs (a pipeline's) are found by their ``torchx.job_id`` tag, or created. Stage
+  runs nest under their pipeline run (``mlflow.parentRunId``); ``add_source`` records the
+  producer as a dataset input (``runs:/<id>/<artifact>``).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import hashlib
 import json
 import logging
 import os
-import sys
+import re
 import threading
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
-from torchx.trackers import mlflow_launch
 from torchx.trackers.api import (
-    ENV_TORCHX_RUN_OWNER,
-    LAUNCHER,
+    JobRun,
+    OpenedRun,
     TrackerArtifact,
     TrackerBase,
     TrackerConfigError,
     TrackerSource,
+    read_config_file,
 )
-from torchx.trackers.mlflow_launch import DEFAULT_EXPERIMENT, TAG_JOB_ID, TAG_KIND, TAG_PARENT
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
 
 logger = logging.getLogger(__name__)
 
+TAG_JOB_ID = "torchx.job_id"
+TAG_PARENT = "torchx.parent_run_id"
+TAG_KIND = "torchx.kind"
 TAG_SOURCES = "torchx.sources"
+TAG_NESTED = "mlflow.parentRunId"
 ARTIFACT_PREFIX = "torchx.artifact."
-ATTACH_TIMEOUT = 120.0
+DEFAULT_EXPERIMENT = "torchx"
+ENV_RUN_ID = "MLFLOW_RUN_ID"
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
+_MLFLOW_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def default_tracking_uri() -> str:
     d = torchx_home() / "mlflow"
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
     return f"sqlite:///{d / 'mlflow.db'}"
-
-
-def _bound_http_retries() -> None:
-    # MLflow's client retries a dead server for minutes by default: fail within seconds.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 
 
 def _sqlite_file(uri: str) -> Optional[str]:
@@ -72,11 +67,15 @@ def _sqlite_file(uri: str) -> Optional[str]:
     return uri[len("sqlite:///") :].split("?", 1)[0]
 
 
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
 @contextlib.contextmanager
 def _schema_lock(uri: str) -> Iterator[None]:
-    """One process at a time opens a sqlite store: MLflow creates or migrates its schema
-    on open without a lock, and processes that race on a new store can leave it unusable
-    (``table _alembic_tmp_latest_metrics already exists``)."""
+    """One torchx process at a time opens a sqlite store, and the database is created 0600:
+    MLflow creates or migrates the schema on open without a lock. The Runner creates the
+    store before it submits the first job, so no reader ever sees a half-made schema."""
     path = _sqlite_file(uri)
     if path is None:
         yield
@@ -88,38 +87,27 @@ def _schema_lock(uri: str) -> Iterator[None]:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         yield
     finally:
         os.close(fd)
 
 
 def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
-    out: Dict[str, Optional[str]] = {
-        "tracking_uri": None,
-        "experiment_name": None,
-        "artifact_location": None,
-        "ui_url": None,
-    }
+    keys = ("tracking_uri", "experiment_name", "artifact_location", "ui_url")
+    out: Dict[str, Optional[str]] = dict.fromkeys(keys)
     if config and os.path.isfile(config):
-        with open(config) as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    k, v = line.split("=", 1)
-                    if k.strip() not in out:
-                        raise TrackerConfigError(
-                            f"mlflow tracker config {config}: unknown key {k.strip()!r};"
-                            f" use {', '.join(out)}"
-                        )
-                    out[k.strip()] = v.strip()
+        out.update(read_config_file(config, keys))
     elif config:
         out["tracking_uri"] = config
-    out["tracking_uri"] = (
-        out["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-    )
-    db = _sqlite_file(str(out["tracking_uri"]))
+    uri = out["tracking_uri"] or os.environ.get(ENV_TRACKING_URI) or default_tracking_uri()
+    out["tracking_uri"], db = uri, _sqlite_file(uri)
     if out["artifact_location"] is None and db is not None:
         out["artifact_location"] = os.path.join(os.path.dirname(os.path.abspath(db)), "artifacts")
+    experiment = os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+    if out["experiment_name"] is None and experiment != "default-experiment":  # dist.ddp's
+        out["experiment_name"] = experiment  # placeholder is not an experiment
     return out
 
 
@@ -127,22 +115,15 @@ def ui_url_for(tracking_uri: str, ui_url: Optional[str] = None) -> Optional[str]
     """The MLflow UI base: ``ui_url`` (or ``$TORCHX_MLFLOW_UI_URL``), else the tracking URI
     when it is an http(s) server; None for a store without a UI (a link would be fake)."""
     base = ui_url or os.environ.get("TORCHX_MLFLOW_UI_URL")
-    if not base and str(tracking_uri).startswith(("http://", "https://")):
+    if not base and is_http(str(tracking_uri)):
         base = str(tracking_uri)
     return base.rstrip("/") if base else None
 
 
-def _is_rank0() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
-def _creates_runs() -> bool:
-    """Whether this process may create its job's run: not when the launcher owns it (then
-    every rank attaches), else rank 0 only."""
-    return _is_rank0() and os.environ.get(ENV_TORCHX_RUN_OWNER) != LAUNCHER
-
-
 class MLflowTracker(TrackerBase):
+    """Records and reads runs with ``MlflowClient``, imported at its first use (seconds of
+    CPU); over http, a rank's tags and metrics go by REST and never import it."""
+
     def __init__(
         self,
         experiment_name: Optional[str] = None,
@@ -150,113 +131,116 @@ class MLflowTracker(TrackerBase):
         artifact_location: Optional[str] = None,
         ui_url: Optional[str] = None,
     ) -> None:
-        import_optional("mlflow", "mlflow")
-        _bound_http_retries()
-        from mlflow import MlflowClient
+        from torchx.trackers.mlflow_rest import MlflowRest
 
         self.tracking_uri = tracking_uri or default_tracking_uri()
-        with _schema_lock(self.tracking_uri):
-            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self._client: Any = None
+        self._rest = MlflowRest(self.tracking_uri) if is_http(self.tracking_uri) else None
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
         self.ui_url = ui_url_for(self.tracking_uri, ui_url)
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
-        self._lock = threading.Lock()
-        self._owned: List[str] = []
-        self._failed = False
+        self._lock = threading.RLock()
+        job_id, run_id = os.environ.get("TORCHX_JOB_ID"), os.environ.get(ENV_RUN_ID)
+        if job_id and run_id and os.environ.get(ENV_TRACKING_URI) == self.tracking_uri:
+            self._runs[job_id] = run_id  # this process is a rank of a job its Runner opened
 
-    # -------------------------------------------------------------- run lookup
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import_optional("mlflow", "mlflow")
+                from mlflow import MlflowClient
 
-    def _experiment_id(self, name: Optional[str] = None) -> str:
-        name = name or self.experiment_name or DEFAULT_EXPERIMENT
+                with _schema_lock(self.tracking_uri):
+                    self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            return self._client
+
+    # -------------------------------------------------------------- the store, by MLflow id
+
+    def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
-            return exp.experiment_id
+            return str(exp.experiment_id)
         try:
-            location = f"{self.artifact_location}/{name}" if self.artifact_location else None
-            return self.client.create_experiment(name, artifact_location=location)
+            location = f"{artifact_location}/{name}" if artifact_location else None
+            return str(self.client.create_experiment(name, artifact_location=location))
         except Exception:  # created concurrently by another process
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
                 raise
-            return exp.experiment_id
+            return str(exp.experiment_id)
+
+    def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
+        """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
+        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
+        flt, order = f"tags.`{tag}` = '{_q(value)}'", ["attributes.start_time ASC"]
+        runs = self.client.search_runs(exp_ids, flt, max_results=1, order_by=order)
+        return (str(runs[0].info.run_id), str(runs[0].info.experiment_id)) if runs else None
+
+    def run_experiment(self, run_id: str) -> str:
+        return str(self.client.get_run(run_id).info.experiment_id)
+
+    def create_run(
+        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
+    ) -> str:
+        from mlflow.entities import Param
+
+        run = self.client.create_run(exp_id, start_time=start, tags=dict(tags), run_name=name)
+        items = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run.info.run_id, params=items[i : i + 100])
+        return str(run.info.run_id)
+
+    def tag_run(self, run_id: str, key: str, value: str) -> None:
+        if self._rest:
+            self._rest.tag_run(run_id, key, value)
+        else:
+            self.client.set_tag(run_id, key, value)
+
+    def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
+        if self._rest:  # MlflowClient.set_terminated prints "View run ..." to stdout here
+            self._rest.terminate(run_id, status, end_ms)
+        else:
+            self.client.set_terminated(run_id, status, end_time=end_ms)
+
+    # -------------------------------------------------------------- runs by torchx id
 
     def _find(self, job_id: str) -> Optional[str]:
-        if job_id in self._runs:
-            return self._runs[job_id]
-        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
-        if not exp_ids:
-            return None
-        found = self.client.search_runs(
-            exp_ids, filter_string=f"tags.`{TAG_JOB_ID}` = '{_q(job_id)}'", max_results=2
-        )
-        if not found:
-            return None
-        oldest = min(found, key=lambda r: r.info.start_time)
-        self._runs[job_id] = oldest.info.run_id
+        if job_id not in self._runs:
+            found = self.find_run(TAG_JOB_ID, job_id)
+            if found is None:
+                return None
+            self._runs[job_id] = found[0]
         return self._runs[job_id]
 
     def _run(self, job_id: str, create: bool = True) -> Optional[str]:
-        """The MLflow run of ``job_id``: rank 0 creates it; other ranks wait for it to appear."""
+        """The MLflow run of ``job_id``, created if asked and missing (a pipeline run, or a
+        job whose Runner did not open one)."""
         with self._lock:
             rid = self._find(job_id)
             if rid is not None or not create:
                 return rid
-            if not _creates_runs():
-                deadline = time.monotonic() + ATTACH_TIMEOUT
-                while rid is None and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    rid = self._find(job_id)
-                if rid is None:
-                    raise RuntimeError(
-                        f"rank {os.environ.get('RANK', '0')}: no MLflow run of {job_id}"
-                        f" appeared within {ATTACH_TIMEOUT:.0f} s (its launcher or rank 0"
-                        " opens it)"
-                    )
-                return rid
-            run = self.client.create_run(
-                self._experiment_id(), tags={TAG_JOB_ID: job_id}, run_name=job_id
-            )
-            rid = run.info.run_id
-            self._runs[job_id] = rid
-            if os.environ.get("TORCHX_JOB_ID") == job_id:
-                self._own(rid)
+            name = self.experiment_name or DEFAULT_EXPERIMENT
+            exp_id = self.experiment_id(name, self.artifact_location)
+            run = self.client.create_run(exp_id, tags={TAG_JOB_ID: job_id}, run_name=job_id)
+            self._runs[job_id] = rid = str(run.info.run_id)
             return rid
 
     def _ensure(self, job_id: str) -> str:
         rid = self._run(job_id)
-        assert rid is not None  # _run(create=True) either returns a run or raises
+        assert rid is not None  # _run(create=True) returns a run or raises
         return rid
-
-    def _own(self, mlflow_run_id: str) -> None:
-        """This process is the job: end its run when the process ends (FAILED on an exception)."""
-        if not self._owned:
-            atexit.register(self._finish_owned)
-            previous = sys.excepthook
-
-            def hook(*exc: Any) -> None:
-                self._failed = True
-                previous(*exc)
-
-            sys.excepthook = hook
-        self._owned.append(mlflow_run_id)
-
-    def _finish_owned(self) -> None:
-        for rid in self._owned:
-            try:
-                self.client.set_terminated(rid, "FAILED" if self._failed else "FINISHED")
-            except Exception as e:  # never break interpreter exit
-                logger.warning("could not end MLflow run %s: %s", rid, e)
-
-    # -------------------------------------------------------------- TrackerBase
 
     def mlflow_run_id(self, job_id: str) -> Optional[str]:
         return self._run(job_id, create=False)
 
+    # -------------------------------------------------------------- TrackerBase
+
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
         rid = self._ensure(run_id)
         for k, v in kwargs.items():
-            self.client.set_tag(rid, k if k != "kind" else TAG_KIND, str(v))
+            self.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         rid = self._run(run_id, create=False)
@@ -357,71 +341,28 @@ class MLflowTracker(TrackerBase):
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
-        rid = self._ensure(run_id)
-        now = int(time.time() * 1000)
+        rid, now = self._ensure(run_id), int(time.time() * 1000)
+        if self._rest:
+            self._rest.log_metrics(rid, metrics, now, step or 0)
+            return
         for k, v in metrics.items():
             self.client.log_metric(rid, k, float(v), timestamp=now, step=step or 0)
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
-        parent = self._run(parent_run_id, create=False)
-        if parent is not None and self._find(run_id) is None and _creates_runs():
-            # create the child in the parent's experiment, nested under it
-            exp_id = self.client.get_run(parent).info.experiment_id
-            with self._lock:
-                run = self.client.create_run(
-                    exp_id,
-                    tags={
-                        TAG_JOB_ID: run_id,
-                        TAG_PARENT: parent_run_id,
-                        "mlflow.parentRunId": parent,
-                    },
-                    run_name=run_id,
-                )
-                self._runs[run_id] = run.info.run_id
-                if os.environ.get("TORCHX_JOB_ID") == run_id:
-                    self._own(run.info.run_id)
-            return
         rid = self._ensure(run_id)
         self.client.set_tag(rid, TAG_PARENT, parent_run_id)
+        parent = self._run(parent_run_id, create=False)
         if parent is not None:
-            self.client.set_tag(rid, "mlflow.parentRunId", parent)
+            self.client.set_tag(rid, TAG_NESTED, parent)
 
     def end_run(self, run_id: str, status: str) -> None:
         rid = self._run(run_id, create=False)
         if rid is not None:
-            self.client.set_terminated(rid, status)
-
-    def open_job_run(
-        self,
-        job_id: str,
-        name: str,
-        params: Mapping[str, str],
-        parent_run_id: Optional[str] = None,
-        experiment_name: Optional[str] = None,
-        start_ms: Optional[int] = None,
-    ) -> None:
-        with self._lock:
-            self._runs[job_id] = mlflow_launch.open_job_run(
-                mlflow_launch.ClientStore(self),
-                job_id,
-                name,
-                params,
-                parent_run_id,
-                experiment_name,
-                start_ms,
-                configured_experiment=self.experiment_name,
-            )
-
-    def close_job_run(
-        self, job_id: str, status: str, end_ms: Optional[int] = None, wait: bool = False
-    ) -> None:
-        mlflow_launch.close_job_run(mlflow_launch.ClientStore(self), job_id, status, end_ms, wait)
+            self.terminate(rid, status)
 
     def resolve_run_id(self, run_id: str) -> str:
         """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""
-        import re
-
-        if re.fullmatch(r"[0-9a-f]{32}", run_id) and self._find(run_id) is None:
+        if _MLFLOW_ID.fullmatch(run_id) and self._find(run_id) is None:
             try:
                 tags = self.client.get_run(run_id).data.tags
             except Exception:
@@ -456,108 +397,120 @@ def _q(value: str) -> str:
     return value.replace("'", "\\'")
 
 
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
 def create(config: Optional[str] = None) -> MLflowTracker:
     cfg = parse_config(config)
-    experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
-    if experiment == "default-experiment":  # dist.ddp's placeholder: keep pipeline stages together
-        experiment = None
-    return MLflowTracker(experiment, cfg["tracking_uri"], cfg["artifact_location"], cfg["ui_url"])
-
-
-def _validate(config: Optional[str]) -> None:
-    """Submit-time check, without importing mlflow (seconds per import): the package is
-    installed and the store is reachable or creatable."""
-    import importlib.util
-
-    from torchx.util.modules import MissingExtraError
-
-    if importlib.util.find_spec("mlflow") is None:
-        raise MissingExtraError("mlflow", "mlflow")
-    cfg = parse_config(config)
-    uri = str(cfg["tracking_uri"])
-    db = _sqlite_file(uri)
-    if uri.startswith(("http://", "https://")):
-        import urllib.error
-        import urllib.request
-
-        try:
-            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).read()
-        except (urllib.error.URLError, OSError) as e:
-            raise TrackerConfigError(
-                f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)});"
-                " start it or fix the tracker config"
-            ) from None
-    elif db is not None:
-        parent = os.path.dirname(os.path.abspath(db))
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise TrackerConfigError(
-                f"MLflow sqlite store {uri}: directory {parent} does not exist or is not writable"
-            )
-    elif uri.startswith("file:"):
-        raise TrackerConfigError(
-            f"MLflow >= 3 refuses file stores ({uri}); use sqlite:///path/mlflow.db"
-        )
-
-
-_launcher_agent: Optional[Any] = None
-_opened: Dict[Any, str] = {}  # (REST base, job id) -> run id of runs this process opened
-
-
-def _agent() -> Any:
-    """This process's detached tracker agent (one for all the jobs it launches)."""
-    global _launcher_agent
-    if _launcher_agent is None:
-        from torchx.trackers.agent import Agent
-
-        _launcher_agent = Agent(detach=True)
-    return _launcher_agent
-
-
-def _rest(config: Optional[str]) -> Optional[Any]:
-    """A REST client when the tracking URI is an http(s) server (else None)."""
-    cfg = parse_config(config)
-    uri = str(cfg["tracking_uri"])
-    if not uri.startswith(("http://", "https://")):
-        return None
-    from torchx.trackers.mlflow_rest import MlflowRest
-
-    return MlflowRest(uri)
-
-
-def _open_job_run(config: Optional[str], **job: Any) -> None:
-    """Launcher: open the job's run without importing mlflow (REST, or the agent)."""
-    rest = _rest(config)
-    if rest is None:
-        _agent().call("mlflow", config, "open_job_run", **job)
-        return
-    if job.get("params", {}).get("scheduler") == "local_cwd":
-        from torchx.trackers import agent_host
-
-        # the job's ranks run on this machine: they will find a warm agent
-        agent_host.ensure_host(["mlflow"])
-    cfg = parse_config(config)
-    experiment = cfg["experiment_name"] or os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
-    run_id = mlflow_launch.open_job_run(
-        rest, **job, configured_experiment=experiment, find_existing=False
+    return MLflowTracker(
+        cfg["experiment_name"], cfg["tracking_uri"], cfg["artifact_location"], cfg["ui_url"]
     )
-    _opened[(rest.base, job["job_id"])] = run_id
 
 
-def _close_job_run(
-    config: Optional[str], job_id: str, status: str, end_ms: Optional[int], wait: bool
-) -> None:
-    rest = _rest(config)
-    if rest is None:
-        kwargs = {"job_id": job_id, "status": status, "end_ms": end_ms, "wait": wait}
-        _agent().call("mlflow", config, "close_job_run", **kwargs)
-        return
-    run_id = _opened.pop((rest.base, job_id), None)
-    if run_id is not None:  # opened by this process and not ended since: one request
-        rest.end_run(run_id, status, end_ms)
-        return
-    mlflow_launch.close_job_run(rest, job_id, status, end_ms, wait)
+class MlflowBackend:
+    """The Runner's MLflow (a ``TrackerBackend``): opens and ends job runs by MLflow id."""
 
+    def __init__(self, name: str, config: Optional[str]) -> None:
+        self.name, self.config = name, config
+        self._cfg = parse_config(config)
+        self.store = str(self._cfg["tracking_uri"])
+        self._tracker: Optional[MLflowTracker] = None
+        self._lock = threading.RLock()
 
-create.validate = _validate  # type: ignore[attr-defined]
-create.open_job_run = _open_job_run  # type: ignore[attr-defined]
-create.close_job_run = _close_job_run  # type: ignore[attr-defined]
+    def tracker(self) -> MLflowTracker:
+        with self._lock:
+            self._tracker = self._tracker or create(self.config)
+            return self._tracker
+
+    @contextlib.contextmanager
+    def _launcher_store(self) -> Iterator[Any]:
+        """REST over http, SQL on a current sqlite store (no ``import mlflow``); else
+        MlflowClient, which creates or migrates the store. One call at a time on sqlite."""
+        if is_http(self.store):
+            from torchx.trackers.mlflow_rest import MlflowRest
+
+            yield MlflowRest(self.store)
+            return
+        from torchx.trackers.mlflow_sqlite import SqliteStore, is_current
+
+        db = _sqlite_file(self.store)
+        with self._lock:
+            if db is None:  # another database: MlflowClient
+                yield self.tracker()
+                return
+            if not is_current(db):
+                _ = self.tracker().client  # MlflowClient creates or migrates the schema
+            yield SqliteStore(db, self.tracker)
+
+    def validate(self) -> None:
+        """Without importing mlflow: the package is installed and the store is reachable
+        (a server answers) or creatable (a writable directory)."""
+        import importlib.util
+
+        from torchx.util.modules import MissingExtraError
+
+        if importlib.util.find_spec("mlflow") is None:
+            raise MissingExtraError("mlflow", "mlflow")
+        uri, db = self.store, _sqlite_file(self.store)
+        if is_http(uri):
+            from torchx.trackers.mlflow_rest import MlflowRest
+
+            MlflowRest(uri).health()
+        elif db is not None and not os.access(os.path.dirname(os.path.abspath(db)), os.W_OK):
+            raise TrackerConfigError(
+                f"MLflow sqlite store {uri}: its directory does not exist or is not writable"
+            )
+        elif uri.startswith("file:"):
+            raise TrackerConfigError(
+                f"MLflow >= 3 refuses file stores ({uri}); use sqlite:///path/mlflow.db"
+            )
+
+    def open_job_run(self, job: JobRun) -> OpenedRun:
+        with self._launcher_store() as store:
+            return self._open(store, job)
+
+    def _open(self, store: Any, job: JobRun) -> OpenedRun:
+        tags = {TAG_KIND: "job"}
+        exp_id: Optional[str] = None
+        if job.parent_run_id:
+            tags[TAG_PARENT] = job.parent_run_id
+            pid = job.parent_run_id  # a pipeline run's torchx id, or an MLflow id (KFP's run)
+            parent = (
+                (pid, store.run_experiment(pid))
+                if _MLFLOW_ID.fullmatch(pid)
+                else store.find_run(TAG_JOB_ID, pid)
+            )
+            if parent is not None:  # stages live with their pipeline run, nested under it
+                tags[TAG_NESTED], exp_id = parent
+        if exp_id is None:
+            name = self._cfg["experiment_name"] or job.experiment_name or DEFAULT_EXPERIMENT
+            exp_id = store.experiment_id(name, self._cfg["artifact_location"])
+        run_id = store.create_run(exp_id, job.name, tags, job.params, job.start_ms or _now())
+        env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.store, ENV_EXPERIMENT_ID: exp_id}
+        return OpenedRun(run_id, env)
+
+    def bind_job_run(self, run_id: str, job_id: str) -> None:
+        with self._launcher_store() as store:
+            store.tag_run(run_id, TAG_JOB_ID, job_id)
+
+    def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]:
+        if env.get(ENV_RUN_ID) and env.get(ENV_TRACKING_URI) == self.store:
+            return env[ENV_RUN_ID]
+        return None
+
+    def close_job_run(
+        self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
+    ) -> None:
+        """End the run as ``status`` (the app's end wins over a user's own ``end_run``)."""
+        with self._launcher_store() as store:
+            if run_id is None:  # an app whose env its scheduler does not return
+                found = store.find_run(TAG_JOB_ID, job_id) if job_id else None
+                if found is None:
+                    return
+                run_id = found[0]
+            store.terminate(run_id, status, end_ms)
+
+    def close(self) -> None:
+        with self._lock:
+            self._tracker = None

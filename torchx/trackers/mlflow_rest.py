@@ -1,9 +1,9 @@
-"""The launcher's MLflow calls over the tracking server's REST API (``http(s)://`` URIs).
+"""The Runner's MLflow calls over the tracking server's REST API (``http(s)://`` URIs).
 
 Opening or ending a job's run is a few small requests: no ``import mlflow`` (seconds) on
-the submit path, and the run exists (so its link works) as soon as the submit returns.
-Same run layout as ``MLflowTracker`` (tags ``torchx.job_id``/``torchx.parent_run_id``,
-``mlflow.parentRunId``, the parent's experiment), which ranks then attach to.
+the submit path, and no "View run" line printed to stdout when a run ends. The same
+store methods as ``MLflowTracker`` (``experiment_id``, ``find_run``, ``create_run``,
+``tag_run``, ``terminate``), so ``MlflowBackend`` is written once against both.
 """
 
 from __future__ import annotations
@@ -13,92 +13,102 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from torchx.trackers.api import TrackerConfigError
 
 API = "/api/2.0/mlflow"
 TIMEOUT = 10.0
 BATCH = 100  # params per log-batch request (the server's limit)
-_experiments: Dict[Any, str] = {}  # (server, experiment name) -> id, once per process
+_experiments: Dict[Tuple[str, str], str] = {}  # (server, experiment name) -> id
 
 
 class MlflowRestError(TrackerConfigError):
-    """The tracking server refused a request."""
+    """The tracking server refused a request, or did not answer."""
+
+    def __init__(self, message: str, error_code: str = "") -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class MlflowRest:
     def __init__(self, tracking_uri: str, timeout: float = TIMEOUT) -> None:
-        self.base = tracking_uri.rstrip("/") + API
+        self.root = tracking_uri.rstrip("/")
         self.timeout = timeout
 
     def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
-        url = self.base + path
-        data = None
+        url, data = self.root + path, None
         if method == "GET" and body:
             url += "?" + urllib.parse.urlencode(body)
         elif body is not None:
             data = json.dumps(body).encode()
-        request = urllib.request.Request(
-            url, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"{}")
+                text = response.read()
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")
             try:
-                code = json.loads(detail).get("error_code", "")
+                code = str(json.loads(detail).get("error_code", ""))
             except ValueError:
                 code = ""
-            err = MlflowRestError(f"MLflow {path} failed ({e.code}): {detail[:300]}")
-            err.error_code = code  # type: ignore[attr-defined]
-            raise err from None
+            raise MlflowRestError(f"{path} failed ({e.code}): {detail[:300]}", code) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise MlflowRestError(f"unreachable ({getattr(e, 'reason', e)})") from None
+        return json.loads(text) if text.strip().startswith(b"{") else {}
 
-    # ---------------------------------------------------------------- lookups
+    def health(self) -> None:
+        """Raise ``TrackerConfigError`` (one line) unless the server answers."""
+        try:
+            self._call("GET", "/health")
+        except MlflowRestError as e:
+            raise TrackerConfigError(
+                f"MLflow tracking server {self.root} is {e}; start it or fix the tracker config"
+            ) from None
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
-        key = (self.base, name)
+        key = (self.root, name)
         if key not in _experiments:
-            _experiments[key] = self._experiment_id(name, artifact_location)
+            body: Dict[str, Any] = {"name": name}
+            by_name = {"experiment_name": name}
+            if artifact_location:
+                body["artifact_location"] = f"{artifact_location}/{name}"
+            try:
+                found = self._call("GET", API + "/experiments/get-by-name", by_name)
+                _experiments[key] = str(found["experiment"]["experiment_id"])
+            except MlflowRestError as e:
+                if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+                try:
+                    created = self._call("POST", API + "/experiments/create", body)
+                except MlflowRestError:  # created concurrently
+                    created = self._call("GET", API + "/experiments/get-by-name", by_name)
+                    created = created["experiment"]
+                _experiments[key] = str(created["experiment_id"])
         return _experiments[key]
 
-    def _experiment_id(self, name: str, artifact_location: Optional[str]) -> str:
-        try:
-            found = self._call("GET", "/experiments/get-by-name", {"experiment_name": name})
-            return str(found["experiment"]["experiment_id"])
-        except MlflowRestError as e:
-            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
-                raise
-        body: Dict[str, Any] = {"name": name}
-        if artifact_location:
-            body["artifact_location"] = f"{artifact_location}/{name}"
-        try:
-            return str(self._call("POST", "/experiments/create", body)["experiment_id"])
-        except MlflowRestError:  # created concurrently
-            found = self._call("GET", "/experiments/get-by-name", {"experiment_name": name})
-            return str(found["experiment"]["experiment_id"])
-
-    def find_run(self, tag: str, value: str) -> Optional[Dict[str, Any]]:
-        """The oldest run whose ``tag`` is ``value`` (None: none yet)."""
-        exps = self._call("POST", "/experiments/search", {"max_results": 1000})
+    def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
+        """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
+        exps = self._call("POST", API + "/experiments/search", {"max_results": 1000})
         ids = [e["experiment_id"] for e in exps.get("experiments", [])]
-        if not ids:
-            return None
         quoted = value.replace("'", "\\'")
-        runs = self._call(
-            "POST",
-            "/runs/search",
-            {
-                "experiment_ids": ids,
-                "filter": f"tags.`{tag}` = '{quoted}'",
-                "max_results": 10,
-                "order_by": ["attributes.start_time ASC"],
-            },
-        ).get("runs", [])
-        return runs[0] if runs else None
+        query = {
+            "experiment_ids": ids,
+            "filter": f"tags.`{tag}` = '{quoted}'",
+            "max_results": 1,
+            "order_by": ["attributes.start_time ASC"],
+        }
+        runs = self._call("POST", API + "/runs/search", query).get("runs", []) if ids else []
+        return (
+            (str(runs[0]["info"]["run_id"]), str(runs[0]["info"]["experiment_id"]))
+            if runs
+            else None
+        )
 
-    # ---------------------------------------------------------------- writes
+    def run_experiment(self, run_id: str) -> str:
+        run = self._call("GET", API + "/runs/get", {"run_id": run_id})
+        return str(run["run"]["info"]["experiment_id"])
 
     def create_run(
         self,
@@ -108,25 +118,29 @@ class MlflowRest:
         params: Mapping[str, str],
         start_ms: int,
     ) -> str:
-        run = self._call(
-            "POST",
-            "/runs/create",
-            {
-                "experiment_id": experiment_id,
-                "run_name": name,
-                "start_time": start_ms,
-                "tags": [{"key": k, "value": v} for k, v in tags.items()],
-            },
-        )
-        run_id = str(run["run"]["info"]["run_id"])
-        items: List[Dict[str, str]] = [{"key": k, "value": v} for k, v in params.items()]
+        body = {
+            "experiment_id": experiment_id,
+            "run_name": name,
+            "start_time": start_ms,
+            "tags": [{"key": k, "value": v} for k, v in tags.items()],
+        }
+        run_id = str(self._call("POST", API + "/runs/create", body)["run"]["info"]["run_id"])
+        items = [{"key": k, "value": v} for k, v in params.items()]
         for i in range(0, len(items), BATCH):
-            self._call(
-                "POST", "/runs/log-batch", {"run_id": run_id, "params": items[i : i + BATCH]}
-            )
+            batch = {"run_id": run_id, "params": items[i : i + BATCH]}
+            self._call("POST", API + "/runs/log-batch", batch)
         return run_id
 
-    def end_run(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        body: Dict[str, Any] = {"run_id": run_id, "status": status}
-        body["end_time"] = end_ms if end_ms is not None else int(time.time() * 1000)
-        self._call("POST", "/runs/update", body)
+    def tag_run(self, run_id: str, key: str, value: str) -> None:
+        self._call("POST", API + "/runs/set-tag", {"run_id": run_id, "key": key, "value": value})
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
+        rows = [
+            {"key": k, "value": float(v), "timestamp": ts, "step": step} for k, v in metrics.items()
+        ]
+        self._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
+
+    def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
+        end = end_ms if end_ms is not None else int(time.time() * 1000)
+        body = {"run_id": run_id, "status": status, "end_time": end}
+        self._call("POST", API + "/runs/update", body)

@@ -131,3 +131,50 @@ def test_launcher_returns_the_mlflow_run_id_and_typed_outputs(kfp_run: Dict[str,
     assert model["metadata"]["recorded"] is True and model["metadata"]["steps"] == "2"
     assert model["metadata"]["tracker_run_id"] == outputs["tracker_run_id"]
     assert outputs["dataset"]["metadata"]["recorded"] is False
+
+
+KFP_OWNS_RUNS = textwrap.dedent("""
+    import sys
+    import kfp.local
+    from torchx.pipelines.kfp.components import torchx_launcher
+
+    kfp.local.init(
+        runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=sys.argv[1] + "/root"
+    )
+    code = (
+        "import mlflow; mlflow.start_run(); mlflow.log_metric('m', 1); mlflow.end_run()"
+    )
+    task = torchx_launcher(component="utils.python", component_args=["--c", code])
+    print("RUN " + task.outputs["tracker_run_id"])
+""")
+
+
+def test_under_kfp_mlflow_integration_the_job_run_nests_under_kfps_task_run(
+    tmp_path: Any,
+) -> None:
+    """KFP 2.17 sets MLFLOW_TRACKING_URI/RUN_ID/EXPERIMENT_ID in the step: tracking turns
+    on from them (no TORCHX_TRACKERS), and the job's run nests under KFP's task run."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("kfp-pipeline")
+    kfp_task = client.create_run(exp, run_name="kfp-task").info.run_id  # as KFP opens it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHX_TRACKER")}
+    env.update(
+        TORCHX_HOME=str(tmp_path / "home"),
+        MLFLOW_TRACKING_URI=uri,
+        MLFLOW_RUN_ID=kfp_task,
+        MLFLOW_EXPERIMENT_ID=exp,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", KFP_OWNS_RUNS, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    job_run = client.get_run(done.stdout.split("RUN ", 1)[1].split()[0])
+    assert job_run.data.tags["mlflow.parentRunId"] == kfp_task
+    assert job_run.info.experiment_id == exp and job_run.info.status == "FINISHED"
+    assert job_run.data.metrics == {"m": 1.0}  # the user's own mlflow calls landed in it
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert sorted(r.info.run_id for r in runs) == sorted([kfp_task, job_run.info.run_id])

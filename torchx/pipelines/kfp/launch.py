@@ -1,7 +1,8 @@
 """What the KFP launcher step does (plain Python, testable without KFP).
 
 Submits a component or AppDef through the Runner (its tracker run named after the KFP task,
-with the pipeline job, the task and the launcher's inputs as params), copies its logs to
+with the pipeline job, the task and the launcher's inputs as params; under KFP's own MLflow
+integration, nested under KFP's task run), copies its logs to
 stdout with ``role/replica`` prefixes, cancels the app on SIGTERM (step terminated), raises
 with the worker's error when the app fails, and reads back what a successful stage recorded.
 """
@@ -9,6 +10,7 @@ with the worker's error when the app fails, and reads back what a successful sta
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -53,6 +55,19 @@ def pipeline_run_id(pipeline_name: str, job_id: str) -> Optional[str]:
     if not job_id or "{{" in job_id:
         return None
     return f"kfp://{pipeline_name}/{job_id}"
+
+
+def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]:
+    """KFP >= 2.17's MLflow integration: KFP opens a run per pipeline run and a nested one
+    per task, and gives the step ``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_ID`` and
+    ``MLFLOW_TRACKING_URI``. Returns the task's run id (the job's run nests under it; no
+    pipeline run of torchx's own) and, when ``TORCHX_TRACKERS`` is unset, the trackers
+    that turn tracking on: ``{"mlflow": $MLFLOW_TRACKING_URI}`` (None: the configured)."""
+    uri, run_id = os.environ.get("MLFLOW_TRACKING_URI"), os.environ.get("MLFLOW_RUN_ID")
+    if not uri or not run_id:
+        return None, None
+    trackers: Optional[Dict[str, Optional[str]]] = {"mlflow": uri}
+    return run_id, None if "TORCHX_TRACKERS" in os.environ else trackers
 
 
 def launcher_key(job_id: str, task_name: str) -> Optional[str]:
@@ -107,10 +122,12 @@ def launch(
     finds it still running or succeeded); returns the app handle and its tracker run
     (backend run id, link, metrics, recorded outputs)."""
     cfg = dict(cfg or {})
+    kfp_run, trackers = kfp_mlflow_run()
+    parent_run_id = kfp_run or parent_run_id
     run_name, run_params = run_identity(
         component, component_args, scheduler, cfg, parent_run_id, job_id, task_name
     )
-    with core.runner_for() as runner:
+    with core.runner_for(trackers) as runner:
         app = runner.materialize_component(component, list(component_args))
         apply_task_config(app, cfg, task_config)
         opts = runner.scheduler_run_opts(scheduler)
