@@ -55,6 +55,24 @@ for dag_id, deferrable in (("torchx_wait", False), ("torchx_wait_deferred", True
             retry_delay=timedelta(seconds=1),
         )
     globals()[dag_id] = dag
+
+# a deferred stage that prints "tick N" and reports step N each second until its flag exists
+TICKS = (
+    "import os, time\\n"
+    "from torchx.trackers import report_progress\\n"
+    "i = 0\\n"
+    "while not os.path.exists({{ dag_run.conf['flag'] | tojson }}):\\n"
+    "    i += 1; print(f'tick {i}', flush=True); report_progress(i, total=1000); time.sleep(1)\\n"
+)
+with DAG(dag_id="torchx_ticks", schedule=None, start_date=datetime(2026, 1, 1)) as ticks:
+    TorchXOperator(
+        task_id="job",
+        component="utils.python",
+        component_args=["--c", TICKS],
+        deferrable=True,
+        poll_interval=0.5,
+        progress_interval=2,
+    )
 """
 DEADLINE = 120.0
 # a crashed try fails after task_instance_heartbeat_timeout, then the retry starts
@@ -73,7 +91,7 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
             mp.setenv(k, v)
         try:
             with airflow_deployment(work, dags, torchx_env) as deployment:
-                for dag_id in ("torchx_wait", "torchx_wait_deferred"):
+                for dag_id in ("torchx_wait", "torchx_wait_deferred", "torchx_ticks"):
                     deployment.unpause(dag_id)
                 yield deployment
         finally:
@@ -244,3 +262,29 @@ def test_cleared_succeeded_task_runs_again(af: AirflowDeployment) -> None:
     request = Path(os.environ["TORCHX_HOME"], "local_cwd", "torchx", apps[1].app_id)
     replicas = json.loads((request / "request.json").read_text())["replicas"]
     assert [r["cwd"] for r in replicas] == [str(af.cwd)]
+
+
+def test_deferred_stage_streams_its_log_and_progress_while_deferred(af: AirflowDeployment) -> None:
+    ti, flag = _run(af, "torchx_ticks")
+    af.wait_task(ti, {"deferred"}, DEADLINE)
+    log = poll(
+        lambda: (lambda text: text if "python/0 tick 5" in text else None)(af.log(ti, 1)),
+        DEADLINE,
+        "tick 5 in the task log",
+    )
+    # read while deferred: the trigger, not execute_complete, wrote it
+    assert af.task(ti)["state"] == "deferred"
+    assert "python/0 tick 1" in log
+    poll(
+        lambda: "progress: step " in af.log(ti, 1) and af.task(ti)["state"] == "deferred",
+        DEADLINE,
+        "a progress line in the log of the deferred task",
+    )
+    flag.touch()
+    af.wait_task(ti, {"success"}, DEADLINE)
+    log = af.log(ti, 1)
+    print("\n" + "\n".join(ln for ln in log.splitlines() if "progress: step" in ln)[-300:])
+    # execute_complete copied only what the trigger had not streamed: each tick once
+    assert len(re.findall(r"python/0 tick 1$", log, re.M)) == 1, log
+    assert len(re.findall(r"python/0 tick 5$", log, re.M)) == 1, log
+    assert [a.state.name for a in _apps(ti)] == ["SUCCEEDED"]

@@ -17,6 +17,7 @@ artifacts) but a stage is the same everywhere:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import logging
@@ -278,7 +279,11 @@ class ProgressFollower:
             while not self._stop.wait(min(self.interval, 1.0)):
                 self.poll()
 
-        self._thread = threading.Thread(target=loop, name="torchx-progress", daemon=True)
+        # in the caller's context: an orchestrator finds its run there (Prefect's artifacts)
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(loop,), name="torchx-progress", daemon=True
+        )
         self._thread.start()
         return self
 
