@@ -84,8 +84,9 @@ class TorchXTrigger(BaseTrigger):
         lines: asyncio.Queue[Tuple[str, str]] = asyncio.Queue()
         stop = threading.Event()
         readers = self._start_readers(asyncio.get_running_loop(), lines, stop)
+        follower = self._follower()
         try:
-            status = await self._wait(lines)
+            status = await self._wait(lines, follower)
         except BaseException:  # cancelled (triggerer stop, task killed): readers end
             stop.set()
             raise
@@ -94,6 +95,8 @@ class TorchXTrigger(BaseTrigger):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._drain_until(readers, lines), 30)
         self._log_lines(lines)
+        if follower is not None and status is not None:
+            await self._progress(follower, final=True)  # the last report
         if status is None:
             yield TriggerEvent(self._event("UNKNOWN", "app not found"))
             return
@@ -109,9 +112,8 @@ class TorchXTrigger(BaseTrigger):
             "streamed": dict(self.streamed),
         }
 
-    async def _wait(self, lines: asyncio.Queue[Tuple[str, str]]) -> Any:
+    async def _wait(self, lines: asyncio.Queue[Tuple[str, str]], follower: Any) -> Any:
         """The terminal status (None: app not found), logging lines and progress meanwhile."""
-        follower = self._follower()
         status_check = asyncio.ensure_future(off_loop(self._status))
         try:
             while True:
@@ -125,11 +127,7 @@ class TorchXTrigger(BaseTrigger):
                     getter.cancel()
                 self._log_lines(lines)
                 if follower is not None and follower.due():
-                    report = await off_loop(follower.poll)
-                    if report is not None:
-                        from torchx.pipelines.core import progress_line
-
-                        self.log.info("%s", progress_line(report))
+                    await self._progress(follower)
                 if status_check in done:
                     status = status_check.result()
                     if status is None or status.is_terminal():
@@ -137,6 +135,14 @@ class TorchXTrigger(BaseTrigger):
                     status_check = asyncio.ensure_future(off_loop(self._status))
         finally:
             status_check.cancel()
+
+    async def _progress(self, follower: Any, final: bool = False) -> None:
+        """Log the job's progress report if it changed."""
+        report = await off_loop(lambda: follower.poll(force=final))
+        if report is not None:
+            from torchx.pipelines.core import progress_line
+
+            self.log.info("%s", progress_line(report))
 
     def _follower(self) -> Any:
         if self.progress_interval is None:
