@@ -17,14 +17,18 @@ artifacts) but a stage is the same everywhere:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from torchx.runner.api import Runner, get_runner
 from torchx.specs.api import AppDef, AppState, AppStatus
+from torchx.trackers.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +36,10 @@ Component = Union[str, AppDef]
 ComponentArgs = Union[List[str], Dict[str, Any], None]
 Emit = Callable[[str, int, str], None]
 Log = Union[logging.Logger, logging.LoggerAdapter]  # orchestrators hand out adapters
+OnProgress = Callable[[Progress], None]
+
+# how often a stage reads its job's progress report into the orchestrator (seconds)
+PROGRESS_INTERVAL = 30.0
 
 # What interrupts a wait because the stage itself is being cancelled: a cancelled asyncio
 # task (also Prefect's timeouts), Ctrl-C, and a SIGTERM handler's exit (KFP's launcher).
@@ -51,10 +59,40 @@ class StageFailed(Exception):
     """A torchx stage did not succeed; ``status`` has the replicas and the worker's error."""
 
     def __init__(self, handle: str, status: Optional[AppStatus]) -> None:
-        summary = status.error_summary() if status else "is not known to its scheduler any more"
+        summary = failure_summary(status) if status else "is not known to its scheduler any more"
         super().__init__(f"torchx app {handle} {summary}")
         self.handle = handle
         self.status = status
+
+
+def first_failed_replica(status: AppStatus) -> Optional[str]:
+    """``role/replica`` of the replica that failed first: the earliest error file timestamp
+    (torchelastic's ``timestamp``), else the first FAILED replica in role order."""
+    failed: List[Tuple[float, int, str]] = []
+    for role in status.roles:
+        for r in role.replicas:
+            if r.state == AppState.FAILED:
+                failed.append(
+                    (_error_time(r.structured_error_msg), len(failed), f"{role.role}/{r.id}")
+                )
+    return min(failed)[2] if failed else None
+
+
+def _error_time(structured: str) -> float:
+    try:
+        data = json.loads(structured)
+        message = data.get("message", {})
+        extra = message.get("extraInfo", {}) if isinstance(message, dict) else {}
+        return float(extra.get("timestamp", data.get("timestamp")))
+    except Exception:  # no error file, or not torchelastic's
+        return float("inf")
+
+
+def failure_summary(status: AppStatus) -> str:
+    """``status.error_summary()`` naming the first replica that failed, when one did."""
+    summary = status.error_summary()
+    first = first_failed_replica(status)
+    return f"{summary} [first failed: {first}]" if first else summary
 
 
 @dataclass
@@ -133,11 +171,14 @@ def submit_or_attach(
     run_name: Optional[str] = None,
     run_params: Optional[Mapping[str, object]] = None,
     owner: Optional[str] = None,
+    stall_timeout: Optional[float] = None,
 ) -> Submission:
     """Re-attach to the live app submitted with ``key``, else submit the stage with it.
 
     ``run_name`` names the job's tracker run (the task or stage name); ``run_params`` are
-    the orchestrator's params (DAG, flow, task) recorded on it with the job's own.
+    the orchestrator's params (DAG, flow, task) recorded on it with the job's own;
+    ``stall_timeout`` (seconds) is stored with the job, which fails ``stalled: ...`` when
+    it neither prints nor reports progress for that long.
     """
     if key:
         found = runner.find_by_idempotency_key(scheduler, key, reattach_succeeded)
@@ -155,6 +196,7 @@ def submit_or_attach(
             run_name=run_name,
             run_params=run_params,
             owner=owner,
+            stall_timeout=stall_timeout,
         )
     else:
         handle = runner.run_component(
@@ -168,6 +210,7 @@ def submit_or_attach(
             run_name=run_name,
             run_params=run_params,
             owner=owner,
+            stall_timeout=stall_timeout,
         )
     return Submission(handle, reattached=False)
 
@@ -183,6 +226,96 @@ def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> N
         logger.warning("could not read logs of %s: %s", handle, error)
 
 
+class ProgressFollower:
+    """Reads the job's progress report at most every ``interval`` seconds and hands it to
+    ``on_progress`` only when it changed (step, total or metrics): an orchestrator's log or
+    artifact gets one entry per real change, never a flood.
+
+    ``poll()`` is for a caller's own loop (a trigger); ``start()`` / ``stop()`` run it in a
+    daemon thread beside a blocking wait. A reader or callback error is logged, not raised.
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        handle: str,
+        on_progress: OnProgress,
+        interval: float = PROGRESS_INTERVAL,
+    ) -> None:
+        self.runner = runner
+        self.handle = handle
+        self.on_progress = on_progress
+        self.interval = interval
+        self.last: Optional[Progress] = None
+        self._next = 0.0  # monotonic time of the next read
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        """Whether ``poll()`` would read the report now."""
+        return time.monotonic() >= self._next
+
+    def poll(self, force: bool = False) -> Optional[Progress]:
+        """Read the report if ``interval`` passed (or ``force``); the new one if it changed."""
+        with self._lock:
+            now = time.monotonic()
+            if not force and now < self._next:
+                return None
+            self._next = now + self.interval
+            try:
+                report = self.runner.progress(self.handle)
+            except Exception as e:
+                logger.warning("could not read the progress of %s: %s", self.handle, e)
+                return None
+            if report is None or _same(report, self.last):
+                return None
+            self.last = report
+        try:
+            self.on_progress(report)
+        except Exception as e:  # an orchestrator's hiccup is never worth failing the stage
+            logger.warning("could not publish the progress of %s: %s", self.handle, e)
+        return report
+
+    def start(self) -> ProgressFollower:
+        def loop() -> None:
+            while not self._stop.wait(min(self.interval, 1.0)):
+                self.poll()
+
+        # in the caller's context: an orchestrator finds its run there (Prefect's artifacts)
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(loop,), name="torchx-progress", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, final: bool = True) -> None:
+        """Stop the thread; with ``final``, read the last report once more (the final step)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if final:
+            self.poll(force=True)
+
+
+def _same(a: Progress, b: Optional[Progress]) -> bool:
+    return b is not None and (a.step, a.total, a.metrics) == (b.step, b.total, b.metrics)
+
+
+def progress_line(report: Progress) -> str:
+    """``progress: step 45/100, 2 steps/s, ETA 27s, last report 0.4s ago, loss=0.31``."""
+    metrics = ", ".join(f"{k}={v:g}" for k, v in sorted(report.metrics.items()))
+    return f"progress: {report.format()}" + (f", {metrics}" if metrics else "")
+
+
+def progress_percent(report: Progress) -> Optional[float]:
+    """``100 * step / total`` (clamped to 0..100); None without a total."""
+    if not report.total:
+        return None
+    return max(0.0, min(100.0, 100.0 * report.step / report.total))
+
+
 def wait_or_cancel(
     runner: Runner,
     handle: str,
@@ -190,22 +323,32 @@ def wait_or_cancel(
     emit: Optional[Emit] = None,
     cancel_on: Tuple[Type[BaseException], ...] = CANCELLATIONS,
     log: Optional[Log] = None,
+    on_progress: Optional[OnProgress] = None,
+    progress_interval: float = PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app (following its logs into ``emit``); cancel it if the wait is
-    cancelled (one of ``cancel_on``), and log that to ``log`` (the task's own log).
+    """Wait for the app (following its logs into ``emit``, its progress reports into
+    ``on_progress``, see ``ProgressFollower``); cancel it if the wait is cancelled (one of
+    ``cancel_on``), and log that to ``log`` (the task's own log).
 
     Any other exception propagates and leaves the app running: the task's retry finds it
     through its idempotency key instead of submitting a second one.
     Returns the final status if it SUCCEEDED, else raises ``StageFailed``.
     """
+    follower = None
+    if on_progress is not None:
+        follower = ProgressFollower(runner, handle, on_progress, progress_interval).start()
     try:
         if emit is not None:
             follow_logs(runner, handle, emit)
         status = runner.wait(handle, wait_interval=poll_interval)
     except cancel_on as e:
         (log or logger).warning("wait cancelled (%s): cancelling %s", type(e).__name__, handle)
+        if follower is not None:
+            follower.stop(final=False)
         cancel_quietly(runner, handle, log)
         raise
+    if follower is not None:
+        follower.stop()
     return check_succeeded(handle, status)
 
 

@@ -60,6 +60,7 @@ SCRIPT = textwrap.dedent("""
         "d = sys.argv[1]; os.makedirs(d, exist_ok=True); open(d + '/w.bin', 'w').write('w'); "
         "app_run_from_env().log_metrics({'loss': 0.5}, step=1); "
         "app_run_from_env().log_metrics({'loss': 0.25}, step=2); "
+        "from torchx.trackers import report_progress; report_progress(2, total=2, acc=0.75); "
         "record_output(d, 'model', {'type': 'model', 'steps': 2})"
     )
     task = torchx_launcher(component="utils.python", component_args=["--c", stage, root + "/model"])
@@ -125,7 +126,8 @@ def test_launcher_returns_the_mlflow_run_id_and_typed_outputs(kfp_run: Dict[str,
     run = kfp_run["client"].get_run(outputs["tracker_run_id"])  # a real MLflow run id
     assert run.data.tags["torchx.job_id"] == outputs["app_handle"] != outputs["tracker_run_id"]
     assert outputs["tracker_run_url"] == ""  # a sqlite store has no UI: no fake link
-    assert outputs["metrics"]["metadata"] == {"loss": 0.25}  # rank 0's last value
+    # rank 0's last value, and its last progress report (step, total, its metrics)
+    assert outputs["metrics"]["metadata"] == {"loss": 0.25, "step": 2, "total": 2, "acc": 0.75}
     model = outputs["model"]
     assert model["uri"] == str(kfp_run["root"] / "model")
     assert model["metadata"]["recorded"] is True and model["metadata"]["steps"] == "2"

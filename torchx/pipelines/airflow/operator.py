@@ -130,7 +130,13 @@ class TorchXOperator(BaseOperator):
     :param deferrable: wait in the triggerer (``TorchXTrigger``), freeing the worker slot;
         default: Airflow's ``[operators] default_deferrable``.
     :param poll_interval: seconds between status checks where the scheduler cannot push.
-    :param get_logs: copy the replicas' log lines (``role/replica`` prefixed) into the task log.
+    :param get_logs: copy the replicas' log lines (``role/replica`` prefixed) into the task
+        log as they are written (a deferred task: by the trigger, while deferred).
+    :param progress_interval: seconds between reads of the job's progress report
+        (``report_progress``); a changed one is logged as ``progress: step S/T, ...``
+        (deferred or not). ``None``: no progress lines.
+    :param stall_timeout: seconds; the job fails ``stalled: ...`` (the whole gang cancelled)
+        when it neither prints nor reports progress for that long. Stored with the job.
     :param cancel_on_kill: cancel the app when the task is killed or marked failed.
     :param trackers: ``{tracker: config}`` for this task's job, e.g.
         ``{"mlflow": "http://mlflow:5000"}`` (default: the configured ones,
@@ -190,6 +196,8 @@ class TorchXOperator(BaseOperator):
         durable: bool = True,
         reuse_succeeded: bool = False,
         record_assets: bool = True,
+        progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
+        stall_timeout: Optional[float] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -210,6 +218,8 @@ class TorchXOperator(BaseOperator):
         self.durable = durable
         self.reuse_succeeded = reuse_succeeded
         self.record_assets = record_assets
+        self.progress_interval = progress_interval
+        self.stall_timeout = stall_timeout
         self.app_handle: Optional[str] = None
         self.torchx_links: Dict[str, str] = {}  # what the extra links show (see _TorchXLink)
         self.stage_lineage: Optional[StageLineage] = None
@@ -283,6 +293,7 @@ class TorchXOperator(BaseOperator):
             run_name=run_name(ti),
             run_params=run_params(context),
             owner=airflow_owner(ti).to_metadata(),
+            stall_timeout=self.stall_timeout,
         )
         verb = "re-attaching to" if submission.reattached else "submitted"
         self.log.info("%s %s", verb, submission.handle)
@@ -324,26 +335,37 @@ class TorchXOperator(BaseOperator):
                     app_handle=handle,
                     poll_interval=self.poll_interval,
                     cancel_on_kill=self.cancel_on_kill,
+                    get_logs=self.get_logs,
+                    progress_interval=self.progress_interval,
                 ),
                 method_name="execute_complete",
             )
         emit = self._emit if self.get_logs else None
+        progress = self._progress if self.progress_interval is not None else None
         try:
-            status = core.wait_or_cancel(runner, handle, self.poll_interval, emit)
+            status = core.wait_or_cancel(
+                runner,
+                handle,
+                self.poll_interval,
+                emit,
+                on_progress=progress,
+                progress_interval=self.progress_interval or core.PROGRESS_INTERVAL,
+            )
         except core.StageFailed as e:
             self._finish(context, handle, e.status, runner)
             raise AirflowException(str(e)) from None
         return self._finish(context, handle, status, runner)
 
     def execute_complete(self, context: Any, event: Optional[Dict[str, Any]] = None) -> str:
-        """Resume after the trigger fired: check the event, copy the logs, raise on failure."""
+        """Resume after the trigger fired: check the event, copy the log lines the trigger
+        did not stream (its event counts them per replica), raise on failure."""
         if not event or "app_handle" not in event or "state" not in event:
             raise AirflowException(f"invalid event from TorchXTrigger: {event!r}")
         handle = event["app_handle"]
         self.app_handle = handle
         runner = self._runner()
         if self.get_logs:
-            core.follow_logs(runner, handle, self._emit, tail=False)
+            core.follow_logs(runner, handle, self._unstreamed(event.get("streamed")), tail=False)
         status = runner.status(handle)
         self._link(context["ti"], TorchXAppLink(), status.ui_url if status is not None else None)
         self._finish(context, handle, status, runner)
@@ -355,6 +377,23 @@ class TorchXOperator(BaseOperator):
 
     def _emit(self, role: str, replica: int, line: str) -> None:
         self.log.info("%s/%d %s", role, replica, line)
+
+    def _progress(self, report: Any) -> None:
+        self.log.info("%s", core.progress_line(report))
+
+    def _unstreamed(self, streamed: Optional[Mapping[str, int]]) -> core.Emit:
+        """``_emit`` for the lines past the first ``streamed[role/replica]`` of each replica
+        (an older trigger's event has no counts: every line)."""
+        skip = dict(streamed or {})
+        seen: Dict[str, int] = {}
+
+        def emit(role: str, replica: int, line: str) -> None:
+            key = f"{role}/{replica}"
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > skip.get(key, 0):
+                self._emit(role, replica, line)
+
+        return emit
 
     def _finish(
         self, context: Mapping[str, Any], handle: str, status: Optional[AppStatus], runner: Any

@@ -8,13 +8,24 @@ Lifecycle, as Airflow 3.3 defines it for triggers:
 - ``on_kill`` cancels the app: Airflow calls it when a user acts on the deferred task (mark
   failed, mark success, clear);
 - status checks run in a daemon thread, so a triggerer that stops never waits for one.
+
+Live logs: while the task is deferred, the trigger streams the job's new log lines
+(``role/replica`` prefixed) into its ``self.log``, which Airflow 3 writes to the task
+instance's log (one ``.trigger.<job>.log`` file per triggerer, shown with the task's
+log), and a ``progress: ...`` line when the job's progress report changed, at most every
+``progress_interval`` seconds. The event carries how many lines of each replica were
+streamed, so ``execute_complete`` copies only the rest. A restarted triggerer's trigger
+streams each replica from its first line again (a trigger's kwargs are fixed when the task
+defers, so there is nowhere to keep an offset): after a triggerer restart the lines
+before it appear twice, none is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple, TypeVar
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -22,19 +33,28 @@ T = TypeVar("T")
 
 
 class TorchXTrigger(BaseTrigger):
-    """Fires one event ``{"app_handle", "state", "message"}`` when the app is terminal.
+    """Fires one event ``{"app_handle", "state", "message", "streamed"}`` when the app is
+    terminal (``streamed``: ``{"role/replica": lines}`` the trigger logged).
 
     A user's kill of the deferred task (mark failed or success, clear) cancels the app
     (``on_kill``, when ``cancel_on_kill``); a triggerer restart leaves it running.
     """
 
     def __init__(
-        self, app_handle: str, poll_interval: float = 5.0, cancel_on_kill: bool = True
+        self,
+        app_handle: str,
+        poll_interval: float = 5.0,
+        cancel_on_kill: bool = True,
+        get_logs: bool = False,
+        progress_interval: Optional[float] = None,
     ) -> None:
         super().__init__()
         self.app_handle = app_handle
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
+        self.get_logs = get_logs
+        self.progress_interval = progress_interval
+        self.streamed: Dict[str, int] = {}
 
     def serialize(self) -> Tuple[str, Dict[str, Any]]:
         return (
@@ -43,6 +63,8 @@ class TorchXTrigger(BaseTrigger):
                 "app_handle": self.app_handle,
                 "poll_interval": self.poll_interval,
                 "cancel_on_kill": self.cancel_on_kill,
+                "get_logs": self.get_logs,
+                "progress_interval": self.progress_interval,
             },
         )
 
@@ -57,22 +79,132 @@ class TorchXTrigger(BaseTrigger):
             )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            status = await off_loop(self._status)
-            if status is None:
-                yield TriggerEvent(
-                    {"app_handle": self.app_handle, "state": "UNKNOWN", "message": "app not found"}
+        # lines come from reader threads through this queue and are logged on the loop: the
+        # triggerer routes a trigger's log by context variables, which threads do not have
+        lines: asyncio.Queue[Tuple[str, str]] = asyncio.Queue()
+        stop = threading.Event()
+        readers = self._start_readers(asyncio.get_running_loop(), lines, stop)
+        follower = self._follower()
+        try:
+            status = await self._wait(lines, follower)
+        except BaseException:  # cancelled (triggerer stop, task killed): readers end
+            stop.set()
+            raise
+        if status is not None and readers is not None:
+            # the app ended: its readers reach the end of its logs; log what is left
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._drain_until(readers, lines), 30)
+        self._log_lines(lines)
+        if follower is not None and status is not None:
+            await self._progress(follower, final=True)  # the last report
+        if status is None:
+            yield TriggerEvent(self._event("UNKNOWN", "app not found"))
+            return
+        from torchx.pipelines import core
+
+        yield TriggerEvent(self._event(str(status.state), core.failure_summary(status)))
+
+    def _event(self, state: str, message: str) -> Dict[str, Any]:
+        return {
+            "app_handle": self.app_handle,
+            "state": state,
+            "message": message,
+            "streamed": dict(self.streamed),
+        }
+
+    async def _wait(self, lines: asyncio.Queue[Tuple[str, str]], follower: Any) -> Any:
+        """The terminal status (None: app not found), logging lines and progress meanwhile."""
+        status_check = asyncio.ensure_future(off_loop(self._status))
+        try:
+            while True:
+                getter = asyncio.ensure_future(lines.get())
+                done, _ = await asyncio.wait(
+                    {status_check, getter}, return_when=asyncio.FIRST_COMPLETED
                 )
-                return
-            if status.is_terminal():
-                yield TriggerEvent(
-                    {
-                        "app_handle": self.app_handle,
-                        "state": str(status.state),
-                        "message": status.error_summary(),
-                    }
-                )
-                return
+                if getter in done:
+                    self._write(getter.result())
+                else:
+                    getter.cancel()
+                self._log_lines(lines)
+                if follower is not None and follower.due():
+                    await self._progress(follower)
+                if status_check in done:
+                    status = status_check.result()
+                    if status is None or status.is_terminal():
+                        return status
+                    status_check = asyncio.ensure_future(off_loop(self._status))
+        finally:
+            status_check.cancel()
+
+    async def _progress(self, follower: Any, final: bool = False) -> None:
+        """Log the job's progress report if it changed."""
+        report = await off_loop(lambda: follower.poll(force=final))
+        if report is not None:
+            from torchx.pipelines.core import progress_line
+
+            self.log.info("%s", progress_line(report))
+
+    def _follower(self) -> Any:
+        if self.progress_interval is None:
+            return None
+        from torchx.pipelines.core import ProgressFollower
+        from torchx.runner import get_runner
+
+        # the follower returns the report; it is logged here, on the loop
+        return ProgressFollower(
+            get_runner(), self.app_handle, lambda _: None, self.progress_interval
+        )
+
+    def _log_lines(self, lines: asyncio.Queue[Tuple[str, str]]) -> None:
+        while not lines.empty():
+            self._write(lines.get_nowait())
+
+    def _write(self, item: Tuple[str, str]) -> None:
+        """Log one replica line and count it (the counts go into the event)."""
+        key, line = item
+        self.streamed[key] = self.streamed.get(key, 0) + 1
+        self.log.info("%s %s", key, line)
+
+    async def _drain_until(
+        self, readers: threading.Thread, lines: asyncio.Queue[Tuple[str, str]]
+    ) -> None:
+        while readers.is_alive():
+            await asyncio.sleep(0.2)
+            self._log_lines(lines)
+
+    def _start_readers(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        lines: asyncio.Queue[Tuple[str, str]],
+        stop: threading.Event,
+    ) -> Optional[threading.Thread]:
+        """Follow every replica's log in a daemon thread (None without ``get_logs``); each
+        line goes to ``lines`` and is counted in ``streamed``. A stopped trigger's readers
+        end at their next line (or when the app ends)."""
+        if not self.get_logs:
+            return None
+
+        def emit(role: str, k: int, line: str) -> None:
+            if stop.is_set():
+                raise _Stopped()
+            loop.call_soon_threadsafe(lines.put_nowait, (f"{role}/{k}", line))
+
+        def follow() -> None:
+            from torchx.runner import get_runner
+            from torchx.runner.logs import tail_app_logs
+
+            errors: List[BaseException] = []
+            try:
+                errors = tail_app_logs(get_runner(), self.app_handle, emit, True)
+            except Exception as e:
+                errors = [e]
+            for error in errors:  # (a thread's log goes to the triggerer's own log)
+                if not isinstance(error, (_Stopped, RuntimeError)):
+                    self.log.warning("could not read logs of %s: %s", self.app_handle, error)
+
+        thread = threading.Thread(target=follow, name="torchx-trigger-logs", daemon=True)
+        thread.start()
+        return thread
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed or success, clear): cancel the app."""
@@ -87,6 +219,10 @@ class TorchXTrigger(BaseTrigger):
 
         with get_runner() as runner:
             core.cancel_quietly(runner, self.app_handle)
+
+
+class _Stopped(Exception):
+    """Ends a stopped trigger's log readers."""
 
 
 async def off_loop(fn: Callable[[], T]) -> T:

@@ -86,6 +86,7 @@ def torchx_launcher(
     parent_run_id: str = "",
     job_id: str = "",
     task_name: str = "",
+    stall_timeout: float = 0.0,
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs", [("app_handle", str), ("tracker_run_id", str), ("tracker_run_url", str)]
 ):
@@ -107,7 +108,9 @@ def torchx_launcher(
         task_config: filled by KFP (do not pass): the resources, env, node selector,
             tolerations and volumes set on this task go to the launched app, not to the
             launcher's pod
-        metrics: the last value of every metric rank 0 logged (filled after the app ends)
+        metrics: the last value of every metric rank 0 logged, and the last progress report
+            (``report_progress``): ``step``, ``total`` and its metrics (filled after the app
+            ends)
         model: the model the stage recorded (``record_output(path, "model", {"type":
             "model"})``): its URI is where the stage wrote it, its metadata links the
             tracker run; ``recorded`` is false when the stage recorded none
@@ -121,6 +124,8 @@ def torchx_launcher(
         task_name: this task's name (pass ``dsl.PIPELINE_TASK_NAME_PLACEHOLDER``); with
             ``job_id`` it keys the submission, so a retried step re-attaches to its app,
             and it names the app's tracker run
+        stall_timeout: seconds; the app fails ``stalled: ...`` (its whole gang cancelled)
+            when it neither prints nor reports progress for that long; 0: never
 
     Returns:
         app_handle: the app's handle (``scheduler://session/app_id``)
@@ -149,6 +154,7 @@ def torchx_launcher(
         idempotency_key=launcher_key(job_id, task_name),
         job_id=job_id,
         task_name=task_name,
+        stall_timeout=stall_timeout or None,
     )
     fill_outputs(record, handle, metrics, model, dataset)
     fields = ["app_handle", "tracker_run_id", "tracker_run_url"]

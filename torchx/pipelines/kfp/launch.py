@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
@@ -117,6 +117,7 @@ def launch(
     idempotency_key: Optional[str] = None,
     job_id: str = "",
     task_name: str = "",
+    stall_timeout: Optional[float] = None,
 ) -> Tuple[str, StageRecord]:
     """Run the component to completion (or re-attach to this step's app if a retried step
     finds it still running or succeeded); returns the app handle and its tracker run
@@ -148,6 +149,7 @@ def launch(
             run_name=run_name,
             run_params=run_params,
             owner=metadata_value(kfp_owner(job_id, task_name)),
+            stall_timeout=stall_timeout,
         )
         handle = submission.handle
         verb = "re-attached to" if submission.reattached else "launched"
@@ -161,15 +163,25 @@ def launch(
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_term)
+        progress: List[Any] = []  # the last report (the Metrics output gets it)
         try:
-            core.wait_or_cancel(runner, handle, 1.0, _print_line)
+            core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=_keep(progress))
         except core.StageFailed as e:
             raise RuntimeError(str(e)) from None
         print(f"torchx: {handle} SUCCEEDED", flush=True)
         record = read_stage(handle, runner.trackers())
+        record.progress = progress[-1] if progress else None
         if record.run_url:
             print(f"torchx: tracker run {record.run_url}", flush=True)
         return handle, record
+
+
+def _keep(progress: List[Any]) -> Callable[[Any], None]:
+    def on_progress(report: Any) -> None:
+        progress.append(report)
+        print(f"torchx: {core.progress_line(report)}", flush=True)
+
+    return on_progress
 
 
 def _print_line(role: str, k: int, line: str) -> None:

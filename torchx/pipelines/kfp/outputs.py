@@ -28,6 +28,7 @@ class StageRecord:
     run_url: str = ""
     metrics: Dict[str, float] = field(default_factory=dict)
     artifacts: Dict[str, TrackerArtifact] = field(default_factory=dict)
+    progress: Any = None  # the job's last progress report (``Progress``), if it reported
 
 
 def _backend_run_id(tracker: TrackerBase, handle: str) -> Optional[str]:
@@ -92,6 +93,12 @@ def fill_outputs(record: StageRecord, handle: str, metrics: Any, model: Any, dat
     """Fill the launcher's KFP artifacts (``dsl.Metrics``, ``dsl.Model``, ``dsl.Dataset``)."""
     for name, value in sorted(record.metrics.items()):
         metrics.log_metric(name, value)
+    if record.progress is not None:  # the last report: step, total and its metrics
+        metrics.log_metric("step", record.progress.step)
+        if record.progress.total is not None:
+            metrics.log_metric("total", record.progress.total)
+        for name, value in sorted(record.progress.metrics.items()):
+            metrics.log_metric(name, value)
     for artifact, kind in ((model, "model"), (dataset, "dataset")):
         meta = _lineage_metadata(record, handle)
         recorded = _recorded(record, kind)

@@ -40,7 +40,9 @@ class TorchXJobRun(JobRun[Dict[str, Any]]):
         def _wait() -> Any:
             key = stage_name(job.component, job.key)
             try:
-                return wait_stage(self.handle, job.poll_interval, job.get_logs, key, logger)
+                return wait_stage(
+                    self.handle, job.poll_interval, job.get_logs, key, logger, job.progress_interval
+                )
             except core.StageFailed as e:
                 logger.warning("%s", e)
                 return e.status
@@ -84,6 +86,10 @@ class TorchXJob(JobBlock):
             pipeline run; none outside a flow run)
         poll_interval: seconds between status checks where the scheduler cannot push
         get_logs: copy the replicas' log lines into the Prefect logger while waiting
+        progress_interval: seconds between reads of the job's progress report: a changed
+            one updates the progress artifact ``torchx-progress-<key>`` (None: none)
+        stall_timeout: seconds; the job fails ``stalled: ...`` when it neither prints nor
+            reports progress for that long (stored with the job)
 
     Example:
         ```python
@@ -123,6 +129,14 @@ class TorchXJob(JobBlock):
     get_logs: bool = Field(
         default=True, description="copy the replicas' log lines into the Prefect logger"
     )
+    progress_interval: Optional[float] = Field(
+        default=core.PROGRESS_INTERVAL,
+        description="seconds between progress reads into the progress artifact (None: none)",
+    )
+    stall_timeout: Optional[float] = Field(
+        default=None,
+        description="seconds without output or progress after which the job fails 'stalled'",
+    )
 
     async def trigger(self) -> TorchXJobRun:
         """Submit the component, or re-attach to this flow run's app of the same stage (a
@@ -137,5 +151,6 @@ class TorchXJob(JobBlock):
             self.key,
             self.parent_run_id,
             self.logger,
+            self.stall_timeout,
         )
         return TorchXJobRun(self, handle)

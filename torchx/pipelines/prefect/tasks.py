@@ -33,7 +33,12 @@ import logging
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_link_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_link_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import TerminationSignal
 
@@ -160,6 +165,7 @@ def submit_stage(
     key: Optional[str],
     parent_run_id: Optional[str],
     logger: Logger,
+    stall_timeout: Optional[float] = None,
 ) -> str:
     """Submit a stage, or re-attach to this flow run's app of the same stage; returns its
     handle. Its tracker run, named after the stage and with the flow run's params, nests
@@ -180,6 +186,7 @@ def submit_stage(
             run_name=name,
             run_params=run_params(name),
             owner=metadata_value(current_prefect_owner()),
+            stall_timeout=stall_timeout,
         )
     verb = "re-attaching to" if submission.reattached else "submitted"
     logger.info("%s %s", verb, submission.handle)
@@ -187,19 +194,35 @@ def submit_stage(
 
 
 def wait_stage(
-    handle: str, poll_interval: float, get_logs: bool, key: Optional[str], logger: Logger
+    handle: str,
+    poll_interval: float,
+    get_logs: bool,
+    key: Optional[str],
+    logger: Logger,
+    progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app, its log lines into ``logger``; publish the stage's artifacts under
-    ``key`` (default: the app's name). Raises ``TorchXJobFailed`` unless it SUCCEEDED."""
+    """Wait for the app, its log lines into ``logger``, its progress reports into a progress
+    artifact; publish the stage's artifacts under ``key`` (default: the app's name).
+    Raises ``TorchXJobFailed`` unless it SUCCEEDED."""
 
     def emit(role: str, k: int, line: str) -> None:
         logger.info("%s/%d %s", role, k, line)
 
     artifact_key = key or _app_name(handle)
+    progress = None
+    if progress_interval is not None:
+        progress = ProgressArtifact(handle, artifact_key, logger)
     with _runner() as runner:
         try:
             status = core.wait_or_cancel(
-                runner, handle, poll_interval, emit if get_logs else None, CANCELLATIONS, logger
+                runner,
+                handle,
+                poll_interval,
+                emit if get_logs else None,
+                CANCELLATIONS,
+                logger,
+                on_progress=progress,
+                progress_interval=progress_interval or core.PROGRESS_INTERVAL,
             )
         except core.StageFailed as e:
             if e.status is not None:
@@ -210,17 +233,54 @@ def wait_stage(
     return status
 
 
+class ProgressArtifact:
+    """The stage's progress artifact ``torchx-progress-<key>``: created at the first report
+    (percent = 100 * step / total), updated at each changed one; the description has the
+    step, rate, ETA and metrics. A report without a total is only logged."""
+
+    def __init__(self, handle: str, artifact_key: str, logger: Logger) -> None:
+        self.handle = handle
+        self.key = f"torchx-progress-{_safe(artifact_key)}"
+        self.logger = logger
+        self.artifact_id: Any = None
+
+    def __call__(self, report: Any) -> None:
+        line = core.progress_line(report)
+        self.logger.info("%s", line)
+        percent = core.progress_percent(report)
+        if percent is None or not _in_run():
+            return
+        description = f"{self.handle}: {line}"
+        if self.artifact_id is None:
+            self.artifact_id = create_progress_artifact(  # type: ignore[call-arg]
+                percent, key=self.key, description=description, _sync=True
+            )
+        else:
+            update_progress_artifact(  # type: ignore[call-arg]
+                self.artifact_id, percent, description=description, _sync=True
+            )
+
+
+def _in_run() -> bool:
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+
+
+def _safe(artifact_key: str) -> str:
+    """An artifact key part: lowercase letters, digits and dashes."""
+    return "".join(c if c.isalnum() else "-" for c in artifact_key).lower().strip("-")[:60]
+
+
 def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -> None:
     """Link and table artifacts under stable per-stage keys (Prefect keeps their history).
 
     A link exists only where there is a real URL: no MLflow UI, no MLflow link artifact.
     Outside a flow or task run there is nothing to attach them to: none are created.
     """
-    from prefect.context import FlowRunContext, TaskRunContext
-
-    if FlowRunContext.get() is None and TaskRunContext.get() is None:
+    if not _in_run():
         return
-    safe = "".join(c if c.isalnum() else "-" for c in artifact_key).lower().strip("-")[:60]
+    safe = _safe(artifact_key)
     links = core.stage_links(handle, status, runner.trackers())
     # always the sync form: this runs in a thread of an async flow too (TorchXJob), where
     # Prefect would dispatch to the coroutine form and nothing would await it
@@ -270,6 +330,7 @@ def submit(
     cfg: Optional[Dict[str, Any]] = None,
     key: Optional[str] = None,
     parent_run_id: Optional[str] = None,
+    stall_timeout: Optional[float] = None,
 ) -> str:
     """Submit a component (name or ``file.py:fn``) or an AppDef; returns the app handle.
 
@@ -284,15 +345,28 @@ def submit(
             a retry with the same key re-attaches to its app; also the task run's name
             (``submit-<key>``)
         parent_run_id: tracker run to nest the job under (default: the flow run's)
+        stall_timeout: seconds; the job fails ``stalled: ...`` (its whole gang cancelled)
+            when it neither prints nor reports progress for that long (stored with the job)
     """
     return submit_stage(
-        component, component_args, scheduler, cfg, key, parent_run_id, get_run_logger()
+        component,
+        component_args,
+        scheduler,
+        cfg,
+        key,
+        parent_run_id,
+        get_run_logger(),
+        stall_timeout,
     )
 
 
 @task(name="torchx-wait", task_run_name=_task_run_name("wait"), persist_result=True)
 def wait(
-    handle: str, poll_interval: float = 1.0, get_logs: bool = True, key: Optional[str] = None
+    handle: str,
+    poll_interval: float = 1.0,
+    get_logs: bool = True,
+    key: Optional[str] = None,
+    progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
 ) -> Dict[str, Any]:
     """Wait for the app; raises ``TorchXJobFailed`` unless it SUCCEEDED.
 
@@ -303,10 +377,15 @@ def wait(
         key: the stage's name, as given to ``submit``: the artifact keys
             (``torchx-mlflow-<key>``, ``torchx-replicas-<key>``, ``torchx-logs-<key>``)
             and the task run's name (``wait-<key>``); default: the app's name
+        progress_interval: seconds between reads of the job's progress report
+            (``report_progress``): a changed one updates the progress artifact
+            ``torchx-progress-<key>`` (percent = 100 * step / total) and is logged;
+            None: no progress artifact
 
     Returns the final status as JSON. An interrupted wait cancels the app.
     """
-    return wait_stage(handle, poll_interval, get_logs, key, get_run_logger()).to_json()
+    logger = get_run_logger()
+    return wait_stage(handle, poll_interval, get_logs, key, logger, progress_interval).to_json()
 
 
 @task(name="torchx-cancel", task_run_name=_task_run_name("cancel"))
@@ -330,6 +409,8 @@ def run(
     poll_interval: float = 1.0,
     get_logs: bool = True,
     parent_run_id: Optional[str] = None,
+    progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
+    stall_timeout: Optional[float] = None,
 ) -> str:
     """Submit and wait in one task (named after the stage: ``key``, else the component);
     returns the handle of the app that succeeded.
@@ -343,10 +424,15 @@ def run(
         poll_interval: as for ``wait``
         get_logs: as for ``wait``
         parent_run_id: as for ``submit``
+        progress_interval: as for ``wait``
+        stall_timeout: as for ``submit``
     """
     logger = get_run_logger()
-    handle = submit_stage(component, component_args, scheduler, cfg, key, parent_run_id, logger)
-    wait_stage(handle, poll_interval, get_logs, stage_name(component, key), logger)
+    handle = submit_stage(
+        component, component_args, scheduler, cfg, key, parent_run_id, logger, stall_timeout
+    )
+    name = stage_name(component, key)
+    wait_stage(handle, poll_interval, get_logs, name, logger, progress_interval)
     return handle
 
 
