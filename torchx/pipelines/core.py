@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from torchx.runner.api import Runner, get_runner
+from torchx.runtime.progress import Progress
 from torchx.specs.api import AppDef, AppState, AppStatus
-from torchx.trackers.progress import Progress
 
 logger = logging.getLogger(__name__)
 
