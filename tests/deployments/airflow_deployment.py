@@ -178,9 +178,54 @@ class AirflowDeployment:
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{ti} not {sorted(wanted)} {fields} within {timeout:.0f} s: "
-                    f"state {found['state']}, try {found.get('try_number')}"
+                    f"state {found['state']}, try {found.get('try_number')}; "
+                    f"{self._diagnosis(ti)}"
                 )
             time.sleep(0.3)
+
+    def dag_run(self, ti: TaskId) -> Dict[str, Any]:
+        """The DAG run of the task instance ``ti``."""
+        dag_id, run_id, _ = ti
+        run = urllib.parse.quote(run_id, safe="")
+        return dict(self.api("GET", f"/dags/{dag_id}/dagRuns/{run}"))
+
+    def wait_dag_run(
+        self, ti: TaskId, states: Iterable[str], timeout: float = 120
+    ) -> Dict[str, Any]:
+        """Poll the DAG run of ``ti`` until its state is one of ``states``; fail at the
+        deadline (e.g. the scheduler marks a run whose tasks all succeeded ``success``
+        one loop after the last task ended)."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.dag_run(ti)
+            if found["state"] in wanted:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the DAG run of {ti} not {sorted(wanted)} within {timeout:.0f} s: "
+                    f"{self._diagnosis(ti)}"
+                )
+            time.sleep(0.3)
+
+    def _diagnosis(self, ti: TaskId) -> str:
+        """What a failed wait needs: the DAG run's state and the scheduler's last lines."""
+        try:
+            run = self.dag_run(ti)
+            state = f"DAG run {run.get('state')} (queued_at {run.get('queued_at')})"
+        except (AssertionError, OSError) as e:
+            state = f"DAG run unknown ({e})"
+        return f"{state}\n--- {self.home / 'scheduler.log'} (last lines):\n{self.log_tail()}"
+
+    def log_tail(self, name: str = "scheduler", lines: int = 30) -> str:
+        """The last ``lines`` lines of ``<home>/<name>.log``."""
+        path = self.home / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - 64 * 1024))
+            tail = f.read().decode(errors="replace").splitlines()[-lines:]
+        return "\n".join(tail)
 
     def set_state(self, ti: TaskId, state: str) -> None:
         """Mark the task instance ``failed`` / ``success``, as a user does in the UI."""
