@@ -49,6 +49,7 @@ from torchx.schedulers.api import (
 )
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.local_images import (
+    ENV_CUDA_VISIBLE_DEVICES,
     CWDImageProvider,
     ImageProvider,
     LocalDirectoryImageProvider,
@@ -77,6 +78,7 @@ from torchx.workspace.dir_workspace import LocalDirWorkspaceMixin, workspace_dir
 __all__ = [
     "COMBINED_LOG",
     "CWDImageProvider",
+    "ENV_CUDA_VISIBLE_DEVICES",
     "GRACE_SECONDS",
     "ImageProvider",
     "LocalDirectoryImageProvider",
