@@ -13,9 +13,7 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List
 
 import psutil
 import pytest
@@ -25,7 +23,14 @@ from tests.deployments.airflow_deployment import (
     AirflowDeployment,
     airflow_deployment,
 )
-from tests.deployments.test_airflow_deployment import _kill_worker, _supervisor_pid
+from tests.deployments.test_airflow_deployment import (
+    _apps,
+    _cancel_every_app,
+    _kill_worker,
+    _run,
+    _running_app,
+    _supervisor_pid,
+)
 from tests.polling import poll, poll_until
 
 DAGS = """
@@ -88,36 +93,6 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
                 yield deployment
         finally:
             _cancel_every_app()
-
-
-def _cancel_every_app() -> None:
-    from torchx.runner import get_runner
-
-    with get_runner() as runner:
-        for app in runner.list("local_cwd"):
-            if app.state.name not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                runner.cancel(app.app_handle)
-
-
-def _run(af: AirflowDeployment, dag_id: str) -> Tuple[Tuple[str, str, str], Path]:
-    flag = af.home.parent / f"flag-{uuid.uuid4().hex[:8]}"
-    return (dag_id, af.trigger(dag_id, {"flag": str(flag)}), "job"), flag
-
-
-def _apps(ti: Tuple[str, str, str]) -> List[Any]:
-    from torchx.schedulers.api import idempotency_token
-    from torchx.schedulers.local_scheduler import create_scheduler
-
-    key = "/".join(["airflow", ti[0], ti[2], ti[1], "-1"])
-    return create_scheduler("torchx").find_by_idempotency_token(idempotency_token(key))
-
-
-def _running_app(ti: Tuple[str, str, str]) -> Any:
-    return poll(
-        lambda: next((a for a in _apps(ti) if a.state.name == "RUNNING"), None),
-        DEADLINE,
-        f"a RUNNING app for {ti}",
-    )
 
 
 def _app_pids(app_id: str) -> List[int]:

@@ -23,8 +23,16 @@ from datetime import datetime
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
+from torchx.runner.compat import (  # noqa: F401 (upstream's names in this module)
+    NONE,
+    get_component,
+    get_config,
+    get_configs,
+    get_configured_trackers,
+    materialize_appdef,
+)
 from torchx.runner.events import log_event
-from torchx.runner.tracking import RunRequest, job_run
+from torchx.runner.tracking import RunRequest, job_run, trackers_of, with_env
 from torchx.runtime.progress import Progress, read_progress
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
@@ -170,9 +178,6 @@ class Runner:
         self, component: str, component_args: Union[List[str], Dict[str, Any]]
     ) -> AppDef:
         """The ``AppDef`` a component returns for these args (defaults from .torchxconfig apply)."""
-        from torchx.specs.builders import materialize_appdef
-        from torchx.specs.finder import get_component
-
         fn = get_component(component).fn
         defaults = dict(torchx_config.get_configs("component", component))
         defaults.update(self._component_defaults.get(component, {}))
@@ -344,7 +349,7 @@ class Runner:
             raise ValueError("dryrun_info has no scheduler; create it with Runner.dryrun")
         sched = self._scheduler(scheduler)
         app = dryrun_info._app
-        trackers = _trackers_of(app) if app is not None else {}
+        trackers = trackers_of(app) if app is not None else {}
         opened: Optional[OpenedJobRun] = None
         if app is not None and trackers:
             self._tracking.validate(trackers)
@@ -353,7 +358,7 @@ class Runner:
             )
             job = job_run(app, scheduler, request, int(time.time() * 1000))
             opened = self._tracking.open(trackers, job)
-            dryrun_info = _with_env(sched, dryrun_info, opened.env)
+            dryrun_info = with_env(sched, dryrun_info, opened.env)
             app = dryrun_info._app
         try:
             with log_event("schedule", scheduler) as event:
@@ -513,7 +518,7 @@ class Runner:
             roles = app.roles
         env: Dict[str, str] = dict(roles[0].env) if roles else {}
         if ENV_TORCHX_TRACKERS in env:
-            trackers = _trackers_of(AppDef("app", roles))
+            trackers = trackers_of(AppDef("app", roles))
         else:
             trackers = self.trackers()
         if trackers:
@@ -550,29 +555,6 @@ def _validate_app(app: AppDef) -> None:
             )
 
 
-def _trackers_of(app: AppDef) -> Dict[str, Optional[str]]:
-    """The trackers a dry run put into the app's env (what its jobs will report to)."""
-    env = app.roles[0].env if app.roles else {}
-    names = [n for n in env.get(ENV_TORCHX_TRACKERS, "").split(",") if n]
-    return {n: env.get(tracker_config_env_var_name(n)) for n in names}
-
-
-def _with_env(
-    sched: Scheduler, info: AppDryRunInfo[Any], env: Mapping[str, str]
-) -> AppDryRunInfo[Any]:
-    """The request again, with the job's tracker run (its id) in every role's env."""
-    if not env or info._app is None:
-        return info
-    app = copy.deepcopy(info._app)
-    for role in app.roles:
-        role.env.update(env)
-    new = sched.submit_dryrun(app, info._cfg)
-    for attr in ("_workspace", "_run_request"):
-        if hasattr(info, attr):
-            setattr(new, attr, getattr(info, attr))
-    return new
-
-
 def _image(app: AppDef) -> Optional[str]:
     return app.roles[0].image if app.roles else None
 
@@ -597,25 +579,6 @@ def get_runner(
     )
 
 
-def get_configured_trackers() -> Dict[str, Optional[str]]:
-    """Upstream's ``torchx.runner.api.get_configured_trackers``: ``{tracker: config}``."""
-    return torchx_config.get_configured_trackers()
-
-
-def get_component(name: str) -> Any:
-    """Upstream's ``torchx.runner.api.get_component``: the component's ``_Component``."""
-    from torchx.specs.finder import get_component as find
-
-    return find(name)
-
-
-def materialize_appdef(*args: Any, **kwargs: Any) -> AppDef:
-    """Upstream's ``torchx.runner.api.materialize_appdef`` (see ``torchx.specs.builders``)."""
-    from torchx.specs.builders import materialize_appdef as materialize
-
-    return materialize(*args, **kwargs)
-
-
 def get_scheduler_factories(
     group: str = "torchx.schedulers", skip_defaults: bool = False
 ) -> Mapping[str, SchedulerFactory]:
@@ -626,8 +589,3 @@ def get_scheduler_factories(
 
         return eager(group, skip_defaults)
     return SchedulerFactories(group)
-
-
-get_configs = torchx_config.get_configs  # upstream's names, imported here from .config
-get_config = torchx_config.get_config
-NONE = "<NONE>"  # upstream's torchx.runner.api.NONE (the same as torchx.specs.NONE)

@@ -6,13 +6,15 @@ resources, the orchestrator's params). Env values never leave: ``--env K=V`` and
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from torchx.specs.api import AppDef
-from torchx.trackers.api import JobRun
+from torchx.schedulers.api import Scheduler
+from torchx.specs.api import AppDef, AppDryRunInfo
+from torchx.trackers.api import ENV_TORCHX_TRACKERS, JobRun, tracker_config_env_var_name
 
 MAX_PARAM = 6000  # MLflow's limit on a param value
 REDACTED = "<redacted>"
@@ -101,3 +103,26 @@ def job_run(app: AppDef, scheduler: str, request: Optional[RunRequest], start_ms
         experiment_name=None if experiment == _PLACEHOLDER_EXPERIMENT else experiment,
         start_ms=start_ms,
     )
+
+
+def trackers_of(app: AppDef) -> Dict[str, Optional[str]]:
+    """The trackers a dry run put into the app's env (what its jobs will report to)."""
+    env = app.roles[0].env if app.roles else {}
+    names = [n for n in env.get(ENV_TORCHX_TRACKERS, "").split(",") if n]
+    return {n: env.get(tracker_config_env_var_name(n)) for n in names}
+
+
+def with_env(
+    sched: Scheduler, info: AppDryRunInfo[Any], env: Mapping[str, str]
+) -> AppDryRunInfo[Any]:
+    """The request again, with the job's tracker run (its id) in every role's env."""
+    if not env or info._app is None:
+        return info
+    app = copy.deepcopy(info._app)
+    for role in app.roles:
+        role.env.update(env)
+    new = sched.submit_dryrun(app, info._cfg)
+    for attr in ("_workspace", "_run_request"):
+        if hasattr(info, attr):
+            setattr(new, attr, getattr(info, attr))
+    return new

@@ -4,17 +4,22 @@ on this host, that is which directory a replica runs in and how its entrypoint i
 ``local_cwd`` uses ``CWDImageProvider`` (the image is ignored: run in the current
 directory). ``LocalDirectoryImageProvider`` treats the image as a directory to run in.
 Re-exported by ``torchx.schedulers.local_scheduler``, where upstream defines them.
+Also which GPUs a replica sees (``CUDA_VISIBLE_DEVICES``), the other half of where it runs.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import os
+import subprocess
 from dataclasses import dataclass
-from typing import Dict, List, Optional, TypedDict
+from typing import Callable, Dict, List, Optional, TypedDict
 
 from torchx.schedulers.api import InvalidAppError
-from torchx.specs.api import Role
+from torchx.specs.api import AppDef, Role
+
+logger = logging.getLogger(__name__)
 
 
 class LocalOpts(TypedDict, total=False):
@@ -111,3 +116,54 @@ class CWDImageProvider(ImageProvider):
 
     def get_entrypoint(self, img_root: str, role: Role) -> str:
         return role.entrypoint
+
+
+ENV_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+
+def cuda_device_count() -> int:
+    """GPUs on this host, from ``nvidia-smi -L`` (0 without it); torch is not imported."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return len([line for line in out.split("\n") if line])
+
+
+def set_cuda_visible_devices(
+    role_params: Dict[str, List[ReplicaParam]],
+    app: AppDef,
+    cfg: LocalOpts,
+    device_count: Callable[[], int],
+) -> None:
+    """With ``auto_set_cuda_visible_devices``, give each replica of a GPU role its own
+    ``CUDA_VISIBLE_DEVICES`` (consecutive ids, roles in order, e.g. 2 GPUs per replica:
+    ``0,1`` then ``2,3``). All or nothing: if the host has fewer GPUs than the app
+    asks for in total, none is set (with a warning)."""
+    requested = sum(role.num_replicas * role.resource.gpu for role in app.roles)
+    if requested <= 0:
+        return
+    if not cfg.get("auto_set_cuda_visible_devices"):
+        logger.warning(
+            "replicas that request GPUs run without CUDA_VISIBLE_DEVICES and may share"
+            " devices; set -cfg auto_set_cuda_visible_devices=True to divide them"
+        )
+        return
+    available = device_count()
+    if requested > available:
+        logger.warning(
+            "cannot auto-set CUDA_VISIBLE_DEVICES: %d GPUs requested, %d available",
+            requested,
+            available,
+        )
+        return
+    start = 0
+    for role in app.roles:
+        if role.resource.gpu <= 0:
+            continue
+        for replica in role_params[role.name]:
+            end = start + role.resource.gpu
+            replica.env[ENV_CUDA_VISIBLE_DEVICES] = ",".join(map(str, range(start, end)))
+            start = end

@@ -49,11 +49,14 @@ from torchx.schedulers.api import (
 )
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.local_images import (
+    ENV_CUDA_VISIBLE_DEVICES,
     CWDImageProvider,
     ImageProvider,
     LocalDirectoryImageProvider,
     LocalOpts,
     ReplicaParam,
+    cuda_device_count,
+    set_cuda_visible_devices,
 )
 from torchx.schedulers.local_logs import LogLines, follow_chunks, read_chunks
 from torchx.schedulers.local_state import UnreadableAppError, load_request
@@ -75,6 +78,7 @@ from torchx.workspace.dir_workspace import LocalDirWorkspaceMixin, workspace_dir
 __all__ = [
     "COMBINED_LOG",
     "CWDImageProvider",
+    "ENV_CUDA_VISIBLE_DEVICES",
     "GRACE_SECONDS",
     "ImageProvider",
     "LocalDirectoryImageProvider",
@@ -97,7 +101,6 @@ STDERR_LOG = "stderr.log"
 COMBINED_LOG = "combined.log"
 ERROR_FILE = "error.json"
 RANK0_ENV = "TORCHX_RANK0_HOST"
-ENV_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 POLL_SECONDS = 0.01
 TOKENS_DIR = ".tokens"
 # the supervisor needs only the stdlib on Linux: skip site-packages (~20 ms of its start)
@@ -287,47 +290,13 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         return AppDryRunInfo(req, _format_request)
 
     def _cuda_device_count(self) -> int:
-        """GPUs on this host, from ``nvidia-smi -L`` (0 without it); torch is not imported."""
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            return 0
-        return len([line for line in out.split("\n") if line])
+        return cuda_device_count()
 
     def auto_set_CUDA_VISIBLE_DEVICES(
         self, role_params: Dict[str, List[ReplicaParam]], app: AppDef, cfg: LocalOpts
     ) -> None:
-        """With ``auto_set_cuda_visible_devices``, give each replica of a GPU role its own
-        ``CUDA_VISIBLE_DEVICES`` (consecutive ids, roles in order, e.g. 2 GPUs per replica:
-        ``0,1`` then ``2,3``). All or nothing: if the host has fewer GPUs than the app
-        asks for in total, none is set (with a warning)."""
-        requested = sum(role.num_replicas * role.resource.gpu for role in app.roles)
-        if requested <= 0:
-            return
-        if not cfg.get("auto_set_cuda_visible_devices"):
-            logger.warning(
-                "replicas that request GPUs run without CUDA_VISIBLE_DEVICES and may share"
-                " devices; set -cfg auto_set_cuda_visible_devices=True to divide them"
-            )
-            return
-        available = self._cuda_device_count()
-        if requested > available:
-            logger.warning(
-                "cannot auto-set CUDA_VISIBLE_DEVICES: %d GPUs requested, %d available",
-                requested,
-                available,
-            )
-            return
-        start = 0
-        for role in app.roles:
-            if role.resource.gpu <= 0:
-                continue
-            for replica in role_params[role.name]:
-                end = start + role.resource.gpu
-                replica.env[ENV_CUDA_VISIBLE_DEVICES] = ",".join(map(str, range(start, end)))
-                start = end
+        """See ``local_images.set_cuda_visible_devices`` (upstream's method name)."""
+        set_cuda_visible_devices(role_params, app, cfg, self._cuda_device_count)
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         req = dryrun_info.request

@@ -8,8 +8,8 @@ from typing import Any, Dict, List
 
 
 def flow_run_logs(flow_run_id: Any, needle: str, timeout: float = 60) -> List[str]:
-    """The flow run's log messages as Prefect stored them (sent in batches: poll for
-    ``needle``)."""
+    """The flow run's log messages as Prefect stored them (sent in batches: poll until one
+    contains ``needle``)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
@@ -22,7 +22,7 @@ def flow_run_logs(flow_run_id: Any, needle: str, timeout: float = 60) -> List[st
 
     deadline = time.monotonic() + timeout
     messages = asyncio.run(read())
-    while needle not in messages and time.monotonic() < deadline:
+    while not any(needle in m for m in messages) and time.monotonic() < deadline:
         time.sleep(0.2)
         messages = asyncio.run(read())
     return messages
