@@ -247,8 +247,10 @@ def test_retry_after_worker_crash_reattaches(torchx_env: Path, tmp_path: Path) -
     from torchx.runner import get_runner
 
     deadline = time.monotonic() + 60
-    with get_runner() as runner:
-        while not runner.list("local_cwd") and time.monotonic() < deadline:
+    with get_runner() as runner:  # the job runs (not merely launching: that is another case)
+        while time.monotonic() < deadline and not any(
+            a.state.name == "RUNNING" for a in runner.list("local_cwd")
+        ):
             time.sleep(0.05)
     worker.kill()  # the worker dies while the job runs
     worker.wait(timeout=30)
