@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -65,6 +66,8 @@ def main() -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     mlflow_uri = setup_env(out)
+    # this script's own choice: MLflow announces creating a new store at INFO
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
 
     print(f"[1/3] preparing Airflow (sqlite under {os.environ['AIRFLOW_HOME']})", flush=True)
     migrate_db()
