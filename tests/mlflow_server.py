@@ -30,7 +30,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _answers(url: str) -> bool:
+def answers_health(url: str) -> bool:
+    """Whether ``url/health`` answers 200 (an MLflow or Prefect server is up)."""
     try:
         with urllib.request.urlopen(url + "/health", timeout=2) as r:
             return bool(r.status == 200)
@@ -70,7 +71,7 @@ def mlflow_server(directory: Union[str, Path], timeout: float = START_TIMEOUT) -
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
-        while not _answers(url):
+        while not answers_health(url):
             if server.poll() is not None:
                 raise RuntimeError(
                     f"mlflow server exited with {server.returncode}; see {directory}/server.log"

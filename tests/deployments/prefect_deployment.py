@@ -21,8 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
@@ -30,7 +28,7 @@ from uuid import UUID
 
 import psutil
 
-from tests.mlflow_server import free_port
+from tests.mlflow_server import answers_health, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = "torchx-test-pool"
@@ -145,14 +143,6 @@ class PrefectDeployment:
         return {a.key for a in found if a.key}
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def _start(args: List[str], env: Mapping[str, str], log: Path) -> subprocess.Popen:  # type: ignore[type-arg]
     with open(log, "ab") as out:
         return subprocess.Popen(
@@ -214,7 +204,7 @@ def prefect_deployment(
     worker = None
     try:
         deadline = time.monotonic() + START_TIMEOUT
-        while not _answers(api_url):
+        while not answers_health(api_url):
             assert server.poll() is None, f"prefect server exited: {_tail(server_log)}"
             assert time.monotonic() < deadline, f"server not up: {_tail(server_log)}"
             time.sleep(0.5)
