@@ -161,6 +161,15 @@ def _kill_worker(af: AirflowDeployment, app_id: str) -> List[int]:
     return [p.pid for p in worker]
 
 
+def _why(af: AirflowDeployment, ti: Tuple[str, str, str]) -> str:
+    """What a failed assertion shows: the apps, the task's log and the triggerer's log."""
+    apps = [(a.app_id, a.state.name) for a in _apps(ti)]
+    return (
+        f"apps: {apps}\n--- task log (try 1):\n{af.log(ti, 1)[-6000:]}\n"
+        f"--- triggerer log:\n{af.log_tail('triggerer', 80)}"
+    )
+
+
 def _trigger_started(af: AirflowDeployment, ti: Tuple[str, str, str], times: int = 1) -> None:
     """Wait until the triggerer started the task's trigger ``times`` times (its log says so).
 
@@ -181,7 +190,7 @@ def test_deferred_stage_marked_failed_cancels_the_app(af: AirflowDeployment) -> 
     _trigger_started(af, ti)
     af.set_state(ti, "failed")
     state = poll_until(lambda: _app_state(ti), lambda s: s == "CANCELLED", DEADLINE, 0.2)
-    assert state == "CANCELLED"
+    assert state == "CANCELLED", _why(af, ti)
     assert len(_apps(ti)) == 1
 
 
@@ -191,7 +200,7 @@ def test_running_stage_marked_failed_cancels_the_app(af: AirflowDeployment) -> N
     _running_app(ti)
     af.set_state(ti, "failed")
     state = poll_until(lambda: _app_state(ti), lambda s: s == "CANCELLED", DEADLINE, 0.2)
-    assert state == "CANCELLED"
+    assert state == "CANCELLED", _why(af, ti)
     assert len(_apps(ti)) == 1
 
 
