@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Protocol
 
 from torchx.schedulers.api import Scheduler
@@ -20,9 +21,17 @@ class SchedulerFactory(Protocol):
     def __call__(self, session_name: str, **kwargs: Any) -> Scheduler: ...
 
 
+# Python lets two threads that first-import modules of one import cycle at the same time
+# see a partially initialized module (ImportError). Threads do load schedulers (a trigger's
+# status and log threads), so scheduler modules are first imported one at a time.
+_IMPORT_LOCK = threading.RLock()
+
+
 def _deferred(module: str) -> SchedulerFactory:
     def factory(session_name: str, **kwargs: Any) -> Scheduler:
-        return importlib.import_module(module).create_scheduler(session_name, **kwargs)
+        with _IMPORT_LOCK:
+            loaded = importlib.import_module(module)
+        return loaded.create_scheduler(session_name, **kwargs)
 
     return factory
 

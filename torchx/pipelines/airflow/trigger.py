@@ -29,6 +29,12 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, Ty
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+# imported here, in the triggerer's loop thread, before any of the trigger's threads start:
+# two threads first-importing torchx.runner at once can get a partially initialized module
+from torchx.pipelines import core
+from torchx.runner import get_runner
+from torchx.runner.logs import tail_app_logs
+
 T = TypeVar("T")
 
 
@@ -71,7 +77,6 @@ class TorchXTrigger(BaseTrigger):
     def _status(self) -> Any:
         """The app's status once terminal, or after ``poll_interval`` (a local app's end
         wakes this at once)."""
-        from torchx.runner import get_runner
 
         with get_runner() as runner:
             return runner.wait(
@@ -100,7 +105,6 @@ class TorchXTrigger(BaseTrigger):
         if status is None:
             yield TriggerEvent(self._event("UNKNOWN", "app not found"))
             return
-        from torchx.pipelines import core
 
         yield TriggerEvent(self._event(str(status.state), core.failure_summary(status)))
 
@@ -140,18 +144,14 @@ class TorchXTrigger(BaseTrigger):
         """Log the job's progress report if it changed."""
         report = await off_loop(lambda: follower.poll(force=final))
         if report is not None:
-            from torchx.pipelines.core import progress_line
-
-            self.log.info("%s", progress_line(report))
+            self.log.info("%s", core.progress_line(report))
 
     def _follower(self) -> Any:
         if self.progress_interval is None:
             return None
-        from torchx.pipelines.core import ProgressFollower
-        from torchx.runner import get_runner
 
         # the follower returns the report; it is logged here, on the loop
-        return ProgressFollower(
+        return core.ProgressFollower(
             get_runner(), self.app_handle, lambda _: None, self.progress_interval
         )
 
@@ -190,8 +190,6 @@ class TorchXTrigger(BaseTrigger):
             loop.call_soon_threadsafe(lines.put_nowait, (f"{role}/{k}", line))
 
         def follow() -> None:
-            from torchx.runner import get_runner
-            from torchx.runner.logs import tail_app_logs
 
             errors: List[BaseException] = []
             try:
@@ -214,8 +212,6 @@ class TorchXTrigger(BaseTrigger):
         await off_loop(self._cancel)
 
     def _cancel(self) -> None:
-        from torchx.pipelines import core
-        from torchx.runner import get_runner
 
         with get_runner() as runner:
             core.cancel_quietly(runner, self.app_handle)
