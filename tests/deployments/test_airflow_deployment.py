@@ -161,6 +161,26 @@ def _kill_worker(af: AirflowDeployment, app_id: str) -> List[int]:
     return [p.pid for p in worker]
 
 
+def _deferral_settled(af: AirflowDeployment, ti: Tuple[str, str, str]) -> None:
+    """Wait until the scheduler handled the end of the worker process that deferred.
+
+    Airflow 3.3's LocalExecutor fails a task whose trigger fires while that process is still
+    exiting (seconds after "Pausing task as DEFERRED"): the late executor event finds the
+    resumed try queued or running ("task-state-changed-externally"). A job that ends within
+    seconds of deferring is exposed to it in any deployment; the tests here are about torchx.
+    """
+    dag_id, run_id, task_id = ti
+    needle = f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id},"
+    poll(
+        lambda: any(
+            needle in line and "state=deferred" in line
+            for line in (af.home / "scheduler.log").read_text(errors="replace").splitlines()
+        ),
+        DEADLINE,
+        f"the scheduler handled the deferral of {ti}",
+    )
+
+
 def _why(af: AirflowDeployment, ti: Tuple[str, str, str]) -> str:
     """What a failed assertion shows: the apps, the task's log and the triggerer's log."""
     apps = [(a.app_id, a.state.name) for a in _apps(ti)]
@@ -299,6 +319,7 @@ def test_deferred_stage_streams_its_log_and_progress_while_deferred(af: AirflowD
         DEADLINE,
         "a progress line in the log of the deferred task",
     )
+    _deferral_settled(af, ti)
     flag.touch()
     af.wait_task(ti, {"success"}, DEADLINE)
     log = af.log(ti, 1)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -31,11 +32,18 @@ os.environ["AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD"] = "True"
 
 
 @pytest.fixture(scope="session")
-def airflow_db() -> Path:
+def airflow_db() -> Iterator[Path]:
     (_HOME / "dags").mkdir(exist_ok=True)
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     subprocess.run([airflow, "db", "migrate"], check=True, capture_output=True, timeout=300)
-    return _HOME
+    yield _HOME
+    # A DAG run's state change (in dag.test, in this process) starts the OpenLineage
+    # listener's process pool (forked workers). An xdist worker exits without atexit, so
+    # its pool workers would outlive the run, blocked on their queue (and holding the
+    # run's output pipe): stop the pool as Airflow does for its own components.
+    from airflow.providers.openlineage.plugins.listener import get_openlineage_listener
+
+    get_openlineage_listener().before_stopping(component=None)
 
 
 @pytest.fixture()
