@@ -4,20 +4,20 @@ Config: a tracking URI (``sqlite:///...``, ``http://host:5000``) or a file of ``
 lines (``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset:
 ``$MLFLOW_TRACKING_URI``, else a sqlite store under ``$TORCHX_HOME/mlflow`` (0700, 0600).
 
-- ``MlflowBackend`` (the Runner's side) opens the job's run before the job is submitted:
-  over http by REST (no ``import mlflow``), on sqlite with MlflowClient under a file lock,
-  so the schema is whole before any other process reads it. Roles get ``MLFLOW_RUN_ID``,
-  ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``: a user's ``mlflow.start_run()`` resumes it.
+- ``MlflowBackend`` (the Runner's side) opens the job's run before the job is submitted.
+  Roles get ``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``: a user's
+  ``mlflow.start_run()`` resumes it.
 - ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into a job's run by that
   id; other runs (a pipeline's) are found by their ``torchx.job_id`` tag, or created. Stage
   runs nest under their pipeline run (``mlflow.parentRunId``); ``add_source`` records the
   producer as a dataset input (``runs:/<id>/<artifact>``).
+- Runs, tags and metrics go by REST over http and as rows on a sqlite store of the
+  installed MLflow's schema (``mlflow_sqlite``), without ``import mlflow`` (seconds of CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -36,6 +36,7 @@ from torchx.trackers.api import (
     TrackerSource,
     read_config_file,
 )
+from torchx.trackers.mlflow_sqlite import SqliteStore, is_current, schema_lock
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
 
@@ -71,29 +72,6 @@ def is_http(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-@contextlib.contextmanager
-def _schema_lock(uri: str) -> Iterator[None]:
-    """One torchx process at a time opens a sqlite store, and the database is created 0600:
-    MLflow creates or migrates the schema on open without a lock. The Runner creates the
-    store before it submits the first job, so no reader ever sees a half-made schema."""
-    path = _sqlite_file(uri)
-    if path is None:
-        yield
-        return
-    try:
-        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
-    except OSError:  # a read-only place: nobody can create the schema there either
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        yield
-    finally:
-        os.close(fd)
-
-
 def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     keys = ("tracking_uri", "experiment_name", "artifact_location", "ui_url")
     out: Dict[str, Optional[str]] = dict.fromkeys(keys)
@@ -121,8 +99,8 @@ def ui_url_for(tracking_uri: str, ui_url: Optional[str] = None) -> Optional[str]
 
 
 class MLflowTracker(TrackerBase):
-    """Records and reads runs with ``MlflowClient``, imported at its first use (seconds of
-    CPU); over http, a rank's tags and metrics go by REST and never import it."""
+    """Records and reads runs: runs, tags and metrics by ``store``; the rest with
+    ``MlflowClient``, imported at its first use (seconds of CPU)."""
 
     def __init__(
         self,
@@ -131,11 +109,9 @@ class MLflowTracker(TrackerBase):
         artifact_location: Optional[str] = None,
         ui_url: Optional[str] = None,
     ) -> None:
-        from torchx.trackers.mlflow_rest import MlflowRest
-
         self.tracking_uri = tracking_uri or default_tracking_uri()
         self._client: Any = None
-        self._rest = MlflowRest(self.tracking_uri) if is_http(self.tracking_uri) else None
+        self._store: Any = None
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
         self.ui_url = ui_url_for(self.tracking_uri, ui_url)
@@ -152,9 +128,28 @@ class MLflowTracker(TrackerBase):
                 import_optional("mlflow", "mlflow")
                 from mlflow import MlflowClient
 
-                with _schema_lock(self.tracking_uri):
+                db = _sqlite_file(self.tracking_uri)
+                with schema_lock(db) if db else contextlib.nullcontext():
                     self._client = MlflowClient(tracking_uri=self.tracking_uri)
             return self._client
+
+    @property
+    def store(self) -> Any:
+        """REST over http, SQL on a sqlite store of the installed MLflow's schema (a missing
+        one is created): no ``import mlflow``. Else this tracker, by MlflowClient."""
+        with self._lock:
+            if self._store is None:
+                from torchx.trackers.mlflow_rest import MlflowRest
+
+                self._store, db = self, _sqlite_file(self.tracking_uri)
+                if is_http(self.tracking_uri):
+                    self._store = MlflowRest(self.tracking_uri)
+                elif db is not None:
+                    with schema_lock(db):
+                        pass
+                    if is_current(db):
+                        self._store = SqliteStore(db, lambda: self)
+            return self._store
 
     # -------------------------------------------------------------- the store, by MLflow id
 
@@ -193,22 +188,16 @@ class MLflowTracker(TrackerBase):
         return str(run.info.run_id)
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
-        if self._rest:
-            self._rest.tag_run(run_id, key, value)
-        else:
-            self.client.set_tag(run_id, key, value)
+        self.client.set_tag(run_id, key, value)
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        if self._rest:  # MlflowClient.set_terminated prints "View run ..." to stdout here
-            self._rest.terminate(run_id, status, end_ms)
-        else:
-            self.client.set_terminated(run_id, status, end_time=end_ms)
+        self.client.set_terminated(run_id, status, end_time=end_ms)
 
     # -------------------------------------------------------------- runs by torchx id
 
     def _find(self, job_id: str) -> Optional[str]:
         if job_id not in self._runs:
-            found = self.find_run(TAG_JOB_ID, job_id)
+            found = self.store.find_run(TAG_JOB_ID, job_id)
             if found is None:
                 return None
             self._runs[job_id] = found[0]
@@ -221,10 +210,10 @@ class MLflowTracker(TrackerBase):
             rid = self._find(job_id)
             if rid is not None or not create:
                 return rid
-            name = self.experiment_name or DEFAULT_EXPERIMENT
-            exp_id = self.experiment_id(name, self.artifact_location)
-            run = self.client.create_run(exp_id, tags={TAG_JOB_ID: job_id}, run_name=job_id)
-            self._runs[job_id] = rid = str(run.info.run_id)
+            name, store = self.experiment_name or DEFAULT_EXPERIMENT, self.store
+            exp_id = store.experiment_id(name, self.artifact_location)
+            rid = store.create_run(exp_id, job_id, {TAG_JOB_ID: job_id}, {}, _now())
+            self._runs[job_id] = rid
             return rid
 
     def _ensure(self, job_id: str) -> str:
@@ -240,7 +229,7 @@ class MLflowTracker(TrackerBase):
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
         rid = self._ensure(run_id)
         for k, v in kwargs.items():
-            self.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
+            self.store.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         rid = self._run(run_id, create=False)
@@ -341,24 +330,24 @@ class MLflowTracker(TrackerBase):
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
-        rid, now = self._ensure(run_id), int(time.time() * 1000)
-        if self._rest:
-            self._rest.log_metrics(rid, metrics, now, step or 0)
+        rid, now, store = self._ensure(run_id), _now(), self.store
+        if store is not self:
+            store.log_metrics(rid, metrics, now, step or 0)
             return
         for k, v in metrics.items():
             self.client.log_metric(rid, k, float(v), timestamp=now, step=step or 0)
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         rid = self._ensure(run_id)
-        self.client.set_tag(rid, TAG_PARENT, parent_run_id)
+        self.store.tag_run(rid, TAG_PARENT, parent_run_id)
         parent = self._run(parent_run_id, create=False)
         if parent is not None:
-            self.client.set_tag(rid, TAG_NESTED, parent)
+            self.store.tag_run(rid, TAG_NESTED, parent)
 
     def end_run(self, run_id: str, status: str) -> None:
         rid = self._run(run_id, create=False)
-        if rid is not None:
-            self.terminate(rid, status)
+        if rid is not None:  # MlflowClient.set_terminated prints "View run ..." to stdout
+            self.store.terminate(rid, status)
 
     def resolve_run_id(self, run_id: str) -> str:
         """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""
@@ -425,23 +414,9 @@ class MlflowBackend:
 
     @contextlib.contextmanager
     def _launcher_store(self) -> Iterator[Any]:
-        """REST over http, SQL on a current sqlite store (no ``import mlflow``); else
-        MlflowClient, which creates or migrates the store. One call at a time on sqlite."""
-        if is_http(self.store):
-            from torchx.trackers.mlflow_rest import MlflowRest
-
-            yield MlflowRest(self.store)
-            return
-        from torchx.trackers.mlflow_sqlite import SqliteStore, is_current
-
-        db = _sqlite_file(self.store)
+        """The tracker's ``store`` (REST, SQL, else MlflowClient), one call at a time."""
         with self._lock:
-            if db is None:  # another database: MlflowClient
-                yield self.tracker()
-                return
-            if not is_current(db):
-                _ = self.tracker().client  # MlflowClient creates or migrates the schema
-            yield SqliteStore(db, self.tracker)
+            yield self.tracker().store
 
     def validate(self) -> None:
         """Without importing mlflow: the package is installed and the store is reachable

@@ -1,22 +1,33 @@
-"""The Runner's MLflow calls on a sqlite store: a few rows with ``sqlite3``, no ``import mlflow``.
+"""MLflow on a sqlite store without ``import mlflow`` (seconds of CPU): rows with ``sqlite3``.
 
 Only on a store whose schema revision is the installed MLflow's head (read from its
-migration scripts, not imported): rows as MLflow's own store writes them (``runs``,
-``tags``, ``params``). A new or older store is first created or migrated by MlflowClient.
+migration scripts, not imported), with rows as MLflow's own store writes them. A missing
+store is created whole, under its lock, from a snapshot of what MLflow creates for that head
+(``mlflow_schema.json``, made by ``scripts/mlflow_schema.py``, or one cached under
+``$TORCHX_HOME/mlflow`` after MLflow itself created a store of another head).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import glob
+import json
+import math
 import os
 import re
 import sqlite3
+import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Set, Tuple
 
+from torchx.util.paths import torchx_home
+
+SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
+_MAX = 1.7976931348623157e308  # a float's largest
 _REVISION = re.compile(r'^(down_)?revision\s*=\s*"([0-9a-f]+)"', re.M)
 
 
@@ -49,20 +60,138 @@ def is_current(path: str) -> bool:
     return row is not None and row[0] == mlflow_head_revision()
 
 
+@contextlib.contextmanager
+def schema_lock(path: str) -> Iterator[None]:
+    """One torchx process at a time opens the store; a missing one is created whole here,
+    so no reader ever sees a half-made schema (MLflow itself creates one without a lock)."""
+    try:
+        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError:  # a read-only place: nobody can create the schema there either
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not os.path.exists(path):
+            create_store(path)
+        yield
+    finally:
+        os.close(fd)
+
+
+def create_store(path: str, head: Optional[str] = None) -> None:
+    """Create the missing store ``path`` under its lock: built in a 0600 file beside it, then
+    linked into place, so a reader (``mlflow ui``) sees no store or a whole one. From the
+    snapshot for the installed MLflow's head (or ``head``) if there is one; else MLflow
+    creates it, and its snapshot is cached for the next store."""
+    head = head or mlflow_head_revision()
+    snap = _load_snapshot(head) if head else None
+    fd, tmp = tempfile.mkstemp(".db", ".mlflow-", os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    try:
+        if snap is not None:
+            _replay(tmp, snap)
+        else:
+            create_with_mlflow(tmp)
+            with contextlib.suppress(Exception):  # no cache: the next store is slow again
+                _cache(snapshot(tmp))
+        with contextlib.suppress(FileExistsError):  # made meanwhile by MLflow itself
+            os.link(tmp, path)
+    finally:
+        for leftover in (tmp, tmp + "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def create_with_mlflow(path: str) -> None:
+    """MLflow creates a store (tables, migrations, default experiment) at ``path``."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{path}")
+    client.search_experiments()
+    client._tracking_client.store.engine.dispose()  # nothing keeps the file open
+
+
+def snapshot(path: str) -> Dict[str, Any]:
+    """The schema (``sqlite_master``'s SQL in creation order) and rows of a new store."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.row_factory = sqlite3.Row
+        master = "SELECT sql, type, name FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
+        objects = db.execute(master).fetchall()
+        rows = {
+            o[2]: [dict(r) for r in db.execute(f'SELECT * FROM "{o[2]}"')]
+            for o in objects
+            if o[1] == "table"
+        }
+        (head,) = db.execute("SELECT version_num FROM alembic_version").fetchone()
+    return {
+        "head": head,
+        "schema": [o[0] for o in objects],
+        "rows": {k: v for k, v in rows.items() if v},
+    }
+
+
+def _load_snapshot(head: str) -> Optional[Dict[str, Any]]:
+    for path in (SNAPSHOT, torchx_home() / "mlflow" / f"schema-{head}.json"):
+        with contextlib.suppress(OSError, ValueError), open(path) as f:
+            snap = json.load(f)
+            if snap.get("head") == head:
+                return snap
+    return None
+
+
+def _cache(snap: Dict[str, Any]) -> None:
+    folder = torchx_home() / "mlflow"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(".json", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        json.dump(snap, f)
+    os.replace(tmp, folder / f"schema-{snap['head']}.json")
+
+
+def _replay(path: str, snap: Dict[str, Any]) -> None:
+    """The snapshot into an empty file, as MLflow fills it from this directory now (the
+    default experiment's artifacts in ``./mlruns/0``, created now)."""
+    now, mlruns = _now(), os.path.abspath("mlruns")
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("BEGIN")
+        for sql in snap["schema"]:
+            db.execute(sql)
+        for table, rows in snap["rows"].items():
+            for row in rows:
+                if table == "experiments":
+                    row = {**row, "artifact_location": f"{mlruns}/{row['experiment_id']}"}
+                    row.update(creation_time=now, last_update_time=now)
+                cols, marks = ", ".join(f'"{c}"' for c in row), ", ".join("?" * len(row))
+                db.execute(f'INSERT INTO "{table}" ({cols}) VALUES ({marks})', list(row.values()))
+        db.execute("COMMIT")
+
+
 class SqliteStore:
+    """Experiments, runs, tags, params and metrics, written as MLflow's sqlalchemy store
+    writes them; ``client()`` (an ``MLflowTracker``) for anything else."""
+
     def __init__(self, path: str, client: Callable[[], Any]) -> None:
-        self.path, self._client = path, client  # client(): MLflowTracker, for the rest
+        self.path, self._client = path, client
 
     def _db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
+        """Found, or created as ``create_experiment`` with a local artifact location does."""
+        find = (
+            "SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'"
+            " AND lifecycle_stage = 'active'"
+        )
+        local, now = artifact_location and "://" not in artifact_location, _now()
         with self._db() as db:
-            row = db.execute(
-                "SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'"
-                " AND lifecycle_stage = 'active'",
-                (name,),
-            ).fetchone()
+            if name and local and not db.execute(find, (name,)).fetchone():
+                db.execute(
+                    "INSERT OR IGNORE INTO experiments (name, artifact_location, lifecycle_stage,"
+                    " creation_time, last_update_time, workspace) VALUES (?, ?, 'active', ?, ?,"
+                    " 'default')",
+                    (name, os.path.abspath(f"{artifact_location}/{name}"), now, now),
+                )
+            row = db.execute(find, (name,)).fetchone()
         return str(row[0]) if row else str(self._client().experiment_id(name, artifact_location))
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
@@ -81,25 +210,18 @@ class SqliteStore:
             return str(row.fetchone()[0])
 
     def create_run(
-        self,
-        experiment_id: str,
-        name: str,
-        tags: Mapping[str, str],
-        params: Mapping[str, str],
-        start_ms: int,
+        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
-        run_id = uuid.uuid4().hex
+        run_id, exp = uuid.uuid4().hex, int(exp_id)
         with self._db() as db:
-            (location,) = db.execute(
-                "SELECT artifact_location FROM experiments WHERE experiment_id = ?",
-                (int(experiment_id),),
-            ).fetchone()
+            find = "SELECT artifact_location FROM experiments WHERE experiment_id = ?"
+            (location,) = db.execute(find, (exp,)).fetchone()
             db.execute(
                 "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name,"
                 " user_id, status, start_time, source_version, lifecycle_stage, artifact_uri,"
                 " experiment_id) VALUES (?, ?, 'UNKNOWN', '', '', 'unknown', 'RUNNING', ?, '',"
                 " 'active', ?, ?)",
-                (run_id, name, start_ms, f"{location}/{run_id}/artifacts", int(experiment_id)),
+                (run_id, name, start, f"{location}/{run_id}/artifacts", exp),
             )
             rows = [(k, v, run_id) for k, v in {**tags, "mlflow.runName": name}.items()]
             db.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?)", rows)
@@ -109,14 +231,35 @@ class SqliteStore:
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
         with self._db() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)",
-                (key, value, run_id),
+            tag = "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)"
+            db.execute(tag, (key, value, run_id))
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
+        """A row per metric, and the latest one per key: the greatest (step, time, value)."""
+        rows = []
+        for key, value in metrics.items():  # NaN as 0 and is_nan, +-inf as +-max
+            nan, value = math.isnan(float(value)), max(min(float(value), _MAX), -_MAX)
+            rows.append((key, 0.0 if nan else value, ts, run_id, step, nan))
+        with self._db() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO metrics (key, value, timestamp, run_uuid, step, is_nan)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            db.executemany(
+                "INSERT INTO latest_metrics (key, value, timestamp, run_uuid, step, is_nan)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key, run_uuid) DO UPDATE SET"
+                " value = excluded.value, timestamp = excluded.timestamp, step = excluded.step,"
+                " is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp,"
+                " excluded.value) > (step, timestamp, value)",
+                rows,
             )
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         with self._db() as db:
-            db.execute(
-                "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?",
-                (status, end_ms or int(time.time() * 1000), run_id),
-            )
+            end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
+            db.execute(end, (status, end_ms or _now(), run_id))
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
