@@ -20,8 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from torchx.trackers.mlflow_sqlite import create_with_mlflow  # noqa: E402
-from torchx.trackers.mlflow_sqlite import SNAPSHOT, snapshot  # noqa: E402
+from torchx.trackers.mlflow_sqlite import SNAPSHOT, create_with_mlflow, snapshot  # noqa: E402
 
 
 def main() -> None:
