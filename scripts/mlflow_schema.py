@@ -5,22 +5,41 @@ and its migrations (seconds of CPU). Run it after changing the pinned MLflow:
     .venv/bin/python scripts/mlflow_schema.py
 
 torchx uses the snapshot only while the installed MLflow's schema head is the snapshot's;
-for another head, MLflow creates the store and torchx caches its snapshot under
-``$TORCHX_HOME/mlflow``. ``tests/trackers/test_mlflow_store.py`` checks the two agree.
+for another head, MLflow creates the store (seconds). ``tests/trackers/test_mlflow_store.py``
+checks that a store made from it is what the installed MLflow creates.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from torchx.trackers.mlflow_sqlite import SNAPSHOT, create_with_mlflow, snapshot  # noqa: E402
+from torchx.trackers.mlflow_sqlite import SNAPSHOT, create_with_mlflow  # noqa: E402
+
+
+def snapshot(path: str) -> Dict[str, Any]:
+    """The schema (``sqlite_master``'s SQL in creation order) and the rows of a store."""
+    db = sqlite3.connect(path)
+    db.row_factory = sqlite3.Row
+    master = "SELECT sql, type, name FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
+    objects = db.execute(master).fetchall()
+    rows = {
+        name: [dict(r) for r in db.execute(f'SELECT * FROM "{name}"')]
+        for _, kind, name in objects
+        if kind == "table"
+    }
+    (head,) = db.execute("SELECT version_num FROM alembic_version").fetchone()
+    db.close()
+    schema = [sql for sql, _, _ in objects]
+    return {"head": head, "schema": schema, "rows": {k: v for k, v in rows.items() if v}}
 
 
 def main() -> None:

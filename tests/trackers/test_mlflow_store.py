@@ -3,7 +3,6 @@ it as it is (real MLflow: its own store creation, MlflowClient, ``mlflow.search_
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import stat
@@ -123,28 +122,17 @@ def test_a_new_store_is_what_mlflow_creates_and_mlflow_opens_it_without_migratin
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
-def test_another_mlflow_schema_head_falls_back_to_mlflow_and_caches_its_snapshot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A snapshot is used only for its own head: for another one (an MLflow upgrade),
-    MLflow creates the store, and its snapshot is cached for the next new store."""
-    home = tmp_path / "home"
-    monkeypatch.setenv("TORCHX_HOME", str(home))
-    head = mlflow_head_revision()
-    assert head is not None
-    other = "0" * 12  # a head no snapshot is for
+def test_another_mlflow_schema_head_falls_back_to_mlflow_itself(tmp_path: Path) -> None:
+    """The snapshot is used only for its own head: for another one (an MLflow that is not
+    the pinned one), MLflow creates the store, also in a temp file linked into place."""
+    other = "0" * 12  # a head the snapshot is not for
+    assert mlflow_head_revision() not in (None, other)
     assert make_store(tmp_path / "slow.db", tmp_path, head=other)  # MLflow made it
-    cached = home / "mlflow" / f"schema-{head}.json"  # under the head MLflow really wrote
-    assert json.loads(cached.read_text())["head"] == head
-    assert stat.S_IMODE(cached.stat().st_mode) == 0o600
-    assert stat.S_IMODE((tmp_path / "slow.db").stat().st_mode) == 0o600
-
-    # had the installed head been `other`, its cached snapshot would make the next store
-    snap = json.loads(cached.read_text())
-    (home / "mlflow" / f"schema-{other}.json").write_text(json.dumps({**snap, "head": other}))
-    assert not make_store(tmp_path / "fast.db", tmp_path, head=other)
+    assert not make_store(tmp_path / "fast.db", tmp_path)
     assert schema(tmp_path / "slow.db") == schema(tmp_path / "fast.db")
     assert rows(tmp_path / "slow.db", *TIMES) == rows(tmp_path / "fast.db", *TIMES)
+    assert stat.S_IMODE((tmp_path / "slow.db").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fast.db", "slow.db"]
 
 
 def test_a_store_made_meanwhile_by_mlflow_itself_is_kept(tmp_path: Path) -> None:
@@ -157,3 +145,59 @@ def test_a_store_made_meanwhile_by_mlflow_itself_is_kept(tmp_path: Path) -> None
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT name FROM experiments").fetchall() == [("kept",)]
     assert os.listdir(tmp_path) == ["mlflow.db"]
+
+
+RANK = """
+import sys
+from torchx.tracker import app_run_from_env
+
+run = app_run_from_env()
+run.add_metadata(stage="train")
+for step, loss in ((1, 2.0), (3, 0.5), (2, 1.0), (4, float("nan")), (5, float("inf"))):
+    run.log_metrics({"loss": loss, "acc": step / 10}, step=step)
+open(sys.argv[1], "w").write(str("mlflow" in sys.modules))
+"""
+
+
+def test_a_ranks_tracker_calls_on_sqlite_write_what_mlflow_writes_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+
+    from torchx import specs
+    from torchx.runner import get_runner
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
+    for var in ("TORCHX_PARENT_RUN_ID", "TORCHX_JOB_ID", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "imported"
+    role = specs.Role("w", ".", entrypoint=sys.executable, args=["-c", RANK, str(out)])
+    with get_runner() as runner:
+        handle = runner.run(specs.AppDef("rank", [role]), "local_cwd")
+        assert runner.wait(handle, wait_interval=1, timeout=240).state == specs.AppState.SUCCEEDED
+    assert out.read_text() == "False"  # the rank never imported mlflow
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("torchx").experiment_id
+    ours = client.search_runs([exp], f"tags.`torchx.job_id` = '{handle}'")[0].info.run_id
+    theirs = client.create_run(exp).info.run_id  # the same calls, by MLflow itself
+    for step, loss in ((1, 2.0), (3, 0.5), (2, 1.0), (4, float("nan")), (5, float("inf"))):
+        for key, value in (("loss", loss), ("acc", step / 10)):
+            client.log_metric(theirs, key, value, step=step)
+
+    def metrics(run_id: str) -> Tuple[Any, ...]:
+        history = [
+            (key, m.step, str(m.value))
+            for key in ("loss", "acc")
+            for m in client.get_metric_history(run_id, key)
+        ]
+        latest = client.get_run(run_id).data.metrics
+        return sorted(history), {k: str(v) for k, v in latest.items()}
+
+    assert metrics(ours) == metrics(theirs)
+    assert metrics(ours)[1] == {"loss": str(1.7976931348623157e308), "acc": "0.5"}
+    assert client.get_run(ours).data.tags["stage"] == "train"

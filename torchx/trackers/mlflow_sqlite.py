@@ -3,8 +3,7 @@
 Only on a store whose schema revision is the installed MLflow's head (read from its
 migration scripts, not imported), with rows as MLflow's own store writes them. A missing
 store is created whole, under its lock, from a snapshot of what MLflow creates for that head
-(``mlflow_schema.json``, made by ``scripts/mlflow_schema.py``, or one cached under
-``$TORCHX_HOME/mlflow`` after MLflow itself created a store of another head).
+(``mlflow_schema.json``, made by ``scripts/mlflow_schema.py``), else by MLflow itself.
 """
 
 from __future__ import annotations
@@ -22,9 +21,7 @@ import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Set, Tuple
-
-from torchx.util.paths import torchx_home
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
 _MAX = 1.7976931348623157e308  # a float's largest
@@ -38,8 +35,7 @@ def mlflow_head_revision() -> Optional[str]:
     if spec is None or not spec.submodule_search_locations:
         return None
     root = list(spec.submodule_search_locations)[0]
-    revisions: Set[str] = set()
-    parents: Set[str] = set()
+    revisions, parents = set[str](), set[str]()
     for path in glob.glob(os.path.join(root, "store", "db_migrations", "versions", "*.py")):
         with open(path) as f:
             for down, rev in _REVISION.findall(f.read()):
@@ -50,30 +46,28 @@ def mlflow_head_revision() -> Optional[str]:
 
 def is_current(path: str) -> bool:
     """The store exists and its schema is the installed MLflow's head."""
-    if not os.path.isfile(path) or mlflow_head_revision() is None:
-        return False
+    head, uri = mlflow_head_revision(), f"file:{path}?mode=ro"  # ro: nothing is created
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as db:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
             row = db.execute("SELECT version_num FROM alembic_version").fetchone()
     except sqlite3.Error:
         return False
-    return row is not None and row[0] == mlflow_head_revision()
+    return head is not None and row == (head,)
 
 
-@contextlib.contextmanager
-def schema_lock(path: str) -> Iterator[None]:
-    """One torchx process at a time opens the store; a missing one is created whole here,
-    so no reader ever sees a half-made schema (MLflow itself creates one without a lock)."""
+def ensure_store(path: str) -> None:
+    """A missing store is created here, under its lock (one torchx process at a time), so
+    no reader ever sees a half-made schema (MLflow creates one in place, without a lock)."""
+    if os.path.exists(path):
+        return
     try:
         fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
-    except OSError:  # a read-only place: nobody can create the schema there either
-        yield
+    except OSError:  # a read-only place: nobody can create a store there either
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if not os.path.exists(path):
             create_store(path)
-        yield
     finally:
         os.close(fd)
 
@@ -81,8 +75,7 @@ def schema_lock(path: str) -> Iterator[None]:
 def create_store(path: str, head: Optional[str] = None) -> None:
     """Create the missing store ``path`` under its lock: built in a 0600 file beside it, then
     linked into place, so a reader (``mlflow ui``) sees no store or a whole one. From the
-    snapshot for the installed MLflow's head (or ``head``) if there is one; else MLflow
-    creates it, and its snapshot is cached for the next store."""
+    snapshot if it is for the installed MLflow's head (or ``head``); else MLflow creates it."""
     head = head or mlflow_head_revision()
     snap = _load_snapshot(head) if head else None
     fd, tmp = tempfile.mkstemp(".db", ".mlflow-", os.path.dirname(os.path.abspath(path)))
@@ -92,8 +85,6 @@ def create_store(path: str, head: Optional[str] = None) -> None:
             _replay(tmp, snap)
         else:
             create_with_mlflow(tmp)
-            with contextlib.suppress(Exception):  # no cache: the next store is slow again
-                _cache(snapshot(tmp))
         with contextlib.suppress(FileExistsError):  # made meanwhile by MLflow itself
             os.link(tmp, path)
     finally:
@@ -111,47 +102,17 @@ def create_with_mlflow(path: str) -> None:
     client._tracking_client.store.engine.dispose()  # nothing keeps the file open
 
 
-def snapshot(path: str) -> Dict[str, Any]:
-    """The schema (``sqlite_master``'s SQL in creation order) and rows of a new store."""
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        db.row_factory = sqlite3.Row
-        master = "SELECT sql, type, name FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
-        objects = db.execute(master).fetchall()
-        rows = {
-            o[2]: [dict(r) for r in db.execute(f'SELECT * FROM "{o[2]}"')]
-            for o in objects
-            if o[1] == "table"
-        }
-        (head,) = db.execute("SELECT version_num FROM alembic_version").fetchone()
-    return {
-        "head": head,
-        "schema": [o[0] for o in objects],
-        "rows": {k: v for k, v in rows.items() if v},
-    }
-
-
 def _load_snapshot(head: str) -> Optional[Dict[str, Any]]:
-    for path in (SNAPSHOT, torchx_home() / "mlflow" / f"schema-{head}.json"):
-        with contextlib.suppress(OSError, ValueError), open(path) as f:
-            snap = json.load(f)
-            if snap.get("head") == head:
-                return snap
+    with contextlib.suppress(OSError, ValueError), open(SNAPSHOT) as f:
+        snap = json.load(f)
+        return snap if snap.get("head") == head else None
     return None
-
-
-def _cache(snap: Dict[str, Any]) -> None:
-    folder = torchx_home() / "mlflow"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(".json", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        json.dump(snap, f)
-    os.replace(tmp, folder / f"schema-{snap['head']}.json")
 
 
 def _replay(path: str, snap: Dict[str, Any]) -> None:
     """The snapshot into an empty file, as MLflow fills it from this directory now (the
     default experiment's artifacts in ``./mlruns/0``, created now)."""
-    now, mlruns = _now(), os.path.abspath("mlruns")
+    now, mlruns = now_ms(), os.path.abspath("mlruns")
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("BEGIN")
         for sql in snap["schema"]:
@@ -176,13 +137,16 @@ class SqliteStore:
     def _db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
 
+    def _one(self, sql: str, *args: Any) -> Any:
+        """The first row of one statement, in a transaction of its own."""
+        with contextlib.closing(self._db()) as db, db:
+            return db.execute(sql, args).fetchone()
+
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
         """Found, or created as ``create_experiment`` with a local artifact location does."""
-        find = (
-            "SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'"
-            " AND lifecycle_stage = 'active'"
-        )
-        local, now = artifact_location and "://" not in artifact_location, _now()
+        find = "SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'"
+        find += " AND lifecycle_stage = 'active'"
+        local, now = artifact_location and "://" not in artifact_location, now_ms()
         with self._db() as db:
             if name and local and not db.execute(find, (name,)).fetchone():
                 db.execute(
@@ -195,27 +159,23 @@ class SqliteStore:
         return str(row[0]) if row else str(self._client().experiment_id(name, artifact_location))
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
-        with self._db() as db:
-            row = db.execute(
-                "SELECT r.run_uuid, r.experiment_id FROM tags t JOIN runs r USING (run_uuid)"
-                " WHERE t.key = ? AND t.value = ? AND r.lifecycle_stage = 'active'"
-                " ORDER BY r.start_time LIMIT 1",
-                (tag, value),
-            ).fetchone()
+        row = self._one(
+            "SELECT r.run_uuid, r.experiment_id FROM tags t JOIN runs r USING (run_uuid) WHERE"
+            " t.key = ? AND t.value = ? AND r.lifecycle_stage = 'active' ORDER BY r.start_time",
+            *(tag, value),
+        )
         return (str(row[0]), str(row[1])) if row else None
 
     def run_experiment(self, run_id: str) -> str:
-        with self._db() as db:
-            row = db.execute("SELECT experiment_id FROM runs WHERE run_uuid = ?", (run_id,))
-            return str(row.fetchone()[0])
+        return str(self._one("SELECT experiment_id FROM runs WHERE run_uuid = ?", run_id)[0])
 
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
         run_id, exp = uuid.uuid4().hex, int(exp_id)
+        find = "SELECT artifact_location FROM experiments WHERE experiment_id = ?"
+        (location,) = self._one(find, exp)
         with self._db() as db:
-            find = "SELECT artifact_location FROM experiments WHERE experiment_id = ?"
-            (location,) = db.execute(find, (exp,)).fetchone()
             db.execute(
                 "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name,"
                 " user_id, status, start_time, source_version, lifecycle_stage, artifact_uri,"
@@ -230,9 +190,8 @@ class SqliteStore:
         return run_id
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
-        with self._db() as db:
-            tag = "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)"
-            db.execute(tag, (key, value, run_id))
+        tag = "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)"
+        self._one(tag, key, value, run_id)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
         """A row per metric, and the latest one per key: the greatest (step, time, value)."""
@@ -240,15 +199,11 @@ class SqliteStore:
         for key, value in metrics.items():  # NaN as 0 and is_nan, +-inf as +-max
             nan, value = math.isnan(float(value)), max(min(float(value), _MAX), -_MAX)
             rows.append((key, 0.0 if nan else value, ts, run_id, step, nan))
+        cols = "(key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)"
         with self._db() as db:
+            db.executemany(f"INSERT OR IGNORE INTO metrics {cols}", rows)
             db.executemany(
-                "INSERT OR IGNORE INTO metrics (key, value, timestamp, run_uuid, step, is_nan)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-            db.executemany(
-                "INSERT INTO latest_metrics (key, value, timestamp, run_uuid, step, is_nan)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key, run_uuid) DO UPDATE SET"
+                f"INSERT INTO latest_metrics {cols} ON CONFLICT (key, run_uuid) DO UPDATE SET"
                 " value = excluded.value, timestamp = excluded.timestamp, step = excluded.step,"
                 " is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp,"
                 " excluded.value) > (step, timestamp, value)",
@@ -256,10 +211,9 @@ class SqliteStore:
             )
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        with self._db() as db:
-            end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
-            db.execute(end, (status, end_ms or _now(), run_id))
+        end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
+        self._one(end, status, end_ms or now_ms(), run_id)
 
 
-def _now() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
