@@ -223,9 +223,9 @@ def report(
         " the store's lock, from a snapshot of the schema the installed MLflow creates for its"
         " alembic head (`torchx/trackers/mlflow_schema.json`, made by"
         " `scripts/mlflow_schema.py`): built in a temp file, then linked into place, so a"
-        " reader sees no store or a whole one. For another head MLflow creates it (`import"
-        " mlflow` plus its migrations, about 5 s of CPU, once per head: the snapshot is then"
-        " cached under `$TORCHX_HOME/mlflow`). In a rank, torchx's own tracker calls are"
+        " reader sees no store or a whole one. For another head (an MLflow other than the"
+        " pinned one) MLflow creates it the same way (`import mlflow` plus its migrations,"
+        " about 5 s of CPU per new store). In a rank, torchx's own tracker calls are"
         " rows on sqlite and REST over http: nothing imports mlflow unless the user's code"
         " does.",
         "",

@@ -1,18 +1,11 @@
-"""The Runner's MLflow calls over the tracking server's REST API (``http(s)://`` URIs).
-
-Opening or ending a job's run is a few small requests: no ``import mlflow`` (seconds) on
-the submit path, and no "View run" line printed to stdout when a run ends. The same
-store methods as ``MLflowTracker`` (``experiment_id``, ``find_run``, ``create_run``,
-``tag_run``, ``terminate``), so ``MlflowBackend`` is written once against both.
-"""
+"""MLflow calls over the tracking server's REST API (``http(s)://`` URIs): a few small
+requests, no ``import mlflow`` (seconds) and no "View run" line on stdout. The same store
+methods as ``SqliteStore`` and ``MLflowTracker``, so ``MlflowBackend`` is written once."""
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from torchx.trackers.api import TrackerConfigError
@@ -37,13 +30,17 @@ class MlflowRest:
         self.timeout = timeout
 
     def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
+        import urllib.error  # at the first request: http.client and email are not cheap
+        import urllib.parse
+        import urllib.request
+
         url, data = self.root + path, None
         if method == "GET" and body:
             url += "?" + urllib.parse.urlencode(body)
         elif body is not None:
             data = json.dumps(body).encode()
-        json_type = {"Content-Type": "application/json"}
-        request = urllib.request.Request(url, data=data, method=method, headers=json_type)
+        headers = {"Content-Type": "application/json"}
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 text = response.read()
