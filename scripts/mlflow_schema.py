@@ -6,7 +6,9 @@ and its migrations (seconds of CPU). Run it after changing the pinned MLflow:
 
 torchx uses the snapshot only while the installed MLflow's schema head is the snapshot's;
 for another head, MLflow creates the store (seconds). ``tests/trackers/test_mlflow_store.py``
-checks that a store made from it is what the installed MLflow creates.
+checks that a store made from it is what the installed MLflow creates. (MLflow's own
+migrations order some table constraints and indexes differently from one run to the next,
+so a regenerated file may differ from the last one in that order only.)
 """
 
 from __future__ import annotations
