@@ -148,19 +148,42 @@ def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(
     assert list(parent.run_ids(parent_run_id="airflow://dag/run-1")) == [handle]
 
 
+READER = """
+import os, sys, time
+from mlflow import MlflowClient
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.001)
+print(len(MlflowClient("sqlite:///" + sys.argv[1]).search_experiments()))
+"""
+
+
 def test_a_new_store_read_at_once_after_each_submit_is_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
 ) -> None:
+    """A reader (``mlflow ui``) that opens the store the moment its file appears, while the
+    submit creates it, and one after the submit returns, both find a whole store."""
     from mlflow import MlflowClient
 
     for i in range(5):
-        uri = f"sqlite:///{tmp_path / f'new{i}.db'}"
+        path = tmp_path / f"new{i}.db"
+        uri = f"sqlite:///{path}"
         monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
-        with get_runner() as runner:
-            handle = runner.run_component("utils.sh", ["echo", str(i)], "local_cwd")
-            assert MlflowClient(uri).search_experiments()  # what `mlflow ui` does first
-            assert the_run(uri, handle).info.status == "RUNNING"
-            runner.wait(handle, wait_interval=1, timeout=120)
+        reader = subprocess.Popen(
+            [sys.executable, "-c", READER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert reader.stdout is not None and reader.stdout.readline() == "ready\n"
+            with get_runner() as runner:
+                handle = runner.run_component("utils.sh", ["echo", str(i)], "local_cwd")
+                assert MlflowClient(uri).search_experiments()  # what `mlflow ui` does first
+                assert the_run(uri, handle).info.status == "RUNNING"
+                runner.wait(handle, wait_interval=1, timeout=120)
+            out, _ = reader.communicate(timeout=120)
+        finally:
+            reader.kill()
+        assert reader.returncode == 0 and int(out) >= 1, out
         assert the_run(uri, handle).info.status == "FINISHED"
 
 

@@ -4,28 +4,26 @@ Config: a tracking URI (``sqlite:///...``, ``http://host:5000``) or a file of ``
 lines (``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset:
 ``$MLFLOW_TRACKING_URI``, else a sqlite store under ``$TORCHX_HOME/mlflow`` (0700, 0600).
 
-- ``MlflowBackend`` (the Runner's side) opens the job's run before the job is submitted:
-  over http by REST (no ``import mlflow``), on sqlite with MlflowClient under a file lock,
-  so the schema is whole before any other process reads it. Roles get ``MLFLOW_RUN_ID``,
-  ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``: a user's ``mlflow.start_run()`` resumes it.
+- ``MlflowBackend`` (the Runner's) opens the job's run before the job is submitted; roles
+  get ``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``.
 - ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into a job's run by that
-  id; other runs (a pipeline's) are found by their ``torchx.job_id`` tag, or created. Stage
-  runs nest under their pipeline run (``mlflow.parentRunId``); ``add_source`` records the
-  producer as a dataset input (``runs:/<id>/<artifact>``).
+  id; a pipeline's run is found by its ``torchx.job_id`` tag, or created. Stage runs nest
+  under it (``mlflow.parentRunId``); ``add_source`` records a dataset input.
+- Runs, tags and metrics go by REST over http, as rows on a sqlite store of the installed
+  MLflow's schema (``mlflow_sqlite``): no ``import mlflow`` (seconds of CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
+import importlib.util
 import json
 import logging
 import os
 import re
 import threading
-import time
-from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from torchx.trackers.api import (
     JobRun,
@@ -36,7 +34,9 @@ from torchx.trackers.api import (
     TrackerSource,
     read_config_file,
 )
-from torchx.util.modules import import_optional
+from torchx.trackers.mlflow_rest import MlflowRest
+from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_current, now_ms
+from torchx.util.modules import MissingExtraError, import_optional
 from torchx.util.paths import torchx_home
 
 logger = logging.getLogger(__name__)
@@ -71,29 +71,6 @@ def is_http(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-@contextlib.contextmanager
-def _schema_lock(uri: str) -> Iterator[None]:
-    """One torchx process at a time opens a sqlite store, and the database is created 0600:
-    MLflow creates or migrates the schema on open without a lock. The Runner creates the
-    store before it submits the first job, so no reader ever sees a half-made schema."""
-    path = _sqlite_file(uri)
-    if path is None:
-        yield
-        return
-    try:
-        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
-    except OSError:  # a read-only place: nobody can create the schema there either
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        yield
-    finally:
-        os.close(fd)
-
-
 def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     keys = ("tracking_uri", "experiment_name", "artifact_location", "ui_url")
     out: Dict[str, Optional[str]] = dict.fromkeys(keys)
@@ -115,14 +92,13 @@ def ui_url_for(tracking_uri: str, ui_url: Optional[str] = None) -> Optional[str]
     """The MLflow UI base: ``ui_url`` (or ``$TORCHX_MLFLOW_UI_URL``), else the tracking URI
     when it is an http(s) server; None for a store without a UI (a link would be fake)."""
     base = ui_url or os.environ.get("TORCHX_MLFLOW_UI_URL")
-    if not base and is_http(str(tracking_uri)):
-        base = str(tracking_uri)
+    base = base or (tracking_uri if is_http(tracking_uri) else None)
     return base.rstrip("/") if base else None
 
 
 class MLflowTracker(TrackerBase):
-    """Records and reads runs with ``MlflowClient``, imported at its first use (seconds of
-    CPU); over http, a rank's tags and metrics go by REST and never import it."""
+    """Records and reads runs: runs, tags and metrics by ``store``; the rest with
+    ``MlflowClient``, imported at its first use (seconds of CPU)."""
 
     def __init__(
         self,
@@ -131,13 +107,10 @@ class MLflowTracker(TrackerBase):
         artifact_location: Optional[str] = None,
         ui_url: Optional[str] = None,
     ) -> None:
-        from torchx.trackers.mlflow_rest import MlflowRest
-
         self.tracking_uri = tracking_uri or default_tracking_uri()
         self._client: Any = None
-        self._rest = MlflowRest(self.tracking_uri) if is_http(self.tracking_uri) else None
-        self.experiment_name = experiment_name
-        self.artifact_location = artifact_location
+        self._store: Any = None
+        self.experiment_name, self.artifact_location = experiment_name, artifact_location
         self.ui_url = ui_url_for(self.tracking_uri, ui_url)
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
         self._lock = threading.RLock()
@@ -152,9 +125,24 @@ class MLflowTracker(TrackerBase):
                 import_optional("mlflow", "mlflow")
                 from mlflow import MlflowClient
 
-                with _schema_lock(self.tracking_uri):
-                    self._client = MlflowClient(tracking_uri=self.tracking_uri)
+                _ = self.store  # a missing sqlite store is created whole, not by MLflow
+                self._client = MlflowClient(tracking_uri=self.tracking_uri)
             return self._client
+
+    @property
+    def store(self) -> Any:
+        """REST over http, SQL on a sqlite store of the installed MLflow's schema (a missing
+        one is created): no ``import mlflow``. Else this tracker, by MlflowClient."""
+        with self._lock:
+            if self._store is None:
+                self._store, db = self, _sqlite_file(self.tracking_uri)
+                if is_http(self.tracking_uri):
+                    self._store = MlflowRest(self.tracking_uri)
+                elif db is not None:
+                    ensure_store(db)
+                    if is_current(db):
+                        self._store = SqliteStore(db, lambda: self)
+            return self._store
 
     # -------------------------------------------------------------- the store, by MLflow id
 
@@ -173,9 +161,7 @@ class MLflowTracker(TrackerBase):
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
-        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
-        flt, order = f"tags.`{tag}` = '{_q(value)}'", ["attributes.start_time ASC"]
-        runs = self.client.search_runs(exp_ids, flt, max_results=1, order_by=order)
+        runs = self._search(f"tags.`{tag}` = '{_q(value)}'", limit=1)
         return (str(runs[0].info.run_id), str(runs[0].info.experiment_id)) if runs else None
 
     def run_experiment(self, run_id: str) -> str:
@@ -193,39 +179,27 @@ class MLflowTracker(TrackerBase):
         return str(run.info.run_id)
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
-        if self._rest:
-            self._rest.tag_run(run_id, key, value)
-        else:
-            self.client.set_tag(run_id, key, value)
+        self.client.set_tag(run_id, key, value)
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        if self._rest:  # MlflowClient.set_terminated prints "View run ..." to stdout here
-            self._rest.terminate(run_id, status, end_ms)
-        else:
-            self.client.set_terminated(run_id, status, end_time=end_ms)
+        self.client.set_terminated(run_id, status, end_time=end_ms)
 
     # -------------------------------------------------------------- runs by torchx id
-
-    def _find(self, job_id: str) -> Optional[str]:
-        if job_id not in self._runs:
-            found = self.find_run(TAG_JOB_ID, job_id)
-            if found is None:
-                return None
-            self._runs[job_id] = found[0]
-        return self._runs[job_id]
 
     def _run(self, job_id: str, create: bool = True) -> Optional[str]:
         """The MLflow run of ``job_id``, created if asked and missing (a pipeline run, or a
         job whose Runner did not open one)."""
         with self._lock:
-            rid = self._find(job_id)
-            if rid is not None or not create:
-                return rid
-            name = self.experiment_name or DEFAULT_EXPERIMENT
-            exp_id = self.experiment_id(name, self.artifact_location)
-            run = self.client.create_run(exp_id, tags={TAG_JOB_ID: job_id}, run_name=job_id)
-            self._runs[job_id] = rid = str(run.info.run_id)
-            return rid
+            if job_id not in self._runs:
+                store = self.store
+                found = store.find_run(TAG_JOB_ID, job_id)
+                if found is not None:
+                    self._runs[job_id] = found[0]
+                elif create:
+                    name, tags = self.experiment_name or DEFAULT_EXPERIMENT, {TAG_JOB_ID: job_id}
+                    exp_id = store.experiment_id(name, self.artifact_location)
+                    self._runs[job_id] = store.create_run(exp_id, job_id, tags, {}, now_ms())
+            return self._runs.get(job_id)
 
     def _ensure(self, job_id: str) -> str:
         rid = self._run(job_id)
@@ -240,17 +214,24 @@ class MLflowTracker(TrackerBase):
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
         rid = self._ensure(run_id)
         for k, v in kwargs.items():
-            self.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
+            self.store.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
+
+    def _tags(self, job_id: str) -> Mapping[str, str]:
+        rid = self._run(job_id, create=False)
+        return self.client.get_run(rid).data.tags if rid else {}
+
+    def _search(self, flt: str = "", limit: int = 1000) -> List[Any]:
+        """Runs matching ``flt`` in any experiment, oldest first."""
+        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
+        order = ["attributes.start_time ASC"]
+        return list(self.client.search_runs(exp_ids, flt, max_results=limit, order_by=order))
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
-        rid = self._run(run_id, create=False)
-        if rid is None:
-            return {}
-        tags = self.client.get_run(rid).data.tags
         out: Dict[str, object] = {
-            k: v for k, v in tags.items() if not k.startswith(("mlflow.", ARTIFACT_PREFIX))
+            k: v
+            for k, v in self._tags(run_id).items()
+            if not k.startswith(("mlflow.", ARTIFACT_PREFIX)) and k != TAG_SOURCES
         }
-        out.pop(TAG_SOURCES, None)
         if TAG_KIND in out:
             out["kind"] = out.pop(TAG_KIND)
         return out
@@ -272,11 +253,8 @@ class MLflowTracker(TrackerBase):
             self._log_dataset(rid, name, path, meta, context="output")
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
-        rid = self._run(run_id, create=False)
-        if rid is None:
-            return {}
         grouped: Dict[str, Dict[str, object]] = {}
-        for key, value in self.client.get_run(rid).data.tags.items():
+        for key, value in self._tags(run_id).items():
             if key.startswith(ARTIFACT_PREFIX):
                 name, _, field = key[len(ARTIFACT_PREFIX) :].rpartition(".")
                 grouped.setdefault(name, {})[field] = value
@@ -314,10 +292,7 @@ class MLflowTracker(TrackerBase):
         self._log_dataset(rid, artifact_name or "run", where, metadata, context="input")
 
     def sources(self, run_id: str, artifact_name: Optional[str] = None) -> Iterable[TrackerSource]:
-        rid = self._run(run_id, create=False)
-        if rid is None:
-            return []
-        sources = json.loads(self.client.get_run(rid).data.tags.get(TAG_SOURCES, "[]"))
+        sources = json.loads(self._tags(run_id).get(TAG_SOURCES, "[]"))
         return [
             TrackerSource(s["run"], s["artifact"])
             for s in sources
@@ -325,14 +300,8 @@ class MLflowTracker(TrackerBase):
         ]
 
     def descendants(self, run_id: str) -> Iterable[TrackerSource]:
-        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
-        if not exp_ids:
-            return []
-        runs = self.client.search_runs(
-            exp_ids, filter_string=f"tags.`{TAG_SOURCES}` LIKE '%\"{_q(run_id)}\"%'"
-        )
         out = []
-        for run in runs:
+        for run in self._search(f"tags.`{TAG_SOURCES}` LIKE '%\"{_q(run_id)}\"%'"):
             for s in json.loads(run.data.tags.get(TAG_SOURCES, "[]")):
                 if s["run"] == run_id:
                     out.append(TrackerSource(run.data.tags[TAG_JOB_ID], s["artifact"]))
@@ -341,64 +310,48 @@ class MLflowTracker(TrackerBase):
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
-        rid, now = self._ensure(run_id), int(time.time() * 1000)
-        if self._rest:
-            self._rest.log_metrics(rid, metrics, now, step or 0)
+        rid, now, store = self._ensure(run_id), now_ms(), self.store
+        if store is not self:
+            store.log_metrics(rid, metrics, now, step or 0)
             return
         for k, v in metrics.items():
             self.client.log_metric(rid, k, float(v), timestamp=now, step=step or 0)
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         rid = self._ensure(run_id)
-        self.client.set_tag(rid, TAG_PARENT, parent_run_id)
+        self.store.tag_run(rid, TAG_PARENT, parent_run_id)
         parent = self._run(parent_run_id, create=False)
         if parent is not None:
-            self.client.set_tag(rid, TAG_NESTED, parent)
+            self.store.tag_run(rid, TAG_NESTED, parent)
 
     def end_run(self, run_id: str, status: str) -> None:
         rid = self._run(run_id, create=False)
-        if rid is not None:
-            self.terminate(rid, status)
+        if rid is not None:  # MlflowClient.set_terminated prints "View run ..." to stdout
+            self.store.terminate(rid, status)
 
     def resolve_run_id(self, run_id: str) -> str:
         """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""
-        if _MLFLOW_ID.fullmatch(run_id) and self._find(run_id) is None:
-            try:
-                tags = self.client.get_run(run_id).data.tags
-            except Exception:
-                return run_id
-            return str(tags.get(TAG_JOB_ID, run_id))
+        if _MLFLOW_ID.fullmatch(run_id) and self._run(run_id, create=False) is None:
+            with contextlib.suppress(Exception):  # not a run of this store
+                return str(self.client.get_run(run_id).data.tags.get(TAG_JOB_ID, run_id))
         return run_id
 
     def run_url(self, run_id: str) -> Optional[str]:
         """``<ui>/#/experiments/<exp>/runs/<run>`` in the run's own experiment; None without
         a UI (an embedded sqlite store has none unless ``ui_url`` is configured)."""
-        if not self.ui_url:
-            return None
-        rid = self._run(run_id, create=False)
+        rid = self._run(run_id, create=False) if self.ui_url else None
         if rid is None:
             return None
-        exp = self.client.get_run(rid).info.experiment_id
-        return f"{self.ui_url}/#/experiments/{exp}/runs/{rid}"
+        return f"{self.ui_url}/#/experiments/{self.store.run_experiment(rid)}/runs/{rid}"
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
-        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
-        if not exp_ids:
-            return []
         parent = kwargs.get("parent_run_id")
-        flt = f"tags.`{TAG_PARENT}` = '{_q(parent)}'" if parent else ""
-        runs = self.client.search_runs(
-            exp_ids, filter_string=flt, order_by=["attributes.start_time ASC"]
-        )
+        runs = self._search(f"tags.`{TAG_PARENT}` = '{_q(parent)}'" if parent else "")
         return [r.data.tags[TAG_JOB_ID] for r in runs if TAG_JOB_ID in r.data.tags]
 
 
 def _q(value: str) -> str:
     return value.replace("'", "\\'")
-
-
-def _now() -> int:
-    return int(time.time() * 1000)
 
 
 def create(config: Optional[str] = None) -> MLflowTracker:
@@ -423,39 +376,13 @@ class MlflowBackend:
             self._tracker = self._tracker or create(self.config)
             return self._tracker
 
-    @contextlib.contextmanager
-    def _launcher_store(self) -> Iterator[Any]:
-        """REST over http, SQL on a current sqlite store (no ``import mlflow``); else
-        MlflowClient, which creates or migrates the store. One call at a time on sqlite."""
-        if is_http(self.store):
-            from torchx.trackers.mlflow_rest import MlflowRest
-
-            yield MlflowRest(self.store)
-            return
-        from torchx.trackers.mlflow_sqlite import SqliteStore, is_current
-
-        db = _sqlite_file(self.store)
-        with self._lock:
-            if db is None:  # another database: MlflowClient
-                yield self.tracker()
-                return
-            if not is_current(db):
-                _ = self.tracker().client  # MlflowClient creates or migrates the schema
-            yield SqliteStore(db, self.tracker)
-
     def validate(self) -> None:
         """Without importing mlflow: the package is installed and the store is reachable
         (a server answers) or creatable (a writable directory)."""
-        import importlib.util
-
-        from torchx.util.modules import MissingExtraError
-
         if importlib.util.find_spec("mlflow") is None:
             raise MissingExtraError("mlflow", "mlflow")
         uri, db = self.store, _sqlite_file(self.store)
         if is_http(uri):
-            from torchx.trackers.mlflow_rest import MlflowRest
-
             MlflowRest(uri).health()
         elif db is not None and not os.access(os.path.dirname(os.path.abspath(db)), os.W_OK):
             raise TrackerConfigError(
@@ -467,12 +394,8 @@ class MlflowBackend:
             )
 
     def open_job_run(self, job: JobRun) -> OpenedRun:
-        with self._launcher_store() as store:
-            return self._open(store, job)
-
-    def _open(self, store: Any, job: JobRun) -> OpenedRun:
-        tags = {TAG_KIND: "job"}
-        exp_id: Optional[str] = None
+        """By the tracker's ``store``: REST, SQL, else MlflowClient."""
+        store, tags, exp_id = self.tracker().store, {TAG_KIND: "job"}, None
         if job.parent_run_id:
             tags[TAG_PARENT] = job.parent_run_id
             pid = job.parent_run_id  # a pipeline run's torchx id, or an MLflow id (KFP's run)
@@ -486,30 +409,28 @@ class MlflowBackend:
         if exp_id is None:
             name = self._cfg["experiment_name"] or job.experiment_name or DEFAULT_EXPERIMENT
             exp_id = store.experiment_id(name, self._cfg["artifact_location"])
-        run_id = store.create_run(exp_id, job.name, tags, job.params, job.start_ms or _now())
+        run_id = store.create_run(exp_id, job.name, tags, job.params, job.start_ms or now_ms())
         env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.store, ENV_EXPERIMENT_ID: exp_id}
         return OpenedRun(run_id, env)
 
     def bind_job_run(self, run_id: str, job_id: str) -> None:
-        with self._launcher_store() as store:
-            store.tag_run(run_id, TAG_JOB_ID, job_id)
+        self.tracker().store.tag_run(run_id, TAG_JOB_ID, job_id)
 
     def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]:
-        if env.get(ENV_RUN_ID) and env.get(ENV_TRACKING_URI) == self.store:
-            return env[ENV_RUN_ID]
-        return None
+        same_store = env.get(ENV_TRACKING_URI) == self.store
+        return (env.get(ENV_RUN_ID) or None) if same_store else None
 
     def close_job_run(
         self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
     ) -> None:
         """End the run as ``status`` (the app's end wins over a user's own ``end_run``)."""
-        with self._launcher_store() as store:
-            if run_id is None:  # an app whose env its scheduler does not return
-                found = store.find_run(TAG_JOB_ID, job_id) if job_id else None
-                if found is None:
-                    return
-                run_id = found[0]
-            store.terminate(run_id, status, end_ms)
+        store = self.tracker().store
+        if run_id is None:  # an app whose env its scheduler does not return
+            found = store.find_run(TAG_JOB_ID, job_id) if job_id else None
+            if found is None:
+                return
+            run_id = found[0]
+        store.terminate(run_id, status, end_ms)
 
     def close(self) -> None:
         with self._lock:

@@ -1,18 +1,11 @@
-"""The Runner's MLflow calls over the tracking server's REST API (``http(s)://`` URIs).
-
-Opening or ending a job's run is a few small requests: no ``import mlflow`` (seconds) on
-the submit path, and no "View run" line printed to stdout when a run ends. The same
-store methods as ``MLflowTracker`` (``experiment_id``, ``find_run``, ``create_run``,
-``tag_run``, ``terminate``), so ``MlflowBackend`` is written once against both.
-"""
+"""MLflow calls over the tracking server's REST API (``http(s)://`` URIs): a few small
+requests, no ``import mlflow`` (seconds) and no "View run" line on stdout. The same store
+methods as ``SqliteStore`` and ``MLflowTracker``, so ``MlflowBackend`` is written once."""
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from torchx.trackers.api import TrackerConfigError
@@ -37,6 +30,10 @@ class MlflowRest:
         self.timeout = timeout
 
     def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
+        import urllib.error  # at the first request: http.client and email are not cheap
+        import urllib.parse
+        import urllib.request
+
         url, data = self.root + path, None
         if method == "GET" and body:
             url += "?" + urllib.parse.urlencode(body)
@@ -68,62 +65,43 @@ class MlflowRest:
             ) from None
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
-        key = (self.root, name)
+        key, by_name = (self.root, name), {"experiment_name": name}
         if key not in _experiments:
             body: Dict[str, Any] = {"name": name}
-            by_name = {"experiment_name": name}
             if artifact_location:
                 body["artifact_location"] = f"{artifact_location}/{name}"
+            get = API + "/experiments/get-by-name"
             try:
-                found = self._call("GET", API + "/experiments/get-by-name", by_name)
-                _experiments[key] = str(found["experiment"]["experiment_id"])
+                found = self._call("GET", get, by_name)["experiment"]
             except MlflowRestError as e:
                 if e.error_code != "RESOURCE_DOES_NOT_EXIST":
                     raise
                 try:
-                    created = self._call("POST", API + "/experiments/create", body)
+                    found = self._call("POST", API + "/experiments/create", body)
                 except MlflowRestError:  # created concurrently
-                    created = self._call("GET", API + "/experiments/get-by-name", by_name)
-                    created = created["experiment"]
-                _experiments[key] = str(created["experiment_id"])
+                    found = self._call("GET", get, by_name)["experiment"]
+            _experiments[key] = str(found["experiment_id"])
         return _experiments[key]
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
         exps = self._call("POST", API + "/experiments/search", {"max_results": 1000})
         ids = [e["experiment_id"] for e in exps.get("experiments", [])]
-        quoted = value.replace("'", "\\'")
-        query = {
-            "experiment_ids": ids,
-            "filter": f"tags.`{tag}` = '{quoted}'",
-            "max_results": 1,
-            "order_by": ["attributes.start_time ASC"],
-        }
-        runs = self._call("POST", API + "/runs/search", query).get("runs", []) if ids else []
-        return (
-            (str(runs[0]["info"]["run_id"]), str(runs[0]["info"]["experiment_id"]))
-            if runs
-            else None
-        )
+        quoted, order = value.replace("'", "\\'"), ["attributes.start_time ASC"]
+        query = {"experiment_ids": ids, "filter": f"tags.`{tag}` = '{quoted}'", "order_by": order}
+        runs = self._call("POST", API + "/runs/search", {**query, "max_results": 1}).get("runs")
+        info = runs[0]["info"] if runs else None
+        return (str(info["run_id"]), str(info["experiment_id"])) if info else None
 
     def run_experiment(self, run_id: str) -> str:
         run = self._call("GET", API + "/runs/get", {"run_id": run_id})
         return str(run["run"]["info"]["experiment_id"])
 
     def create_run(
-        self,
-        experiment_id: str,
-        name: str,
-        tags: Mapping[str, str],
-        params: Mapping[str, str],
-        start_ms: int,
+        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
-        body = {
-            "experiment_id": experiment_id,
-            "run_name": name,
-            "start_time": start_ms,
-            "tags": [{"key": k, "value": v} for k, v in tags.items()],
-        }
+        pairs = [{"key": k, "value": v} for k, v in tags.items()]
+        body = {"experiment_id": exp_id, "run_name": name, "start_time": start, "tags": pairs}
         run_id = str(self._call("POST", API + "/runs/create", body)["run"]["info"]["run_id"])
         items = [{"key": k, "value": v} for k, v in params.items()]
         for i in range(0, len(items), BATCH):

@@ -1,22 +1,30 @@
-"""The Runner's MLflow calls on a sqlite store: a few rows with ``sqlite3``, no ``import mlflow``.
+"""MLflow on a sqlite store without ``import mlflow`` (seconds of CPU): rows with ``sqlite3``.
 
 Only on a store whose schema revision is the installed MLflow's head (read from its
-migration scripts, not imported): rows as MLflow's own store writes them (``runs``,
-``tags``, ``params``). A new or older store is first created or migrated by MlflowClient.
+migration scripts, not imported), with rows as MLflow's own store writes them. A missing
+store is created whole, under its lock, from a snapshot of what MLflow creates for that head
+(``mlflow_schema.json``, made by ``scripts/mlflow_schema.py``), else by MLflow itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import glob
+import json
+import math
 import os
 import re
 import sqlite3
+import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
+_MAX = 1.7976931348623157e308  # a float's largest
 _REVISION = re.compile(r'^(down_)?revision\s*=\s*"([0-9a-f]+)"', re.M)
 
 
@@ -27,8 +35,7 @@ def mlflow_head_revision() -> Optional[str]:
     if spec is None or not spec.submodule_search_locations:
         return None
     root = list(spec.submodule_search_locations)[0]
-    revisions: Set[str] = set()
-    parents: Set[str] = set()
+    revisions, parents = set[str](), set[str]()
     for path in glob.glob(os.path.join(root, "store", "db_migrations", "versions", "*.py")):
         with open(path) as f:
             for down, rev in _REVISION.findall(f.read()):
@@ -39,67 +46,142 @@ def mlflow_head_revision() -> Optional[str]:
 
 def is_current(path: str) -> bool:
     """The store exists and its schema is the installed MLflow's head."""
-    if not os.path.isfile(path) or mlflow_head_revision() is None:
-        return False
+    head, uri = mlflow_head_revision(), f"file:{path}?mode=ro"  # ro: nothing is created
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as db:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
             row = db.execute("SELECT version_num FROM alembic_version").fetchone()
     except sqlite3.Error:
         return False
-    return row is not None and row[0] == mlflow_head_revision()
+    return head is not None and row == (head,)
+
+
+def ensure_store(path: str) -> None:
+    """A missing store is created here, under its lock (one torchx process at a time), so
+    no reader ever sees a half-made schema (MLflow creates one in place, without a lock)."""
+    if os.path.exists(path):
+        return
+    try:
+        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError:  # a read-only place: nobody can create a store there either
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not os.path.exists(path):
+            create_store(path)
+    finally:
+        os.close(fd)
+
+
+def create_store(path: str, head: Optional[str] = None) -> None:
+    """Create the missing store ``path`` under its lock: built in a 0600 file beside it, then
+    linked into place, so a reader (``mlflow ui``) sees no store or a whole one. From the
+    snapshot if it is for the installed MLflow's head (or ``head``); else MLflow creates it."""
+    head = head or mlflow_head_revision()
+    snap = _load_snapshot(head) if head else None
+    fd, tmp = tempfile.mkstemp(".db", ".mlflow-", os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    try:
+        if snap is not None:
+            _replay(tmp, snap)
+        else:
+            create_with_mlflow(tmp)
+        with contextlib.suppress(FileExistsError):  # made meanwhile by MLflow itself
+            os.link(tmp, path)
+    finally:
+        for leftover in (tmp, tmp + "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def create_with_mlflow(path: str) -> None:
+    """MLflow creates a store (tables, migrations, default experiment) at ``path``."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{path}")
+    client.search_experiments()
+    client._tracking_client.store.engine.dispose()  # nothing keeps the file open
+
+
+def _load_snapshot(head: str) -> Optional[Dict[str, Any]]:
+    with contextlib.suppress(OSError, ValueError), open(SNAPSHOT) as f:
+        snap = json.load(f)
+        return snap if snap.get("head") == head else None
+    return None
+
+
+def _replay(path: str, snap: Dict[str, Any]) -> None:
+    """The snapshot into an empty file, as MLflow fills it from this directory now (the
+    default experiment's artifacts in ``./mlruns/0``, created now)."""
+    now, mlruns = now_ms(), os.path.abspath("mlruns")
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("BEGIN")
+        for sql in snap["schema"]:
+            db.execute(sql)
+        for table, rows in snap["rows"].items():
+            for row in rows:
+                if table == "experiments":
+                    row = {**row, "artifact_location": f"{mlruns}/{row['experiment_id']}"}
+                    row.update(creation_time=now, last_update_time=now)
+                cols, marks = ", ".join(f'"{c}"' for c in row), ", ".join("?" * len(row))
+                db.execute(f'INSERT INTO "{table}" ({cols}) VALUES ({marks})', list(row.values()))
+        db.execute("COMMIT")
 
 
 class SqliteStore:
+    """Experiments, runs, tags, params and metrics, written as MLflow's sqlalchemy store
+    writes them; ``client()`` (an ``MLflowTracker``) for anything else."""
+
     def __init__(self, path: str, client: Callable[[], Any]) -> None:
-        self.path, self._client = path, client  # client(): MLflowTracker, for the rest
+        self.path, self._client = path, client
 
     def _db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
 
+    def _one(self, sql: str, *args: Any) -> Any:
+        """The first row of one statement, in a transaction of its own."""
+        with contextlib.closing(self._db()) as db, db:
+            return db.execute(sql, args).fetchone()
+
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
+        """Found, or created as ``create_experiment`` with a local artifact location does."""
+        find = "SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'"
+        find += " AND lifecycle_stage = 'active'"
+        local, now = artifact_location and "://" not in artifact_location, now_ms()
         with self._db() as db:
-            row = db.execute(
-                "SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'"
-                " AND lifecycle_stage = 'active'",
-                (name,),
-            ).fetchone()
+            if name and local and not db.execute(find, (name,)).fetchone():
+                db.execute(
+                    "INSERT OR IGNORE INTO experiments (name, artifact_location, lifecycle_stage,"
+                    " creation_time, last_update_time, workspace) VALUES (?, ?, 'active', ?, ?,"
+                    " 'default')",
+                    (name, os.path.abspath(f"{artifact_location}/{name}"), now, now),
+                )
+            row = db.execute(find, (name,)).fetchone()
         return str(row[0]) if row else str(self._client().experiment_id(name, artifact_location))
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
-        with self._db() as db:
-            row = db.execute(
-                "SELECT r.run_uuid, r.experiment_id FROM tags t JOIN runs r USING (run_uuid)"
-                " WHERE t.key = ? AND t.value = ? AND r.lifecycle_stage = 'active'"
-                " ORDER BY r.start_time LIMIT 1",
-                (tag, value),
-            ).fetchone()
+        row = self._one(
+            "SELECT r.run_uuid, r.experiment_id FROM tags t JOIN runs r USING (run_uuid) WHERE"
+            " t.key = ? AND t.value = ? AND r.lifecycle_stage = 'active' ORDER BY r.start_time",
+            *(tag, value),
+        )
         return (str(row[0]), str(row[1])) if row else None
 
     def run_experiment(self, run_id: str) -> str:
-        with self._db() as db:
-            row = db.execute("SELECT experiment_id FROM runs WHERE run_uuid = ?", (run_id,))
-            return str(row.fetchone()[0])
+        return str(self._one("SELECT experiment_id FROM runs WHERE run_uuid = ?", run_id)[0])
 
     def create_run(
-        self,
-        experiment_id: str,
-        name: str,
-        tags: Mapping[str, str],
-        params: Mapping[str, str],
-        start_ms: int,
+        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
-        run_id = uuid.uuid4().hex
+        run_id, exp = uuid.uuid4().hex, int(exp_id)
+        find = "SELECT artifact_location FROM experiments WHERE experiment_id = ?"
+        (location,) = self._one(find, exp)
         with self._db() as db:
-            (location,) = db.execute(
-                "SELECT artifact_location FROM experiments WHERE experiment_id = ?",
-                (int(experiment_id),),
-            ).fetchone()
             db.execute(
                 "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name,"
                 " user_id, status, start_time, source_version, lifecycle_stage, artifact_uri,"
                 " experiment_id) VALUES (?, ?, 'UNKNOWN', '', '', 'unknown', 'RUNNING', ?, '',"
                 " 'active', ?, ?)",
-                (run_id, name, start_ms, f"{location}/{run_id}/artifacts", int(experiment_id)),
+                (run_id, name, start, f"{location}/{run_id}/artifacts", exp),
             )
             rows = [(k, v, run_id) for k, v in {**tags, "mlflow.runName": name}.items()]
             db.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?)", rows)
@@ -108,15 +190,30 @@ class SqliteStore:
         return run_id
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
+        tag = "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)"
+        self._one(tag, key, value, run_id)
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
+        """A row per metric, and the latest one per key: the greatest (step, time, value)."""
+        rows = []
+        for key, value in metrics.items():  # NaN as 0 and is_nan, +-inf as +-max
+            nan, value = math.isnan(float(value)), max(min(float(value), _MAX), -_MAX)
+            rows.append((key, 0.0 if nan else value, ts, run_id, step, nan))
+        cols = "(key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)"
         with self._db() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)",
-                (key, value, run_id),
+            db.executemany(f"INSERT OR IGNORE INTO metrics {cols}", rows)
+            db.executemany(
+                f"INSERT INTO latest_metrics {cols} ON CONFLICT (key, run_uuid) DO UPDATE SET"
+                " value = excluded.value, timestamp = excluded.timestamp, step = excluded.step,"
+                " is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp,"
+                " excluded.value) > (step, timestamp, value)",
+                rows,
             )
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        with self._db() as db:
-            db.execute(
-                "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?",
-                (status, end_ms or int(time.time() * 1000), run_id),
-            )
+        end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
+        self._one(end, status, end_ms or now_ms(), run_id)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,203 @@
+"""A new sqlite store made by torchx is what the installed MLflow creates, and MLflow opens
+it as it is (real MLflow: its own store creation, MlflowClient, ``mlflow.search_runs``)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from torchx.trackers.mlflow_sqlite import SqliteStore, mlflow_head_revision
+
+MAKE = textwrap.dedent("""
+    import sys
+    from torchx.trackers.mlflow_sqlite import create_store
+
+    create_store(sys.argv[1], sys.argv[2] or None)
+    print("mlflow" in sys.modules)
+""")
+
+
+def make_store(path: Path, cwd: Path, head: str = "") -> bool:
+    """torchx creates the store ``path`` in a fresh process; True if it imported mlflow."""
+    out = subprocess.run(
+        [sys.executable, "-c", MAKE, str(path), head],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.split()[-1] == "True"
+
+
+def mlflow_store(path: Path) -> None:
+    """The installed MLflow creates a store, its own way."""
+    from mlflow import MlflowClient
+
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+
+
+CONSTRAINT = ("CONSTRAINT", "CHECK", "FOREIGN KEY", "UNIQUE", "PRIMARY KEY")
+
+
+def _definitions(sql: str) -> Tuple[Tuple[str, ...], ...]:
+    """Columns in order, table constraints in any: MLflow's own migrations write a table's
+    constraints (and create its indexes) in an order that varies from one store to the next."""
+    lines = [line.strip().rstrip(",").strip() for line in (sql or "").splitlines()]
+    columns = tuple(line for line in lines if not line.startswith(CONSTRAINT))
+    return columns, tuple(sorted(line for line in lines if line.startswith(CONSTRAINT)))
+
+
+def schema(path: Path) -> List[Tuple[Any, ...]]:
+    """``sqlite_master`` (but where its pages are, and the orders above)."""
+    with sqlite3.connect(path) as db:
+        master = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    return sorted((kind, name, table, _definitions(sql)) for kind, name, table, sql in master)
+
+
+def rows(path: Path, *skip: str) -> Dict[str, List[Dict[str, Any]]]:
+    """Every non-empty table's rows, but columns named in ``skip`` (times)."""
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    with sqlite3.connect(path) as db:
+        db.row_factory = sqlite3.Row
+        tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        for (table,) in tables:
+            found = [dict(r) for r in db.execute(f'SELECT * FROM "{table}"')]
+            if found:
+                out[table] = [{k: v for k, v in r.items() if k not in skip} for r in found]
+    return out
+
+
+TIMES = ("creation_time", "last_update_time")
+
+
+def test_a_new_store_is_what_mlflow_creates_and_mlflow_opens_it_without_migrating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # MLflow's default experiment keeps artifacts in ./mlruns
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    theirs, ours = tmp_path / "theirs.db", tmp_path / "ours.db"
+    assert not make_store(ours, tmp_path)  # from the snapshot: no `import mlflow`
+    assert stat.S_IMODE(ours.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".mlflow-")] == []
+    mlflow_store(theirs)
+    assert schema(ours) == schema(theirs)
+    assert rows(ours, *TIMES) == rows(theirs, *TIMES)
+
+    # the job's experiment, as torchx writes it and as MLflow's create_experiment does
+    import mlflow
+    from mlflow import MlflowClient
+
+    SqliteStore(str(ours), lambda: None).experiment_id("torchx", str(tmp_path / "artifacts"))
+    client = MlflowClient(f"sqlite:///{theirs}")
+    client.create_experiment("torchx", artifact_location=str(tmp_path / "artifacts" / "torchx"))
+    assert rows(ours, *TIMES) == rows(theirs, *TIMES)
+
+    # MLflow opens ours as it is: what `mlflow ui` asks first, then a run and its reads
+    before = schema(ours)
+    uri = f"sqlite:///{ours}"
+    client = MlflowClient(uri)
+    assert sorted(e.name for e in client.search_experiments()) == ["Default", "torchx"]
+    exp = client.get_experiment_by_name("torchx")
+    run = client.create_run(exp.experiment_id, run_name="r")
+    client.log_metric(run.info.run_id, "m", 1.0)
+    client.set_terminated(run.info.run_id)
+    assert client.get_run(run.info.run_id).data.metrics == {"m": 1.0}
+    mlflow.set_tracking_uri(uri)
+    try:
+        found = mlflow.search_runs(experiment_ids=[exp.experiment_id])
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert list(found["run_id"]) == [run.info.run_id]
+    assert schema(ours) == before  # nothing was migrated
+    with sqlite3.connect(ours) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_another_mlflow_schema_head_falls_back_to_mlflow_itself(tmp_path: Path) -> None:
+    """The snapshot is used only for its own head: for another one (an MLflow that is not
+    the pinned one), MLflow creates the store, also in a temp file linked into place."""
+    other = "0" * 12  # a head the snapshot is not for
+    assert mlflow_head_revision() not in (None, other)
+    assert make_store(tmp_path / "slow.db", tmp_path, head=other)  # MLflow made it
+    assert not make_store(tmp_path / "fast.db", tmp_path)
+    assert schema(tmp_path / "slow.db") == schema(tmp_path / "fast.db")
+    assert rows(tmp_path / "slow.db", *TIMES) == rows(tmp_path / "fast.db", *TIMES)
+    assert stat.S_IMODE((tmp_path / "slow.db").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fast.db", "slow.db"]
+
+
+def test_a_store_made_meanwhile_by_mlflow_itself_is_kept(tmp_path: Path) -> None:
+    """``create_store`` never replaces a store another process (``mlflow ui``) made."""
+    path = tmp_path / "mlflow.db"
+    mlflow_store(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE experiments SET name = 'kept' WHERE experiment_id = 0")
+    assert not make_store(path, tmp_path)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT name FROM experiments").fetchall() == [("kept",)]
+    assert os.listdir(tmp_path) == ["mlflow.db"]
+
+
+RANK = """
+import sys
+from torchx.tracker import app_run_from_env
+
+run = app_run_from_env()
+run.add_metadata(stage="train")
+for step, loss in ((1, 2.0), (3, 0.5), (2, 1.0), (4, float("nan")), (5, float("inf"))):
+    run.log_metrics({"loss": loss, "acc": step / 10}, step=step)
+open(sys.argv[1], "w").write(str("mlflow" in sys.modules))
+"""
+
+
+def test_a_ranks_tracker_calls_on_sqlite_write_what_mlflow_writes_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+
+    from torchx import specs
+    from torchx.runner import get_runner
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
+    for var in ("TORCHX_PARENT_RUN_ID", "TORCHX_JOB_ID", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "imported"
+    role = specs.Role("w", ".", entrypoint=sys.executable, args=["-c", RANK, str(out)])
+    with get_runner() as runner:
+        handle = runner.run(specs.AppDef("rank", [role]), "local_cwd")
+        assert runner.wait(handle, wait_interval=1, timeout=240).state == specs.AppState.SUCCEEDED
+    assert out.read_text() == "False"  # the rank never imported mlflow
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("torchx").experiment_id
+    ours = client.search_runs([exp], f"tags.`torchx.job_id` = '{handle}'")[0].info.run_id
+    theirs = client.create_run(exp).info.run_id  # the same calls, by MLflow itself
+    for step, loss in ((1, 2.0), (3, 0.5), (2, 1.0), (4, float("nan")), (5, float("inf"))):
+        for key, value in (("loss", loss), ("acc", step / 10)):
+            client.log_metric(theirs, key, value, step=step)
+
+    def metrics(run_id: str) -> Tuple[Any, ...]:
+        history = [
+            (key, m.step, str(m.value))
+            for key in ("loss", "acc")
+            for m in client.get_metric_history(run_id, key)
+        ]
+        latest = client.get_run(run_id).data.metrics
+        return sorted(history), {k: str(v) for k, v in latest.items()}
+
+    assert metrics(ours) == metrics(theirs)
+    assert metrics(ours)[1] == {"loss": str(1.7976931348623157e308), "acc": "0.5"}
+    assert client.get_run(ours).data.tags["stage"] == "train"
