@@ -16,6 +16,11 @@ fi
 # each module it imports from source: `import mlflow` 4.4 s of CPU instead of 2.0.
 .venv/bin/uv pip install --quiet --python .venv/bin/python --compile-bytecode \
     -c constraints.txt torch==2.13.0 -e '.[dev]'
+# the editable build leaves a copy of torchx's metadata in the tree (torchx.egg-info); with
+# the tree on sys.path (python -m pytest) torchx's airflow.plugins entry point is seen twice,
+# and Airflow's task SDK 1.3.2 stops loading entry-point plugins at a duplicate name (it
+# skipped OpenLineage's listener in dag.test()). The installed metadata is in .venv.
+rm -rf torchx.egg-info
 # the editable torchx and the examples are not installed files: compile them here
 .venv/bin/python -m compileall -q torchx examples >/dev/null || true
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

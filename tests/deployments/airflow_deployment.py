@@ -293,6 +293,10 @@ def deployment_env(home: Path, dags: Path, extra: Mapping[str, str]) -> Dict[str
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            # a task's calls to the execution API (the api-server) wait 5 s by default, 5
+            # tries: on a loaded 2-core machine a new deployment's first task timed out all
+            # five (`task_instances.start`, httpx ReadTimeout) and its try failed unstarted
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         }
     )
     env.update(extra)

@@ -2,9 +2,8 @@
 ``on_kill`` runs) has its job cancelled by torchx's listener once the scheduler fails the
 try by heartbeat timeout, with no user action; a try Airflow will retry keeps its job.
 
-The listener is registered through Airflow's plugins folder (a one-line plugin importing
-``TorchXListenerPlugin``): the shared venv's editable install predates the provider's
-``airflow.plugins`` entry point, which does the same for an installed torchx.
+The listener comes through the provider's ``airflow.plugins`` entry point alone: the
+deployment has no plugins-folder file and its DAGs no wiring.
 """
 
 from __future__ import annotations
@@ -67,7 +66,6 @@ with DAG(dag_id="detached", schedule=None, start_date=datetime(2026, 1, 1), catc
     )
 detached = d
 """
-PLUGIN = "from torchx.pipelines.airflow.listener import TorchXListenerPlugin  # noqa: F401\n"
 DEADLINE = 120.0
 CRASH_DEADLINE = 180.0
 REAPED_WITHIN = 90.0  # after the task fails by heartbeat timeout
@@ -76,18 +74,15 @@ REAPED_WITHIN = 90.0  # after the task fails by heartbeat timeout
 @pytest.fixture(scope="module")
 def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
     work = tmp_path_factory.mktemp("airflow-orphans")
-    dags, plugins = work / "dags", work / "plugins"
+    dags = work / "dags"
     dags.mkdir()
-    plugins.mkdir()
     (dags / "orphan_dags.py").write_text(DAGS)
-    (plugins / "torchx_listener.py").write_text(PLUGIN)
     torchx_env = {"TORCHX_HOME": str(work / "torchx_home"), "TORCHX_TRACKERS": ""}
-    env = {**torchx_env, "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins)}
     with pytest.MonkeyPatch.context() as mp:
         for k, v in torchx_env.items():  # this process looks at the deployment's apps
             mp.setenv(k, v)
         try:
-            with airflow_deployment(work, dags, env) as deployment:
+            with airflow_deployment(work, dags, torchx_env) as deployment:
                 for dag_id in ("orphan_no_retry", "orphan_retry", "detached"):
                     deployment.unpause(dag_id)
                 yield deployment
@@ -130,6 +125,16 @@ def _password(af: AirflowDeployment) -> str:
 
     users = json.loads((af.home / "simple_auth_manager_passwords.json.generated").read_text())
     return str(users["admin"])
+
+
+def test_the_listener_comes_through_the_entry_point(af: AirflowDeployment) -> None:
+    plugins = {p["name"]: p for p in af.api("GET", "/plugins")["plugins"]}
+    assert "torchx_listener" in plugins, (
+        "torchx's airflow.plugins entry point is not installed (re-run scripts/setup.sh): "
+        f"{sorted(plugins)}"
+    )
+    assert plugins["torchx_listener"]["listeners"] == ["torchx.pipelines.airflow.listener"]
+    assert "torchx" in str(plugins["torchx_listener"]["source"])  # torchx's dist, not a file
 
 
 def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployment) -> None:

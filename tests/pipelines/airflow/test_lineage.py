@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import time
 import urllib.request
@@ -79,6 +81,39 @@ def reference(
             handles = {a.name: a.app_handle for a in runner.list("local_cwd")}
         run_dir = work / "out" / dag_run.run_id.replace(":", "_").replace("+", "_")
         yield {"dag_run": dag_run, "handles": handles, "run_dir": run_dir, "url": server}
+
+
+# the listener modules each Airflow listener manager registered: the task SDK's (task
+# processes, dag.test()) and the core one (scheduler, api-server)
+LISTENERS = """
+import inspect
+from airflow.listeners.listener import get_listener_manager as core
+from airflow.sdk.listener import get_listener_manager as task_sdk
+
+for lm in (task_sdk(), core()):
+    print(sorted(p.__name__ if inspect.ismodule(p) else type(p).__module__
+                 for p in lm.pm.get_plugins()))
+"""
+
+
+def test_torchx_listener_and_openlineage_load_through_the_entry_points(airflow_db: Path) -> None:
+    """torchx's listener comes through the provider's ``airflow.plugins`` entry point, in
+    every process, and OpenLineage's listener loads beside it. Run in a new interpreter
+    started in the source tree, as ``python -m pytest`` (and so ``dag.test()``) runs: a
+    second copy of torchx's metadata there (``torchx.egg-info``) made the task SDK stop
+    loading entry-point plugins at the duplicate name, and OpenLineage's went missing."""
+    out = subprocess.run(
+        [sys.executable, "-c", LISTENERS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    task_sdk, core = out.stdout.strip().splitlines()[-2:]
+    for registered in (task_sdk, core):
+        assert "'torchx.pipelines.airflow.listener'" in registered, (registered, out.stderr)
+        assert "'airflow.providers.openlineage.plugins.listener'" in registered, registered
 
 
 def test_reference_dag_stages_nest_under_a_finished_pipeline_run(

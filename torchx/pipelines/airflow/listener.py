@@ -1,14 +1,19 @@
 """Cancel a stage's job when its task instance ends for good while the job still runs.
 
-Registered by ``TorchXListenerPlugin`` (the provider's ``airflow.plugins`` entry point), so
-DAGs need no wiring. Why a listener: a task instance can end without the operator's
-``on_kill`` running; the case that matters is a worker lost (SIGKILL, OOM, node gone):
-the scheduler fails the try after ``[scheduler] task_instance_heartbeat_timeout`` and then
-calls ``on_task_instance_failed`` itself, in the scheduler process
-(``TaskInstance.handle_failure``, reached from ``process_executor_events``). A user's
-"mark failed / success" calls it in the api-server; a task's own end calls it in the task
-process. The same hook runs in each, so each of those processes needs torchx's settings
-(``TORCHX_HOME`` for local_cwd, the schedulers' credentials).
+Registered by ``TorchXListenerPlugin``, the provider's ``airflow.plugins`` entry point, so
+DAGs need no wiring. (Two copies of torchx's metadata on ``sys.path``, e.g. a source tree's
+``torchx.egg-info`` next to the installed package, make Airflow's task SDK 1.3.2 stop
+loading entry-point plugins at the duplicate name, so OpenLineage's listener can go
+missing in task processes; see docs/orphans.md.)
+
+Why a listener: a task instance can end without the operator's ``on_kill`` running; the case
+that matters is a worker lost (SIGKILL, OOM, node gone): the scheduler fails the try after
+``[scheduler] task_instance_heartbeat_timeout`` and then calls ``on_task_instance_failed``
+itself, in the scheduler process (``TaskInstance.handle_failure``, reached from
+``process_executor_events``). A user's "mark failed / success" calls it in the api-server; a
+task's own end calls it in the task process. The same hook runs in each, so each of those
+processes needs torchx's settings (``TORCHX_HOME`` for local_cwd, the schedulers'
+credentials).
 
 Only ``failed`` (no retry left) cancels. A try that Airflow will retry (``up_for_retry``)
 keeps its job: the retry re-attaches to it. ``success`` never cancels: a task that does not

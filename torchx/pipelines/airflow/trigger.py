@@ -5,8 +5,13 @@ Lifecycle, as Airflow 3.3 defines it for triggers:
 - the trigger's cancellation (``CancelledError``) is *not* a reason to cancel the app: the
   triggerer cancels every trigger when it stops or restarts, and the task is still deferred
   then; the next triggerer's trigger re-attaches to the app;
-- ``on_kill`` cancels the app: Airflow calls it when a user acts on the deferred task (mark
-  failed, mark success, clear);
+- a user's action on the deferred task (mark failed, mark success, clear) cancels the app.
+  Airflow cancels the trigger's task with its user-action message, then calls ``on_kill``;
+  but its handler awaits a log call before ``on_kill``, and the triggerer repeats the
+  cancel every loop (1 s) until the trigger ends, so on a loaded machine the repeat can
+  land in that await and ``on_kill`` never runs. So the trigger starts the cancel itself
+  the moment the user-action cancellation reaches it (no await before), and ``on_kill``
+  joins that one cancel (or starts it, if the cancellation reached Airflow first);
 - status checks run in a daemon thread, so a triggerer that stops never waits for one.
 
 Live logs: while the task is deferred, the trigger streams the job's new log lines
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -36,6 +42,11 @@ from torchx.runner import get_runner
 from torchx.runner.logs import tail_app_logs
 
 T = TypeVar("T")
+
+# the message Airflow's triggerer cancels a trigger's task with when a user acted on the task
+# (``_USER_ACTION_CANCEL_MSG`` in airflow/jobs/triggerer_job_runner.py); its own stop or
+# restart cancels with none
+USER_ACTION = "__airflow_user_action__"
 
 
 class TorchXTrigger(BaseTrigger):
@@ -61,6 +72,7 @@ class TorchXTrigger(BaseTrigger):
         self.get_logs = get_logs
         self.progress_interval = progress_interval
         self.streamed: Dict[str, int] = {}
+        self._cancelling: Optional[threading.Thread] = None
 
     def serialize(self) -> Tuple[str, Dict[str, Any]]:
         return (
@@ -92,8 +104,10 @@ class TorchXTrigger(BaseTrigger):
         follower = self._follower()
         try:
             status = await self._wait(lines, follower)
-        except BaseException:  # cancelled (triggerer stop, task killed): readers end
+        except BaseException as e:  # cancelled (triggerer stop, task killed): readers end
             stop.set()
+            if self._killed_by_user(e):
+                self._start_cancel()  # before any await: see the module's docstring
             raise
         if status is not None and readers is not None:
             # the app ended: its readers reach the end of its logs; log what is left
@@ -204,12 +218,38 @@ class TorchXTrigger(BaseTrigger):
         thread.start()
         return thread
 
+    def _killed_by_user(self, error: BaseException) -> bool:
+        """Whether ``error`` is Airflow's cancellation for a user's action on the task, by
+        the rule Airflow calls ``on_kill`` by (not after the trigger's own timeout)."""
+        if not self.cancel_on_kill or not isinstance(error, asyncio.CancelledError):
+            return False
+        if error.args[:1] != (USER_ACTION,):
+            return False
+        timeout = getattr(self, "timeout_after", None)
+        if timeout is not None:
+            when = timeout if timeout.tzinfo else timeout.replace(tzinfo=timezone.utc)
+            return bool(when >= datetime.now(timezone.utc))
+        return True
+
+    def _start_cancel(self) -> threading.Thread:
+        """Cancel the app in a daemon thread, once however often Airflow asks; the thread
+        runs on when Airflow stops awaiting it."""
+        if self._cancelling is None:
+            self.log.info("task killed: cancelling %s", self.app_handle)
+            self._cancelling = threading.Thread(
+                target=self._cancel, name="torchx-trigger-cancel", daemon=True
+            )
+            self._cancelling.start()
+        return self._cancelling
+
     async def on_kill(self) -> None:
-        """A user killed the deferred task (mark failed or success, clear): cancel the app."""
+        """A user killed the deferred task (mark failed or success, clear): cancel the app
+        (usually already started by ``run``) and wait for it."""
         if not self.cancel_on_kill:
             return
-        self.log.info("task killed: cancelling %s", self.app_handle)
-        await off_loop(self._cancel)
+        cancelling = self._start_cancel()
+        while cancelling.is_alive():
+            await asyncio.sleep(0.1)
 
     def _cancel(self) -> None:
 
