@@ -32,7 +32,8 @@ from torchx.runner.compat import (  # noqa: F401 (upstream's names in this modul
     materialize_appdef,
 )
 from torchx.runner.events import log_event
-from torchx.runner.tracking import RunRequest, job_run, trackers_of, with_env
+from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
+from torchx.runner.tracking import JobRecorder, RunRequest, job_run, trackers_of, with_env
 from torchx.runtime.progress import Progress, read_progress
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
@@ -96,6 +97,7 @@ class Runner:
         self._apps: Dict[AppHandle, AppDef] = {}
         self._ended: set[AppHandle] = set()  # apps whose tracker run this runner ended
         self._tracking = TrackerSession()  # tracker clients, built once, closed with the runner
+        self._recorder = JobRecorder(self._tracking)  # progress, resource-hours, failures
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -349,6 +351,7 @@ class Runner:
             raise ValueError("dryrun_info has no scheduler; create it with Runner.dryrun")
         sched = self._scheduler(scheduler)
         app = dryrun_info._app
+        submitted = time.time()
         trackers = trackers_of(app) if app is not None else {}
         opened: Optional[OpenedJobRun] = None
         if app is not None and trackers:
@@ -358,7 +361,8 @@ class Runner:
             )
             job = job_run(app, scheduler, request, int(time.time() * 1000))
             opened = self._tracking.open(trackers, job)
-            dryrun_info = with_env(sched, dryrun_info, opened.env)
+            env = {**opened.env, ENV_JOB_START_MS: str(job.start_ms)}
+            dryrun_info = with_env(sched, dryrun_info, env)
             app = dryrun_info._app
         try:
             with log_event("schedule", scheduler) as event:
@@ -371,6 +375,7 @@ class Runner:
         handle = make_app_handle(scheduler, self._name, app_id)
         if app is not None:
             self._apps[handle] = app
+            self._watch(handle, app.roles, submitted)
         if opened is not None:
             self._tracking.bind(opened, handle)
         logger.info("launched %s", handle)
@@ -385,7 +390,9 @@ class Runner:
         if desc is None:
             return None
         if is_terminal(desc.state):
-            self._end_job_run(app_handle, desc.state, desc.roles)
+            self._end_job_run(app_handle, desc.state, desc.roles, desc.msg)
+        else:  # seen running: this runner records its end (and knows when that was)
+            self._watch(app_handle, desc.roles)
         return AppStatus(
             state=desc.state,
             num_restarts=max(desc.num_restarts, 0),
@@ -412,6 +419,8 @@ class Runner:
             status = self.status(app_handle)
             if status is None or status.is_terminal():
                 return status
+            if self._recorder.progress_due(app_handle):  # onto the job's tracker run
+                self._recorder.progress(app_handle, self._quiet_progress(app_handle))
             remaining = wait_interval
             if deadline is not None:
                 remaining = min(remaining, deadline - time.monotonic())
@@ -423,6 +432,18 @@ class Runner:
         """The app's last progress report (``report_progress`` from rank 0), if any."""
         sched, _, app_id = self._scheduler_app_id(app_handle)
         return read_progress(sched.progress_path(app_id))
+
+    def resource_hours(self, app_handle: AppHandle) -> Optional[ResourceHours]:
+        """The app's requested cpu- and gpu-hours, once this runner saw it end (None if it
+        did not watch it run); see ``torchx.runner.resource_hours`` for the times."""
+        return self._recorder.hours.get(app_handle)
+
+    def _quiet_progress(self, app_handle: AppHandle) -> Optional[Progress]:
+        try:
+            return self.progress(app_handle)
+        except Exception as e:  # a report is never worth failing a wait
+            logger.warning("could not read the progress of %s: %s", app_handle, e)
+            return None
 
     def describe(self, app_handle: AppHandle) -> Optional[AppDef]:
         """The AppDef of a submitted app (from this runner's cache or the scheduler)."""
@@ -475,7 +496,7 @@ class Runner:
             sched.cancel(app_id)
         after = sched.describe(app_id) or desc
         state = after.state if is_terminal(after.state) else AppState.CANCELLED
-        self._end_job_run(app_handle, state, after.roles or desc.roles)
+        self._end_job_run(app_handle, state, after.roles or desc.roles, after.msg)
 
     def stop(self, app_handle: AppHandle) -> None:
         """Deprecated alias of :meth:`cancel`."""
@@ -503,24 +524,36 @@ class Runner:
             return dict(self._trackers)
         return torchx_config.get_configured_trackers()
 
-    def _end_job_run(self, handle: AppHandle, state: AppState, roles: List[Any]) -> None:
-        """End the job's tracker run with the app (once per handle in this runner).
-
-        The app's own env says which trackers it reports to and its run's id; a scheduler
-        that does not return the env falls back to this runner's trackers (ending a run
-        that does not exist does nothing).
-        """
-        if handle in self._ended:
-            return
-        self._ended.add(handle)
+    def _job_trackers(
+        self, handle: AppHandle, roles: List[Any]
+    ) -> tuple[List[Any], Dict[str, str], Dict[str, Optional[str]]]:
+        """The app's roles, env and trackers. The app's own env says which trackers it
+        reports to and its run's id; a scheduler that does not return the env falls back
+        to this runner's trackers (ending a run that does not exist does nothing)."""
         app = self._apps.get(handle)
         if app is not None:
             roles = app.roles
         env: Dict[str, str] = dict(roles[0].env) if roles else {}
         if ENV_TORCHX_TRACKERS in env:
-            trackers = trackers_of(AppDef("app", roles))
-        else:
-            trackers = self.trackers()
+            return roles, env, trackers_of(AppDef("app", roles))
+        return roles, env, self.trackers()
+
+    def _watch(self, handle: AppHandle, roles: List[Any], start: Optional[float] = None) -> None:
+        if not self._recorder.watching(handle):
+            _, env, trackers = self._job_trackers(handle, roles)
+            self._recorder.watch(handle, trackers, env, start)
+
+    def _end_job_run(
+        self, handle: AppHandle, state: AppState, roles: List[Any], msg: str = ""
+    ) -> None:
+        """End the job's tracker run with the app (once per handle in this runner), after
+        its last progress report, resource-hours and failure reason (``JobRecorder``)."""
+        if handle in self._ended:
+            return
+        self._ended.add(handle)
+        roles, env, trackers = self._job_trackers(handle, roles)
+        report = self._quiet_progress(handle) if trackers else None
+        self._recorder.ended(handle, roles, state, msg, report)
         if trackers:
             self._tracking.close_job_run(trackers, handle, env, state)
 
