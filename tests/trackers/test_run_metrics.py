@@ -13,11 +13,15 @@ from typing import Any, Dict, List
 import pytest
 
 from tests.mlflow_server import mlflow_server
+from tests.polling import poll_until
 from tests.trackers.test_job_run import the_run
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.runner.resource_hours import ENV_JOB_START_MS, resource_hours
 from torchx.runner.tracking import FAILURE_REASON_TAG
+from torchx.schedulers import get_scheduler_factories
+from torchx.specs.api import parse_app_handle
+from torchx.specs.states import is_terminal
 
 DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
 
@@ -103,11 +107,32 @@ def test_another_runner_that_sees_the_job_running_records_its_hours(store: str) 
     run = the_run(store, handle)
     assert run.data.metrics["cpu_hours"] > 0
     assert_hours_match_the_run(run)
-    # a Runner whose first look finds the app ended cannot tell when: it adds nothing
+    # a Runner whose first look finds the app ended, after a watcher recorded: adds nothing
     with get_runner() as late:
         late.status(handle)
         assert late.resource_hours(handle) is None
     assert len(history(store, the_run(store, handle), "cpu_hours")) == 1
+
+
+def test_a_job_nobody_watched_end_gets_its_hours_from_the_first_runner_that_sees_it(
+    store: str,
+) -> None:
+    """Detached (its submitter did not wait): the first Runner to see it ended records the
+    hours up to its own look, an upper bound like the run's end time; later looks add none."""
+    with get_runner() as submitter:
+        handle = submitter.run_component("utils.sh", ["echo", "hi"], "local_cwd")
+    _, session, app_id = parse_app_handle(handle)
+    sched = get_scheduler_factories()["local_cwd"](session)  # the scheduler, not a Runner
+    desc = poll_until(lambda: sched.describe(app_id), lambda d: d is None or is_terminal(d.state))
+    assert desc is not None and desc.state == specs.AppState.SUCCEEDED, desc
+    with get_runner() as first:
+        first.status(handle)
+        assert first.resource_hours(handle) is not None
+    with get_runner() as second:
+        second.status(handle)
+        assert second.resource_hours(handle) is None
+    run = the_run(store, handle)
+    assert len(history(store, run, "cpu_hours")) == 1 and run.data.metrics["cpu_hours"] > 0
 
 
 def test_a_job_reporting_progress_has_the_reports_as_metrics_at_their_steps(store: str) -> None:

@@ -553,7 +553,7 @@ class Runner:
         self._ended.add(handle)
         roles, env, trackers = self._job_trackers(handle, roles)
         report = self._quiet_progress(handle) if trackers else None
-        self._recorder.ended(handle, roles, state, msg, report)
+        self._recorder.ended(handle, trackers, env, roles, state, msg, report)
         if trackers:
             self._tracking.close_job_run(trackers, handle, env, state)
 

@@ -14,8 +14,10 @@ Where the wall time comes from: no scheduler reports an app's start and end time
   Runner's own clock. Time in the scheduler's queue counts.
 - the end is when a Runner that watched the app (submitted it, or saw it not yet ended)
   sees it end: at once on ``local_cwd`` (its wait wakes up when the app ends), within the
-  poll interval elsewhere. A Runner whose first look finds the app already ended (``torchx
-  status`` on a detached job a day later) cannot tell when it ended and records nothing.
+  poll interval elsewhere. A Runner whose first look finds the app already ended records
+  the hours only if no watching Runner did, with its own clock as the end: an upper bound
+  (``torchx status`` on a detached job a day later counts that day), as the run's end time
+  is. Those are the times the job's tracker run shows as its start and end.
 
 A pipeline run gets the sums over its stage runs (every stage run nested under it, retried
 tries included: each held its resources), read back from the tracker when the pipeline run

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from torchx.runner.resource_hours import ResourceHours, job_start, resource_hours
+from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
 from torchx.runtime.progress import Progress
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
@@ -216,21 +216,30 @@ class JobRecorder:
     def ended(
         self,
         handle: str,
+        trackers: Mapping[str, Optional[str]],
+        env: Mapping[str, str],
         roles: Sequence[Role],
         state: AppState,
         msg: str,
         report: Optional[Progress],
     ) -> None:
         """The app ended (before its run is closed): the last report, resource-hours from
-        ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``."""
+        ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
+
+        A Runner whose first look finds the app ended (it did not watch it) records the
+        hours only if no watching Runner did (``job_run_has``): the end it knows is now."""
         watch = self._watched.get(handle)
+        late = watch is None
         if watch is None:
-            return  # first seen ended: when it ended is unknown
-        if watch.start is not None:
+            watch = self._watched[handle] = _Watch(dict(trackers), dict(env), job_start(env))
+        # a late look after a watching Runner recorded the end adds nothing: its records stand
+        settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
+        if watch.start is not None and not settled:
             self.hours[handle] = resource_hours(roles, watch.start, time.time())
         if not watch.trackers:
             return
-        self.progress(handle, report)
+        if not settled:
+            self.progress(handle, report)
         tags = {}
         if state == AppState.FAILED and msg and msg != "<NONE>":
             tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
@@ -238,6 +247,18 @@ class JobRecorder:
         metrics = hours.metrics() if hours is not None else {}
         if metrics or tags:
             self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
+
+    def _recorded(self, watch: _Watch, handle: str, metric: str) -> bool:
+        """Whether the job's run has ``metric`` in any tracker (True if none can tell)."""
+        for backend in self._session.backends(watch.trackers):
+            has = getattr(backend, "job_run_has", None)
+            run_id = backend.job_run_id(handle, watch.env)
+            try:
+                if has is not None and run_id and not has(run_id, metric):
+                    return False
+            except Exception as e:  # cannot tell: leave the run as it is
+                logger.warning("could not read the run of %s: %s", handle, e)
+        return True
 
     def record(
         self,

@@ -524,6 +524,13 @@ class MlflowBackend:
             elif metrics:
                 store.log_metrics(run_id, metrics, _now(), step)
 
+    def job_run_has(self, run_id: str, metric: str) -> bool:
+        """Whether the job's run has ``metric`` already (by its MLflow id)."""
+        with self._launcher_store() as store:
+            if isinstance(store, MLflowTracker):
+                return metric in store.client.get_run(run_id).data.metrics
+            return bool(store.has_metric(run_id, metric))
+
     def close(self) -> None:
         with self._lock:
             self._tracker = None

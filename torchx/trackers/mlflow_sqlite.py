@@ -131,6 +131,11 @@ class SqliteStore:
                 rows,
             )
 
+    def has_metric(self, run_id: str, key: str) -> bool:
+        with self._db() as db:
+            sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
+            return db.execute(sql, (run_id, key)).fetchone() is not None
+
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         with self._db() as db:
             db.execute(
