@@ -119,6 +119,10 @@ def test_sh_stages_each_get_a_finished_run_with_params_under_the_pipeline_run(
         assert params["scheduler"] == "local_cwd"
     echoed = {json.loads(s.data.params["kfp.component_args"])[1] for s in stages}
     assert echoed == {"hello", "second"}
+    # the exit handler summed the stages' resource-hours onto the pipeline run
+    total = sum(s.data.metrics["cpu_hours"] for s in stages)
+    assert total > 0 and pipeline[0].data.metrics["cpu_hours"] == pytest.approx(total)
+    assert pipeline[0].data.metrics["gpu_hours"] == 0
 
 
 def test_launcher_returns_the_mlflow_run_id_and_typed_outputs(kfp_run: Dict[str, Any]) -> None:
@@ -126,8 +130,12 @@ def test_launcher_returns_the_mlflow_run_id_and_typed_outputs(kfp_run: Dict[str,
     run = kfp_run["client"].get_run(outputs["tracker_run_id"])  # a real MLflow run id
     assert run.data.tags["torchx.job_id"] == outputs["app_handle"] != outputs["tracker_run_id"]
     assert outputs["tracker_run_url"] == ""  # a sqlite store has no UI: no fake link
-    # rank 0's last value, and its last progress report (step, total, its metrics)
-    assert outputs["metrics"]["metadata"] == {"loss": 0.25, "step": 2, "total": 2, "acc": 0.75}
+    # rank 0's last value, its last progress report (step, total, its metrics), and the
+    # app's resource-hours as on its run
+    meta = dict(outputs["metrics"]["metadata"])
+    hours = {k: meta.pop(k) for k in ("cpu_hours", "gpu_hours")}
+    assert meta == {"loss": 0.25, "step": 2, "total": 2, "acc": 0.75}
+    assert hours["cpu_hours"] == run.data.metrics["cpu_hours"] > 0 and hours["gpu_hours"] == 0
     model = outputs["model"]
     assert model["uri"] == str(kfp_run["root"] / "model")
     assert model["metadata"]["recorded"] is True and model["metadata"]["steps"] == "2"
