@@ -194,6 +194,10 @@ def test_over_http_the_same_metrics_and_reason_reach_an_mlflow_server(
         assert status.msg == run.data.tags[FAILURE_REASON_TAG] == reason
         assert run.data.metrics["progress_step"] == 100 and run.data.metrics["cpu_hours"] > 0
         assert_hours_match_the_run(run)
+        with get_runner() as late:  # reads the run over REST: the watcher's hours stand
+            late.status(handle)
+            assert late.resource_hours(handle) is None
+        assert len(history(url, run, "cpu_hours")) == 1
 
 
 def test_requested_resources_times_replicas_times_wall_time() -> None:
