@@ -97,7 +97,8 @@ class Runner:
         self._apps: Dict[AppHandle, AppDef] = {}
         self._ended: set[AppHandle] = set()  # apps whose tracker run this runner ended
         self._tracking = TrackerSession()  # tracker clients, built once, closed with the runner
-        self._recorder = JobRecorder(self._tracking)  # progress, resource-hours, failures
+        # progress, resource-hours and failure reasons onto the runs of the apps it watches
+        self._recorder = JobRecorder(self._tracking, self._apps, self.trackers, self.progress)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -375,7 +376,7 @@ class Runner:
         handle = make_app_handle(scheduler, self._name, app_id)
         if app is not None:
             self._apps[handle] = app
-            self._watch(handle, app.roles, submitted)
+            self._recorder.watch(handle, app.roles, submitted)
         if opened is not None:
             self._tracking.bind(opened, handle)
         logger.info("launched %s", handle)
@@ -392,7 +393,7 @@ class Runner:
         if is_terminal(desc.state):
             self._end_job_run(app_handle, desc.state, desc.roles, desc.msg)
         else:  # seen running: this runner records its end (and knows when that was)
-            self._watch(app_handle, desc.roles)
+            self._recorder.watch(app_handle, desc.roles)
         return AppStatus(
             state=desc.state,
             num_restarts=max(desc.num_restarts, 0),
@@ -419,8 +420,7 @@ class Runner:
             status = self.status(app_handle)
             if status is None or status.is_terminal():
                 return status
-            if self._recorder.progress_due(app_handle):  # onto the job's tracker run
-                self._recorder.progress(app_handle, self._quiet_progress(app_handle))
+            self._recorder.poll_progress(app_handle)  # onto the job's tracker run
             remaining = wait_interval
             if deadline is not None:
                 remaining = min(remaining, deadline - time.monotonic())
@@ -437,13 +437,6 @@ class Runner:
         """The app's requested cpu- and gpu-hours, once this runner saw it end (None if it
         did not watch it run); see ``torchx.runner.resource_hours`` for the times."""
         return self._recorder.hours.get(app_handle)
-
-    def _quiet_progress(self, app_handle: AppHandle) -> Optional[Progress]:
-        try:
-            return self.progress(app_handle)
-        except Exception as e:  # a report is never worth failing a wait
-            logger.warning("could not read the progress of %s: %s", app_handle, e)
-            return None
 
     def describe(self, app_handle: AppHandle) -> Optional[AppDef]:
         """The AppDef of a submitted app (from this runner's cache or the scheduler)."""
@@ -524,38 +517,14 @@ class Runner:
             return dict(self._trackers)
         return torchx_config.get_configured_trackers()
 
-    def _job_trackers(
-        self, handle: AppHandle, roles: List[Any]
-    ) -> tuple[List[Any], Dict[str, str], Dict[str, Optional[str]]]:
-        """The app's roles, env and trackers. The app's own env says which trackers it
-        reports to and its run's id; a scheduler that does not return the env falls back
-        to this runner's trackers (ending a run that does not exist does nothing)."""
-        app = self._apps.get(handle)
-        if app is not None:
-            roles = app.roles
-        env: Dict[str, str] = dict(roles[0].env) if roles else {}
-        if ENV_TORCHX_TRACKERS in env:
-            return roles, env, trackers_of(AppDef("app", roles))
-        return roles, env, self.trackers()
-
-    def _watch(self, handle: AppHandle, roles: List[Any], start: Optional[float] = None) -> None:
-        if not self._recorder.watching(handle):
-            _, env, trackers = self._job_trackers(handle, roles)
-            self._recorder.watch(handle, trackers, env, start)
-
     def _end_job_run(
         self, handle: AppHandle, state: AppState, roles: List[Any], msg: str = ""
     ) -> None:
         """End the job's tracker run with the app (once per handle in this runner), after
         its last progress report, resource-hours and failure reason (``JobRecorder``)."""
-        if handle in self._ended:
-            return
-        self._ended.add(handle)
-        roles, env, trackers = self._job_trackers(handle, roles)
-        report = self._quiet_progress(handle) if trackers else None
-        self._recorder.ended(handle, trackers, env, roles, state, msg, report)
-        if trackers:
-            self._tracking.close_job_run(trackers, handle, env, state)
+        if handle not in self._ended:
+            self._ended.add(handle)
+            self._recorder.end(handle, roles, state, msg)
 
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)

@@ -14,7 +14,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
 from torchx.runtime.progress import Progress
@@ -176,27 +176,55 @@ class _Watch:
 class JobRecorder:
     """What a Runner records on the tracker runs of the apps it watches (submitted, or saw
     not yet ended): their progress while it waits, and when they end their final report,
-    resource-hours and a FAILED app's reason. All of it is in the watching process (never
-    in a rank) and best effort: a store that cannot take it is one warning."""
+    resource-hours and a FAILED app's reason; then it ends the run. All of it is in the
+    watching process (never in a rank) and best effort: a store that cannot take it is
+    one warning."""
 
-    def __init__(self, session: TrackerSession) -> None:
+    def __init__(
+        self,
+        session: TrackerSession,
+        apps: Mapping[str, AppDef],
+        default_trackers: Callable[[], Dict[str, Optional[str]]],
+        read_progress: Callable[[str], Optional[Progress]],
+    ) -> None:
         self._session = session
+        self._apps = apps  # the Runner's own submissions (their roles carry the run's env)
+        self._default_trackers = default_trackers
+        self._read_progress = read_progress
         self._watched: Dict[str, _Watch] = {}
         self.hours: Dict[str, ResourceHours] = {}  # apps it saw end
 
-    def watch(
-        self,
-        handle: str,
-        trackers: Mapping[str, Optional[str]],
-        env: Mapping[str, str],
-        start: Optional[float] = None,
-    ) -> None:
-        """The app is this Runner's to record (first call wins)."""
-        if handle not in self._watched:
-            self._watched[handle] = _Watch(dict(trackers), dict(env), job_start(env) or start)
+    def _job(
+        self, handle: str, roles: Sequence[Role]
+    ) -> Tuple[Sequence[Role], Dict[str, str], Dict[str, Optional[str]]]:
+        """The app's roles, env and trackers. The app's own env says which trackers it
+        reports to and its run's id; a scheduler that does not return the env falls back
+        to the Runner's trackers (ending a run that does not exist does nothing)."""
+        app = self._apps.get(handle)
+        roles = app.roles if app is not None else roles
+        env: Dict[str, str] = dict(roles[0].env) if roles else {}
+        if ENV_TORCHX_TRACKERS in env:
+            return roles, env, trackers_of(AppDef("app", list(roles)))
+        return roles, env, self._default_trackers()
 
-    def watching(self, handle: str) -> bool:
-        return handle in self._watched
+    def watch(self, handle: str, roles: Sequence[Role], start: Optional[float] = None) -> None:
+        """The app is this Runner's to record (first call wins); ``start``: when it was
+        submitted, if the job's env does not say."""
+        if handle not in self._watched:
+            _, env, trackers = self._job(handle, roles)
+            self._watched[handle] = _Watch(trackers, env, job_start(env) or start)
+
+    def _report(self, handle: str) -> Optional[Progress]:
+        try:
+            return self._read_progress(handle)
+        except Exception as e:  # a report is never worth failing a wait
+            logger.warning("could not read the progress of %s: %s", handle, e)
+            return None
+
+    def poll_progress(self, handle: str) -> None:
+        """While waiting: log a new report, at most every ``PROGRESS_METRICS_INTERVAL``."""
+        if self.progress_due(handle):
+            self.progress(handle, self._report(handle))
 
     def progress_due(self, handle: str) -> bool:
         watch = self._watched.get(handle)
@@ -212,6 +240,14 @@ class JobRecorder:
         watch.next_log = time.monotonic() + PROGRESS_METRICS_INTERVAL
         watch.logged_step = report.step
         self.record(watch.trackers, handle, watch.env, progress_metrics(report), report.step)
+
+    def end(self, handle: str, roles: Sequence[Role], state: AppState, msg: str) -> None:
+        """Record the app's end (``ended``), then end its run with ``state``."""
+        roles, env, trackers = self._job(handle, roles)
+        report = self._report(handle) if trackers else None
+        self.ended(handle, trackers, env, roles, state, msg, report)
+        if trackers:
+            self._session.close_job_run(trackers, handle, env, state)
 
     def ended(
         self,
