@@ -141,7 +141,9 @@ def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(
         status = runner.wait(handle, wait_interval=1, timeout=240)
         assert status.state == specs.AppState.SUCCEEDED, status
     run = the_run(store, handle)
-    assert run.data.metrics == {"m": 1.0} and run.data.tags["stage"] == "s"
+    metrics = dict(run.data.metrics)  # the user's, and torchx's resource-hours at the end
+    assert metrics.pop("cpu_hours") > 0 and metrics.pop("gpu_hours") == 0
+    assert metrics == {"m": 1.0} and run.data.tags["stage"] == "s"
     assert run.data.tags["mlflow.parentRunId"] == parent_id
     assert run.data.tags["torchx.parent_run_id"] == "airflow://dag/run-1"
     assert run.info.status == "FINISHED" and len(job_runs(store)) == 2  # no stray user run

@@ -94,7 +94,9 @@ def test_user_mlflow_code_lands_in_the_job_run_under_the_pipeline_run(url: str) 
         status = runner.wait(handle, wait_interval=1, timeout=240)
         assert status.state == specs.AppState.SUCCEEDED, status
     run = the_run(url, handle)
-    assert run.data.metrics == {"m": 1.0} and run.data.tags["stage"] == "s"
+    metrics = dict(run.data.metrics)  # the user's, and torchx's resource-hours at the end
+    assert metrics.pop("cpu_hours") > 0 and metrics.pop("gpu_hours") == 0
+    assert metrics == {"m": 1.0} and run.data.tags["stage"] == "s"
     assert run.data.tags["mlflow.parentRunId"] == parent_id
     assert run.info.status == "FINISHED"
 

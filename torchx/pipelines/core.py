@@ -11,7 +11,8 @@ artifacts) but a stage is the same everywhere:
    own signals): an ordinary exception leaves it running for the task's retry to find;
 5. raise one exception, ``StageFailed``, carrying the status and the worker's error;
 6. link the app's UI and its tracker run;
-7. close the pipeline run FINISHED, FAILED or KILLED when the pipeline ends.
+7. close the pipeline run FINISHED, FAILED or KILLED when the pipeline ends, with the sums
+   of its stages' resource-hours (``torchx.runner.resource_hours``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from torchx.runner.api import Runner, get_runner
+from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
 from torchx.specs.api import AppDef, AppState, AppStatus
 
@@ -144,16 +146,24 @@ def open_pipeline_run(
     return run_id
 
 
-def close_pipeline_run(run_id: str, trackers: Mapping[str, Optional[str]], state: str) -> None:
-    """End the pipeline's tracker run as ``FINISHED``, ``FAILED`` or ``KILLED`` (best effort)."""
+def close_pipeline_run(
+    run_id: str, trackers: Mapping[str, Optional[str]], state: str
+) -> Optional[ResourceHours]:
+    """End the pipeline's tracker run as ``FINISHED``, ``FAILED`` or ``KILLED``, with the
+    sums of its stages' ``cpu_hours`` / ``gpu_hours`` (returned; None: none recorded).
+    Best effort: a tracker that cannot answer is a warning, never the pipeline's failure."""
     if not trackers:
-        return
+        return None
+    from torchx.runner.resource_hours import record_pipeline_hours
     from torchx.trackers.api import end_run
 
+    hours = None
     try:
+        hours = record_pipeline_hours(run_id, trackers)
         end_run(run_id, state, trackers)
     except Exception as e:  # closing a run is never worth failing the pipeline
         logger.warning("could not end pipeline run %s as %s: %s", run_id, state, e)
+    return hours
 
 
 # ---------------------------------------------------------------------------- submit

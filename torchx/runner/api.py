@@ -32,7 +32,8 @@ from torchx.runner.compat import (  # noqa: F401 (upstream's names in this modul
     materialize_appdef,
 )
 from torchx.runner.events import log_event
-from torchx.runner.tracking import RunRequest, job_run, trackers_of, with_env
+from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
+from torchx.runner.tracking import JobRecorder, RunRequest, job_run, trackers_of, with_env
 from torchx.runtime.progress import Progress, read_progress
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
@@ -96,6 +97,8 @@ class Runner:
         self._apps: Dict[AppHandle, AppDef] = {}
         self._ended: set[AppHandle] = set()  # apps whose tracker run this runner ended
         self._tracking = TrackerSession()  # tracker clients, built once, closed with the runner
+        # progress, resource-hours and failure reasons onto the runs of the apps it watches
+        self._recorder = JobRecorder(self._tracking, self._apps, self.trackers, self.progress)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -349,6 +352,7 @@ class Runner:
             raise ValueError("dryrun_info has no scheduler; create it with Runner.dryrun")
         sched = self._scheduler(scheduler)
         app = dryrun_info._app
+        submitted = time.time()
         trackers = trackers_of(app) if app is not None else {}
         opened: Optional[OpenedJobRun] = None
         if app is not None and trackers:
@@ -358,7 +362,8 @@ class Runner:
             )
             job = job_run(app, scheduler, request, int(time.time() * 1000))
             opened = self._tracking.open(trackers, job)
-            dryrun_info = with_env(sched, dryrun_info, opened.env)
+            env = {**opened.env, ENV_JOB_START_MS: str(job.start_ms)}
+            dryrun_info = with_env(sched, dryrun_info, env)
             app = dryrun_info._app
         try:
             with log_event("schedule", scheduler) as event:
@@ -371,6 +376,7 @@ class Runner:
         handle = make_app_handle(scheduler, self._name, app_id)
         if app is not None:
             self._apps[handle] = app
+            self._recorder.watch(handle, app.roles, submitted)
         if opened is not None:
             self._tracking.bind(opened, handle)
         logger.info("launched %s", handle)
@@ -385,7 +391,9 @@ class Runner:
         if desc is None:
             return None
         if is_terminal(desc.state):
-            self._end_job_run(app_handle, desc.state, desc.roles)
+            self._end_job_run(app_handle, desc.state, desc.roles, desc.msg)
+        else:  # seen running: this runner records its end (and knows when that was)
+            self._recorder.watch(app_handle, desc.roles)
         return AppStatus(
             state=desc.state,
             num_restarts=max(desc.num_restarts, 0),
@@ -412,6 +420,7 @@ class Runner:
             status = self.status(app_handle)
             if status is None or status.is_terminal():
                 return status
+            self._recorder.poll_progress(app_handle)  # onto the job's tracker run
             remaining = wait_interval
             if deadline is not None:
                 remaining = min(remaining, deadline - time.monotonic())
@@ -423,6 +432,11 @@ class Runner:
         """The app's last progress report (``report_progress`` from rank 0), if any."""
         sched, _, app_id = self._scheduler_app_id(app_handle)
         return read_progress(sched.progress_path(app_id))
+
+    def resource_hours(self, app_handle: AppHandle) -> Optional[ResourceHours]:
+        """The app's requested cpu- and gpu-hours, once this runner saw it end (None if it
+        did not watch it run); see ``torchx.runner.resource_hours`` for the times."""
+        return self._recorder.hours.get(app_handle)
 
     def describe(self, app_handle: AppHandle) -> Optional[AppDef]:
         """The AppDef of a submitted app (from this runner's cache or the scheduler)."""
@@ -475,7 +489,7 @@ class Runner:
             sched.cancel(app_id)
         after = sched.describe(app_id) or desc
         state = after.state if is_terminal(after.state) else AppState.CANCELLED
-        self._end_job_run(app_handle, state, after.roles or desc.roles)
+        self._end_job_run(app_handle, state, after.roles or desc.roles, after.msg)
 
     def stop(self, app_handle: AppHandle) -> None:
         """Deprecated alias of :meth:`cancel`."""
@@ -503,26 +517,14 @@ class Runner:
             return dict(self._trackers)
         return torchx_config.get_configured_trackers()
 
-    def _end_job_run(self, handle: AppHandle, state: AppState, roles: List[Any]) -> None:
-        """End the job's tracker run with the app (once per handle in this runner).
-
-        The app's own env says which trackers it reports to and its run's id; a scheduler
-        that does not return the env falls back to this runner's trackers (ending a run
-        that does not exist does nothing).
-        """
-        if handle in self._ended:
-            return
-        self._ended.add(handle)
-        app = self._apps.get(handle)
-        if app is not None:
-            roles = app.roles
-        env: Dict[str, str] = dict(roles[0].env) if roles else {}
-        if ENV_TORCHX_TRACKERS in env:
-            trackers = trackers_of(AppDef("app", roles))
-        else:
-            trackers = self.trackers()
-        if trackers:
-            self._tracking.close_job_run(trackers, handle, env, state)
+    def _end_job_run(
+        self, handle: AppHandle, state: AppState, roles: List[Any], msg: str = ""
+    ) -> None:
+        """End the job's tracker run with the app (once per handle in this runner), after
+        its last progress report, resource-hours and failure reason (``JobRecorder``)."""
+        if handle not in self._ended:
+            self._ended.add(handle)
+            self._recorder.end(handle, roles, state, msg)
 
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)

@@ -8,19 +8,37 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import math
+import re
 import shlex
+import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
+from torchx.runtime.progress import Progress
 from torchx.schedulers.api import Scheduler
-from torchx.specs.api import AppDef, AppDryRunInfo
+from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.api import ENV_TORCHX_TRACKERS, JobRun, tracker_config_env_var_name
+from torchx.trackers.job_run import TrackerSession
+
+logger = logging.getLogger(__name__)
 
 MAX_PARAM = 6000  # MLflow's limit on a param value
 REDACTED = "<redacted>"
 _ENV_FLAGS = ("--env", "-env", "--e", "-e")
 # dist.ddp's placeholder experiment: keep a pipeline's stages with their pipeline run
 _PLACEHOLDER_EXPERIMENT = "default-experiment"
+
+# a FAILED app's reason (e.g. ``stalled: ...``) on its run: a tag, searchable in MLflow
+# (``tags.`torchx.failure_reason` LIKE 'stalled%'``) and shown on the run page and as a
+# column; the run's description (``mlflow.note.content``) stays the user's own
+FAILURE_REASON_TAG = "torchx.failure_reason"
+# progress reports go on the job's run at most this often while a Runner waits (seconds)
+PROGRESS_METRICS_INTERVAL = 10.0
+MAX_TAG = 5000
+_METRIC_NAME = re.compile(r"[\w\-. /:]{1,250}")  # names MLflow accepts
 
 ComponentCall = Tuple[str, Union[List[str], Dict[str, Any]]]
 
@@ -126,3 +144,181 @@ def with_env(
         if hasattr(info, attr):
             setattr(new, attr, getattr(info, attr))
     return new
+
+
+# ---------------------------------------------------------------------------- while it runs
+
+
+def progress_metrics(report: Progress) -> Dict[str, float]:
+    """A progress report as run metrics: ``progress_step``, ``progress_total`` and
+    ``progress_rate`` (steps/s) when known, and the metrics given to ``report_progress``
+    (finite numbers under names MLflow accepts)."""
+    out = {"progress_step": float(report.step)}
+    if report.total is not None:
+        out["progress_total"] = float(report.total)
+    if report.rate is not None:
+        out["progress_rate"] = float(report.rate)
+    for key, value in report.metrics.items():
+        if _METRIC_NAME.fullmatch(key) and key not in out:
+            out[key] = float(value)
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
+@dataclass
+class _Watch:
+    trackers: Dict[str, Optional[str]]
+    env: Dict[str, str]
+    start: Optional[float]  # epoch s, see torchx.runner.resource_hours
+    logged_step: Optional[int] = None
+    next_log: float = 0.0  # monotonic
+
+
+class JobRecorder:
+    """What a Runner records on the tracker runs of the apps it watches (submitted, or saw
+    not yet ended): their progress while it waits, and when they end their final report,
+    resource-hours and a FAILED app's reason; then it ends the run. All of it is in the
+    watching process (never in a rank) and best effort: a store that cannot take it is
+    one warning."""
+
+    def __init__(
+        self,
+        session: TrackerSession,
+        apps: Mapping[str, AppDef],
+        default_trackers: Callable[[], Dict[str, Optional[str]]],
+        read_progress: Callable[[str], Optional[Progress]],
+    ) -> None:
+        self._session = session
+        self._apps = apps  # the Runner's own submissions (their roles carry the run's env)
+        self._default_trackers = default_trackers
+        self._read_progress = read_progress
+        self._watched: Dict[str, _Watch] = {}
+        self.hours: Dict[str, ResourceHours] = {}  # apps it saw end
+
+    def _job(
+        self, handle: str, roles: Sequence[Role]
+    ) -> Tuple[Sequence[Role], Dict[str, str], Dict[str, Optional[str]]]:
+        """The app's roles, env and trackers. The app's own env says which trackers it
+        reports to and its run's id; a scheduler that does not return the env falls back
+        to the Runner's trackers (ending a run that does not exist does nothing)."""
+        app = self._apps.get(handle)
+        roles = app.roles if app is not None else roles
+        env: Dict[str, str] = dict(roles[0].env) if roles else {}
+        if ENV_TORCHX_TRACKERS in env:
+            return roles, env, trackers_of(AppDef("app", list(roles)))
+        return roles, env, self._default_trackers()
+
+    def watch(self, handle: str, roles: Sequence[Role], start: Optional[float] = None) -> None:
+        """The app is this Runner's to record (first call wins); ``start``: when it was
+        submitted, if the job's env does not say."""
+        if handle not in self._watched:
+            _, env, trackers = self._job(handle, roles)
+            self._watched[handle] = _Watch(trackers, env, job_start(env) or start)
+
+    def _report(self, handle: str) -> Optional[Progress]:
+        try:
+            return self._read_progress(handle)
+        except Exception as e:  # a report is never worth failing a wait
+            logger.warning("could not read the progress of %s: %s", handle, e)
+            return None
+
+    def poll_progress(self, handle: str) -> None:
+        """While waiting: log a new report, at most every ``PROGRESS_METRICS_INTERVAL``."""
+        if self.progress_due(handle):
+            self.progress(handle, self._report(handle))
+
+    def progress_due(self, handle: str) -> bool:
+        watch = self._watched.get(handle)
+        return bool(watch and watch.trackers and time.monotonic() >= watch.next_log)
+
+    def progress(self, handle: str, report: Optional[Progress]) -> None:
+        """Log ``report`` at its step unless that step is on the run already."""
+        watch = self._watched.get(handle)
+        if watch is None:
+            return
+        if report is None or report.step == watch.logged_step:
+            return  # nothing new: look again at the next wake-up (a small file read)
+        watch.next_log = time.monotonic() + PROGRESS_METRICS_INTERVAL
+        watch.logged_step = report.step
+        self.record(watch.trackers, handle, watch.env, progress_metrics(report), report.step)
+
+    def end(self, handle: str, roles: Sequence[Role], state: AppState, msg: str) -> None:
+        """Record the app's end (``ended``), then end its run with ``state``."""
+        roles, env, trackers = self._job(handle, roles)
+        report = self._report(handle) if trackers else None
+        self.ended(handle, trackers, env, roles, state, msg, report)
+        if trackers:
+            self._session.close_job_run(trackers, handle, env, state)
+
+    def ended(
+        self,
+        handle: str,
+        trackers: Mapping[str, Optional[str]],
+        env: Mapping[str, str],
+        roles: Sequence[Role],
+        state: AppState,
+        msg: str,
+        report: Optional[Progress],
+    ) -> None:
+        """The app ended (before its run is closed): the last report, resource-hours from
+        ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
+
+        A Runner whose first look finds the app ended (it did not watch it) records the
+        hours only if no watching Runner did (``job_run_has``): the end it knows is now."""
+        watch = self._watched.get(handle)
+        late = watch is None
+        if watch is None:
+            watch = self._watched[handle] = _Watch(dict(trackers), dict(env), job_start(env))
+        # a late look after a watching Runner recorded the end adds nothing: its records stand
+        settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
+        if watch.start is not None and not settled:
+            self.hours[handle] = resource_hours(roles, watch.start, time.time())
+        if not watch.trackers:
+            return
+        if not settled:
+            self.progress(handle, report)
+        tags = {}
+        if state == AppState.FAILED and msg and msg != "<NONE>":
+            tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
+        hours = self.hours.get(handle)
+        metrics = hours.metrics() if hours is not None else {}
+        if metrics or tags:
+            self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
+
+    def _recorded(self, watch: _Watch, handle: str, metric: str) -> bool:
+        """Whether the job's run has ``metric`` in any tracker (True if none can tell)."""
+        for backend in self._session.backends(watch.trackers):
+            has = getattr(backend, "job_run_has", None)
+            run_id = backend.job_run_id(handle, watch.env)
+            try:
+                if has is not None and run_id and not has(run_id, metric):
+                    return False
+            except Exception as e:  # cannot tell: leave the run as it is
+                logger.warning("could not read the run of %s: %s", handle, e)
+        return True
+
+    def record(
+        self,
+        trackers: Mapping[str, Optional[str]],
+        handle: str,
+        env: Mapping[str, str],
+        metrics: Mapping[str, float],
+        step: int,
+        tags: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        """Metrics at ``step`` and tags on the job's run in each tracker that takes them
+        (MLflow: by the run id in the job's env)."""
+        for backend in self._session.backends(trackers):
+            log = getattr(backend, "log_job_run", None)
+            run_id = backend.job_run_id(handle, env)
+            if log is None or not run_id:
+                continue
+            try:
+                log(run_id, metrics, step, tags or {})
+            except Exception as e:  # recording is never worth failing a wait
+                text = str(getattr(e, "orig", None) or e).strip().splitlines()
+                logger.warning(
+                    "could not record metrics of %s in %s: %s",
+                    handle,
+                    getattr(backend, "store", backend.name),
+                    text[0][:300] if text else type(e).__name__,
+                )

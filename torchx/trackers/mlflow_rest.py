@@ -97,6 +97,10 @@ class MlflowRest:
         run = self._call("GET", API + "/runs/get", {"run_id": run_id})
         return str(run["run"]["info"]["experiment_id"])
 
+    def has_metric(self, run_id: str, key: str) -> bool:
+        run = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]
+        return any(m["key"] == key for m in run.get("data", {}).get("metrics", []))
+
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:

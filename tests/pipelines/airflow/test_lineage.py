@@ -130,9 +130,14 @@ def test_reference_dag_stages_nest_under_a_finished_pipeline_run(
     assert (handles["datapreproc"], handles["train"], "dataset") in edges
     parent = tracker.mlflow_run_id(pipeline)
     assert tracker.client.get_run(parent).info.status == "FINISHED"  # the DAG's callback
+    cpu_hours = 0.0
     for h in handles.values():
-        tags = tracker.client.get_run(tracker.mlflow_run_id(h)).data.tags
-        assert tags["mlflow.parentRunId"] == parent
+        data = tracker.client.get_run(tracker.mlflow_run_id(h)).data
+        assert data.tags["mlflow.parentRunId"] == parent
+        assert data.metrics["cpu_hours"] > 0 and data.metrics["gpu_hours"] == 0
+        cpu_hours += data.metrics["cpu_hours"]
+    # the DAG's callback summed its stages' resource-hours onto the pipeline run
+    assert tracker.client.get_run(parent).data.metrics["cpu_hours"] == pytest.approx(cpu_hours)
 
 
 def _openlineage_events(handles: Dict[str, str]) -> Dict[str, Dict[str, Any]]:
@@ -194,6 +199,8 @@ def test_openlineage_events_carry_the_stages_datasets_and_mlflow_runs(
         assert facet["appHandle"] == handles[stage] and facet["scheduler"] == "local_cwd"
         assert facet["tracker"] == "mlflow" and facet["trackerRunId"] == rid
         assert facet["trackerRunUrl"] == f"{reference['url']}/#/experiments/{exp}/runs/{rid}"
+        metrics = tracker.client.get_run(rid).data.metrics  # the run's resource-hours
+        assert facet["cpuHours"] == metrics["cpu_hours"] > 0 and facet["gpuHours"] == 0
         start = events[f"{stage} START"]["run"]["facets"]["torchx"]
         assert start["component"].endswith(
             f"components.py:{'trainer' if stage == 'train' else stage}"

@@ -119,6 +119,10 @@ def test_sh_stages_each_get_a_finished_run_with_params_under_the_pipeline_run(
         assert params["scheduler"] == "local_cwd"
     echoed = {json.loads(s.data.params["kfp.component_args"])[1] for s in stages}
     assert echoed == {"hello", "second"}
+    # the exit handler summed the stages' resource-hours onto the pipeline run
+    total = sum(s.data.metrics["cpu_hours"] for s in stages)
+    assert total > 0 and pipeline[0].data.metrics["cpu_hours"] == pytest.approx(total)
+    assert pipeline[0].data.metrics["gpu_hours"] == 0
 
 
 def test_launcher_returns_the_mlflow_run_id_and_typed_outputs(kfp_run: Dict[str, Any]) -> None:
@@ -126,8 +130,12 @@ def test_launcher_returns_the_mlflow_run_id_and_typed_outputs(kfp_run: Dict[str,
     run = kfp_run["client"].get_run(outputs["tracker_run_id"])  # a real MLflow run id
     assert run.data.tags["torchx.job_id"] == outputs["app_handle"] != outputs["tracker_run_id"]
     assert outputs["tracker_run_url"] == ""  # a sqlite store has no UI: no fake link
-    # rank 0's last value, and its last progress report (step, total, its metrics)
-    assert outputs["metrics"]["metadata"] == {"loss": 0.25, "step": 2, "total": 2, "acc": 0.75}
+    # rank 0's last value, its last progress report (step, total, its metrics), and the
+    # app's resource-hours as on its run
+    meta = dict(outputs["metrics"]["metadata"])
+    hours = {k: meta.pop(k) for k in ("cpu_hours", "gpu_hours")}
+    assert meta == {"loss": 0.25, "step": 2, "total": 2, "acc": 0.75}
+    assert hours["cpu_hours"] == run.data.metrics["cpu_hours"] > 0 and hours["gpu_hours"] == 0
     model = outputs["model"]
     assert model["uri"] == str(kfp_run["root"] / "model")
     assert model["metadata"]["recorded"] is True and model["metadata"]["steps"] == "2"
@@ -177,6 +185,8 @@ def test_under_kfp_mlflow_integration_the_job_run_nests_under_kfps_task_run(
     job_run = client.get_run(done.stdout.split("RUN ", 1)[1].split()[0])
     assert job_run.data.tags["mlflow.parentRunId"] == kfp_task
     assert job_run.info.experiment_id == exp and job_run.info.status == "FINISHED"
-    assert job_run.data.metrics == {"m": 1.0}  # the user's own mlflow calls landed in it
+    metrics = dict(job_run.data.metrics)
+    assert metrics.pop("cpu_hours") > 0 and metrics.pop("gpu_hours") == 0  # torchx's, at the end
+    assert metrics == {"m": 1.0}  # the user's own mlflow calls landed in it
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert sorted(r.info.run_id for r in runs) == sorted([kfp_task, job_run.info.run_id])

@@ -1,4 +1,5 @@
-"""What a torchx stage read and wrote, read back from its tracker run once the app ended.
+"""What a torchx stage read and wrote, read back from its tracker run once the app ended
+(with the run's ``cpu_hours`` / ``gpu_hours``).
 
 The stages record their own outputs and inputs (``torchx.trackers.record_output`` /
 ``record_input``), so the DAG never names a path twice: ``TorchXOperator`` reads them back
@@ -39,6 +40,8 @@ class StageLineage:
     tracker: Optional[str] = None
     tracker_run_id: Optional[str] = None
     tracker_run_url: Optional[str] = None
+    cpu_hours: Optional[float] = None  # requested resource-hours, from the run's metrics
+    gpu_hours: Optional[float] = None
 
     def event_extra(self, dataset: StageDataset) -> Dict[str, str]:
         """What an Airflow Asset event for ``dataset`` carries (strings only)."""
@@ -117,6 +120,7 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
                 run_id = backend_id(handle) if callable(backend_id) else None
                 if run_id:
                     lineage.tracker, lineage.tracker_run_id = name, str(run_id)
+                    _read_hours(lineage, tracker, str(run_id))
         except Exception as e:  # lineage is never worth failing a stage
             logger.warning("could not read the lineage of %s from %s: %s", handle, name, e)
         if lineage.tracker_run_url is None:
@@ -125,3 +129,14 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
             except Exception as e:  # nor is a link
                 logger.warning("could not link the tracker run of %s: %s", handle, e)
     return lineage
+
+
+def _read_hours(lineage: StageLineage, tracker: object, run_id: str) -> None:
+    """``cpu_hours`` / ``gpu_hours`` as the Runner that saw the app end logged them."""
+    client = getattr(tracker, "client", None)
+    if client is None:
+        return
+    from torchx.runner.resource_hours import CPU_HOURS, GPU_HOURS
+
+    metrics = client.get_run(run_id).data.metrics
+    lineage.cpu_hours, lineage.gpu_hours = metrics.get(CPU_HOURS), metrics.get(GPU_HOURS)

@@ -1,5 +1,5 @@
 """OpenLineage for ``TorchXOperator``: its inputs and outputs as datasets, and a run facet
-linking the torchx app and its tracker (MLflow) run.
+linking the torchx app and its tracker (MLflow) run, with the app's resource-hours.
 
 Imported only by the operator's ``get_openlineage_facets_*`` methods, which Airflow's
 OpenLineage provider calls when it is installed and configured
@@ -22,12 +22,13 @@ from openlineage.client.facet_v2 import (
 from torchx.pipelines.airflow.lineage import StageDataset, StageLineage, openlineage_name
 
 FACET = "torchx"
-_SCHEMA = "https://pytorch.org/torchx/spec/facets/1-0-0/TorchXRunFacet.json#/$defs/TorchXRunFacet"
+_SCHEMA = "https://pytorch.org/torchx/spec/facets/1-1-0/TorchXRunFacet.json#/$defs/TorchXRunFacet"
 
 
 @attr.define
 class TorchXRunFacet(RunFacet):
-    """The torchx app a task ran and its tracker run (``trackerRunUrl`` only where a UI is)."""
+    """The torchx app a task ran, its tracker run (``trackerRunUrl`` only where a UI is) and
+    its requested ``cpuHours`` / ``gpuHours`` (from the run; None without a tracker)."""
 
     component: Optional[str] = attr.field(default=None)
     scheduler: Optional[str] = attr.field(default=None)
@@ -35,6 +36,8 @@ class TorchXRunFacet(RunFacet):
     tracker: Optional[str] = attr.field(default=None)
     trackerRunId: Optional[str] = attr.field(default=None)  # noqa: N815
     trackerRunUrl: Optional[str] = attr.field(default=None)  # noqa: N815
+    cpuHours: Optional[float] = attr.field(default=None)  # noqa: N815
+    gpuHours: Optional[float] = attr.field(default=None)  # noqa: N815
 
     @staticmethod
     def _get_schema() -> str:
@@ -94,6 +97,8 @@ def operator_lineage(
         tracker=lineage.tracker if lineage else None,
         trackerRunId=lineage.tracker_run_id if lineage else None,
         trackerRunUrl=lineage.tracker_run_url if lineage else None,
+        cpuHours=lineage.cpu_hours if lineage else None,
+        gpuHours=lineage.gpu_hours if lineage else None,
     )
     return OperatorLineage(
         inputs=_inputs(inputs), outputs=_outputs(outputs), run_facets={FACET: facet}

@@ -109,8 +109,8 @@ def torchx_launcher(
             tolerations and volumes set on this task go to the launched app, not to the
             launcher's pod
         metrics: the last value of every metric rank 0 logged, and the last progress report
-            (``report_progress``): ``step``, ``total`` and its metrics (filled after the app
-            ends)
+            (``report_progress``): ``step``, ``total`` and its metrics, and the app's
+            requested ``cpu_hours`` / ``gpu_hours`` (filled after the app ends)
         model: the model the stage recorded (``record_output(path, "model", {"type":
             "model"})``): its URI is where the stage wrote it, its metadata links the
             tracker run; ``recorded`` is false when the stage recorded none

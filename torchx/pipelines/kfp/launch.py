@@ -170,6 +170,8 @@ def launch(
             raise RuntimeError(str(e)) from None
         print(f"torchx: {handle} SUCCEEDED", flush=True)
         record = read_stage(handle, runner.trackers())
+        hours = runner.resource_hours(handle)  # on the run too; here also without a tracker
+        record.metrics = {**(hours.metrics() if hours else {}), **record.metrics}
         record.progress = progress[-1] if progress else None
         if record.run_url:
             print(f"torchx: tracker run {record.run_url}", flush=True)

@@ -92,7 +92,8 @@ def _lineage_metadata(record: StageRecord, handle: str) -> Dict[str, Any]:
 def fill_outputs(record: StageRecord, handle: str, metrics: Any, model: Any, dataset: Any) -> None:
     """Fill the launcher's KFP artifacts (``dsl.Metrics``, ``dsl.Model``, ``dsl.Dataset``)."""
     for name, value in sorted(record.metrics.items()):
-        metrics.log_metric(name, value)
+        if not name.startswith("progress_"):  # the run's copy of the report: step, total below
+            metrics.log_metric(name, value)
     if record.progress is not None:  # the last report: step, total and its metrics
         metrics.log_metric("step", record.progress.step)
         if record.progress.total is not None:

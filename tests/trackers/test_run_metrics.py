@@ -1,0 +1,213 @@
+"""What the Runner records on a job's MLflow run besides its start and end, with real
+local_cwd jobs and real MLflow (the embedded sqlite store, and one ``mlflow server``):
+resource-hours, progress reports at their steps, and a stalled job's reason.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from tests.mlflow_server import mlflow_server
+from tests.polling import poll_until
+from tests.trackers.test_job_run import the_run
+from torchx import specs
+from torchx.runner import get_runner
+from torchx.runner.resource_hours import ENV_JOB_START_MS, resource_hours
+from torchx.runner.tracking import FAILURE_REASON_TAG
+from torchx.schedulers import get_scheduler_factories
+from torchx.specs.api import parse_app_handle
+from torchx.specs.states import is_terminal
+
+DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
+
+DDP = (
+    "import torch, torch.distributed as dist\n"
+    "dist.init_process_group('gloo')\n"
+    "t = torch.ones(1); dist.all_reduce(t)\n"
+    "print('allreduce', int(t.item()), 'of', dist.get_world_size(), flush=True)\n"
+    "assert int(t.item()) == dist.get_world_size() == 2\n"
+    "dist.destroy_process_group()\n"
+)
+PROGRESS = (
+    "import time; from torchx.trackers import report_progress\n"
+    "for i in range(1, 101):\n"
+    "    report_progress(i, total=100, loss=1.0 / i); time.sleep(0.1)\n"
+)
+
+
+def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uri: str) -> str:
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
+    for var in ("TORCHX_PARENT_RUN_ID", "TORCHX_JOB_ID", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return uri
+
+
+@pytest.fixture()
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "store").mkdir()
+    return _store(tmp_path, monkeypatch, f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+
+
+def history(uri: str, run: Any, key: str) -> List[Any]:
+    from mlflow import MlflowClient
+
+    return list(MlflowClient(uri).get_metric_history(run.info.run_id, key))
+
+
+def assert_hours_match_the_run(run: Any, role: str = "") -> None:
+    """cpu_hours = requested cpu x replicas x the run's own start-to-end, within the second
+    between the Runner's end and the run's end time."""
+    p = run.data.params
+    role = role or next(k.split(".")[1] for k in p if k.startswith("resources."))
+    cpu = float(p[f"resources.{role}.cpu"]) * int(p[f"resources.{role}.replicas"])
+    wall_h = (run.info.end_time - run.info.start_time) / 3.6e6
+    assert run.data.metrics["cpu_hours"] == pytest.approx(cpu * wall_h, abs=cpu * 2 / 3600)
+
+
+def test_a_ddp_job_of_two_gloo_ranks_has_cpu_hours_and_no_gpu_hours(
+    store: str, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(DDP)
+    with get_runner() as runner:
+        handle = runner.run_component(
+            "dist.ddp", ["-j", "1x2", "--script", "train.py"], "local_cwd"
+        )
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+        lines = list(runner.log_lines(handle, "train", 0))
+        hours = runner.resource_hours(handle)
+    assert any("allreduce 2 of 2" in line for line in lines), lines
+    run = the_run(store, handle)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["cpu_hours"] > 0 and run.data.metrics["gpu_hours"] == 0
+    assert hours is not None and hours.cpu_hours == run.data.metrics["cpu_hours"]
+    assert run.data.params["resources.train.gpu"] == "0"
+    assert_hours_match_the_run(run, "train")
+
+
+def test_another_runner_that_sees_the_job_running_records_its_hours(store: str) -> None:
+    """A re-attaching stage (another process in real life) finds the start in the job's env."""
+    with get_runner() as submitter:
+        handle = submitter.run_component("utils.sh", ["sleep", "10"], "local_cwd")
+    with get_runner() as watcher:
+        app = watcher.describe(handle)
+        assert app is not None and ENV_JOB_START_MS in app.roles[0].env
+        status = watcher.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+        assert watcher.resource_hours(handle) is not None
+    run = the_run(store, handle)
+    assert run.data.metrics["cpu_hours"] > 0
+    assert_hours_match_the_run(run)
+    # a Runner whose first look finds the app ended, after a watcher recorded: adds nothing
+    with get_runner() as late:
+        late.status(handle)
+        assert late.resource_hours(handle) is None
+    assert len(history(store, the_run(store, handle), "cpu_hours")) == 1
+
+
+def test_a_job_nobody_watched_end_gets_its_hours_from_the_first_runner_that_sees_it(
+    store: str,
+) -> None:
+    """Detached (its submitter did not wait): the first Runner to see it ended records the
+    hours up to its own look, an upper bound like the run's end time; later looks add none."""
+    with get_runner() as submitter:
+        handle = submitter.run_component("utils.sh", ["echo", "hi"], "local_cwd")
+    _, session, app_id = parse_app_handle(handle)
+    sched = get_scheduler_factories()["local_cwd"](session)  # the scheduler, not a Runner
+    desc = poll_until(lambda: sched.describe(app_id), lambda d: d is None or is_terminal(d.state))
+    assert desc is not None and desc.state == specs.AppState.SUCCEEDED, desc
+    with get_runner() as first:
+        first.status(handle)
+        assert first.resource_hours(handle) is not None
+    with get_runner() as second:
+        second.status(handle)
+        assert second.resource_hours(handle) is None
+    run = the_run(store, handle)
+    assert len(history(store, run, "cpu_hours")) == 1 and run.data.metrics["cpu_hours"] > 0
+
+
+def test_a_job_reporting_progress_has_the_reports_as_metrics_at_their_steps(store: str) -> None:
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", PROGRESS], "local_cwd")
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+    run = the_run(store, handle)
+    m = run.data.metrics
+    assert (m["progress_step"], m["progress_total"]) == (100, 100)
+    assert m["loss"] == pytest.approx(0.01) and m["progress_rate"] > 0
+    steps = history(store, run, "progress_step")
+    assert steps[-1].step == 100 and all(p.value == p.step for p in steps)
+    losses = {p.step: p.value for p in history(store, run, "loss")}
+    assert all(v == pytest.approx(1.0 / s) for s, v in losses.items()), losses
+    assert run.data.metrics["cpu_hours"] > 0
+
+
+def test_a_stalled_job_run_from_the_cli_ends_failed_with_the_reason_as_a_tag(
+    store: str, tmp_path: Path
+) -> None:
+    code = (
+        "from torchx.trackers import report_progress; import time\n"
+        "report_progress(1, total=10); time.sleep(300)"
+    )
+    cli = subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", "run", "-s", "local_cwd"]
+        + ["--stall_timeout", "5", "utils.python", "--c", code],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert cli.returncode != 0
+    assert "stalled" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+    from tests.trackers.test_job_run import job_runs
+
+    (run,) = job_runs(store)
+    assert run.info.status == "FAILED"
+    reason = run.data.tags[FAILURE_REASON_TAG]
+    assert reason == "stalled: no progress or output for 5 s (last step 1)"
+    assert run.data.metrics["progress_step"] == 1 and run.data.metrics["cpu_hours"] > 0
+
+
+def test_over_http_the_same_metrics_and_reason_reach_an_mlflow_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with mlflow_server(tmp_path / "server") as url:
+        _store(tmp_path, monkeypatch, url)
+        code = PROGRESS + "time.sleep(300)\n"
+        with get_runner() as runner:
+            handle = runner.run_component(
+                "utils.python", ["--c", code], "local_cwd", stall_timeout=5
+            )
+            status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+            assert status is not None and status.state == specs.AppState.FAILED, status
+        run = the_run(url, handle)
+        assert run.info.status == "FAILED"
+        reason = "stalled: no progress or output for 5 s (last step 100)"
+        assert status.msg == run.data.tags[FAILURE_REASON_TAG] == reason
+        assert run.data.metrics["progress_step"] == 100 and run.data.metrics["cpu_hours"] > 0
+        assert_hours_match_the_run(run)
+        with get_runner() as late:  # reads the run over REST: the watcher's hours stand
+            late.status(handle)
+            assert late.resource_hours(handle) is None
+        assert len(history(url, run, "cpu_hours")) == 1
+
+
+def test_requested_resources_times_replicas_times_wall_time() -> None:
+    roles: Dict[str, Any] = {
+        "trainer": specs.Role(
+            "t", "i", resource=specs.Resource(cpu=4, gpu=2, memMB=1), num_replicas=3
+        ),
+        "ps": specs.Role("p", "i", resource=specs.Resource(cpu=1, gpu=0, memMB=1), num_replicas=2),
+        "unsized": specs.Role("u", "i"),  # NULL_RESOURCE: counts nothing
+    }
+    hours = resource_hours(list(roles.values()), 1000.0, 1000.0 + 1800)
+    assert (hours.cpu_hours, hours.gpu_hours) == (7.0, 3.0)
+    assert resource_hours(list(roles.values()), 5.0, 1.0).cpu_hours == 0  # clock skew: 0

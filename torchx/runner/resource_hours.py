@@ -1,0 +1,109 @@
+"""Resource-hours of a job and of a pipeline run: the one place they are computed.
+
+``cpu_hours = sum over roles of role.resource.cpu x role.num_replicas x wall hours``, and
+``gpu_hours`` alike with ``role.resource.gpu``. They come from the AppDef, so they are what
+the job *asked for* (what a cluster bills or reserves), not what it used; a role without a
+resource (``NULL_RESOURCE``, -1) counts 0.
+
+Where the wall time comes from: no scheduler reports an app's start and end times through
+``describe``, so
+
+- the start is when the Runner submitted the job: the moment it opened the job's tracker
+  run, carried with the job in every role's env as ``TORCHX_JOB_START_MS`` (so a Runner in
+  another process, e.g. a retried stage that re-attaches, finds it), else the submitting
+  Runner's own clock. Time in the scheduler's queue counts.
+- the end is when a Runner that watched the app (submitted it, or saw it not yet ended)
+  sees it end: at once on ``local_cwd`` (its wait wakes up when the app ends), within the
+  poll interval elsewhere. A Runner whose first look finds the app already ended records
+  the hours only if no watching Runner did, with its own clock as the end: an upper bound
+  (``torchx status`` on a detached job a day later counts that day), as the run's end time
+  is. Those are the times the job's tracker run shows as its start and end.
+
+A pipeline run gets the sums over its stage runs (every stage run nested under it, retried
+tries included: each held its resources), read back from the tracker when the pipeline run
+is closed (MLflow only: other trackers keep no metrics).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence
+
+from torchx.specs.api import Role
+
+logger = logging.getLogger(__name__)
+
+ENV_JOB_START_MS = "TORCHX_JOB_START_MS"
+CPU_HOURS, GPU_HOURS = "cpu_hours", "gpu_hours"
+
+
+@dataclass(frozen=True)
+class ResourceHours:
+    """Requested cpu- and gpu-hours of a job (or the sum over a pipeline's stages)."""
+
+    cpu_hours: float = 0.0
+    gpu_hours: float = 0.0
+
+    def __add__(self, other: ResourceHours) -> ResourceHours:
+        return ResourceHours(self.cpu_hours + other.cpu_hours, self.gpu_hours + other.gpu_hours)
+
+    def metrics(self) -> Dict[str, float]:
+        """As tracker metrics: ``{"cpu_hours": ..., "gpu_hours": ...}``."""
+        return {CPU_HOURS: self.cpu_hours, GPU_HOURS: self.gpu_hours}
+
+
+def resource_hours(roles: Sequence[Role], start: float, end: float) -> ResourceHours:
+    """What ``roles`` requested, times the wall time from ``start`` to ``end`` (epoch s)."""
+    hours = max(0.0, end - start) / 3600.0
+    cpu = sum(max(0.0, float(r.resource.cpu)) * max(0, r.num_replicas) for r in roles)
+    gpu = sum(max(0, int(r.resource.gpu)) * max(0, r.num_replicas) for r in roles)
+    return ResourceHours(cpu * hours, gpu * hours)
+
+
+def job_start(env: Mapping[str, str]) -> Optional[float]:
+    """When the job was submitted (epoch s), from its env; None if it does not say."""
+    try:
+        value = float(env[ENV_JOB_START_MS]) / 1000.0
+    except (KeyError, ValueError):
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours]:
+    """The sum of ``cpu_hours`` / ``gpu_hours`` over the stage runs of a pipeline run in
+    one tracker (None: the tracker keeps no metrics, or no stage recorded any)."""
+    client = getattr(tracker, "client", None)
+    run_of = getattr(tracker, "mlflow_run_id", None)
+    run_ids = getattr(tracker, "run_ids", None)
+    if client is None or not callable(run_of) or not callable(run_ids):
+        return None
+    total: Optional[ResourceHours] = None
+    for stage in run_ids(parent_run_id=pipeline_run_id):
+        rid = run_of(stage)
+        metrics = client.get_run(rid).data.metrics if rid else {}
+        if CPU_HOURS in metrics or GPU_HOURS in metrics:
+            part = ResourceHours(metrics.get(CPU_HOURS, 0.0), metrics.get(GPU_HOURS, 0.0))
+            total = part if total is None else total + part
+    return total
+
+
+def record_pipeline_hours(
+    run_id: str, trackers: Mapping[str, Optional[str]]
+) -> Optional[ResourceHours]:
+    """Log the stages' summed resource-hours on the pipeline run ``run_id`` in every
+    tracker that has them; returns the first sum (None if none). Best effort: a tracker
+    that cannot answer is one warning."""
+    from torchx.trackers.api import build_trackers
+
+    found: Optional[ResourceHours] = None
+    for name, tracker in zip(trackers, build_trackers(trackers), strict=True):
+        try:
+            total = stage_hours(tracker, tracker.resolve_run_id(run_id))
+            if total is not None:
+                tracker.log_metrics(tracker.resolve_run_id(run_id), total.metrics())
+                found = found or total
+        except Exception as e:  # a sum is never worth failing the pipeline's end
+            logger.warning("could not sum the resource-hours of %s in %s: %s", run_id, name, e)
+    return found
