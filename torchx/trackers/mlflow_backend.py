@@ -436,21 +436,22 @@ class MlflowBackend:
         self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
     ) -> None:
         """Tags, and metrics at ``step``, on a job's run by its MLflow id."""
-        with self._launcher_store() as store:
-            for key, value in tags.items():
-                store.tag_run(run_id, key, value)
-            if isinstance(store, MLflowTracker):  # another database: MlflowClient's calls
-                for name, number in metrics.items():
-                    store.client.log_metric(run_id, name, float(number), _now(), step)
-            elif metrics:
-                store.log_metrics(run_id, metrics, _now(), step)
+        tracker = self.tracker()
+        store = tracker.store
+        for key, value in tags.items():
+            store.tag_run(run_id, key, value)
+        if store is tracker:  # another database: MlflowClient's calls
+            for name, number in metrics.items():
+                tracker.client.log_metric(run_id, name, float(number), now_ms(), step)
+        elif metrics:
+            store.log_metrics(run_id, metrics, now_ms(), step)
 
     def job_run_has(self, run_id: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` already (by its MLflow id)."""
-        with self._launcher_store() as store:
-            if isinstance(store, MLflowTracker):
-                return metric in store.client.get_run(run_id).data.metrics
-            return bool(store.has_metric(run_id, metric))
+        tracker = self.tracker()
+        if tracker.store is tracker:
+            return metric in tracker.client.get_run(run_id).data.metrics
+        return bool(tracker.store.has_metric(run_id, metric))
 
     def close(self) -> None:
         with self._lock:

@@ -210,23 +210,6 @@ class SqliteStore:
                 rows,
             )
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
-        rows = [(k, float(v), ts, step, run_id) for k, v in metrics.items()]
-        with self._db() as db:  # latest_metrics keeps the greatest (step, timestamp, value)
-            db.executemany(
-                "INSERT OR IGNORE INTO metrics (key, value, timestamp, step, run_uuid, is_nan)"
-                " VALUES (?, ?, ?, ?, ?, 0)",
-                rows,
-            )
-            db.executemany(
-                "INSERT INTO latest_metrics (key, value, timestamp, step, run_uuid, is_nan)"
-                " VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT (key, run_uuid) DO UPDATE SET"
-                " value = excluded.value, timestamp = excluded.timestamp, step = excluded.step,"
-                " is_nan = 0 WHERE (excluded.step, excluded.timestamp, excluded.value)"
-                " > (step, timestamp, value)",
-                rows,
-            )
-
     def has_metric(self, run_id: str, key: str) -> bool:
         with self._db() as db:
             sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
