@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Protocol
 from torchx.schedulers.api import Scheduler
 
 DEFAULT_SCHEDULER_MODULES: Dict[str, str] = {
-    "local_cwd": "torchx.schedulers.local_scheduler",
+    "local_cwd": "torchx.schedulers.local.scheduler",
     "slurm": "torchx.schedulers.slurm_scheduler",
     "kubernetes": "torchx.schedulers.kubernetes_scheduler",
     "aws_batch": "torchx.schedulers.aws_batch_scheduler",

@@ -37,12 +37,12 @@ import traceback
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 if TYPE_CHECKING:
-    from torchx.schedulers import local_files as files
-    from torchx.schedulers import local_proc as procs
+    from torchx.schedulers.local import processes as procs
+    from torchx.schedulers.local import protocol as files
 else:  # run as a script, the sibling modules are on sys.path[0]
-    _PKG = "torchx.schedulers." if __package__ else ""
-    files = importlib.import_module(_PKG + "local_files")
-    procs = importlib.import_module(_PKG + "local_proc")
+    _PKG = "torchx.schedulers.local." if __package__ else ""
+    files = importlib.import_module(_PKG + "protocol")
+    procs = importlib.import_module(_PKG + "processes")
 
 GRACE_SECONDS = files.GRACE_SECONDS
 READ_SIZE = 1 << 20

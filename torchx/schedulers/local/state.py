@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from torchx.schedulers import local_files as files
+from torchx.schedulers.local import protocol as files
 from torchx.specs.api import TorchXError
 
 

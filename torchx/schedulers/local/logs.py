@@ -15,7 +15,7 @@ import re
 import time
 from typing import Callable, Iterator, List, Optional
 
-from torchx.schedulers.local_files import LineBuffer
+from torchx.schedulers.local.protocol import LineBuffer
 
 READ_SIZE = 1 << 20
 POLL_SECONDS = 0.02

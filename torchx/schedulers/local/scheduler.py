@@ -34,9 +34,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from torchx.schedulers import local_claims as claims
-from torchx.schedulers import local_control as control
-from torchx.schedulers import local_files as files
 from torchx.schedulers.api import (
     ENV_PROGRESS_FILE,
     DescribeAppResponse,
@@ -48,7 +45,9 @@ from torchx.schedulers.api import (
     app_stall_timeout,
 )
 from torchx.schedulers.ids import unique_name
-from torchx.schedulers.local_images import (
+from torchx.schedulers.local import claims, control
+from torchx.schedulers.local import protocol as files
+from torchx.schedulers.local.images import (
     ENV_CUDA_VISIBLE_DEVICES,
     CWDImageProvider,
     ImageProvider,
@@ -58,8 +57,8 @@ from torchx.schedulers.local_images import (
     cuda_device_count,
     set_cuda_visible_devices,
 )
-from torchx.schedulers.local_logs import LogLines, follow_chunks, read_chunks
-from torchx.schedulers.local_state import UnreadableAppError, load_request
+from torchx.schedulers.local.logs import LogLines, follow_chunks, read_chunks
+from torchx.schedulers.local.state import UnreadableAppError, load_request
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -95,7 +94,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 GRACE_SECONDS = files.GRACE_SECONDS
-SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "local_supervisor.py")
+SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 COMBINED_LOG = "combined.log"
@@ -575,7 +574,7 @@ def create_scheduler(
 
 
 # upstream's names that local_cwd does not use itself (see local_compat)
-from torchx.schedulers.local_compat import (  # noqa: E402, F401
+from torchx.schedulers.local.compat import (  # noqa: E402, F401
     NA,
     AppId,
     AppName,

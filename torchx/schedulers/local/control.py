@@ -14,9 +14,9 @@ import signal
 import time
 from typing import Any, Dict, List, Optional
 
-from torchx.schedulers import local_files as files
-from torchx.schedulers import local_proc as procs
-from torchx.schedulers.local_state import load_state, read_supervisor
+from torchx.schedulers.local import processes as procs
+from torchx.schedulers.local import protocol as files
+from torchx.schedulers.local.state import load_state, read_supervisor
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import os
 import time
 from typing import Any, Callable, Dict, Optional
 
-from torchx.schedulers import local_files as files
-from torchx.schedulers import local_proc as procs
+from torchx.schedulers.local import processes as procs
+from torchx.schedulers.local import protocol as files
 
 CLAIM_PREFIX = ".claim."
 VOID_SUFFIX = ".void"

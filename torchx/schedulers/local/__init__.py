@@ -1,0 +1,1 @@
+"""``local_cwd``, the local scheduler (its modules: see ``scheduler``)."""
