@@ -117,7 +117,7 @@ class SupervisorPeak:
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    if b"local/supervisor.py" not in cmd or self.home.encode() not in cmd:
+                    if b"torchx.schedulers.local.supervisor" not in cmd or self.home.encode() not in cmd:
                         continue
                     status = Path(f"/proc/{pid}/status").read_text()
                 except OSError:

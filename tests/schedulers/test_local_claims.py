@@ -58,7 +58,7 @@ def _claimant(key: str, out: Path, go: str) -> subprocess.Popen[str]:
 
 
 def _waiting_on_claim(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is inside ``local_claims.claim`` (from its live stack)."""
+    """Whether ``thread`` is inside ``claims.claim`` (from its live stack)."""
     frame = sys._current_frames().get(thread.ident or -1)
     while frame is not None:
         code = frame.f_code

@@ -1,24 +1,6 @@
-"""``local_cwd``: run each replica as a local process, in the current directory.
-
-Unlike upstream TorchX, an app's state lives on disk, so any process can see it:
-
-- ``schedule`` writes ``request.json`` into the app's directory under
-  ``$TORCHX_HOME/local_cwd/<session>/<app_id>/`` (0700; files 0600, the environment may
-  hold secrets) and starts a small detached supervisor (``local_supervisor.py``). It starts
-  the replicas, copies their output to
-  ``{log_dir}/{session}/{app_id}/{role}/{replica}/{stdout,stderr,combined}.log``, applies
-  retries and records the state (``local_files``).
-- ``describe``/``list``/``log_iter``/``cancel`` read those files (and signal the
-  supervisor), so ``torchx status``/``log``/``list``/``cancel`` work from any shell.
-- A terminal state never changes again; a bad file makes only its own app unreadable.
-- ``cancel`` ends every process the app started (SIGTERM, then SIGKILL after
-  ``GRACE_SECONDS``), also ones that ignore SIGTERM or left the session, and returns once
-  the app is CANCELLED. A cancel while the app is still being launched sticks.
-- If the supervisor itself dies, ``describe`` notices (pid and start time, never a pid
-  alone), and ``cancel`` kills what is left of the app.
-- A keyed submission claims its idempotency token before launching (``local_claims``), so
-  of racing submitters exactly one launches and the others re-attach to its app.
-"""
+"""``LocalScheduler``: the ``Scheduler`` of ``local_cwd`` over the app files of
+``protocol``, the supervisor it starts, and the readers of ``control`` and ``logs``
+(how it all works: the ``torchx.schedulers.local`` package doc)."""
 
 from __future__ import annotations
 
@@ -32,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from torchx.schedulers.api import (
     ENV_PROGRESS_FILE,
@@ -45,7 +27,7 @@ from torchx.schedulers.api import (
     app_stall_timeout,
 )
 from torchx.schedulers.ids import unique_name
-from torchx.schedulers.local import claims, control
+from torchx.schedulers.local import claims, control, supervisor
 from torchx.schedulers.local import protocol as files
 from torchx.schedulers.local.images import (
     ENV_CUDA_VISIBLE_DEVICES,
@@ -58,7 +40,7 @@ from torchx.schedulers.local.images import (
     set_cuda_visible_devices,
 )
 from torchx.schedulers.local.logs import LogLines, follow_chunks, read_chunks
-from torchx.schedulers.local.state import UnreadableAppError, load_request
+from torchx.schedulers.local.protocol import BadRecord, ReplicaSpec, Request, RoleSpec, State
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -68,6 +50,7 @@ from torchx.specs.api import (
     ReplicaStatus,
     Role,
     RoleStatus,
+    TorchXError,
     macros,
     runopts,
 )
@@ -94,7 +77,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 GRACE_SECONDS = files.GRACE_SECONDS
-SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 COMBINED_LOG = "combined.log"
@@ -102,8 +84,19 @@ ERROR_FILE = "error.json"
 RANK0_ENV = "TORCHX_RANK0_HOST"
 POLL_SECONDS = 0.01
 TOKENS_DIR = ".tokens"
-# the supervisor needs only the stdlib on Linux: skip site-packages (~20 ms of its start)
-_FAST_START = ["-S", "-E"] if sys.platform.startswith("linux") else []
+
+
+class UnreadableAppError(TorchXError):
+    """A local app whose files cannot be understood (``protocol.BadRecord``): ``status``
+    says so in one line, ``list`` skips the app with a warning."""
+
+    def __init__(self, app_id: str, path: str, reason: str) -> None:
+        super().__init__(
+            f"local_cwd app {app_id} is unreadable: {path}: {reason}"
+            " (remove its directory if the app is of no use)"
+        )
+        self.app_id = app_id
+        self.path = path
 
 
 @dataclass
@@ -294,7 +287,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     def auto_set_CUDA_VISIBLE_DEVICES(
         self, role_params: Dict[str, List[ReplicaParam]], app: AppDef, cfg: LocalOpts
     ) -> None:
-        """See ``local_images.set_cuda_visible_devices`` (upstream's method name)."""
+        """See ``images.set_cuda_visible_devices`` (upstream's method name)."""
         set_cuda_visible_devices(role_params, app, cfg, self._cuda_device_count)
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
@@ -305,43 +298,41 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         os.mkdir(app_dir, files.DIR_MODE)  # FileExistsError: never reuse an app's directory
         os.chmod(app_dir, files.DIR_MODE)
         roles = {
-            r["name"]: {
-                "max_retries": r["max_retries"],
-                "retry_policy": r["retry_policy"],
-                "min_replicas": r["num_replicas"]
-                if r["min_replicas"] is None
-                else r["min_replicas"],
-            }
+            r["name"]: RoleSpec(
+                max_retries=r["max_retries"],
+                retry_policy=r["retry_policy"],
+                min_replicas=r["num_replicas"] if r["min_replicas"] is None else r["min_replicas"],
+            )
             for r in req.app["roles"]
         }
         replicas = [
-            {
-                "role": role,
-                "replica_id": i,
-                "args": p.args,
-                "env": p.env,
-                "cwd": p.cwd,
-                "stdout": p.stdout,
-                "stderr": p.stderr,
-                "combined": p.combined,
-                "error_file": p.error_file,
-            }
+            ReplicaSpec(
+                role=role,
+                replica_id=i,
+                args=p.args,
+                env=p.env,
+                cwd=p.cwd or os.getcwd(),
+                stdout=p.stdout or "",
+                stderr=p.stderr or "",
+                combined=p.combined or "",
+                error_file=p.error_file,
+            )
             for role, params in req.role_params.items()
             for i, p in enumerate(params)
         ]
         for rdirs in req.role_log_dirs.values():
             for d in rdirs:
                 files.makedirs_private(d)
-        request = {
-            "app_id": req.app_id,
-            "log_dir": req.log_dir,
-            "app": req.app,
-            "roles": roles,
-            "replicas": replicas,
-            "idempotency_token": req.idempotency_token,
-            "stall_timeout": req.stall_timeout,
-            "submitted": time.time(),
-        }
+        request = Request(
+            app_id=req.app_id,
+            log_dir=req.log_dir,
+            app=req.app,
+            roles=roles,
+            replicas=replicas,
+            idempotency_token=req.idempotency_token,
+            stall_timeout=req.stall_timeout,
+            submitted=time.time(),
+        )
         files.write_json_atomic(str(app_dir / files.REQUEST), request)
         if req.idempotency_token:
             token_dir = root / TOKENS_DIR / req.idempotency_token
@@ -350,7 +341,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         log_fd = files.open_private(str(app_dir / files.SUPERVISOR_LOG))
         try:
             proc = subprocess.Popen(
-                [sys.executable, *_FAST_START, SUPERVISOR, str(app_dir)],
+                supervisor.command(str(app_dir)),
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
@@ -366,7 +357,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         """Return once the supervisor has started the replicas (or the app already ended,
         e.g. cancelled while it was being launched)."""
         state = app_dir / files.STATE
-        deadline = time.monotonic() + control.LAUNCH_TIMEOUT
+        deadline = time.monotonic() + files.LAUNCH_TIMEOUT
         while not state.exists():
             if proc.poll() is not None and not state.exists():
                 log = (app_dir / files.SUPERVISOR_LOG).read_text(errors="replace").strip()
@@ -375,26 +366,41 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 raise RuntimeError(msg)
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"local_cwd supervisor did not start within {control.LAUNCH_TIMEOUT:.0f} s"
+                    f"local_cwd supervisor did not start within {files.LAUNCH_TIMEOUT:.0f} s"
                     f" (see {app_dir})"
                 )
             time.sleep(0.002)
 
     # ------------------------------------------------------------------ state
 
-    def _request(self, app_id: str) -> Optional[Dict[str, Any]]:
+    def _request(self, app_id: str) -> Optional[Request]:
+        """The app's request; None if there is no such app. Raises ``UnreadableAppError``."""
         if not app_id or "/" in app_id or app_id.startswith("."):
             return None
-        return load_request(str(self._app_dir(app_id)))
+        try:
+            return files.load_request(str(self._app_dir(app_id)))
+        except BadRecord as e:
+            raise UnreadableAppError(app_id, e.path, e.reason) from None
+
+    def _observe(self, app_id: str) -> Optional[Tuple[Request, State]]:
+        """The app's request and its state as ``control.observed_state`` sees it (reads
+        only); None if there is no such app. Raises ``UnreadableAppError``."""
+        request = self._request(app_id)
+        if request is None:
+            return None
+        try:
+            return request, control.observed_state(str(self._app_dir(app_id)), request)
+        except BadRecord as e:
+            raise UnreadableAppError(app_id, e.path, e.reason) from None
 
     # ------------------------------------------------------------------ inspect
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        request = self._request(app_id)
-        if request is None:
+        found = self._observe(app_id)
+        if found is None:
             return None
+        request, doc = found
         app_dir = self._app_dir(app_id)
-        doc = control.state_doc(str(app_dir), request)
         state = AppState[doc["state"]]
         from torchx.specs.serialize import appdef_from_dict
 
@@ -402,13 +408,13 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             app = appdef_from_dict(request["app"])
         except (KeyError, TypeError, ValueError) as e:
             raise UnreadableAppError(app_id, str(app_dir / files.REQUEST), repr(e)) from None
-        replica_states = {(r["role"], r["id"]): r for r in doc.get("replicas", [])}
+        replica_states = {(r["role"], r["id"]): r["state"] for r in doc.get("replicas", [])}
         roles_statuses: List[RoleStatus] = []
         error_files: List[tuple[float, str]] = []
         for role in app.roles:
             replicas: List[ReplicaStatus] = []
             for i in range(role.num_replicas):
-                rstate = AppState[replica_states.get((role.name, i), {}).get("state", "PENDING")]
+                rstate = AppState[replica_states.get((role.name, i), files.PENDING)]
                 if state == AppState.CANCELLED and rstate.name not in files.TERMINAL:
                     rstate = AppState.CANCELLED
                 err_path = os.path.join(request["log_dir"], role.name, str(i), ERROR_FILE)
@@ -443,10 +449,10 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     def _summary(self, app_id: str) -> Optional[tuple[float, ListAppResponse]]:
         """``(submitted, ListAppResponse)``; None (with a warning) if it is unreadable."""
         try:
-            request = self._request(app_id)
-            if request is None:
+            found = self._observe(app_id)
+            if found is None:
                 return None
-            doc = control.state_doc(str(self._app_dir(app_id)), request)
+            request, doc = found
         except UnreadableAppError as e:
             logger.warning("skipping %s", e)
             return None
@@ -481,7 +487,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     def claim_idempotency_token(
         self, token: str, dryrun_info: AppDryRunInfo[PopenRequest], reattach_succeeded: bool
     ) -> Optional[str]:
-        """An atomic claim file per token (``local_claims``): one racer launches."""
+        """An atomic claim file per token (``claims``): one racer launches."""
         return claims.claim(
             self._token_dir(token), dryrun_info.request.app_id, self._app_state, reattach_succeeded
         )
@@ -501,13 +507,19 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         return None if found is None else found[1].state.name
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
-        """Return once ``state.json`` changes (or after ``timeout`` s)."""
-        path = self._app_dir(app_id) / files.STATE
+        """Return once ``state.json`` changes, or the supervisor is seen gone (its end
+        is not written by readers), or after ``timeout`` s."""
+        app_dir = self._app_dir(app_id)
+        path = app_dir / files.STATE
         before = _stat_key(path)
         deadline = time.monotonic() + timeout
+        checks = 0
         while time.monotonic() < deadline:
             time.sleep(POLL_SECONDS)
             if _stat_key(path) != before:
+                return
+            checks += 1
+            if checks % 20 == 0 and control.supervisor_alive(str(app_dir)) is False:
                 return
 
     # ------------------------------------------------------------------ logs
@@ -539,15 +551,22 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         app_dir = self._app_dir(app_id)
 
         def finished() -> bool:
-            return control.state_doc(str(app_dir), request)["state"] in files.TERMINAL
+            return control.observed_state(str(app_dir), request)["state"] in files.TERMINAL
 
         return LogLines(follow_chunks(path, finished), regex)
 
     # ------------------------------------------------------------------ cancel
 
     def _cancel_existing(self, app_id: str) -> None:
-        """Cancel and return once the app is terminal (see ``local_control.cancel``)."""
-        control.cancel(str(self._app_dir(app_id)))
+        """Cancel and return once the app is terminal (see ``control.cancel``)."""
+        request = self._request(app_id)
+        if request is not None:
+            control.cancel(str(self._app_dir(app_id)), request)
+
+
+def _join_PATH(*paths: Optional[str]) -> str:
+    """Join ``PATH`` parts, skipping empty ones and stray separators at their ends."""
+    return os.pathsep.join(p.strip(os.pathsep) for p in paths if p)
 
 
 def _check_entrypoint(role: str, entry: str, path_env: str, cwd: str) -> None:
@@ -573,18 +592,4 @@ def create_scheduler(
     return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths)
 
 
-# upstream's names that local_cwd does not use itself (see local_compat)
-from torchx.schedulers.local.compat import (  # noqa: E402, F401
-    NA,
-    AppId,
-    AppName,
-    LogIterator,
-    PopenProtocol,
-    RoleName,
-    SignalException,
-    _join_PATH,
-    make_unique,
-)
-
 log = logger  # upstream's name for this module's logger
-__all__ += ["LogIterator", "PopenProtocol", "SignalException", "make_unique"]
