@@ -22,8 +22,9 @@ One job per module:
 
 - ``protocol``: the app directory's files, the typed request and state, the state names
   and transitions, the lock (stdlib only);
-- ``supervisor``: the detached per-app process (stdlib only, started by a bare
-  ``python -S -E``);
+- ``supervisor``: the detached per-app process (stdlib only, so a bare ``python -S -E``
+  can run it);
+- ``launch``: starting it, by forking a small single-threaded launcher, else by exec;
 - ``processes``: which processes are an app's, and ending them (stdlib only);
 - ``logs``: cutting output into lines and reading it back (stdlib only);
 - ``control``: the state seen from outside the supervisor, and cancel;

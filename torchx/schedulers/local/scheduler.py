@@ -8,7 +8,6 @@ import logging
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from torchx.schedulers.api import (
     app_stall_timeout,
 )
 from torchx.schedulers.ids import unique_name
-from torchx.schedulers.local import claims, control, supervisor
+from torchx.schedulers.local import claims, control, launch
 from torchx.schedulers.local import protocol as files
 from torchx.schedulers.local.images import (
     ENV_CUDA_VISIBLE_DEVICES,
@@ -153,7 +152,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         self._extra_paths = extra_paths or []
 
     def close(self) -> None:
-        """Nothing to release: apps and their files live on (see the class doc)."""
+        """Nothing to release: apps and their files live on (see the class doc); only
+        forked supervisors that exited are reaped."""
+        launch.reap_forked()
 
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
@@ -340,20 +341,13 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             os.close(files.open_private(str(token_dir / req.app_id)))
         log_fd = files.open_private(str(app_dir / files.SUPERVISOR_LOG))
         try:
-            proc = subprocess.Popen(
-                supervisor.command(str(app_dir)),
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                start_new_session=True,
-                close_fds=True,
-            )
+            proc = launch.start(str(app_dir), log_fd)
         finally:
             os.close(log_fd)
         self._wait_started(app_dir, proc)
         return req.app_id
 
-    def _wait_started(self, app_dir: Path, proc: subprocess.Popen[bytes]) -> None:
+    def _wait_started(self, app_dir: Path, proc: launch.Started) -> None:
         """Return once the supervisor has started the replicas (or the app already ended,
         e.g. cancelled while it was being launched)."""
         state = app_dir / files.STATE

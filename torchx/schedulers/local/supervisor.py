@@ -2,8 +2,9 @@
 replicas, copies their output to log files, applies retries and records every state
 change on disk (the files and states of ``protocol``).
 
-It is started as ``python -S -E -c BOOT PKG_ROOT APP_DIR`` (``command``): no ``site``, so
-it starts fast, and therefore this module and everything it imports must be stdlib only
+It is a fork of a small single-threaded launcher, or else started as
+``python -S -E -c BOOT PKG_ROOT APP_DIR`` (``command``; see ``launch``). That bare
+interpreter has no ``site``, so this module and everything it imports must be stdlib only
 (plus psutil off Linux): ``torchx``, ``torchx.schedulers``, ``torchx.schedulers.local``
 and the ``protocol``, ``processes`` and ``logs`` modules of this package
 (``tests/util/test_import_graph.py`` checks it).
@@ -514,8 +515,9 @@ class Supervisor:
         return 0
 
 
-def main() -> int:
-    sup = Supervisor(sys.argv[1])
+def main(app_dir: Optional[str] = None) -> int:
+    """Supervise the app of ``app_dir`` (default: ``sys.argv[1]``) to its end."""
+    sup = Supervisor(app_dir or sys.argv[1])
     try:
         return sup.run()
     except Exception as e:  # a bug here must not leave processes or a state that lies
