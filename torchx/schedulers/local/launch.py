@@ -17,10 +17,12 @@ Anywhere else (an orchestrator's worker, a notebook, an event loop with executor
 process that imported torch, not Linux) it execs.
 
 The forked child inherits nothing that acts on its own: stdin is ``/dev/null``, stdout
-and stderr go to ``supervisor.log``, every other file descriptor of the launcher is
-closed (a pipe the launcher's caller reads to its end would otherwise stay open),
+and stderr go to ``supervisor.log``, every other file descriptor of the launcher now
+points at ``/dev/null`` (a pipe the launcher's caller reads to its end would otherwise
+stay open; replaced rather than closed, so a launcher's object that the child's garbage
+collector finalizes cannot close a file the supervisor opened under the same number),
 Python signal handlers are reset, and it leaves by ``os._exit`` (no ``atexit`` handler,
-no buffered output, no finalizer of the launcher's objects runs twice).
+no buffered output of the launcher is written twice).
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def _fork(app_dir: str, log_fd: int) -> int:
         os.dup2(devnull, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        os.closerange(3, _max_fd())
+        _blank_inherited_fds(devnull)
         _reset_signals()
         _set_name(b"torchx-local")  # its command line stays the launcher's; ps -e, top
         code = supervisor.main(app_dir)
@@ -127,11 +129,16 @@ def _set_name(name: bytes) -> None:
         pass
 
 
-def _max_fd() -> int:
-    try:
-        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
-    except (OSError, ValueError):
-        return os.sysconf("SC_OPEN_MAX")
+def _blank_inherited_fds(devnull: int) -> None:
+    """Point every file descriptor above 2 at ``devnull`` (then closed itself)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != devnull:
+            try:
+                os.dup2(devnull, fd, inheritable=False)
+            except OSError:
+                pass  # the listing's own descriptor, gone already
+    os.close(devnull)
 
 
 def _reset_signals() -> None:
