@@ -206,6 +206,49 @@ def test_the_local_supervisor_starts_without_site_packages(tmp_path: Path) -> No
     assert set(ast.literal_eval(out.stdout)) == SUPERVISOR_CLOSURE
 
 
+def _bound_names(tree: ast.Module) -> Set[str]:
+    """Names a module binds when it is imported (top level, also under ``if``/``try``)."""
+    names: Set[str] = set()
+    todo: List[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.If) and not _is_type_checking(node.test):
+            todo += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody
+            for h in node.handlers:
+                todo += h.body
+    return names
+
+
+def test_no_torchx_import_goes_through_a_lazy_module_getattr() -> None:
+    """``from torchx.x import name`` finds ``name`` bound in ``torchx.x`` (or a submodule),
+    never only through its module ``__getattr__``: that import, run while another thread
+    imports the same modules, deadlocks into "partially initialized module" (seen in
+    Airflow's triggerer, whose trigger and log threads import ``torchx.runner`` at once)."""
+    modules = _modules()
+    bound = {m: _bound_names(ast.parse(p.read_text(), str(p))) for m, p in modules.items()}
+    bad = []
+    for mod, path in modules.items():
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module not in modules:
+                continue
+            for alias in node.names:
+                name = alias.name
+                if name != "*" and name not in bound[node.module]:
+                    if f"{node.module}.{name}" not in modules:
+                        bad.append(f"{mod}: from {node.module} import {name}")
+    assert not bad, bad
+
+
 def test_the_check_sees_a_circle_and_a_deferred_import() -> None:
     """The checker itself: a circle through an import inside a function is found."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
