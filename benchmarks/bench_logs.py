@@ -117,7 +117,12 @@ class SupervisorPeak:
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    if b"local_supervisor.py" not in cmd or self.home.encode() not in cmd:
+                    exec_ed = b"torchx.schedulers.local.supervisor" in cmd
+                    # a supervisor forked from the CLI keeps its command line, not its name
+                    forked = Path(f"/proc/{pid}/comm").read_bytes() == b"torchx-local\n"
+                    if forked:
+                        cmd = Path(f"/proc/{pid}/environ").read_bytes()
+                    if not (exec_ed or forked) or self.home.encode() not in cmd:
                         continue
                     status = Path(f"/proc/{pid}/status").read_text()
                 except OSError:

@@ -258,7 +258,7 @@ def test_a_group_is_signalled_before_its_members_one_by_one(
 ) -> None:
     """A parent must get the signal with its children (one ``killpg``), not after them:
     ``sh`` that saw its ``sleep`` die first would go on and print "end"."""
-    from torchx.schedulers import local_proc
+    from torchx.schedulers.local import processes as local_proc
 
     sh = subprocess.Popen(
         ["sh", "-c", "echo begin; sleep 30; echo end"],

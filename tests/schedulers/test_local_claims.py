@@ -58,11 +58,11 @@ def _claimant(key: str, out: Path, go: str) -> subprocess.Popen[str]:
 
 
 def _waiting_on_claim(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is inside ``local_claims.claim`` (from its live stack)."""
+    """Whether ``thread`` is inside ``claims.claim`` (from its live stack)."""
     frame = sys._current_frames().get(thread.ident or -1)
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "claim" and code.co_filename.endswith("local_claims.py"):
+        if code.co_name == "claim" and code.co_filename.endswith("/local/claims.py"):
             return True
         frame = frame.f_back
     return False

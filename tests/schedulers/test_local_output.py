@@ -25,7 +25,7 @@ from tests.schedulers.test_local_support import (
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.schedulers.api import Stream
-from torchx.schedulers.local_files import LINE_LIMIT, LINE_SPLIT_MARKER, LineBuffer
+from torchx.schedulers.local.logs import LINE_LIMIT, LINE_SPLIT_MARKER, LineBuffer
 
 __all__ = ["home"]
 

@@ -1,5 +1,5 @@
-"""The import graph of ``torchx`` has no circle, and the helpers below ``specs`` know no
-data model.
+"""The import graph of ``torchx`` has no circle, the helpers below ``specs`` know no
+data model, and the ``local_cwd`` supervisor's imports are stdlib only.
 
 A static check (``ast``, nothing is imported): every ``import``/``from ... import`` in
 every module counts, also the ones inside functions (a deferred import is still a
@@ -10,6 +10,7 @@ only ``if TYPE_CHECKING:`` blocks are left out (annotations, no run-time edge).
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -18,6 +19,17 @@ ROOT = Path(__file__).resolve().parents[2] / "torchx"
 # root package holds only the version and the default image
 BELOW_SPECS = ("torchx.util.", "torchx.version")
 ROOT_PACKAGE = "torchx"
+# the local supervisor runs under a bare ``python -S -E``: it may import only these
+SUPERVISOR = "torchx.schedulers.local.supervisor"
+SUPERVISOR_CLOSURE = {
+    "torchx",
+    "torchx.schedulers",
+    "torchx.schedulers.local",
+    "torchx.schedulers.local.logs",
+    "torchx.schedulers.local.processes",
+    "torchx.schedulers.local.protocol",
+    SUPERVISOR,
+}
 
 # Import edges that close a known circle; the test fails if one of them disappears, so the
 # list cannot outlive its circle. None left since the tracker agent was removed.
@@ -137,6 +149,104 @@ def test_helpers_below_specs_import_only_each_other() -> None:
     }
     bad = {m: t for m, t in bad.items() if t}
     assert not bad, f"helpers below specs import the layers above: {bad}"
+
+
+def _packages_of(mod: str) -> Set[str]:
+    """The packages Python imports before ``mod`` (``a.b.c``: ``a``, ``a.b``)."""
+    parts = mod.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def _import_time_edges(mod: str) -> Set[str]:
+    """What importing ``mod`` imports: its imports outside functions (for the packages
+    the supervisor passes through, whose functions it never calls)."""
+    modules = _modules()
+    tree = ast.parse(modules[mod].read_text())
+    found: Set[str] = set()
+    for node in _imports(tree):
+        if any(
+            isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(n is node for n in ast.walk(f))
+            for f in ast.walk(tree)
+        ):
+            continue
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        found |= {m for m in (_resolve(n or "", modules) for n in names) if m and m != mod}
+    return found
+
+
+def test_the_local_supervisor_imports_only_its_stdlib_siblings() -> None:
+    """Every import of the supervisor's own package counts (its functions run); of the
+    packages above it, what they import when imported."""
+    graph = import_graph()
+    seen: Set[str] = set()
+    todo = [SUPERVISOR]
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        inside = mod.startswith("torchx.schedulers.local.")
+        todo.extend((graph[mod] if inside else _import_time_edges(mod)) | _packages_of(mod))
+    assert seen == SUPERVISOR_CLOSURE
+
+
+def test_the_local_supervisor_starts_without_site_packages(tmp_path: Path) -> None:
+    """The real start: its command line, in a bare interpreter (``-S -E`` on Linux)."""
+    from torchx.schedulers.local.supervisor import BOOT, command
+
+    argv = command(str(tmp_path / "no-such-app"))
+    probe = BOOT.replace(
+        "sys.exit(main())",
+        "print(sorted(m for m in sys.modules if m.startswith('torchx')))",
+    )
+    argv[argv.index(BOOT)] = probe
+    out = subprocess.run(argv[:-1], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert set(ast.literal_eval(out.stdout)) == SUPERVISOR_CLOSURE
+
+
+def _bound_names(tree: ast.Module) -> Set[str]:
+    """Names a module binds when it is imported (top level, also under ``if``/``try``)."""
+    names: Set[str] = set()
+    todo: List[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.If) and not _is_type_checking(node.test):
+            todo += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody
+            for h in node.handlers:
+                todo += h.body
+    return names
+
+
+def test_no_torchx_import_goes_through_a_lazy_module_getattr() -> None:
+    """``from torchx.x import name`` finds ``name`` bound in ``torchx.x`` (or a submodule),
+    never only through its module ``__getattr__``: that import, run while another thread
+    imports the same modules, deadlocks into "partially initialized module" (seen in
+    Airflow's triggerer, whose trigger and log threads import ``torchx.runner`` at once)."""
+    modules = _modules()
+    bound = {m: _bound_names(ast.parse(p.read_text(), str(p))) for m, p in modules.items()}
+    bad = []
+    for mod, path in modules.items():
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module not in modules:
+                continue
+            for alias in node.names:
+                name = alias.name
+                if name != "*" and name not in bound[node.module]:
+                    if f"{node.module}.{name}" not in modules:
+                        bad.append(f"{mod}: from {node.module} import {name}")
+    assert not bad, bad
 
 
 def test_the_check_sees_a_circle_and_a_deferred_import() -> None:

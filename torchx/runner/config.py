@@ -32,7 +32,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, TextIO
 
-from torchx.schedulers import Scheduler, get_scheduler_factories
+from torchx.schedulers import get_scheduler_factories
+from torchx.schedulers.api import Scheduler
 from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt, runopts
 
 if TYPE_CHECKING:  # configparser is loaded only when a config file is read (~2 ms)

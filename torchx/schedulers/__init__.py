@@ -1,15 +1,21 @@
-"""Scheduler registry: builtins plus the ``torchx.schedulers`` entry points, all imported lazily."""
+"""Scheduler registry: builtins plus the ``torchx.schedulers`` entry points, all imported lazily.
+
+Stdlib only at import: the ``local_cwd`` supervisor (``torchx.schedulers.local.supervisor``)
+is imported through this package by a bare ``python -S -E``; ``Scheduler`` (upstream's
+name here) is loaded when first asked for.
+"""
 
 from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Mapping, Optional, Protocol
 
-from torchx.schedulers.api import Scheduler
+if TYPE_CHECKING:
+    from torchx.schedulers.api import Scheduler
 
 DEFAULT_SCHEDULER_MODULES: Dict[str, str] = {
-    "local_cwd": "torchx.schedulers.local_scheduler",
+    "local_cwd": "torchx.schedulers.local.scheduler",
     "slurm": "torchx.schedulers.slurm_scheduler",
     "kubernetes": "torchx.schedulers.kubernetes_scheduler",
     "aws_batch": "torchx.schedulers.aws_batch_scheduler",
@@ -91,3 +97,11 @@ class SchedulerFactories(Mapping[str, SchedulerFactory]):
 def get_default_scheduler_name() -> str:
     """``local_cwd``: the scheduler that works on any machine (upstream's default needs Docker)."""
     return "local_cwd"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Scheduler":
+        from torchx.schedulers.api import Scheduler
+
+        return Scheduler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,14 +1,17 @@
 """The per-app supervisor of ``local_cwd``: a small detached process that starts the
 replicas, copies their output to log files, applies retries and records every state
-change on disk (see ``local_files``).
+change on disk (the files and states of ``protocol``).
 
-It runs as a script (``python local_supervisor.py APP_DIR``), not as a module of the
-``torchx`` package, so it starts fast: stdlib only, plus psutil when a process tree must
-be walked.
+It is a fork of a small single-threaded launcher, or else started as
+``python -S -E -c BOOT PKG_ROOT APP_DIR`` (``command``; see ``launch``). That bare
+interpreter has no ``site``, so this module and everything it imports must be stdlib only
+(plus psutil off Linux): ``torchx``, ``torchx.schedulers``, ``torchx.schedulers.local``
+and the ``protocol``, ``processes`` and ``logs`` modules of this package
+(``tests/util/test_import_graph.py`` checks it).
 
 - Every process an app starts stays under its supervisor: it is a child subreaper
   (Linux), so descendants that daemonize or ``setsid`` re-parent to it, and each replica's
-  processes carry the replica's tag (``local_proc``).
+  processes carry the replica's tag (``processes``).
 - A replica is its whole process tree: when its main process exits (or is killed, as a
   torchrun agent may be), whatever it left running is killed at once, as a lost node's.
 - ``cancel`` (SIGTERM, or the ``cancel`` file) sends SIGTERM to every process of the app,
@@ -24,7 +27,6 @@ be walked.
 from __future__ import annotations
 
 import fcntl
-import importlib
 import json
 import os
 import select
@@ -34,25 +36,38 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
-if TYPE_CHECKING:
-    from torchx.schedulers import local_files as files
-    from torchx.schedulers import local_proc as procs
-else:  # run as a script, the sibling modules are on sys.path[0]
-    _PKG = "torchx.schedulers." if __package__ else ""
-    files = importlib.import_module(_PKG + "local_files")
-    procs = importlib.import_module(_PKG + "local_proc")
-
-GRACE_SECONDS = files.GRACE_SECONDS
-READ_SIZE = 1 << 20
-SUCCEEDED, FAILED, CANCELLED, RUNNING, PENDING = (
-    "SUCCEEDED",
-    "FAILED",
-    "CANCELLED",
-    "RUNNING",
-    "PENDING",
+from torchx.schedulers.local import processes as procs
+from torchx.schedulers.local import protocol as files
+from torchx.schedulers.local.logs import LineBuffer
+from torchx.schedulers.local.protocol import (
+    CANCELLED,
+    FAILED,
+    GRACE_SECONDS,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    ReplicaSpec,
+    ReplicaState,
+    Request,
+    RoleSpec,
+    State,
 )
+
+READ_SIZE = 1 << 20
+# ``python -S -E -c BOOT PKG_ROOT APP_DIR``: the package's root first on the path, then main
+BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1));"
+    " from torchx.schedulers.local.supervisor import main; sys.exit(main())"
+)
+
+
+def command(app_dir: str) -> List[str]:
+    """The argv that starts the supervisor of ``app_dir`` in a new interpreter."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    fast = ["-S", "-E"] if sys.platform.startswith("linux") else []
+    return [sys.executable, *fast, "-c", BOOT, root, app_dir]
 
 
 def last_line(path: str, limit: int = 300) -> str:
@@ -109,7 +124,7 @@ class _Tee(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        lines = files.LineBuffer()
+        lines = LineBuffer()
         try:
             while True:
                 try:
@@ -142,7 +157,7 @@ def _pipe() -> tuple[int, int]:
 
 
 class Replica:
-    def __init__(self, spec: Dict[str, Any], app_id: str) -> None:
+    def __init__(self, spec: ReplicaSpec, app_id: str) -> None:
         self.spec = spec
         self.role: str = spec["role"]
         self.id: int = spec["replica_id"]
@@ -207,7 +222,7 @@ class Replica:
         for tee in self.tees:
             tee.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> ReplicaState:
         return {
             "role": self.role,
             "id": self.id,
@@ -221,13 +236,13 @@ class Replica:
 class Supervisor:
     def __init__(self, app_dir: str) -> None:
         self.app_dir = app_dir
-        request = files.read_json(os.path.join(app_dir, files.REQUEST))
-        if not isinstance(request, dict):
+        request = files.load_request(app_dir)  # BadRecord: nothing started, nothing written
+        if request is None:
             raise SystemExit(f"{app_dir}: no request")
-        self.request: Dict[str, Any] = request
+        self.request: Request = request
         self.app_id: str = self.request["app_id"]
         self.replicas = [Replica(s, self.app_id) for s in self.request["replicas"]]
-        self.roles: Dict[str, Dict[str, Any]] = self.request["roles"]
+        self.roles: Dict[str, RoleSpec] = self.request["roles"]
         self.retries_left = {name: r["max_retries"] for name, r in self.roles.items()}
         self.num_restarts = 0
         self.state = PENDING
@@ -239,7 +254,7 @@ class Supervisor:
         self.wake_r, self.wake_w = os.pipe()
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
-        stall = self.request.get("stall_timeout")
+        stall = self.request["stall_timeout"]
         self.stall_timeout: Optional[float] = float(stall) if stall else None
         self.progress_path = os.path.join(app_dir, files.PROGRESS)
         self.progress_key: Optional[tuple[int, int]] = None
@@ -249,7 +264,7 @@ class Supervisor:
 
     def write_state(self) -> bool:
         """Record the state; False if it was already terminal on disk (then we must stop)."""
-        doc = {
+        doc: State = {
             "state": self.state,
             "num_restarts": self.num_restarts,
             "msg": self.msg,
@@ -446,6 +461,11 @@ class Supervisor:
             cur = files.current_state(self.app_dir)
             if cur is not None and cur["state"] in files.TERMINAL:
                 return False  # finalized already (a cancel before we started)
+            if time.time() - self.request["submitted"] > files.LAUNCH_TIMEOUT:
+                # readers already report it FAILED (pid published after that): agree
+                self.state, self.msg = FAILED, "the local supervisor never started"
+                self.write_locked()
+                return False
             if self.cancelling():
                 self.state, self.msg = CANCELLED, "cancelled before it started"
                 self.write_locked()
@@ -457,7 +477,7 @@ class Supervisor:
         return True
 
     def write_locked(self) -> None:
-        doc = {"state": self.state, "msg": self.msg, "replicas": [], "updated": time.time()}
+        doc: State = {"state": self.state, "msg": self.msg, "replicas": [], "updated": time.time()}
         files.transition_locked(self.app_dir, doc)
 
     def run(self) -> int:
@@ -495,8 +515,9 @@ class Supervisor:
         return 0
 
 
-def main() -> int:
-    sup = Supervisor(sys.argv[1])
+def main(app_dir: Optional[str] = None) -> int:
+    """Supervise the app of ``app_dir`` (default: ``sys.argv[1]``) to its end."""
+    sup = Supervisor(app_dir or sys.argv[1])
     try:
         return sup.run()
     except Exception as e:  # a bug here must not leave processes or a state that lies

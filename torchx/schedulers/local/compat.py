@@ -1,10 +1,9 @@
 """Names upstream's ``torchx.schedulers.local_scheduler`` has that ``local_cwd`` itself does
-not use (its logs and signals work differently, see ``local_scheduler``'s module doc).
+not use (its logs and signals work differently, see the ``torchx.schedulers.local`` doc).
 
 They are here, re-exported by ``local_scheduler``, so code written against upstream keeps
 importing them: ``LogIterator`` (follow one log file until the app ends),
-``SignalException``, ``PopenProtocol``, the id type aliases, ``make_unique`` and
-``_join_PATH``.
+``SignalException``, ``PopenProtocol``, the id type aliases and ``make_unique``.
 """
 
 from __future__ import annotations
@@ -50,11 +49,6 @@ class SignalException(Exception):
     def __init__(self, msg: str, sigval: signal.Signals) -> None:
         super().__init__(msg)
         self.sigval = sigval
-
-
-def _join_PATH(*paths: Optional[str]) -> str:
-    """Join ``PATH`` parts, skipping empty ones and stray separators at their ends."""
-    return os.pathsep.join(p.strip(os.pathsep) for p in paths if p)
 
 
 class LogIterator:

@@ -1,7 +1,7 @@
 """Processes of ``local_cwd`` apps: who is ours, and how to end all of them.
 
-Stdlib only (psutil only off Linux, where /proc is not there to read), because the
-supervisor imports this as a plain sibling module and must start fast.
+Stdlib only (psutil only off Linux, where /proc is not there to read): the supervisor
+imports it and must start fast.
 
 - A pid alone does not name a process: after it exits, the pid may be reused (or the
   machine rebooted). Every pid we record comes with a *stamp* (start time and boot id),

@@ -24,8 +24,8 @@ import os
 import time
 from typing import Any, Callable, Dict, Optional
 
-from torchx.schedulers import local_files as files
-from torchx.schedulers import local_proc as procs
+from torchx.schedulers.local import processes as procs
+from torchx.schedulers.local import protocol
 
 CLAIM_PREFIX = ".claim."
 VOID_SUFFIX = ".void"
@@ -61,7 +61,7 @@ def _read(token_dir: str, gen: int) -> Dict[str, Any]:
 def _create(token_dir: str, gen: int, doc: Dict[str, Any]) -> bool:
     """Take claim ``gen`` (True), unless another submitter has it (False)."""
     tmp = os.path.join(token_dir, f".tmp-claim.{os.getpid()}.{time.monotonic_ns()}")
-    fd = files.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    fd = protocol.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
@@ -77,7 +77,7 @@ def _verdict(token_dir: str, gen: int, doc: Dict[str, Any], state: AppState, reu
     """``reuse`` (the claim's app is the token's), ``wait`` (being launched) or ``stale``."""
 
     def by_app(name: str) -> str:
-        if name in files.TERMINAL:
+        if name in protocol.TERMINAL:
             return "reuse" if reuse and name == "SUCCEEDED" else "stale"
         return "reuse"
 
@@ -101,7 +101,7 @@ def claim(
 ) -> Optional[str]:
     """Claim the token for ``app_id``: None if the caller holds it now and must launch
     ``app_id``; else the app id of the claim that rules the token (to re-attach to)."""
-    files.makedirs_private(token_dir)
+    protocol.makedirs_private(token_dir)
     me = {"app_id": app_id, "pid": os.getpid(), "stamp": procs.stamp(os.getpid())}
     deadline = time.monotonic() + timeout
     while True:
@@ -131,5 +131,5 @@ def release(token_dir: str, app_id: str, state: AppState) -> None:
         return
     for gen in sorted(_generations(token_dir), reverse=True):
         if _read(token_dir, gen).get("app_id") == app_id:
-            os.close(files.open_private(_path(token_dir, gen) + VOID_SUFFIX))
+            os.close(protocol.open_private(_path(token_dir, gen) + VOID_SUFFIX))
             return

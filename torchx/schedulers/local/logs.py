@@ -1,11 +1,14 @@
-"""Reading ``local_cwd`` log files: whole lines, bounded memory, fast for big outputs.
+"""``local_cwd`` log lines: cut into whole lines (by the supervisor as it writes
+``combined.log``, and by readers), bounded memory, fast for big outputs.
+
+Stdlib only: the supervisor imports ``LineBuffer`` from here.
 
 ``LogLines`` is what ``LocalScheduler.log_iter`` returns: an iterator of lines (each
 ending in ``\\n``, except a last line that has none), as the Scheduler API promises. A
 printer that wants speed calls ``blocks()`` instead and gets the same text in pieces of
 many whole lines: ``torchx run``/``torchx log`` then print a million lines in a few
 writes instead of a million. A line longer than 1 MiB arrives in marked pieces
-(``local_files.LineBuffer``), so a single huge line never has to fit in memory.
+(``LineBuffer``), so a single huge line never has to fit in memory.
 """
 
 from __future__ import annotations
@@ -15,10 +18,65 @@ import re
 import time
 from typing import Callable, Iterator, List, Optional
 
-from torchx.schedulers.local_files import LineBuffer
-
 READ_SIZE = 1 << 20
 POLL_SECONDS = 0.02
+
+# A log line longer than LINE_LIMIT bytes is cut into pieces of at most LINE_LIMIT bytes,
+# each ending with LINE_SPLIT_MARKER, so no reader ever buffers more than that per line.
+LINE_LIMIT = 1 << 20
+LINE_SPLIT_MARKER = b" [torchx: line longer than 1 MiB, continued on the next line]"
+
+
+def utf8_cut(buf: bytes | bytearray, limit: int) -> int:
+    """The largest cut <= ``limit`` that does not split a UTF-8 character (if there is one)."""
+    for back in range(4):
+        cut = limit - back
+        if cut > 0 and (buf[cut] & 0xC0) != 0x80:
+            return cut
+    return limit
+
+
+class LineBuffer:
+    """Bytes in, whole lines out; a line over ``LINE_LIMIT`` comes out in marked pieces.
+
+    Memory stays bounded by the limit plus one chunk, however long a line is.
+    """
+
+    def __init__(self, limit: int = LINE_LIMIT) -> None:
+        self._buf = bytearray()
+        self._piece = limit - len(LINE_SPLIT_MARKER)
+        self._limit = limit
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The complete lines (each ending in ``\\n``) that ``chunk`` completes."""
+        if len(chunk) > self._limit:  # keeps the invariant below: no line spans > 2 chunks
+            step = self._limit
+            return b"".join(self.feed(chunk[i : i + step]) for i in range(0, len(chunk), step))
+        if not self._buf:  # the common case: one cheap cut
+            cut = chunk.rfind(b"\n") + 1
+            self._buf += chunk[cut:]
+            return chunk[:cut]
+        start = len(self._buf)
+        self._buf += chunk
+        buf = self._buf
+        out = []
+        nl = buf.find(b"\n", start)  # the pending line had no newline before ``start``
+        while nl > self._limit or (nl < 0 and len(buf) > self._limit):
+            cut = utf8_cut(buf, self._piece)
+            out.append(bytes(buf[:cut]) + LINE_SPLIT_MARKER + b"\n")
+            del buf[:cut]
+            nl = nl - cut if nl >= 0 else -1
+        cut = buf.rfind(b"\n") + 1
+        if cut:
+            out.append(bytes(buf[:cut]))
+            del buf[:cut]
+        return b"".join(out)
+
+    def rest(self) -> bytes:
+        """What is left (a last line without ``\\n``), emptying the buffer."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return rest
 
 
 def split_text(text: str) -> List[str]:

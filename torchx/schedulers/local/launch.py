@@ -1,0 +1,172 @@
+"""How the launcher starts an app's supervisor: a fork of itself when that is safe, else
+a new interpreter (``supervisor.command``), as before.
+
+A new ``python -S -E`` costs 30-80 ms before the replicas start (the interpreter, its
+imports); a fork of the launcher, already initialized, costs a few ms. Both give the same
+process tree: the supervisor is a child of the launcher in a session of its own, so it
+outlives the launcher and no terminal signal of the launcher reaches it.
+
+A fork that does not exec is safe only in a process with one thread (another thread may
+hold a lock the child then waits for forever: the allocator's, logging's, the import
+lock), so the launcher forks only when ``threading`` knows one thread and the kernel too
+(``/proc/self/task``: threads started by C libraries count). And a forked supervisor
+keeps the launcher's memory for the app's lifetime (its pages stay resident in the child
+once the launcher exits), so the launcher forks only while it is small
+(``FORK_MAX_RSS``: the torchx CLI is ~22 MiB, a new supervisor's interpreter ~12 MiB).
+Anywhere else (an orchestrator's worker, a notebook, an event loop with executors, a
+process that imported torch, not Linux) it execs.
+
+The forked child inherits nothing that acts on its own: stdin is ``/dev/null``, stdout
+and stderr go to ``supervisor.log``, every other file descriptor of the launcher now
+points at ``/dev/null`` (a pipe the launcher's caller reads to its end would otherwise
+stay open; replaced rather than closed, so a launcher's object that the child's garbage
+collector finalizes cannot close a file the supervisor opened under the same number),
+Python signal handlers are reset, and it leaves by ``os._exit`` (no ``atexit`` handler,
+no buffered output of the launcher is written twice).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from typing import Optional, Set
+
+from torchx.schedulers.local import supervisor
+
+FORK_MAX_RSS = 40 << 20  # bytes
+# forked supervisors not reaped yet (a zombie is reaped at the next start or close)
+_FORKED: Set[int] = set()
+
+
+class Started:
+    """A started supervisor: its pid, and its exit code once it exited (``poll``)."""
+
+    def __init__(self, pid: int, popen: Optional[subprocess.Popen[bytes]] = None) -> None:
+        self.pid = pid
+        self.forked = popen is None
+        self._popen = popen
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self._popen is not None:
+            self.returncode = self._popen.poll()
+        elif self.returncode is None:
+            self.returncode = _reap(self.pid)
+        return self.returncode
+
+
+def can_fork() -> bool:
+    """Whether this process may fork without exec: Linux, a single thread, and small."""
+    if not sys.platform.startswith("linux") or threading.active_count() != 1:
+        return False
+    try:
+        if len(os.listdir("/proc/self/task")) != 1:
+            return False
+        with open("/proc/self/statm") as f:
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return False
+    return resident <= FORK_MAX_RSS
+
+
+def start(app_dir: str, log_fd: int) -> Started:
+    """Start the supervisor of ``app_dir`` with its output on ``log_fd``."""
+    reap_forked()
+    if can_fork():
+        return Started(_fork(app_dir, log_fd))
+    proc = subprocess.Popen(
+        supervisor.command(app_dir),
+        stdin=subprocess.DEVNULL,
+        stdout=log_fd,
+        stderr=log_fd,
+        start_new_session=True,
+        close_fds=True,
+    )
+    return Started(proc.pid, proc)
+
+
+def _fork(app_dir: str, log_fd: int) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # else the child's copy of the buffer could be written twice
+        except Exception:
+            pass
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    pid = os.fork()
+    if pid:
+        os.close(devnull)
+        _FORKED.add(pid)
+        return pid
+    code = 1
+    try:  # the child: never returns into the launcher's code
+        os.setsid()
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        _blank_inherited_fds(devnull)
+        _reset_signals()
+        _set_name(b"torchx-local")  # its command line stays the launcher's; ps -e, top
+        code = supervisor.main(app_dir)
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _set_name(name: bytes) -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name[:15], 0, 0, 0)  # PR_SET_NAME
+    except Exception:
+        pass
+
+
+def _blank_inherited_fds(devnull: int) -> None:
+    """Point every file descriptor above 2 at ``devnull`` (then closed itself)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != devnull:
+            try:
+                os.dup2(devnull, fd, inheritable=False)
+            except OSError:
+                pass  # the listing's own descriptor, gone already
+    os.close(devnull)
+
+
+def _reset_signals() -> None:
+    """The launcher's Python signal handlers and wakeup fd do not apply to the child."""
+    signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a new interpreter
+
+
+def _reap(pid: int) -> Optional[int]:
+    """The exit code of forked child ``pid`` if it exited (reaping it), else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # reaped by someone else (a waitpid(-1) of the caller)
+        _FORKED.discard(pid)
+        return -1
+    if done == 0:
+        return None
+    _FORKED.discard(pid)
+    return os.waitstatus_to_exitcode(status)
+
+
+def reap_forked() -> None:
+    """Reap the forked supervisors that exited (no zombie stays behind for long)."""
+    for pid in list(_FORKED):
+        _reap(pid)

@@ -1,0 +1,355 @@
+"""What the ``local_cwd`` scheduler and its supervisor agree on: the files of an app's
+directory, the typed request and state written there, the state names and the
+transitions allowed between them, and the lock every writer holds.
+
+Stdlib only, and nothing slow to import: the supervisor imports it (see ``supervisor``).
+
+An app directory holds ``request.json`` (a ``Request``: what to run, written once by the
+launcher), ``state.json`` (a ``State``, replaced atomically on every change),
+``supervisor.pid`` (``PID STAMP``, written by the supervisor once its signal handlers are
+installed), ``cancel`` (created by ``cancel``), ``state.lock`` and ``progress.json`` (rank
+0's last progress report, written by the job). Every directory is created 0700 and every
+file 0600: the request holds the replicas' environment, which may hold secrets.
+
+The state on disk only moves forward (``may_follow``): PENDING, RUNNING, then one
+terminal state that never changes again. Every writer goes through ``transition``, which
+holds ``state.lock`` and refuses any other move. Readers never write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import typing
+from typing import Any, Dict, Iterator, List, Optional, TypedDict
+
+REQUEST = "request.json"
+STATE = "state.json"
+PID = "supervisor.pid"
+CANCEL = "cancel"
+LOCK = "state.lock"
+SUPERVISOR_LOG = "supervisor.log"
+PROGRESS = "progress.json"  # rank 0's last ``report_progress`` (torchx.runtime.progress)
+
+# cancel: SIGTERM to every process of the app, SIGKILL to what still runs this much later
+GRACE_SECONDS = 5.0
+# a request whose supervisor has not published its pid this long after submission never
+# runs: readers report it FAILED, and a supervisor that starts later refuses to run it
+LAUNCH_TIMEOUT = 60.0
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+# the states of an app and of a replica (``torchx.specs.AppState`` names)
+PENDING = "PENDING"
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+CANCELLED = "CANCELLED"
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+STATES = frozenset({PENDING, RUNNING}) | TERMINAL
+
+
+def may_follow(current: Optional[str], new: str) -> bool:
+    """Whether the state on disk may go from ``current`` (None: none yet) to ``new``."""
+    if current is None:
+        return True
+    if current in TERMINAL:
+        return False
+    return not (current == RUNNING and new == PENDING)
+
+
+# ---------------------------------------------------------------------- typed records
+
+
+class RoleSpec(TypedDict):
+    """Retries of one role, as the supervisor applies them."""
+
+    max_retries: int
+    retry_policy: str  # torchx.specs.RetryPolicy name: APPLICATION, ROLE or REPLICA
+    min_replicas: int
+
+
+class ReplicaSpec(TypedDict):
+    """How to start one replica and where its output goes."""
+
+    role: str
+    replica_id: int
+    args: List[str]
+    env: Dict[str, str]
+    cwd: str
+    stdout: str
+    stderr: str
+    combined: str
+    error_file: str
+
+
+class Request(TypedDict):
+    """``request.json``: what to run, written once by the launcher."""
+
+    app_id: str
+    log_dir: str
+    app: Dict[str, Any]  # the AppDef as ``torchx.specs.serialize.appdef_to_dict`` writes it
+    roles: Dict[str, RoleSpec]
+    replicas: List[ReplicaSpec]
+    idempotency_token: Optional[str]
+    stall_timeout: Optional[float]
+    submitted: float  # time.time()
+
+
+class ReplicaState(TypedDict):
+    role: str
+    id: int
+    pid: Optional[int]
+    stamp: Optional[str]  # tells ``pid`` apart from a later process with the same pid
+    state: str
+    exit_code: Optional[int]
+
+
+class _StateName(TypedDict):
+    state: str
+
+
+class State(_StateName, total=False):
+    """``state.json``: the app's state (only ``state`` is always there)."""
+
+    msg: str
+    num_restarts: int
+    supervisor_pid: int
+    replicas: List[ReplicaState]
+    started: float
+    updated: float
+
+
+class BadRecord(ValueError):
+    """A request or state file with content we did not write (``{}``, a state named
+    ``BOGUS``, garbage from a full disk or a hand edit)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+_HINTS: Dict[Any, Dict[str, Any]] = {}
+
+
+def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
+    """What is wrong with ``value`` as JSON of type ``tp`` (None: nothing)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return None
+    if origin is typing.Union:
+        if any(_problem(value, a, where) is None for a in args):
+            return None
+        return f"bad {where!r}"
+    if tp is type(None):
+        return None if value is None else f"bad {where!r}"
+    if typing.is_typeddict(tp):
+        if not isinstance(value, dict):
+            return f"{where or 'it'} is not a JSON object" if where else "not a JSON object"
+        hints = _HINTS.get(tp)
+        if hints is None:
+            hints = _HINTS[tp] = typing.get_type_hints(tp)
+        for key in tp.__required_keys__:
+            if key not in value:
+                return f"no {_join(where, key)!r}"
+        for key, sub in hints.items():
+            if key in value:
+                found = _problem(value[key], sub, _join(where, key))
+                if found:
+                    return found
+        return None
+    if origin is list:
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                found = _problem(item, args[0], f"{where}[{i}]")
+                if found:
+                    return found
+            return None
+        return f"bad {where!r}"
+    if origin is dict:
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            for k, item in value.items():
+                found = _problem(item, args[1], _join(where, k))
+                if found:
+                    return found
+            return None
+        return f"bad {where!r}"
+    if tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, tp)
+    return None if ok else f"bad {where!r}"
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def parse_request(doc: Any, path: str) -> Request:
+    """``doc`` as a ``Request``; raises ``BadRecord`` saying what is wrong."""
+    problem = _problem(doc, Request, "")
+    if problem is None:
+        app = doc["app"]
+        roles = app.get("roles")
+        ok = (
+            isinstance(app.get("name"), str)
+            and isinstance(roles, list)
+            and all(
+                isinstance(r, dict)
+                and isinstance(r.get("name"), str)
+                and isinstance(r.get("num_replicas"), int)
+                for r in roles
+            )
+        )
+        problem = None if ok else "no valid 'app' (name and roles)"
+    if problem:
+        raise BadRecord(path, problem)
+    return typing.cast(Request, doc)
+
+
+def parse_state(doc: Any, path: str) -> State:
+    """``doc`` as a ``State``; raises ``BadRecord`` saying what is wrong."""
+    problem = _problem(doc, State, "")
+    if problem is None and doc["state"] not in STATES:
+        problem = f"unknown state {doc['state']!r}"
+    if problem is None and any(r["state"] not in STATES for r in doc.get("replicas", [])):
+        problem = "bad 'replicas' (unknown state)"
+    if problem:
+        raise BadRecord(path, problem)
+    return typing.cast(State, doc)
+
+
+def load_request(app_dir: str) -> Optional[Request]:
+    """The app's request (None if there is none: no such app); ``BadRecord`` if bad."""
+    path = os.path.join(app_dir, REQUEST)
+    doc = _read_record(path)
+    return None if doc is None else parse_request(doc, path)
+
+
+def load_state(app_dir: str) -> Optional[State]:
+    """The app's state (None before anyone wrote one); ``BadRecord`` if bad."""
+    path = os.path.join(app_dir, STATE)
+    doc = _read_record(path)
+    return None if doc is None else parse_state(doc, path)
+
+
+def current_state(app_dir: str) -> Optional[State]:
+    """The state if it is readable and valid, else None (for writers deciding a move)."""
+    try:
+        return load_state(app_dir)
+    except BadRecord:
+        return None
+
+
+def read_supervisor(app_dir: str) -> Optional[tuple[int, str]]:
+    """``(pid, stamp)`` of the app's supervisor; None before it started."""
+    try:
+        with open(os.path.join(app_dir, PID)) as f:
+            pid_s, stamp = f.read().split()
+        return int(pid_s), stamp
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return (0, "")  # unreadable: treated as a supervisor that is gone
+
+
+def _read_record(path: str) -> Optional[Any]:
+    try:
+        return read_json(path)
+    except ValueError as e:
+        raise BadRecord(path, str(e)) from None
+
+
+# ---------------------------------------------------------------------- files
+
+
+def makedirs_private(path: str) -> None:
+    """``mkdir -p`` creating each missing directory 0700 (existing ones are left alone)."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return
+    makedirs_private(os.path.dirname(path))
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        return
+    os.chmod(path, DIR_MODE)  # mkdir's mode is masked by the umask
+
+
+def open_private(path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_APPEND) -> int:
+    """A file descriptor of ``path``, created 0600."""
+    return os.open(path, flags | os.O_CLOEXEC, FILE_MODE)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    write_atomic(path, json.dumps(data))
+
+
+def read_json(path: str) -> Optional[Any]:
+    """The parsed file; None if it does not exist. Raises ValueError for other bad content."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ValueError(f"cannot read it ({e.strerror})") from None
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise ValueError("it is not valid JSON") from None
+
+
+# ---------------------------------------------------------------------- lock, transitions
+
+
+@contextlib.contextmanager
+def locked(app_dir: str) -> Iterator[None]:
+    """Hold the app's state lock (across processes)."""
+    import fcntl
+
+    fd = open_private(os.path.join(app_dir, LOCK), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def transition(app_dir: str, doc: State) -> State:
+    """Write ``doc`` as the app's state if ``may_follow`` allows it.
+
+    Returns the state on disk afterwards (``doc``, or the state that stays).
+    """
+    with locked(app_dir):
+        return transition_locked(app_dir, doc)
+
+
+def transition_locked(app_dir: str, doc: State) -> State:
+    """``transition`` for a caller that already holds ``locked(app_dir)``."""
+    cur = current_state(app_dir)
+    if cur is not None and not may_follow(cur["state"], doc["state"]):
+        return cur
+    write_json_atomic(os.path.join(app_dir, STATE), doc)
+    return doc
+
+
+def is_terminal_on_disk(app_dir: str) -> bool:
+    cur = current_state(app_dir)
+    return cur is not None and cur["state"] in TERMINAL

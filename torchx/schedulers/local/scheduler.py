@@ -1,0 +1,589 @@
+"""``LocalScheduler``: the ``Scheduler`` of ``local_cwd`` over the app files of
+``protocol``, the supervisor it starts, and the readers of ``control`` and ``logs``
+(how it all works: the ``torchx.schedulers.local`` package doc)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from torchx.schedulers.api import (
+    ENV_PROGRESS_FILE,
+    DescribeAppResponse,
+    InvalidAppError,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    app_idempotency_token,
+    app_stall_timeout,
+)
+from torchx.schedulers.ids import unique_name
+from torchx.schedulers.local import claims, control, launch
+from torchx.schedulers.local import protocol as files
+from torchx.schedulers.local.images import (
+    ENV_CUDA_VISIBLE_DEVICES,
+    CWDImageProvider,
+    ImageProvider,
+    LocalDirectoryImageProvider,
+    LocalOpts,
+    ReplicaParam,
+    cuda_device_count,
+    set_cuda_visible_devices,
+)
+from torchx.schedulers.local.logs import LogLines, follow_chunks, read_chunks
+from torchx.schedulers.local.protocol import BadRecord, ReplicaSpec, Request, RoleSpec, State
+from torchx.specs.api import (
+    NONE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    TorchXError,
+    macros,
+    runopts,
+)
+from torchx.util.paths import torchx_home
+from torchx.workspace.dir_workspace import LocalDirWorkspaceMixin, workspace_dir
+
+__all__ = [
+    "COMBINED_LOG",
+    "CWDImageProvider",
+    "ENV_CUDA_VISIBLE_DEVICES",
+    "GRACE_SECONDS",
+    "ImageProvider",
+    "LocalDirectoryImageProvider",
+    "LocalOpts",
+    "LocalScheduler",
+    "PopenRequest",
+    "ReplicaParam",
+    "STDERR_LOG",
+    "STDOUT_LOG",
+    "UnreadableAppError",
+    "create_scheduler",
+]
+
+logger = logging.getLogger(__name__)
+
+GRACE_SECONDS = files.GRACE_SECONDS
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+COMBINED_LOG = "combined.log"
+ERROR_FILE = "error.json"
+RANK0_ENV = "TORCHX_RANK0_HOST"
+POLL_SECONDS = 0.01
+TOKENS_DIR = ".tokens"
+
+
+class UnreadableAppError(TorchXError):
+    """A local app whose files cannot be understood (``protocol.BadRecord``): ``status``
+    says so in one line, ``list`` skips the app with a warning."""
+
+    def __init__(self, app_id: str, path: str, reason: str) -> None:
+        super().__init__(
+            f"local_cwd app {app_id} is unreadable: {path}: {reason}"
+            " (remove its directory if the app is of no use)"
+        )
+        self.app_id = app_id
+        self.path = path
+
+
+@dataclass
+class PopenRequest:
+    """What ``local_cwd`` runs for an app: per role, one ``ReplicaParam`` per replica."""
+
+    app_id: str
+    log_dir: str
+    role_params: Dict[str, List[ReplicaParam]] = field(default_factory=dict)
+    role_log_dirs: Dict[str, List[str]] = field(default_factory=dict)
+    app: Dict[str, Any] = field(default_factory=dict)
+    idempotency_token: Optional[str] = None
+    stall_timeout: Optional[float] = None
+
+
+def _format_request(req: PopenRequest) -> str:
+    lines = [f"app_id: {req.app_id}", f"log_dir: {req.log_dir}"]
+    if req.stall_timeout:
+        lines.append(f"stall_timeout: {req.stall_timeout:g} s")
+    for role, params in req.role_params.items():
+        for i, p in enumerate(params):
+            lines.append(f"{role}/{i}:")
+            lines.append(f"  cmd: {shlex.join(p.args)}")
+            lines.append(f"  cwd: {p.cwd}")
+            for k, v in sorted(p.env.items()):
+                if k != "PATH":
+                    lines.append(f"  env: {k}={v}")
+            lines.append(f"  logs: {os.path.dirname(p.combined or '')}")
+    return "\n".join(lines)
+
+
+class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
+    """Runs replicas as local processes; all state on disk (see module doc).
+
+    A workspace other than the current directory is copied (``LocalDirWorkspaceMixin``)
+    and the role runs in the copy.
+
+    ``close()`` releases nothing and kills nothing: apps outlive the process that launched
+    them (upstream kills them); stop one with ``cancel``.
+    """
+
+    def __init__(
+        self,
+        session_name: str,
+        image_provider_class: Callable[[LocalOpts], ImageProvider] = CWDImageProvider,
+        cache_size: int = 100,
+        extra_paths: Optional[List[str]] = None,
+    ) -> None:
+        super().__init__("local_cwd", session_name)
+        if cache_size <= 0:
+            raise ValueError("cache size must be greater than zero")
+        self._image_provider_class = image_provider_class
+        self._cache_size = cache_size  # upstream's LRU size; local_cwd keeps every app
+        self._extra_paths = extra_paths or []
+
+    def close(self) -> None:
+        """Nothing to release: apps and their files live on (see the class doc); only
+        forked supervisors that exited are reaped."""
+        launch.reap_forked()
+
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """Copy a workspace for the role to run in, unless it is the current directory
+        (the CLI's default), which is decided here without loading fsspec (0.2 s)."""
+        path = workspace[len("file://") :] if workspace.startswith("file://") else workspace
+        if "://" not in path and os.path.isdir(path):
+            if os.path.realpath(path) == os.path.realpath(os.getcwd()):
+                return
+        super().build_workspace_and_update_role(role, workspace, cfg)
+
+    # ------------------------------------------------------------------ paths
+
+    def _state_root(self) -> Path:
+        return torchx_home() / "local_cwd" / self.session_name
+
+    def _app_dir(self, app_id: str) -> Path:
+        return self._state_root() / app_id
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "log_dir",
+            type_=str,
+            default=None,
+            help="dir to write stdout/stderr log files of replicas"
+            " (default: under $TORCHX_HOME/local_cwd)",
+        )
+        opts.add(
+            "prepend_cwd",
+            type_=bool,
+            default=False,
+            help="if set, prepends CWD to replica's PATH env var making any binaries in CWD"
+            " take precedence over those in PATH",
+        )
+        opts.add(
+            "auto_set_cuda_visible_devices",
+            type_=bool,
+            default=False,
+            help="sets the `CUDA_AVAILABLE_DEVICES` for roles that request GPU resources."
+            " Each role replica will be assigned one GPU."
+            " Does nothing if the device count is less than replicas.",
+        )
+        return opts
+
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
+        """Local runs need no resources; entrypoints must exist (checked at submit, not at run)."""
+
+    # ------------------------------------------------------------------ submit
+
+    def _path_env(self, prepend_cwd: bool) -> str:
+        parts = [os.path.dirname(sys.executable)] + self._extra_paths
+        if prepend_cwd:
+            parts.insert(0, os.getcwd())
+        parts.append(os.environ.get("PATH", ""))
+        seen: List[str] = []
+        for p in os.pathsep.join(parts).split(os.pathsep):
+            if p and p not in seen:
+                seen.append(p)
+        return os.pathsep.join(seen)
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
+        from torchx.specs.serialize import appdef_to_dict
+
+        app_id = unique_name(app.name, max_base=40, suffix_length=10)
+        log_root = os.path.abspath(
+            os.path.expanduser(str(cfg.get("log_dir") or (torchx_home() / "local_cwd")))
+        )
+        app_log_dir = os.path.join(log_root, self.session_name, app_id)
+        prepend_cwd = bool(cfg.get("prepend_cwd"))
+        path_env = self._path_env(False)
+        provider = self._image_provider_class(dict(cfg))  # type: ignore[arg-type]
+        req = PopenRequest(
+            app_id=app_id,
+            log_dir=app_log_dir,
+            app=appdef_to_dict(app),
+            idempotency_token=app_idempotency_token(app),
+            stall_timeout=app_stall_timeout(app),
+        )
+        progress_file = str(self._app_dir(app_id) / files.PROGRESS)
+        for role in app.roles:
+            img_root = workspace_dir(role) or provider.fetch_role(role)
+            params: List[ReplicaParam] = []
+            dirs: List[str] = []
+            for replica_id in range(role.num_replicas):
+                values = macros.Values(
+                    img_root=img_root,
+                    app_id=app_id,
+                    replica_id=str(replica_id),
+                    rank0_env=RANK0_ENV,
+                )
+                rdir = os.path.join(app_log_dir, role.name, str(replica_id))
+                param = provider.get_replica_param(
+                    img_root,
+                    values.apply(role),
+                    os.path.join(rdir, STDOUT_LOG),
+                    os.path.join(rdir, STDERR_LOG),
+                    os.path.join(rdir, COMBINED_LOG),
+                )
+                param.cwd = workspace_dir(role) or param.cwd or os.getcwd()
+                param.error_file = os.path.join(rdir, ERROR_FILE)
+                param.env.setdefault("PYTHONUNBUFFERED", "1")
+                param.env.update(
+                    {
+                        # the replica's cwd (the image dir) is searched last, as upstream;
+                        # first with prepend_cwd
+                        "PATH": _join_PATH(param.cwd, path_env)
+                        if prepend_cwd
+                        else _join_PATH(path_env, param.cwd),
+                        RANK0_ENV: "localhost",
+                        "TORCHELASTIC_ERROR_FILE": param.error_file,
+                        "PET_LOG_DIR": os.path.join(app_log_dir, "torchelastic", role.name),
+                        ENV_PROGRESS_FILE: progress_file,
+                    }
+                )
+                if replica_id == 0:
+                    _check_entrypoint(role.name, param.args[0], path_env, param.cwd)
+                params.append(param)
+                dirs.append(rdir)
+            req.role_params[role.name] = params
+            req.role_log_dirs[role.name] = dirs
+        self.auto_set_CUDA_VISIBLE_DEVICES(req.role_params, app, cfg)  # type: ignore[arg-type]
+        return AppDryRunInfo(req, _format_request)
+
+    def _cuda_device_count(self) -> int:
+        return cuda_device_count()
+
+    def auto_set_CUDA_VISIBLE_DEVICES(
+        self, role_params: Dict[str, List[ReplicaParam]], app: AppDef, cfg: LocalOpts
+    ) -> None:
+        """See ``images.set_cuda_visible_devices`` (upstream's method name)."""
+        set_cuda_visible_devices(role_params, app, cfg, self._cuda_device_count)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
+        req = dryrun_info.request
+        root = self._state_root()
+        files.makedirs_private(str(root))
+        app_dir = root / req.app_id
+        os.mkdir(app_dir, files.DIR_MODE)  # FileExistsError: never reuse an app's directory
+        os.chmod(app_dir, files.DIR_MODE)
+        roles = {
+            r["name"]: RoleSpec(
+                max_retries=r["max_retries"],
+                retry_policy=r["retry_policy"],
+                min_replicas=r["num_replicas"] if r["min_replicas"] is None else r["min_replicas"],
+            )
+            for r in req.app["roles"]
+        }
+        replicas = [
+            ReplicaSpec(
+                role=role,
+                replica_id=i,
+                args=p.args,
+                env=p.env,
+                cwd=p.cwd or os.getcwd(),
+                stdout=p.stdout or "",
+                stderr=p.stderr or "",
+                combined=p.combined or "",
+                error_file=p.error_file,
+            )
+            for role, params in req.role_params.items()
+            for i, p in enumerate(params)
+        ]
+        for rdirs in req.role_log_dirs.values():
+            for d in rdirs:
+                files.makedirs_private(d)
+        request = Request(
+            app_id=req.app_id,
+            log_dir=req.log_dir,
+            app=req.app,
+            roles=roles,
+            replicas=replicas,
+            idempotency_token=req.idempotency_token,
+            stall_timeout=req.stall_timeout,
+            submitted=time.time(),
+        )
+        files.write_json_atomic(str(app_dir / files.REQUEST), request)
+        if req.idempotency_token:
+            token_dir = root / TOKENS_DIR / req.idempotency_token
+            files.makedirs_private(str(token_dir))
+            os.close(files.open_private(str(token_dir / req.app_id)))
+        log_fd = files.open_private(str(app_dir / files.SUPERVISOR_LOG))
+        try:
+            proc = launch.start(str(app_dir), log_fd)
+        finally:
+            os.close(log_fd)
+        self._wait_started(app_dir, proc)
+        return req.app_id
+
+    def _wait_started(self, app_dir: Path, proc: launch.Started) -> None:
+        """Return once the supervisor has started the replicas (or the app already ended,
+        e.g. cancelled while it was being launched)."""
+        state = app_dir / files.STATE
+        deadline = time.monotonic() + files.LAUNCH_TIMEOUT
+        while not state.exists():
+            if proc.poll() is not None and not state.exists():
+                log = (app_dir / files.SUPERVISOR_LOG).read_text(errors="replace").strip()
+                msg = f"the local supervisor exited with {proc.returncode}: {log[-500:]}"
+                control.finalize(str(app_dir), "FAILED", msg)
+                raise RuntimeError(msg)
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"local_cwd supervisor did not start within {files.LAUNCH_TIMEOUT:.0f} s"
+                    f" (see {app_dir})"
+                )
+            time.sleep(0.002)
+
+    # ------------------------------------------------------------------ state
+
+    def _request(self, app_id: str) -> Optional[Request]:
+        """The app's request; None if there is no such app. Raises ``UnreadableAppError``."""
+        if not app_id or "/" in app_id or app_id.startswith("."):
+            return None
+        try:
+            return files.load_request(str(self._app_dir(app_id)))
+        except BadRecord as e:
+            raise UnreadableAppError(app_id, e.path, e.reason) from None
+
+    def _observe(self, app_id: str) -> Optional[Tuple[Request, State]]:
+        """The app's request and its state as ``control.observed_state`` sees it (reads
+        only); None if there is no such app. Raises ``UnreadableAppError``."""
+        request = self._request(app_id)
+        if request is None:
+            return None
+        try:
+            return request, control.observed_state(str(self._app_dir(app_id)), request)
+        except BadRecord as e:
+            raise UnreadableAppError(app_id, e.path, e.reason) from None
+
+    # ------------------------------------------------------------------ inspect
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        found = self._observe(app_id)
+        if found is None:
+            return None
+        request, doc = found
+        app_dir = self._app_dir(app_id)
+        state = AppState[doc["state"]]
+        from torchx.specs.serialize import appdef_from_dict
+
+        try:
+            app = appdef_from_dict(request["app"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UnreadableAppError(app_id, str(app_dir / files.REQUEST), repr(e)) from None
+        replica_states = {(r["role"], r["id"]): r["state"] for r in doc.get("replicas", [])}
+        roles_statuses: List[RoleStatus] = []
+        error_files: List[tuple[float, str]] = []
+        for role in app.roles:
+            replicas: List[ReplicaStatus] = []
+            for i in range(role.num_replicas):
+                rstate = AppState[replica_states.get((role.name, i), files.PENDING)]
+                if state == AppState.CANCELLED and rstate.name not in files.TERMINAL:
+                    rstate = AppState.CANCELLED
+                err_path = os.path.join(request["log_dir"], role.name, str(i), ERROR_FILE)
+                structured = NONE
+                if rstate == AppState.FAILED and os.path.isfile(err_path):
+                    try:
+                        structured = Path(err_path).read_text()
+                        error_files.append((os.path.getmtime(err_path), structured))
+                    except OSError:
+                        pass
+                replicas.append(ReplicaStatus(i, rstate, role.name, "localhost", structured))
+            roles_statuses.append(RoleStatus(role.name, replicas))
+        structured_error = min(error_files)[1] if error_files and state == AppState.FAILED else NONE
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=int(doc.get("num_restarts", 0)),
+            msg=doc.get("msg") or NONE,
+            structured_error_msg=structured_error,
+            ui_url=f"file://{request['log_dir']}",
+            metadata=dict(app.metadata),
+            roles_statuses=roles_statuses,
+            roles=app.roles,
+        )
+
+    def progress_path(self, app_id: str) -> Optional[str]:
+        """``progress.json`` in the app's directory (see ``torchx.runtime.progress``)."""
+        if self._request(app_id) is None:
+            return None
+        return str(self._app_dir(app_id) / files.PROGRESS)
+
+    def _summary(self, app_id: str) -> Optional[tuple[float, ListAppResponse]]:
+        """``(submitted, ListAppResponse)``; None (with a warning) if it is unreadable."""
+        try:
+            found = self._observe(app_id)
+            if found is None:
+                return None
+            request, doc = found
+        except UnreadableAppError as e:
+            logger.warning("skipping %s", e)
+            return None
+        resp = ListAppResponse(
+            app_id=app_id, state=AppState[doc["state"]], name=request["app"]["name"]
+        )
+        return request["submitted"], resp
+
+    def list(self) -> List[ListAppResponse]:
+        """Every app of this session, newest first (unreadable ones skipped with a warning)."""
+        root = self._state_root()
+        if not root.is_dir():
+            return []
+        found = [
+            self._summary(d.name)
+            for d in root.iterdir()
+            if not d.name.startswith(".") and d.is_dir()
+        ]
+        apps = [a for a in found if a is not None]
+        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id), reverse=True)]
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """Apps submitted with ``token``, oldest first (app id breaking ties). Reads an index
+        of the token's apps, so its cost does not grow with the number of other apps."""
+        token_dir = self._state_root() / TOKENS_DIR / token
+        if not token or "/" in token or not token_dir.is_dir():
+            return []
+        found = [self._summary(app_id) for app_id in os.listdir(token_dir)]
+        apps = [a for a in found if a is not None]
+        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id))]
+
+    def claim_idempotency_token(
+        self, token: str, dryrun_info: AppDryRunInfo[PopenRequest], reattach_succeeded: bool
+    ) -> Optional[str]:
+        """An atomic claim file per token (``claims``): one racer launches."""
+        return claims.claim(
+            self._token_dir(token), dryrun_info.request.app_id, self._app_state, reattach_succeeded
+        )
+
+    def release_idempotency_claim(
+        self, token: str, dryrun_info: AppDryRunInfo[PopenRequest]
+    ) -> None:
+        claims.release(self._token_dir(token), dryrun_info.request.app_id, self._app_state)
+
+    def _token_dir(self, token: str) -> str:
+        if not token or "/" in token or token.startswith("."):
+            raise InvalidAppError(f"idempotency token {token!r} is not a plain name")
+        return str(self._state_root() / TOKENS_DIR / token)
+
+    def _app_state(self, app_id: str) -> Optional[str]:
+        found = self._summary(app_id)
+        return None if found is None else found[1].state.name
+
+    def wait_for_change(self, app_id: str, timeout: float) -> None:
+        """Return once ``state.json`` changes, or the supervisor is seen gone (its end
+        is not written by readers), or after ``timeout`` s."""
+        app_dir = self._app_dir(app_id)
+        path = app_dir / files.STATE
+        before = _stat_key(path)
+        deadline = time.monotonic() + timeout
+        checks = 0
+        while time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+            if _stat_key(path) != before:
+                return
+            checks += 1
+            if checks % 20 == 0 and control.supervisor_alive(str(app_dir)) is False:
+                return
+
+    # ------------------------------------------------------------------ logs
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> LogLines:
+        """The replica's log lines (a ``LogLines``: also ``blocks()`` of many lines)."""
+        request = self._request(app_id)
+        if request is None:
+            raise ValueError(f"unknown local_cwd app {app_id}")
+        roles = {r["name"]: r for r in request["app"]["roles"]}
+        if role_name not in roles:
+            raise ValueError(f"app {app_id} has no role {role_name!r}; roles: {', '.join(roles)}")
+        if not 0 <= k < roles[role_name]["num_replicas"]:
+            raise ValueError(f"role {role_name!r} of app {app_id} has no replica {k}")
+        stream = (streams or Stream.COMBINED).value
+        path = os.path.join(request["log_dir"], role_name, str(k), f"{stream}.log")
+        if not should_tail:
+            return LogLines(read_chunks(path), regex)
+        app_dir = self._app_dir(app_id)
+
+        def finished() -> bool:
+            return control.observed_state(str(app_dir), request)["state"] in files.TERMINAL
+
+        return LogLines(follow_chunks(path, finished), regex)
+
+    # ------------------------------------------------------------------ cancel
+
+    def _cancel_existing(self, app_id: str) -> None:
+        """Cancel and return once the app is terminal (see ``control.cancel``)."""
+        request = self._request(app_id)
+        if request is not None:
+            control.cancel(str(self._app_dir(app_id)), request)
+
+
+def _join_PATH(*paths: Optional[str]) -> str:
+    """Join ``PATH`` parts, skipping empty ones and stray separators at their ends."""
+    return os.pathsep.join(p.strip(os.pathsep) for p in paths if p)
+
+
+def _check_entrypoint(role: str, entry: str, path_env: str, cwd: str) -> None:
+    if shutil.which(entry, path=path_env) is None and not os.path.isfile(os.path.join(cwd, entry)):
+        raise InvalidAppError(f"role {role!r}: entrypoint {entry!r} not found on PATH or in {cwd}")
+
+
+def _stat_key(path: Path) -> Optional[tuple[int, int]]:
+    try:
+        st = path.stat()
+        return (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        return None
+
+
+def create_scheduler(
+    session_name: str,
+    cache_size: int = 100,
+    extra_paths: Optional[List[str]] = None,
+    image_provider_class: Callable[[LocalOpts], ImageProvider] = CWDImageProvider,
+    **kwargs: Any,
+) -> LocalScheduler:
+    return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths)
+
+
+log = logger  # upstream's name for this module's logger
