@@ -12,7 +12,7 @@ class CmdCancel(SubCommand):
         subparser.add_argument("app_handle", help="torchx app handle")
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
 
         with get_runner() as runner:
             runner.cancel(args.app_handle)

@@ -14,7 +14,7 @@ class CmdDescribe(SubCommand):
     def run(self, args: argparse.Namespace) -> None:
         import yaml
 
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
         from torchx.specs.serialize import appdef_to_dict
 
         with get_runner() as runner:

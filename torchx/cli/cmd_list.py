@@ -16,7 +16,7 @@ class CmdList(SubCommand):
     def run(self, args: argparse.Namespace) -> None:
         from tabulate import tabulate
 
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
 
         with get_runner() as runner:
             apps = runner.list(args.scheduler)

@@ -31,7 +31,7 @@ class CmdLog(SubCommand):
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.cli.logs import replicas_of, stream_logs
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
         from torchx.schedulers.api import Stream
         from torchx.specs.api import MalformedAppHandleException, make_app_handle
 

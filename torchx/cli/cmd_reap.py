@@ -36,7 +36,7 @@ class CmdReap(SubCommand):
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.pipelines.reap import Orchestrators, find_candidates, reap
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
 
         schedulers = args.scheduler or ["local_cwd"]
         with get_runner() as runner:

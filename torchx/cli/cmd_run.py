@@ -107,7 +107,8 @@ class CmdRun(SubCommand):
         )
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.runner import config, get_runner
+        from torchx.runner import config
+        from torchx.runner.api import get_runner
 
         if args.stdin:
             self._apply_stdin(args)

@@ -14,7 +14,7 @@ class CmdRunopts(SubCommand):
         )
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
         from torchx.specs.api import UnknownSchedulerException
         from torchx.util.modules import MissingExtraError
 

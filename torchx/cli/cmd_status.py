@@ -20,7 +20,7 @@ class CmdStatus(SubCommand):
         subparser.add_argument("--json", action="store_true", help="print JSON")
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
 
         roles = [r for r in args.roles.split(",") if r] or None
         with get_runner() as runner:

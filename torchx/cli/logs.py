@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import List, Optional, TextIO, Tuple
 
-from torchx.runner import Runner
+from torchx.runner.api import Runner
 from torchx.schedulers.api import Stream
 
 _COLORS = ["\033[32m", "\033[36m", "\033[33m", "\033[35m", "\033[34m", "\033[31m"]

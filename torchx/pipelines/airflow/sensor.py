@@ -24,7 +24,7 @@ class TorchXSensor(BaseSensorOperator):
         self.app_handle = app_handle
 
     def poke(self, context: Any) -> bool:
-        from torchx.runner import get_runner
+        from torchx.runner.api import get_runner
 
         with get_runner() as runner:
             status = runner.status(self.app_handle)

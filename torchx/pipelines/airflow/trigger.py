@@ -38,7 +38,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 # imported here, in the triggerer's loop thread, before any of the trigger's threads start:
 # two threads first-importing torchx.runner at once can get a partially initialized module
 from torchx.pipelines import core
-from torchx.runner import get_runner
+from torchx.runner.api import get_runner
 from torchx.runner.logs import tail_app_logs
 
 T = TypeVar("T")
