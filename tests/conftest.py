@@ -38,6 +38,7 @@ LONG_SCOPES = (
     "tests/pipelines/kfp/test_kfp.py",  # 565
     "tests/deployments/test_prefect_deployment.py",  # 520 (300 on an idle machine)
     "tests/pipelines/prefect/test_prefect.py",  # 484
+    "tests/pipelines/airflow/test_lineage.py",  # 375
     "tests/examples/test_stages.py",  # 307
     "tests/trackers/test_job_run.py",  # 272
     "slurm",  # 250
