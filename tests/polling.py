@@ -23,8 +23,12 @@ def poll_until(
     return value
 
 
-def poll(fn: Callable[[], Optional[T]], timeout: float = 60, what: str = "") -> T:
-    """``fn()``'s first truthy value, checked every 20 ms; fails after ``timeout`` s."""
+def poll(
+    fn: Callable[[], Optional[T]], timeout: float = 60, what: str = "", every: float = 0.02
+) -> T:
+    """``fn()``'s first truthy value, checked every ``every`` s (20 ms: for a cheap ``fn``;
+    a costly one polled that often takes the CPU from the processes it waits for); fails
+    after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
@@ -32,4 +36,4 @@ def poll(fn: Callable[[], Optional[T]], timeout: float = 60, what: str = "") -> 
             return value
         if time.monotonic() > deadline:
             pytest.fail(f"not within {timeout:.0f} s: {what or fn}")
-        time.sleep(0.02)
+        time.sleep(every)

@@ -1,7 +1,7 @@
 """A real Prefect 3 deployment for tests: ``prefect server``, a ``process`` work pool, a
 worker, and deployments made with ``flow.from_source(<dir>, "file.py:fn").deploy()``.
 
-    with prefect_deployment(tmp, flows_dir, {"stages": "deployed_flows.py:stages"}) as d:
+    with prefect_deployment(tmp, {"stages": (flows_dir, "deployed_flows.py:stages")}) as d:
         flow_run_id = d.run("stages", {"run": "a", "seconds": [1]})
         d.wait_for_state(flow_run_id, {"COMPLETED"})
 
@@ -39,9 +39,9 @@ _DEPLOY = """
 import json, sys
 from prefect import flow
 out = {}
-for name, entrypoint in json.loads(sys.argv[2]).items():
-    out[name] = str(flow.from_source(sys.argv[1], entrypoint).deploy(
-        name, work_pool_name=sys.argv[3], print_next_steps=False))
+for name, (source, entrypoint) in json.loads(sys.argv[1]).items():
+    out[name] = str(flow.from_source(source, entrypoint).deploy(
+        name, work_pool_name=sys.argv[2], print_next_steps=False))
 print(json.dumps(out))
 """
 
@@ -175,10 +175,11 @@ def _tail(path: Path) -> str:
 
 @contextlib.contextmanager
 def prefect_deployment(
-    directory: Path, flows_dir: Path, deployments: Mapping[str, str]
+    directory: Path, deployments: Mapping[str, Tuple[Path, str]]
 ) -> Iterator[PrefectDeployment]:
-    """Start server, pool and worker; deploy ``{name: "file.py:fn"}`` from ``flows_dir``."""
+    """Start server, pool and worker; deploy ``{name: (source_dir, "file.py:fn")}``."""
     directory.mkdir(parents=True, exist_ok=True)
+    sources = {name: [str(src), entry] for name, (src, entry) in deployments.items()}
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     bin_dir = os.path.dirname(sys.executable)
@@ -217,7 +218,7 @@ def prefect_deployment(
         )
         worker = _start([prefect, "worker", "start", "--pool", POOL], env, worker_log)
         made = subprocess.run(
-            [sys.executable, "-c", _DEPLOY, str(flows_dir), json.dumps(dict(deployments)), POOL],
+            [sys.executable, "-c", _DEPLOY, json.dumps(sources), POOL],
             env=env,
             capture_output=True,
             text=True,

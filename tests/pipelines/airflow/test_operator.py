@@ -51,26 +51,44 @@ def _dag(dag_id: str, **op_kwargs: Any) -> Any:
     return module.dag
 
 
+# a job that says hello, then reports 10 steps of progress, one every 0.5 s
+JOB = (
+    "import time; from torchx.trackers import report_progress\n"
+    "print('hello-from-job', flush=True)\n"
+    "for i in range(1, 11):\n"
+    "    report_progress(i, total=10, loss=1.0 / i); time.sleep(0.5)"
+)
+
+
 @pytest.mark.parametrize("deferrable", [False, True])
-def test_success_returns_handle_and_streams_logs(
+def test_success_returns_handle_and_streams_logs_and_progress(
     torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture
 ) -> None:
+    """One DAG run per mode shows the job's log, its progress lines and the pipeline run."""
     dag = _dag(
         f"ok_{deferrable}",
-        component="utils.sh",
-        component_args=["echo", "hello-from-job"],
+        component="utils.python",
+        component_args=["--c", JOB],
         deferrable=deferrable,
         poll_interval=0.5,
+        progress_interval=1.0,
     )
     dag_run = dag.test()
     assert _states(dag_run) == {"job": "success", "downstream": "success"}
     out, err = capfd.readouterr()
     # once: a deferred task's trigger streams it, and execute_complete copies only the rest
-    assert out.count("sh/0 hello-from-job") == 1, out
+    assert out.count("python/0 hello-from-job") == 1, out
     assert _pipeline_status(dag_run) == "FINISHED"
     # an embedded sqlite store has no UI: no link, and no error about it (also on deferral)
     assert not _xcom(dag_run, "job", "_link_TorchXMLflowLink")
     assert "XCom not found" not in out + err
+    # progress lines in the task log
+    lines = [ln for ln in out.splitlines() if "progress: step " in ln]
+    assert lines, out
+    assert any("step 10/10" in ln and "loss=0.1" in ln for ln in lines), lines
+    # only changed reports are logged: no two consecutive lines report the same step
+    steps = [ln.split("progress: step ")[1].split(",")[0] for ln in lines]
+    assert all(a != b for a, b in zip(steps, steps[1:], strict=False)), steps
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
@@ -91,36 +109,6 @@ def test_failing_stage_fails_task_with_worker_error(
     assert "ValueError: bad learning rate" in out
     assert "first failed: python/0" in out
     assert _pipeline_status(dag_run) == "FAILED"  # the DAG's failure callback ended it
-
-
-PROGRESS = (
-    "import time; from torchx.trackers import report_progress\n"
-    "for i in range(1, 11):\n"
-    "    report_progress(i, total=10, loss=1.0 / i); time.sleep(0.5)"
-)
-
-
-@pytest.mark.parametrize("deferrable", [False, True])
-def test_progress_lines_in_the_task_log(
-    torchx_env: Path, deferrable: bool, capfd: pytest.CaptureFixture
-) -> None:
-    dag = _dag(
-        f"progress_{deferrable}",
-        component="utils.python",
-        component_args=["--c", PROGRESS],
-        deferrable=deferrable,
-        poll_interval=0.5,
-        progress_interval=1.0,
-    )
-    dag_run = dag.test()
-    assert _states(dag_run)["job"] == "success"
-    out = capfd.readouterr().out
-    lines = [ln for ln in out.splitlines() if "progress: step " in ln]
-    assert lines, out
-    assert any("step 10/10" in ln and "loss=0.1" in ln for ln in lines), lines
-    # only changed reports are logged: no two consecutive lines report the same step
-    steps = [ln.split("progress: step ")[1].split(",")[0] for ln in lines]
-    assert all(a != b for a, b in zip(steps, steps[1:], strict=False)), steps
 
 
 def test_stalled_stage_fails_with_the_reason(
