@@ -89,7 +89,6 @@ class TorchXTrigger(BaseTrigger):
     def _status(self) -> Any:
         """The app's status once terminal, or after ``poll_interval`` (a local app's end
         wakes this at once)."""
-
         with get_runner() as runner:
             return runner.wait(
                 self.app_handle, wait_interval=self.poll_interval, timeout=self.poll_interval
@@ -119,7 +118,6 @@ class TorchXTrigger(BaseTrigger):
         if status is None:
             yield TriggerEvent(self._event("UNKNOWN", "app not found"))
             return
-
         yield TriggerEvent(self._event(str(status.state), core.failure_summary(status)))
 
     def _event(self, state: str, message: str) -> Dict[str, Any]:
@@ -204,7 +202,6 @@ class TorchXTrigger(BaseTrigger):
             loop.call_soon_threadsafe(lines.put_nowait, (f"{role}/{k}", line))
 
         def follow() -> None:
-
             errors: List[BaseException] = []
             try:
                 errors = tail_app_logs(get_runner(), self.app_handle, emit, True)
@@ -252,7 +249,6 @@ class TorchXTrigger(BaseTrigger):
             await asyncio.sleep(0.1)
 
     def _cancel(self) -> None:
-
         with get_runner() as runner:
             core.cancel_quietly(runner, self.app_handle)
 
