@@ -198,15 +198,22 @@ def _deferral_reported(af: AirflowDeployment, ti: Tuple[str, str, str]) -> None:
     assert poll_until(reported, bool, DEADLINE, 0.5), f"no executor report for {ti}"
 
 
+def _mark_and_expect_one_cancelled_app(
+    af: AirflowDeployment, ti: Tuple[str, str, str], state: str
+) -> None:
+    """Mark the task ``state`` as a user does; its one app must end CANCELLED."""
+    af.set_state(ti, state)
+    state = poll_until(lambda: _app_state(ti), lambda s: s == "CANCELLED", DEADLINE, 0.2)
+    assert state == "CANCELLED", _why(af, ti)
+    assert len(_apps(ti)) == 1
+
+
 def test_deferred_stage_marked_failed_cancels_the_app(af: AirflowDeployment) -> None:
     ti, _ = _run(af, "torchx_wait_deferred")
     af.wait_task(ti, {"deferred"}, DEADLINE)
     _running_app(ti)
     _trigger_started(af, ti)
-    af.set_state(ti, "failed")
-    state = poll_until(lambda: _app_state(ti), lambda s: s == "CANCELLED", DEADLINE, 0.2)
-    assert state == "CANCELLED", _why(af, ti)
-    assert len(_apps(ti)) == 1
+    _mark_and_expect_one_cancelled_app(af, ti, "failed")
 
 
 def test_deferred_stage_marked_success_cancels_the_app(af: AirflowDeployment) -> None:
@@ -215,20 +222,14 @@ def test_deferred_stage_marked_success_cancels_the_app(af: AirflowDeployment) ->
     af.wait_task(ti, {"deferred"}, DEADLINE)
     _running_app(ti)
     _trigger_started(af, ti)
-    af.set_state(ti, "success")
-    state = poll_until(lambda: _app_state(ti), lambda s: s == "CANCELLED", DEADLINE, 0.2)
-    assert state == "CANCELLED", _why(af, ti)
-    assert len(_apps(ti)) == 1
+    _mark_and_expect_one_cancelled_app(af, ti, "success")
 
 
 def test_running_stage_marked_failed_cancels_the_app(af: AirflowDeployment) -> None:
     ti, _ = _run(af, "torchx_wait")
     af.wait_task(ti, {"running"}, DEADLINE)
     _running_app(ti)
-    af.set_state(ti, "failed")
-    state = poll_until(lambda: _app_state(ti), lambda s: s == "CANCELLED", DEADLINE, 0.2)
-    assert state == "CANCELLED", _why(af, ti)
-    assert len(_apps(ti)) == 1
+    _mark_and_expect_one_cancelled_app(af, ti, "failed")
 
 
 def test_triggerer_restart_leaves_the_deferred_app_running(af: AirflowDeployment) -> None:
