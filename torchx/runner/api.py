@@ -33,6 +33,7 @@ from torchx.runner.compat import (  # noqa: F401 (upstream's names in this modul
 )
 from torchx.runner.events import log_event
 from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
+from torchx.runner.tracker_session import OpenedJobRun, TrackerSession
 from torchx.runner.tracking import JobRecorder, RunRequest, job_run, trackers_of, with_env
 from torchx.runtime.progress import Progress, read_progress
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
@@ -63,7 +64,6 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.trackers.api import tracker_config_env_var_name
-from torchx.trackers.job_run import OpenedJobRun, TrackerSession
 from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)

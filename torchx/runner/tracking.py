@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
+from torchx.runner.tracker_session import TrackerSession
 from torchx.runtime.progress import Progress
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.api import ENV_TORCHX_TRACKERS, JobRun, tracker_config_env_var_name
-from torchx.trackers.job_run import TrackerSession
 
 logger = logging.getLogger(__name__)
 

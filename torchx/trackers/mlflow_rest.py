@@ -116,7 +116,9 @@ class MlflowRest:
     def tag_run(self, run_id: str, key: str, value: str) -> None:
         self._call("POST", API + "/runs/set-tag", {"run_id": run_id, "key": key, "value": value})
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
+    def log_run_metrics(
+        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
+    ) -> None:
         rows = [
             {"key": k, "value": float(v), "timestamp": ts, "step": step} for k, v in metrics.items()
         ]
