@@ -107,11 +107,14 @@ def test_another_runner_that_sees_the_job_running_records_its_hours(store: str) 
     run = the_run(store, handle)
     assert run.data.metrics["cpu_hours"] > 0
     assert_hours_match_the_run(run)
-    # a Runner whose first look finds the app ended, after a watcher recorded: adds nothing
+    # a Runner whose first look finds the app ended, after a watcher recorded: adds nothing,
+    # and the run keeps the end the watcher gave it
     with get_runner() as late:
         late.status(handle)
         assert late.resource_hours(handle) is None
-    assert len(history(store, the_run(store, handle), "cpu_hours")) == 1
+    after = the_run(store, handle)
+    assert len(history(store, after, "cpu_hours")) == 1
+    assert (after.info.status, after.info.end_time) == (run.info.status, run.info.end_time)
 
 
 def test_a_job_nobody_watched_end_gets_its_hours_from_the_first_runner_that_sees_it(
@@ -128,11 +131,14 @@ def test_a_job_nobody_watched_end_gets_its_hours_from_the_first_runner_that_sees
     with get_runner() as first:
         first.status(handle)
         assert first.resource_hours(handle) is not None
+    ended = the_run(store, handle)
+    assert ended.info.status == "FINISHED" and ended.info.end_time
     with get_runner() as second:
         second.status(handle)
         assert second.resource_hours(handle) is None
     run = the_run(store, handle)
     assert len(history(store, run, "cpu_hours")) == 1 and run.data.metrics["cpu_hours"] > 0
+    assert run.info.end_time == ended.info.end_time  # the first look's end stands
 
 
 def test_a_job_reporting_progress_has_the_reports_as_metrics_at_their_steps(store: str) -> None:

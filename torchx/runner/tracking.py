@@ -245,8 +245,8 @@ class JobRecorder:
         """Record the app's end (``ended``), then end its run with ``state``."""
         roles, env, trackers = self._job(handle, roles)
         report = self._report(handle) if trackers else None
-        self.ended(handle, trackers, env, roles, state, msg, report)
-        if trackers:
+        settled = self.ended(handle, trackers, env, roles, state, msg, report)
+        if trackers and not settled:  # a late look keeps the end the watcher recorded
             self._session.close_job_run(trackers, handle, env, state)
 
     def ended(
@@ -258,12 +258,13 @@ class JobRecorder:
         state: AppState,
         msg: str,
         report: Optional[Progress],
-    ) -> None:
+    ) -> bool:
         """The app ended (before its run is closed): the last report, resource-hours from
         ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
 
         A Runner whose first look finds the app ended (it did not watch it) records the
-        hours only if no watching Runner did (``job_run_has``): the end it knows is now."""
+        hours only if no watching Runner did (``job_run_has``): the end it knows is now.
+        Returns whether such a Runner already recorded the end (then the run stays as is)."""
         watch = self._watched.get(handle)
         late = watch is None
         if watch is None:
@@ -272,10 +273,9 @@ class JobRecorder:
         settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
         if watch.start is not None and not settled:
             self.hours[handle] = resource_hours(roles, watch.start, time.time())
-        if not watch.trackers:
-            return
-        if not settled:
-            self.progress(handle, report)
+        if settled or not watch.trackers:
+            return settled
+        self.progress(handle, report)
         tags = {}
         if state == AppState.FAILED and msg and msg != "<NONE>":
             tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
@@ -283,6 +283,7 @@ class JobRecorder:
         metrics = hours.metrics() if hours is not None else {}
         if metrics or tags:
             self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
+        return False
 
     def _recorded(self, watch: _Watch, handle: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` in any tracker (True if none can tell)."""
