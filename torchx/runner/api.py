@@ -429,9 +429,14 @@ class Runner:
             sched.wait_for_change(app_id, remaining)
 
     def progress(self, app_handle: AppHandle) -> Optional[Progress]:
-        """The app's last progress report (``report_progress`` from rank 0), if any."""
+        """The app's last progress report (``report_progress`` from rank 0), if any: from
+        its progress file, else from its tracker run (a scheduler without a shared file)."""
         sched, _, app_id = self._scheduler_app_id(app_handle)
-        return read_progress(sched.progress_path(app_id))
+        report = read_progress(sched.progress_path(app_id))
+        if report is None:
+            app = self.describe(app_handle)
+            report = self._recorder.tracked_progress(app_handle, app.roles if app else [])
+        return report
 
     def resource_hours(self, app_handle: AppHandle) -> Optional[ResourceHours]:
         """The app's requested cpu- and gpu-hours, once this runner saw it end (None if it

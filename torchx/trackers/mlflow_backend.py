@@ -193,6 +193,14 @@ class MLflowTracker(TrackerBase):
     def has_metric(self, run_id: str, key: str) -> bool:
         return key in self.client.get_run(run_id).data.metrics
 
+    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        out = {}
+        for key in self.client.get_run(run_id).data.metrics:
+            history = self.client.get_metric_history(run_id, key)
+            last = max(history, key=lambda m: (m.step, m.timestamp, m.value))
+            out[key] = (float(last.value), int(last.timestamp))
+        return out
+
     # -------------------------------------------------------------- runs by torchx id
 
     def _run(self, job_id: str, create: bool = True) -> Optional[str]:
@@ -443,6 +451,10 @@ class MlflowBackend:
             store.tag_run(run_id, key, value)
         if metrics:
             store.log_run_metrics(run_id, metrics, now_ms(), step)
+
+    def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        """The job's run's latest metrics, ``{key: (value, timestamp ms)}``."""
+        return dict(self.tracker().store.latest_metrics(run_id))
 
     def job_run_has(self, run_id: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` already (by its MLflow id)."""

@@ -215,6 +215,12 @@ class SqliteStore:
                 rows,
             )
 
+    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        """``{key: (value, timestamp ms)}`` of the run's latest metrics."""
+        with self._db() as db:
+            sql = "SELECT key, value, timestamp FROM latest_metrics WHERE run_uuid = ?"
+            return {k: (float(v), int(t)) for k, v, t in db.execute(sql, (run_id,))}
+
     def has_metric(self, run_id: str, key: str) -> bool:
         sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
         return self._one(sql, run_id, key) is not None
