@@ -6,8 +6,9 @@ The batch script (``batch``) runs a single ``srun`` over all groups, each writin
 ``max_retries`` requeues.
 
 Status asks about the one job (``status``): ``squeue -j``, then ``sacct -j`` once
-slurmctld forgot it, then a ``jobcomp/filetxt`` log. An idempotency token rides in the job
-comment (after the user's ``comment``); ``find_by_idempotency_token`` reads it back from
+slurmctld forgot it, then a ``jobcomp/filetxt`` log. The owner and an idempotency token ride
+in the job comment (after the user's ``comment``; ``describe`` returns both as metadata);
+``find_by_idempotency_token`` reads the token back from
 the user's jobs in ``squeue`` and, for finished ones, ``sacct`` (which keeps comments with
 ``AccountingStoreFlags=job_comment``). A keyed job is submitted held and released only once
 it is the oldest live job of its token (``settle_idempotency_token``), so of racing
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from torchx.schedulers.api import (
+    OWNER,
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
@@ -43,6 +45,7 @@ from torchx.schedulers.slurm.batch import (
     SBATCH_JOB_OPTIONS,
     SlurmBatchRequest,
     SlurmReplicaRequest,
+    comment_metadata,
     token_of,
     with_token,
 )
@@ -150,7 +153,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 name = f"{role.name}-{i}"
                 replicas[name] = SlurmReplicaRequest.from_role(name, replica_role, cfg)
         comment = with_token(
-            str(cfg["comment"]) if cfg.get("comment") else None, app_idempotency_token(app)
+            str(cfg["comment"]) if cfg.get("comment") else None,
+            app_idempotency_token(app),
+            app.metadata.get(OWNER),
         )
         cmd = ["sbatch", "--parsable"]
         if app_idempotency_token(app):
@@ -247,6 +252,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             roles_statuses=roles,
             roles=app.roles if app else [],
             ui_url=f"file://{job_dir}" if job_dir else None,
+            metadata=comment_metadata(parts[0]["comment"]),
         )
 
     def list(self) -> List[ListAppResponse]:
