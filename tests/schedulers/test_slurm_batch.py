@@ -11,6 +11,7 @@ import pytest
 from torchx import specs
 from torchx.components import utils
 from torchx.schedulers.api import (
+    ENV_PROGRESS_FILE,
     IDEMPOTENCY_TOKEN,
     OWNER,
     InvalidAppError,
@@ -149,6 +150,12 @@ def test_a_comment_slurm_would_refuse_is_one_clear_error() -> None:
     app.metadata[OWNER] = '{"kind":"kfp","run":"' + "r" * 1100 + '"}'
     with pytest.raises(InvalidAppError, match=r"job comment would be \d+ characters .* 1024"):
         create_scheduler("torchx").submit_dryrun(app, {})
+
+
+def test_each_replica_is_told_the_progress_file_in_the_job_dir(tmp_path: Path) -> None:
+    script = _script(utils.sh("true", num_replicas=2), {"job_dir": str(tmp_path / "j")})
+    want = f'{ENV_PROGRESS_FILE}={tmp_path}/j/slurm-"$SLURM_JOB_ID".progress.json'
+    assert script.count(want) == 2, script
 
 
 def test_upstream_sbatch_option_sets_say_where_each_cfg_key_goes() -> None:

@@ -5,10 +5,12 @@ the job's directory."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from tests.polling import poll_until
 from tests.schedulers.test_slurm_scheduler import (  # noqa: F401  (cluster: the fixture)
     _tx,
     _wait_forgotten,
@@ -35,6 +37,14 @@ def env(cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # spaces, '|' (sacct's and squeue's separator), '%', quotes and a non-ASCII character
 OWNER_DOC = '{"kind":"kfp","run":"run 1 | 100% ü","task":"train \\"a\\""}'
+
+PROGRESS = """
+import time
+from torchx.trackers import report_progress
+for i in range(1, 101):
+    report_progress(i, total=100)
+    time.sleep(0.5)
+"""
 
 
 def test_owner_comes_back_from_describe_while_running_and_from_accounting(env: Path) -> None:
@@ -65,3 +75,23 @@ def test_a_job_without_owner_has_none(env: Path) -> None:
         assert _wait_terminal(handle).state == specs.AppState.SUCCEEDED
         app = runner.describe(handle)
     assert app is not None and app.metadata == {}
+
+
+def test_progress_of_a_running_job_shows_in_torchx_status(env: Path) -> None:
+    run = _tx("run", "-s", "slurm", "utils.python", "-c", PROGRESS)
+    assert run.returncode == 0, run.stderr
+    handle = run.stdout.splitlines()[0]
+    try:
+        status = poll_until(
+            lambda: _tx("status", handle).stdout,
+            lambda out: re.search(r"progress: step ([1-9]\d*)/100", out) is not None,
+            timeout=180,
+            every=1.0,
+        )
+        assert re.search(r"progress: step ([1-9]\d*)/100, [\d.]+ steps/s, ETA", status), status
+        assert "State: RUNNING" in status, status
+        job_id = specs.parse_app_handle(handle).app_id
+        assert (env / f"slurm-{job_id}.progress.json").is_file()  # in the job's directory
+    finally:
+        assert _tx("cancel", handle).returncode == 0
+    assert _wait_terminal(handle).state == specs.AppState.CANCELLED

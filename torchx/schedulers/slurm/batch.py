@@ -34,6 +34,8 @@ SBATCH_GROUP_OPTIONS = {"partition", "time", "constraint", "qos", "exclusive"}
 # ``squeue -O``/``sacct -P``), so it reads back exactly, wherever it sits in a line.
 TOKEN_MARK = "torchx-token="
 OWNER_MARK = "torchx-owner="
+# rank 0's progress reports (``report_progress``), beside the job's logs in its directory
+PROGRESS_FILE = "slurm-{job_id}.progress.json"
 # slurmctld refuses a longer comment ("Pathname of a file, directory or other parameter too
 # long"; measured on 22.05)
 COMMENT_MAX = 1024

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from torchx.schedulers.api import (
+    ENV_PROGRESS_FILE,
     OWNER,
     DescribeAppResponse,
     ListAppResponse,
@@ -41,6 +42,7 @@ from torchx.schedulers.api import (
     filter_regex,
 )
 from torchx.schedulers.slurm.batch import (
+    PROGRESS_FILE,
     RANK0_ENV,
     SBATCH_JOB_OPTIONS,
     SlurmBatchRequest,
@@ -140,6 +142,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         from torchx.specs.serialize import appdef_to_dict
 
         replicas: Dict[str, SlurmReplicaRequest] = {}
+        # absolute now: the progress file's path is in the replicas' env
+        job_dir = os.path.abspath(str(cfg.get("job_dir") or os.getcwd()))
+        progress = os.path.join(job_dir, PROGRESS_FILE.format(job_id=macros.app_id))
         for role in app.roles:
             for i in range(role.num_replicas):
                 values = macros.Values(
@@ -150,6 +155,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 )
                 replica_role = values.apply(role)
                 replica_role.env.setdefault("TORCHX_REPLICA_ID", str(i))
+                replica_role.env.setdefault(ENV_PROGRESS_FILE, progress)
                 name = f"{role.name}-{i}"
                 replicas[name] = SlurmReplicaRequest.from_role(name, replica_role, cfg)
         comment = with_token(
@@ -167,7 +173,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         req = SlurmBatchRequest(
             cmd,
             replicas,
-            str(cfg["job_dir"]) if cfg.get("job_dir") else None,
+            job_dir,
             min((r.max_retries for r in app.roles), default=0),
             appdef_to_dict(app),
         )
@@ -187,6 +193,18 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         _write_private(self._record_path(job_id), record)
         _write_private(Path(job_dir) / f"slurm-{job_id}.torchx.json", record)
         return job_id
+
+    def progress_path(self, app_id: str) -> Optional[str]:
+        """``slurm-<jobid>.progress.json`` in the job's directory (its env names it)."""
+        if not app_id.isdigit():
+            return None
+        record = self._record(app_id)
+        if record is None:  # submitted elsewhere: Slurm knows the job's directory
+            parts = query_job(app_id)
+            record = self._record(app_id, parts[0]["work_dir"]) if parts else None
+        if record is None:
+            return None
+        return os.path.join(record["job_dir"], PROGRESS_FILE.format(job_id=app_id))
 
     def _record_path(self, job_id: str) -> Path:
         return torchx_home() / "slurm" / f"{job_id}.json"
