@@ -178,19 +178,20 @@ def test_owner_and_token_in_job_metadata_come_back_from_describe_on_ray(env: Pat
 
     owner = '{"kind":"kfp","run":"run 1 | 100% \u00fc","task":"train \\"a\\""}'
     want = {OWNER: owner, IDEMPOTENCY_TOKEN: idempotency_token("ray-owner")}
-    app = specs.AppDef("own", [specs.Role("r", image="", entrypoint="sleep", args=["600"])])
+    res = specs.Resource(cpu=1, gpu=0, memMB=64)
+    app = specs.AppDef("own", [specs.Role("r", "", entrypoint="sleep", args=["600"], resource=res)])
     with get_runner() as runner:
         handle = runner.run(app, "ray", {}, idempotency_key="ray-owner", owner=owner)
         try:
-            described = runner.describe(handle)
+            described = get_runner().describe(handle)  # from Ray, not this runner's cache
             assert described is not None and described.metadata == want
-            candidates = find_candidates(runner, ["ray"], Orchestrators())
+            candidates = find_candidates(get_runner(), ["ray"], Orchestrators())
             found = [c for c in candidates if c.handle == handle]
             assert len(found) == 1 and found[0].owner == owner_of(want)
         finally:
             runner.cancel(handle)
         plain = runner.run(_true_app(""), "ray", {})
-        described = runner.describe(plain)
+        described = get_runner().describe(plain)
         assert described is not None and described.metadata == {}
         assert runner.wait(plain, wait_interval=0.5, timeout=120) is not None
 

@@ -55,11 +55,11 @@ def test_owner_comes_back_from_describe_while_running_and_from_accounting(env: P
             utils.sh("sleep", "600"), "slurm", {}, idempotency_key=key, owner=OWNER_DOC
         )
         try:
-            app = runner.describe(handle)  # squeue: slurmctld holds the job
+            # another runner (not this one's cache) asks Slurm; squeue: slurmctld holds the job
+            app = get_runner().describe(handle)
             assert app is not None and app.metadata == want
-            found = [
-                c for c in find_candidates(runner, ["slurm"], Orchestrators()) if c.handle == handle
-            ]
+            candidates = find_candidates(get_runner(), ["slurm"], Orchestrators())
+            found = [c for c in candidates if c.handle == handle]
             assert len(found) == 1 and found[0].owner == owner_of(want)
         finally:
             runner.cancel(handle)
@@ -73,7 +73,7 @@ def test_a_job_without_owner_has_none(env: Path) -> None:
     with get_runner() as runner:
         handle = runner.run(utils.sh("true"), "slurm", {})
         assert _wait_terminal(handle).state == specs.AppState.SUCCEEDED
-        app = runner.describe(handle)
+    app = get_runner().describe(handle)
     assert app is not None and app.metadata == {}
 
 
