@@ -10,6 +10,10 @@
   resource's name as a word of its file or test name (``test_slurm_scheduler.py``,
   ``..._on_slurm``); collection fails on a marked test that does not.
   (xdist's own ``loadgroup`` cannot do this under pytest 9: its group suffix is lost.)
+- Modules that share one session fixture started by their first test are one scope too
+  (``SHARED_FIXTURES``), so the run starts it once, not once per worker: the Prefect
+  server of tests/pipelines/prefect/ (prefect_test_harness, 30-65 s) and the ``mlflow
+  server`` of the tracker tests over http.
 - The workers get the scopes that take minutes first, longest first (``LONG_SCOPES``), then
   the rest in collection order: a two-worker run lasts at least the latest start of a long
   scope plus its length, so none may start last. (xdist's default order, by test count,
@@ -30,20 +34,26 @@ os.environ["TORCHX_HOME"] = tempfile.mkdtemp(prefix="torchx-test-home-")
 # markers whose tests use one shared resource of the machine
 SHARED_RESOURCES = ("slurm", "ray")
 
+# files (path prefixes) that share one session fixture: one scope each, named by the fixture
+SHARED_FIXTURES = (
+    ("tests/pipelines/prefect/", "prefect_server"),
+    ("tests/trackers/test_job_run_http.py", "mlflow_http_server"),
+    ("tests/trackers/test_run_metrics.py", "mlflow_http_server"),
+)
+
 # scopes of a minute or more, longest first: ``python -m pytest -n 1 --durations=40 <dir>``
 # per directory on the loaded 2-core machine (2026-11-25), seconds in the comments; the
 # Slurm scope's from the suite's own runs (the cluster is up there). A scope not listed
 # (renamed, new) runs after these.
 LONG_SCOPES = (
+    "prefect_server",  # 750: tests/pipelines/prefect/ (test_prefect 484, test_tracking 198)
     "tests/pipelines/kfp/test_kfp.py",  # 565
     "tests/deployments/test_prefect_deployment.py",  # 520 (300 on an idle machine)
-    "tests/pipelines/prefect/test_prefect.py",  # 484
     "tests/pipelines/airflow/test_lineage.py",  # 375
     "tests/examples/test_stages.py",  # 307
     "tests/trackers/test_job_run.py",  # 272
     "slurm",  # 250
     "tests/pipelines/kfp/test_kfp_tracking.py",  # 212
-    "tests/pipelines/prefect/test_tracking.py",  # 198
     "tests/pipelines/airflow/test_operator.py",  # 190
     "tests/deployments/test_airflow_deployment.py",  # 150
     "tests/cli/test_cli.py",  # 138
@@ -52,8 +62,12 @@ LONG_SCOPES = (
 
 
 def worker_scope(nodeid: str) -> str:
-    """The unit sent to one worker: a shared resource's name, else the test's file."""
+    """The unit sent to one worker: a shared resource's or fixture's name, else the
+    test's file."""
     path, _, name = nodeid.partition("::")
+    for prefix, fixture in SHARED_FIXTURES:
+        if path.startswith(prefix):
+            return fixture
     words = set(re.split(r"[^a-z0-9]+", (os.path.basename(path) + " " + name).lower()))
     for resource in SHARED_RESOURCES:
         if resource in words:

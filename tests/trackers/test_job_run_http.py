@@ -1,4 +1,5 @@
-"""The job's run over http: one real ``mlflow server`` for the module, real local_cwd jobs.
+"""The job's run over http: one real ``mlflow server`` (tests/trackers/conftest.py), real
+local_cwd jobs.
 
 The Runner opens and ends runs with REST calls (no ``import mlflow`` in the submitter);
 ranks record into the same run by ``MLFLOW_RUN_ID``.
@@ -9,11 +10,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, List
 
 import pytest
 
-from tests.mlflow_server import free_port, mlflow_server
+from tests.mlflow_server import free_port
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.trackers.api import build_trackers, start_pipeline_run
@@ -25,14 +26,9 @@ USER_MLFLOW = (
 )
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with mlflow_server(tmp_path_factory.mktemp("mlflow_http")) as url:
-        yield url
-
-
 @pytest.fixture()
-def url(server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def url(mlflow_http_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    server = mlflow_http_server
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
     monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", server)

@@ -13,7 +13,6 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.mlflow_server import mlflow_server
 from tests.polling import poll_until
 from tests.trackers.test_job_run import the_run
 from torchx import specs
@@ -226,28 +225,26 @@ def test_a_stalled_job_run_from_the_cli_ends_failed_with_the_reason_as_a_tag(
 
 
 def test_over_http_the_same_metrics_and_reason_reach_an_mlflow_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_http_server: str
 ) -> None:
-    with mlflow_server(tmp_path / "server") as url:
-        _store(tmp_path, monkeypatch, url)
-        code = PROGRESS + "time.sleep(300)\n"
-        with get_runner() as runner:
-            handle = runner.run_component(
-                "utils.python", ["--c", code], "local_cwd", stall_timeout=5
-            )
-            status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
-            assert status is not None and status.state == specs.AppState.FAILED, status
-        run = the_run(url, handle)
-        assert run.info.status == "FAILED"
-        reason = "stalled: no progress or output for 5 s (last step 100)"
-        assert status.msg == run.data.tags[FAILURE_REASON_TAG] == reason
-        assert run.data.metrics["progress_step"] == 100 and run.data.metrics["cpu_hours"] > 0
-        assert_hours_match_the_run(run)
-        with get_runner() as late:  # reads the run over REST: the watcher's hours stand
-            late.status(handle)
-            assert late.resource_hours(handle) is None
-        assert len(history(url, run, "cpu_hours")) == 1
-        assert_a_rank_reports_to_its_tracker_run(url)  # by REST both ways, same server
+    url = mlflow_http_server  # tests/trackers/conftest.py: one server for the http tests
+    _store(tmp_path, monkeypatch, url)
+    code = PROGRESS + "time.sleep(300)\n"
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", code], "local_cwd", stall_timeout=5)
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.FAILED, status
+    run = the_run(url, handle)
+    assert run.info.status == "FAILED"
+    reason = "stalled: no progress or output for 5 s (last step 100)"
+    assert status.msg == run.data.tags[FAILURE_REASON_TAG] == reason
+    assert run.data.metrics["progress_step"] == 100 and run.data.metrics["cpu_hours"] > 0
+    assert_hours_match_the_run(run)
+    with get_runner() as late:  # reads the run over REST: the watcher's hours stand
+        late.status(handle)
+        assert late.resource_hours(handle) is None
+    assert len(history(url, run, "cpu_hours")) == 1
+    assert_a_rank_reports_to_its_tracker_run(url)  # by REST both ways, same server
 
 
 def test_requested_resources_times_replicas_times_wall_time() -> None:
