@@ -5,8 +5,8 @@ An app submitted with ``stall_timeout=S`` stalls when neither a log line nor a p
 report came for S seconds. The scheduler tells when the last one came
 (``Scheduler.last_activity``, epoch seconds measured by the job's side, so a waiter that
 starts late, or a fresh one each poll as the Airflow trigger has, sees the same thing).
-The waiter then records the reason with the job (``Scheduler.record_stall``) before it
-cancels the app, so every later reader sees it FAILED ``stalled: ...``.
+The waiter then has the scheduler stop the app with that reason, kept with the job
+(``Scheduler.stop_stalled``), so every later reader sees it FAILED ``stalled: ...``.
 
 Never on doubt: an app that is not RUNNING (a queued gang is not stalled), a scheduler
 that cannot tell (``last_activity`` is None; ``local_cwd``, whose supervisor enforces
@@ -54,6 +54,5 @@ def stop_if_stalled(
     report = read_progress(sched.progress_path(app_id))
     reason = stall_reason(timeout, report.step if report else None)
     logger.warning("%s: %s; cancelling it", app_id, reason)
-    sched.record_stall(app_id, reason)  # first: whoever sees it stopped sees why
-    sched.cancel(app_id)
+    sched.stop_stalled(app_id, reason)
     return reason

@@ -273,11 +273,11 @@ class Scheduler(abc.ABC, Generic[T]):
         """
         return None
 
-    def record_stall(self, app_id: str, reason: str) -> None:
-        """Keep ``reason`` with the job, before a waiter cancels it as stalled, so that every
-        later ``describe`` (from any process) shows the app FAILED with it. A scheduler that
-        answers ``last_activity`` must implement it."""
-        raise NotImplementedError(f"{self.backend} cannot record a stall")
+    def stop_stalled(self, app_id: str, reason: str) -> None:
+        """Stop the whole app as stalled, keeping ``reason`` with the job so that every
+        later ``describe`` (from any process) shows it FAILED with that reason. Required
+        of a scheduler that answers ``last_activity``."""
+        raise NotImplementedError(f"{self.backend} cannot stop a stalled app")
 
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         """Checks that must pass before a workspace is built."""

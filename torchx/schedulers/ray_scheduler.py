@@ -12,11 +12,11 @@ submission (``Runner.run(idempotency_key=...)``) puts its token in the Ray job's
 
 Stalls (``Runner.run(stall_timeout=...)``) are detected by whoever waits: the driver
 publishes the replicas' last output or progress report beside the request file
-(``last_activity``, see ``ray_driver``), and a waiter that stops a stalled job first
-writes ``<app>.stalled`` there. Ray's job metadata is fixed at submission and ``stop_job``
-takes no message, so that file, in the directory the job's own request lives in (which
-``describe`` already reads for the AppDef), is where the reason stays with the job: a
-STOPPED job with it is FAILED with that reason for every reader.
+(``last_activity``, see ``ray_driver``), and a waiter that stops a stalled job
+(``stop_stalled``) first writes ``<app>.stalled`` there. Ray's job metadata is fixed at
+submission and ``stop_job`` takes no message, so that file, in the directory the job's
+own request lives in (which ``describe`` already reads for the AppDef), is where the
+reason stays with the job: a STOPPED job with it is FAILED with it for every reader.
 """
 
 from __future__ import annotations
@@ -226,8 +226,9 @@ class RayScheduler(Scheduler[RayJob]):
             return None
         return last
 
-    def record_stall(self, app_id: str, reason: str) -> None:
-        _write_private(self._beside(app_id, ".stalled"), reason)
+    def stop_stalled(self, app_id: str, reason: str) -> None:
+        _write_private(self._beside(app_id, ".stalled"), reason)  # first: seen when stopped
+        self.cancel(app_id)
 
     def _stall(self, app_id: str) -> Optional[str]:
         try:
