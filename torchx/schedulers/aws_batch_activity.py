@@ -8,7 +8,8 @@ CloudWatch Logs event of any node (``get_log_events`` from the tail, one event: 
 that has printed nothing yet. Lines reach CloudWatch within seconds (the awslogs driver
 buffers briefly): pick a stall timeout well above that.
 
-Never on doubt: a job not RUNNING, without a start time, or whose logs cannot be read
+Never on doubt: a job not RUNNING, whose node jobs all ended (Batch has yet to mark the
+job done) or none runs yet, without a start time, or whose logs cannot be read
 (an API error, e.g. no permission) gives None, and no waiter stops it. A node whose
 stream does not exist yet has printed nothing: its start counts.
 """
@@ -22,7 +23,11 @@ def newest_activity(sched: Any, job: Dict[str, Any], nodes: int) -> Optional[flo
     """Epoch seconds of ``job``'s newest log event over its ``nodes`` nodes (or its start)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    starts = [job.get("startedAt"), *(n.get("startedAt") for n in sched._node_jobs(job).values())]
+    node_jobs = list(sched._node_jobs(job).values())
+    if node_jobs and not any(n.get("status") == "RUNNING" for n in node_jobs):
+        return None  # every node ended (or none started yet): the job is ending, not stalled
+    starts = [job.get("startedAt")]
+    starts += [n.get(k) for n in node_jobs for k in ("startedAt", "stoppedAt")]  # an exit counts
     times: List[float] = [float(t) for t in starts if t]
     if not times:
         return None

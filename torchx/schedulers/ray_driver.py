@@ -8,10 +8,11 @@ command as a subprocess in its own session, printing each output line prefixed
 
 For stall detection and progress (``Scheduler.last_activity``, ``progress_path``) the
 driver publishes, every ``PUBLISH_INTERVAL`` s, beside the request file (which the head
-reads, so the submitter sees it too): ``<app>.activity.json``, when a replica last printed
-or reported progress and when the driver last asked its actors (a stale answer means the
-driver cannot tell), and ``<app>.progress.json``, the first replica's last progress
-report (each actor points ``TORCHX_PROGRESS_FILE`` at a file on its own node).
+reads, so the submitter sees it too): ``<app>.activity.json``, when a replica last printed,
+reported progress or exited, how many still run (none: the job is ending, not stalled),
+and when the driver last asked its actors (a stale answer means the driver cannot tell);
+and ``<app>.progress.json``, the first replica's last progress report (each actor points
+``TORCHX_PROGRESS_FILE`` at a file on its own node).
 """
 
 from __future__ import annotations
@@ -41,15 +42,17 @@ def _replica_actor() -> Any:
             self.progress_dir = tempfile.mkdtemp(prefix="torchx-progress-")
             self.progress_file = os.path.join(self.progress_dir, "progress.json")
 
-        def activity(self) -> Tuple[float, Optional[str]]:
-            """When the replica last printed or reported progress, and its last report."""
+        def activity(self) -> Tuple[float, Optional[str], bool]:
+            """When the replica last printed, reported progress or exited, its last report,
+            and whether it still runs."""
             try:
                 with open(self.progress_file) as f:
                     report: Optional[str] = f.read()
                 reported = os.stat(self.progress_file).st_mtime
             except OSError:
                 report, reported = None, 0.0
-            return max(self.last_output, reported), report
+            running = self.proc is None or self.proc.poll() is None
+            return max(self.last_output, reported), report, running
 
         def node_ip(self) -> str:
             return ray.util.get_node_ip_address()
@@ -72,6 +75,7 @@ def _replica_actor() -> Any:
                 sys.stdout.write(f"{prefix} {raw.decode(errors='replace')}")
                 sys.stdout.flush()
             code = self.proc.wait()
+            self.last_output = time.time()  # an exit is activity: the job is ending
             shutil.rmtree(self.progress_dir, ignore_errors=True)
             return code
 
@@ -99,11 +103,13 @@ def _publish(actors: List[Any], base: str) -> None:
     while True:
         try:
             answers = ray.get([a.activity.remote() for a in actors], timeout=10)
-            newest = max(t for t, _ in answers)
-            _write_atomic(
-                f"{base}.activity.json", json.dumps({"time": newest, "checked": time.time()})
-            )
-            report = next((r for _, r in answers if r), None)
+            record = {
+                "time": max(t for t, _, _ in answers),
+                "checked": time.time(),
+                "running": sum(1 for _, _, running in answers if running),
+            }
+            _write_atomic(f"{base}.activity.json", json.dumps(record))
+            report = next((r for _, r, _ in answers if r), None)
             if report:
                 _write_atomic(f"{base}.progress.json", report)
         except Exception as e:  # a slow round or a stopping job: try again

@@ -215,14 +215,16 @@ class RayScheduler(Scheduler[RayJob]):
 
     def last_activity(self, app_id: str) -> Optional[float]:
         """When a replica last printed or reported progress, as the driver last published
-        it; None before the driver's first round or once it stopped refreshing it."""
+        it; None before the driver's first round, once it stopped refreshing it, or once no
+        replica runs (the job is ending: not a stall)."""
         try:
             with open(self._beside(app_id, ".activity.json")) as f:
                 record = json.load(f)
             last, checked = float(record["time"]), float(record["checked"])
+            running = int(record["running"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if time.time() - checked > ACTIVITY_STALE_AFTER:
+        if time.time() - checked > ACTIVITY_STALE_AFTER or running == 0:
             return None
         return last
 
