@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from torchx.pipelines.owner import OWNER, airflow_owner, kfp_owner, owner_of, prefect_owner
 from torchx.runner import get_runner
@@ -70,3 +73,35 @@ def test_reap_bad_scheduler_is_one_line() -> None:
     out = _reap("-s", "nope")
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0 and "unknown scheduler nope" in out.stderr
+
+
+def test_an_owner_that_keeps_its_job_is_never_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TorchXOperator(cancel_on_kill=False)`` stores ``"cancel": false`` with the owner:
+    ``torchx reap`` lists the job as kept without asking Airflow (no URL is needed) and
+    leaves it running; Airflow's listener reads the same field."""
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path))  # only this test's apps are listed
+    ti = SimpleNamespace(dag_id="d", run_id="manual__2", task_id="t", map_index=-1, try_number=1)
+    owner = airflow_owner(ti, cancel=False)
+    assert '"cancel":false' in owner.to_metadata() and owner_of({OWNER: owner.to_metadata()})
+    assert '"cancel"' not in airflow_owner(ti).to_metadata()  # the default: reapable
+    with get_runner() as runner:
+        handle = runner.run_component(
+            "utils.sh", ["sleep", "60"], "local_cwd", owner=owner.to_metadata()
+        )
+    try:
+        with get_runner() as other:
+            appdef = other.describe(handle)
+            got = owner_of(appdef.metadata if appdef else None)
+        assert got == owner and got is not None and not got.cancel
+        reaped = _reap()
+        assert reaped.returncode == 0, reaped.stderr
+        assert f"kept {handle} owner: airflow dag=d run=manual__2" in reaped.stdout
+        assert "cancel: false" in reaped.stdout
+        with get_runner() as other:
+            status = other.status(handle)
+        assert status is not None and not status.is_terminal(), status
+    finally:
+        with get_runner() as runner:
+            runner.cancel(handle)

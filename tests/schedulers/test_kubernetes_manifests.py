@@ -292,7 +292,7 @@ def test_bad_config_is_one_specific_error(
 
 
 def test_upstream_app_to_resource_helper(srv: KMockServer) -> None:
-    from torchx.schedulers.kubernetes_scheduler import app_to_resource
+    from torchx.schedulers.kubernetes.scheduler import app_to_resource
 
     job = app_to_resource(echo_app(n=2), "q", "sa", priority_class="p")
     assert job["spec"]["queue"] == "q" and job["spec"]["priorityClassName"] == "p"

@@ -12,8 +12,9 @@ import pytest
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, idempotency_token
-from torchx.schedulers.kubernetes_manifests import ANNOTATION_SUBMITTED_AT, LABEL_IDEMPOTENCY_TOKEN
-from torchx.schedulers.kubernetes_scheduler import KubernetesError, create_scheduler
+from torchx.schedulers.kubernetes.api import KubernetesError
+from torchx.schedulers.kubernetes.manifests import ANNOTATION_SUBMITTED_AT, LABEL_IDEMPOTENCY_TOKEN
+from torchx.schedulers.kubernetes.scheduler import create_scheduler
 
 from .kmock_server import (
     BATCH_JOBS,

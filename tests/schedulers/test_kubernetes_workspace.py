@@ -19,7 +19,7 @@ import yaml
 
 from torchx import specs
 from torchx.runner import get_runner
-from torchx.schedulers.kubernetes_scheduler import KubernetesScheduler
+from torchx.schedulers.kubernetes.scheduler import KubernetesScheduler
 from torchx.workspace.docker_workspace import (
     DEFAULT_DOCKERFILE,
     DockerUnavailableError,

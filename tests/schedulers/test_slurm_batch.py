@@ -11,14 +11,14 @@ import pytest
 from torchx import specs
 from torchx.components import utils
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, idempotency_token
-from torchx.schedulers.slurm_batch import token_of
-from torchx.schedulers.slurm_scheduler import (
+from torchx.schedulers.slurm.batch import (
     SBATCH_GROUP_OPTIONS,
     SBATCH_JOB_OPTIONS,
     SlurmOpts,
     SlurmReplicaRequest,
-    create_scheduler,
+    token_of,
 )
+from torchx.schedulers.slurm.scheduler import create_scheduler
 
 
 def _script(app: specs.AppDef, cfg: dict) -> str:

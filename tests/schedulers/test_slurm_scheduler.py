@@ -22,7 +22,7 @@ from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.components import utils
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, idempotency_token
-from torchx.schedulers.slurm_scheduler import SlurmScheduler, create_scheduler
+from torchx.schedulers.slurm.scheduler import SlurmScheduler, create_scheduler
 
 pytestmark = pytest.mark.slurm
 

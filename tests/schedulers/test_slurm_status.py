@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torchx.schedulers.slurm_scheduler import (
+from torchx.schedulers.slurm.status import (
     parse_jobcomp,
     parse_sacct,
     parse_scontrol,

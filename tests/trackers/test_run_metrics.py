@@ -5,6 +5,7 @@ resource-hours, progress reports at their steps, and a stalled job's reason.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,11 +108,14 @@ def test_another_runner_that_sees_the_job_running_records_its_hours(store: str) 
     run = the_run(store, handle)
     assert run.data.metrics["cpu_hours"] > 0
     assert_hours_match_the_run(run)
-    # a Runner whose first look finds the app ended, after a watcher recorded: adds nothing
+    # a Runner whose first look finds the app ended, after a watcher recorded: adds nothing,
+    # and the run keeps the end the watcher gave it
     with get_runner() as late:
         late.status(handle)
         assert late.resource_hours(handle) is None
-    assert len(history(store, the_run(store, handle), "cpu_hours")) == 1
+    after = the_run(store, handle)
+    assert len(history(store, after, "cpu_hours")) == 1
+    assert (after.info.status, after.info.end_time) == (run.info.status, run.info.end_time)
 
 
 def test_a_job_nobody_watched_end_gets_its_hours_from_the_first_runner_that_sees_it(
@@ -128,11 +132,14 @@ def test_a_job_nobody_watched_end_gets_its_hours_from_the_first_runner_that_sees
     with get_runner() as first:
         first.status(handle)
         assert first.resource_hours(handle) is not None
+    ended = the_run(store, handle)
+    assert ended.info.status == "FINISHED" and ended.info.end_time
     with get_runner() as second:
         second.status(handle)
         assert second.resource_hours(handle) is None
     run = the_run(store, handle)
     assert len(history(store, run, "cpu_hours")) == 1 and run.data.metrics["cpu_hours"] > 0
+    assert run.info.end_time == ended.info.end_time  # the first look's end stands
 
 
 def test_a_job_reporting_progress_has_the_reports_as_metrics_at_their_steps(store: str) -> None:
@@ -149,6 +156,48 @@ def test_a_job_reporting_progress_has_the_reports_as_metrics_at_their_steps(stor
     losses = {p.step: p.value for p in history(store, run, "loss")}
     assert all(v == pytest.approx(1.0 / s) for s, v in losses.items()), losses
     assert run.data.metrics["cpu_hours"] > 0
+
+
+# as on a scheduler without a shared job directory (Kubernetes, AWS Batch): no progress file
+TRACKED_PROGRESS = (
+    "import os, time\n"
+    "os.environ.pop('TORCHX_PROGRESS_FILE')\n"
+    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '0.3'\n"
+    "from torchx.trackers import report_progress\n"
+    "for i in range(1, 61):\n"
+    "    report_progress(i, total=60, loss=1.0 / i); time.sleep(0.25)\n"
+)
+
+
+def assert_a_rank_reports_to_its_tracker_run(uri: str) -> None:
+    """A rank with no progress file sends its reports to the job's run from a thread of its
+    own; ``Runner.progress`` (``torchx status``) reads them back from there while it runs,
+    and the final step is on the run when the app ends."""
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", TRACKED_PROGRESS], "local_cwd")
+        with get_runner() as reader:  # another Runner, as `torchx status` is
+            seen = poll_until(
+                lambda: reader.progress(handle),
+                lambda p: p is not None and 0 < p.step < 60,
+                DEADLINE,
+                0.2,
+            )
+        assert seen is not None and seen.from_tracker and seen.total == 60, seen
+        assert seen.metrics["loss"] == pytest.approx(1.0 / seen.step)
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+        _, session, app_id = parse_app_handle(handle)
+        path = get_scheduler_factories()["local_cwd"](session).progress_path(app_id)
+        assert path is None or not os.path.exists(path)  # nothing went to a file
+    run = the_run(uri, handle)
+    m = run.data.metrics
+    assert (m["progress_step"], m["progress_total"]) == (60, 60), m
+    steps = [p.step for p in history(uri, run, "progress_step")]
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[-1] == 60, steps
+
+
+def test_without_a_progress_file_a_rank_reports_to_its_tracker_run(store: str) -> None:
+    assert_a_rank_reports_to_its_tracker_run(store)
 
 
 def test_a_stalled_job_run_from_the_cli_ends_failed_with_the_reason_as_a_tag(
@@ -198,6 +247,7 @@ def test_over_http_the_same_metrics_and_reason_reach_an_mlflow_server(
             late.status(handle)
             assert late.resource_hours(handle) is None
         assert len(history(url, run, "cpu_hours")) == 1
+        assert_a_rank_reports_to_its_tracker_run(url)  # by REST both ways, same server
 
 
 def test_requested_resources_times_replicas_times_wall_time() -> None:

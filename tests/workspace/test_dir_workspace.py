@@ -13,7 +13,7 @@ import pytest
 from torchx import specs
 from torchx.schedulers.local_scheduler import LocalScheduler
 from torchx.schedulers.ray_scheduler import RayScheduler
-from torchx.schedulers.slurm_scheduler import SlurmScheduler
+from torchx.schedulers.slurm.scheduler import SlurmScheduler
 from torchx.workspace import Workspace, WorkspaceError, apply_workspace, walk_workspace
 from torchx.workspace.api import PkgInfo
 from torchx.workspace.dir_workspace import (

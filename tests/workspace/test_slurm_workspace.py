@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.schedulers.test_slurm_scheduler import cluster  # noqa: F401  (the fixture)
-from torchx.schedulers.slurm_scheduler import SlurmScheduler
+from torchx.schedulers.slurm.scheduler import SlurmScheduler
 from torchx.workspace import WorkspaceMixin
 
 TORCHX = os.path.join(os.path.dirname(sys.executable), "torchx")

@@ -8,6 +8,10 @@ whether the owner still wants the job. The value is compact JSON, e.g.::
     {"kind":"airflow","api":"http://airflow:8080","dag":"d","run":"r","task":"t","map":-1,"try":1}
     {"kind":"prefect","api":"http://prefect:4200/api","flow_run":"<uuid>","task_run":"<uuid>"}
     {"kind":"kfp","run":"<run id>","task":"<task name>"}
+    {"kind":"airflow",...,"cancel":false}   # TorchXOperator(cancel_on_kill=False)
+
+``"cancel": false`` says the owner wants its job to outlive it: neither Airflow's listener
+nor ``torchx reap`` cancels such a job.
 
 ``api`` says where to ask (Airflow's ``[api] base_url``, Prefect's ``PREFECT_API_URL``);
 an owner without it is asked at the URL ``torchx reap`` is given.
@@ -32,12 +36,15 @@ class Owner:
     kind: str
     ids: Dict[str, Any] = field(default_factory=dict)
     api: Optional[str] = None
+    cancel: bool = True  # False: the job may outlive its owner (nobody reaps it)
 
     def to_metadata(self) -> str:
         doc: Dict[str, Any] = {"kind": self.kind}
         if self.api:
             doc["api"] = self.api
         doc.update(self.ids)
+        if not self.cancel:
+            doc["cancel"] = False
         return json.dumps(doc, separators=(",", ":"), sort_keys=False)
 
     def describe(self) -> str:
@@ -56,8 +63,8 @@ def parse_owner(value: Optional[str]) -> Optional[Owner]:
         return None
     if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
         return None
-    kind, api = str(doc.pop("kind")), doc.pop("api", None)
-    return Owner(kind, doc, str(api) if api else None)
+    kind, api, cancel = str(doc.pop("kind")), doc.pop("api", None), doc.pop("cancel", True)
+    return Owner(kind, doc, str(api) if api else None, cancel is not False)
 
 
 def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
@@ -68,9 +75,10 @@ def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
 # ---------------------------------------------------------------------------- builders
 
 
-def airflow_owner(ti: Any) -> Owner:
+def airflow_owner(ti: Any, cancel: bool = True) -> Owner:
     """The owner of a job submitted by Airflow task instance ``ti`` (dag, run, task, map
-    index, try), with Airflow's ``[api] base_url`` when it is configured."""
+    index, try), with Airflow's ``[api] base_url`` when it is configured; ``cancel``: the
+    operator's ``cancel_on_kill``."""
     api: Optional[str] = None
     try:
         from airflow.configuration import conf
@@ -87,7 +95,7 @@ def airflow_owner(ti: Any) -> Owner:
         ),
         "try": int(getattr(ti, "try_number", 0) or 0),
     }
-    return Owner("airflow", ids, api.rstrip("/") if api else None)
+    return Owner("airflow", ids, api.rstrip("/") if api else None, cancel)
 
 
 def prefect_owner(flow_run_id: str, task_run_id: Optional[str] = None) -> Owner:

@@ -10,7 +10,8 @@ that failed for good in a run that still runs is reaped once the run ends). An o
 succeeded keeps its job: a stage may leave its job running on purpose
 (``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a Prefect
 ``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator does not
-know is never reaped: a cancel needs a fact, not a doubt.
+know is never reaped: a cancel needs a fact, not a doubt. Nor is a job whose owner asked
+to keep it (``cancel_on_kill=False``).
 
 Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
 ``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
@@ -218,6 +219,9 @@ def find_candidates(
             appdef = runner.describe(app.app_handle)
             owner = owner_of(appdef.metadata if appdef is not None else None)
             if owner is None:
+                continue
+            if not owner.cancel:  # its owner said the job may outlive it
+                found.append(Candidate(app.app_handle, owner, "not asked (cancel: false)"))
                 continue
             try:
                 state, done = orchestrators.state(owner)

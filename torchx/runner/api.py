@@ -33,7 +33,8 @@ from torchx.runner.compat import (  # noqa: F401 (upstream's names in this modul
 )
 from torchx.runner.events import log_event
 from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
-from torchx.runner.stall import stall_timeout_of, stop_if_stalled
+from torchx.runner.stall import stop_if_stalled
+from torchx.runner.tracker_session import OpenedJobRun, TrackerSession
 from torchx.runner.tracking import JobRecorder, RunRequest, job_run, trackers_of, with_env
 from torchx.runtime.progress import Progress, read_progress
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
@@ -64,7 +65,6 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.trackers.api import tracker_config_env_var_name
-from torchx.trackers.job_run import OpenedJobRun, TrackerSession
 from torchx.workspace.api import Workspace, apply_workspace
 
 logger = logging.getLogger(__name__)
@@ -222,8 +222,7 @@ class Runner:
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
-        (``stalled: ...``): ``local_cwd``'s supervisor enforces it, elsewhere ``wait`` does.
-        ``owner``: stored alike.
+        (``stalled: ...``), by ``local_cwd``'s supervisor or else ``wait``. ``owner``: alike.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if token:
@@ -414,8 +413,7 @@ class Runner:
         """Block until the app is terminal (or ``timeout`` s); None if the app is unknown.
 
         ``wait_interval`` bounds the time between status checks, but schedulers that
-        can see the app end (local) wake up at once. An app with a stall timeout that
-        stalled is stopped here (``torchx.runner.stall``) and ends FAILED ``stalled: ...``.
+        can see the app end (local) wake up at once. It stops a stalled app (``runner.stall``).
         """
         sched, _, app_id = self._scheduler_app_id(app_handle)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -423,8 +421,7 @@ class Runner:
             status = self.status(app_handle)
             if status is None or status.is_terminal():
                 return status
-            if status.state == AppState.RUNNING:
-                stop_if_stalled(sched, app_id, lambda: stall_timeout_of(self.describe(app_handle)))
+            stop_if_stalled(self, app_handle, status.state)
             self._recorder.poll_progress(app_handle)  # onto the job's tracker run
             remaining = wait_interval
             if deadline is not None:
@@ -434,9 +431,14 @@ class Runner:
             sched.wait_for_change(app_id, remaining)
 
     def progress(self, app_handle: AppHandle) -> Optional[Progress]:
-        """The app's last progress report (``report_progress`` from rank 0), if any."""
+        """The app's last progress report (``report_progress`` from rank 0), if any: from
+        its progress file, else from its tracker run (a scheduler without a shared file)."""
         sched, _, app_id = self._scheduler_app_id(app_handle)
-        return read_progress(sched.progress_path(app_id))
+        report = read_progress(sched.progress_path(app_id))
+        if report is None:
+            app = self.describe(app_handle)
+            report = self._recorder.tracked_progress(app_handle, app.roles if app else [])
+        return report
 
     def resource_hours(self, app_handle: AppHandle) -> Optional[ResourceHours]:
         """The app's requested cpu- and gpu-hours, once this runner saw it end (None if it

@@ -4,7 +4,8 @@ stages and the Airflow trigger alike), for schedulers without a supervisor of th
 An app submitted with ``stall_timeout=S`` stalls when neither a log line nor a progress
 report came for S seconds. The scheduler tells when the last one came
 (``Scheduler.last_activity``, epoch seconds measured by the job's side, so a waiter that
-starts late, or a fresh one each poll as the Airflow trigger has, sees the same thing).
+starts late, or a fresh one each poll as the Airflow trigger has, sees the same thing);
+a progress report sent to the job's tracker run (``Runner.progress``) counts as well.
 The waiter then has the scheduler stop the app with that reason, kept with the job
 (``Scheduler.stop_stalled``), so every later reader sees it FAILED ``stalled: ...``.
 
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Optional
+from typing import Any, Optional
 
-from torchx.runtime.progress import read_progress
-from torchx.schedulers.api import Scheduler, app_stall_timeout, stall_reason
-from torchx.specs.api import AppDef
+from torchx.schedulers.api import app_stall_timeout, stall_reason
+from torchx.specs.api import AppDef, AppState
 
 logger = logging.getLogger(__name__)
 
@@ -34,25 +34,24 @@ def stall_timeout_of(app: Optional[AppDef]) -> Optional[float]:
         return None
 
 
-def stop_if_stalled(
-    sched: Scheduler,
-    app_id: str,
-    timeout_of: Callable[[], Optional[float]],
-    now: Optional[float] = None,
-) -> Optional[str]:
-    """Cancel a RUNNING app that stalled (the caller checked it runs); returns the reason,
-    or None if it did not stall. ``timeout_of`` is asked only when the scheduler can tell
-    the app's last activity (it may cost a ``describe``)."""
+def stop_if_stalled(runner: Any, handle: str, state: AppState) -> Optional[str]:
+    """Stop the app if it is RUNNING (in ``state``) and stalled; returns the reason, or None
+    if it did not stall. The app's stall timeout (maybe a ``describe``) and its last
+    progress report (maybe a tracker call) are asked only when its output went quiet."""
+    if state != AppState.RUNNING:
+        return None
+    sched, _, app_id = runner._scheduler_app_id(handle)
     last = sched.last_activity(app_id)
     if last is None:
         return None
-    timeout = timeout_of()
-    if timeout is None:
+    timeout = stall_timeout_of(runner.describe(handle))
+    if timeout is None or time.time() - last < timeout:
         return None
-    if (time.time() if now is None else now) - last < timeout:
+    # a report through the tracker (no progress file on this scheduler) is activity too
+    report = runner.progress(handle)
+    if report is not None and time.time() - max(last, report.time) < timeout:
         return None
-    report = read_progress(sched.progress_path(app_id))
     reason = stall_reason(timeout, report.step if report else None)
-    logger.warning("%s: %s; cancelling it", app_id, reason)
+    logger.warning("%s: %s; stopping it", handle, reason)
     sched.stop_stalled(app_id, reason)
     return reason

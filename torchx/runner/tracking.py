@@ -9,19 +9,17 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
-import re
 import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
-from torchx.runtime.progress import Progress
+from torchx.runner.tracker_session import TrackerSession
+from torchx.runtime.progress import Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.api import ENV_TORCHX_TRACKERS, JobRun, tracker_config_env_var_name
-from torchx.trackers.job_run import TrackerSession
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +36,6 @@ FAILURE_REASON_TAG = "torchx.failure_reason"
 # progress reports go on the job's run at most this often while a Runner waits (seconds)
 PROGRESS_METRICS_INTERVAL = 10.0
 MAX_TAG = 5000
-_METRIC_NAME = re.compile(r"[\w\-. /:]{1,250}")  # names MLflow accepts
 
 ComponentCall = Tuple[str, Union[List[str], Dict[str, Any]]]
 
@@ -150,18 +147,8 @@ def with_env(
 
 
 def progress_metrics(report: Progress) -> Dict[str, float]:
-    """A progress report as run metrics: ``progress_step``, ``progress_total`` and
-    ``progress_rate`` (steps/s) when known, and the metrics given to ``report_progress``
-    (finite numbers under names MLflow accepts)."""
-    out = {"progress_step": float(report.step)}
-    if report.total is not None:
-        out["progress_total"] = float(report.total)
-    if report.rate is not None:
-        out["progress_rate"] = float(report.rate)
-    for key, value in report.metrics.items():
-        if _METRIC_NAME.fullmatch(key) and key not in out:
-            out[key] = float(value)
-    return {k: v for k, v in out.items() if math.isfinite(v)}
+    """A progress report as run metrics (``Progress.as_metrics``)."""
+    return report.as_metrics()
 
 
 @dataclass
@@ -235,8 +222,8 @@ class JobRecorder:
         watch = self._watched.get(handle)
         if watch is None:
             return
-        if report is None or report.step == watch.logged_step:
-            return  # nothing new: look again at the next wake-up (a small file read)
+        if report is None or report.step == watch.logged_step or report.from_tracker:
+            return  # nothing new (or the rank sent it to the run itself): look again later
         watch.next_log = time.monotonic() + PROGRESS_METRICS_INTERVAL
         watch.logged_step = report.step
         self.record(watch.trackers, handle, watch.env, progress_metrics(report), report.step)
@@ -245,8 +232,8 @@ class JobRecorder:
         """Record the app's end (``ended``), then end its run with ``state``."""
         roles, env, trackers = self._job(handle, roles)
         report = self._report(handle) if trackers else None
-        self.ended(handle, trackers, env, roles, state, msg, report)
-        if trackers:
+        settled = self.ended(handle, trackers, env, roles, state, msg, report)
+        if trackers and not settled:  # a late look keeps the end the watcher recorded
             self._session.close_job_run(trackers, handle, env, state)
 
     def ended(
@@ -258,12 +245,13 @@ class JobRecorder:
         state: AppState,
         msg: str,
         report: Optional[Progress],
-    ) -> None:
+    ) -> bool:
         """The app ended (before its run is closed): the last report, resource-hours from
         ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
 
         A Runner whose first look finds the app ended (it did not watch it) records the
-        hours only if no watching Runner did (``job_run_has``): the end it knows is now."""
+        hours only if no watching Runner did (``job_run_has``): the end it knows is now.
+        Returns whether such a Runner already recorded the end (then the run stays as is)."""
         watch = self._watched.get(handle)
         late = watch is None
         if watch is None:
@@ -272,10 +260,9 @@ class JobRecorder:
         settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
         if watch.start is not None and not settled:
             self.hours[handle] = resource_hours(roles, watch.start, time.time())
-        if not watch.trackers:
-            return
-        if not settled:
-            self.progress(handle, report)
+        if settled or not watch.trackers:
+            return settled
+        self.progress(handle, report)
         tags = {}
         if state == AppState.FAILED and msg and msg != "<NONE>":
             tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
@@ -283,6 +270,19 @@ class JobRecorder:
         metrics = hours.metrics() if hours is not None else {}
         if metrics or tags:
             self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
+        return False
+
+    def tracked_progress(self, handle: str, roles: Sequence[Role]) -> Optional[Progress]:
+        """The last report a rank sent to the job's tracker run (no progress file)."""
+        _, env, trackers = self._job(handle, roles)
+        for backend in self._session.backends(trackers):
+            latest = getattr(backend, "job_run_latest", None)
+            run_id = backend.job_run_id(handle, env)
+            if latest is not None and run_id:
+                report = progress_from_metrics(latest(run_id))
+                if report is not None:
+                    return report
+        return None
 
     def _recorded(self, watch: _Watch, handle: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` in any tracker (True if none can tell)."""

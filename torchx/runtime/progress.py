@@ -1,11 +1,15 @@
 """Training progress from a rank: ``report_progress(step, total=None, **metrics)``.
 
-Why a file and not the tracker: a report must cost next to nothing and never block a
-training step, so it is one small atomic file write (write a temp file, rename), at most
-every ``MIN_INTERVAL`` seconds, with no import beyond the stdlib and no network. The
-launcher tells the job where to write through ``TORCHX_PROGRESS_FILE`` (``local_cwd``:
+Why a file first: a report must cost next to nothing and never block a training step,
+so it is one small atomic file write (write a temp file, rename), at most every
+``MIN_INTERVAL`` seconds, with no import beyond the stdlib and no network. The launcher
+tells the job where to write through ``TORCHX_PROGRESS_FILE`` (``local_cwd``:
 ``progress.json`` in the app's directory; a scheduler with a shared job directory, e.g.
-Slurm, can point it there). Without that variable a report does nothing.
+Slurm, points it there). Without that variable, in a tracked job (``TORCHX_TRACKERS``,
+e.g. on Kubernetes or AWS Batch) the reports go to the job's tracker run instead: a thread
+sends the newest one every ``TORCHX_PROGRESS_INTERVAL`` s (default 5) as the metrics
+``progress_step``, ``progress_total``, ``progress_rate`` and the given ones, and the final
+step at once; readers then find them there (``progress_from_metrics``).
 
 Only rank 0 counts (``RANK`` as torchrun sets it; a process outside torchrun counts), so
 a multi-rank job reports once per step. Errors are logged once and then ignored.
@@ -20,21 +24,34 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Optional, Tuple
+from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
 ENV_PROGRESS_FILE = "TORCHX_PROGRESS_FILE"
+# seconds between sends to the tracker run (when there is no progress file)
+ENV_PROGRESS_INTERVAL = "TORCHX_PROGRESS_INTERVAL"
+# a final report waits at most this long for its send (the process may exit right after)
+FINAL_SEND_WAIT = 10.0
+_METRIC_NAME = re.compile(r"[\w\-. /:]{1,250}")  # names MLflow accepts
+PROGRESS_KEYS = ("progress_step", "progress_total", "progress_rate")
 # reports closer together than this are skipped (the next one carries the newer step)
 MIN_INTERVAL = 0.05
 # the rate is measured over the last this-many written reports
 RATE_WINDOW = 16
 
-__all__ = ["ENV_PROGRESS_FILE", "Progress", "read_progress", "report_progress"]
+__all__ = [
+    "ENV_PROGRESS_FILE",
+    "Progress",
+    "progress_from_metrics",
+    "read_progress",
+    "report_progress",
+]
 
 
 @dataclass
@@ -46,6 +63,20 @@ class Progress:
     time: float = 0.0  # when it was reported (epoch seconds)
     rate: Optional[float] = None  # steps per second, over the recent reports
     metrics: Dict[str, float] = field(default_factory=dict)
+    from_tracker: bool = False  # read back from the job's tracker run (it is there already)
+
+    def as_metrics(self) -> Dict[str, float]:
+        """As run metrics: ``progress_step``, ``progress_total`` and ``progress_rate``
+        (steps/s) when known, and the reported metrics (finite, names MLflow accepts)."""
+        out = {"progress_step": float(self.step)}
+        if self.total is not None:
+            out["progress_total"] = float(self.total)
+        if self.rate is not None:
+            out["progress_rate"] = float(self.rate)
+        for key, value in self.metrics.items():
+            if _METRIC_NAME.fullmatch(key) and key not in out:
+                out[key] = float(value)
+        return {k: v for k, v in out.items() if math.isfinite(v)}
 
     def age(self, now: Optional[float] = None) -> float:
         """Seconds since the report."""
@@ -109,6 +140,78 @@ def read_progress(path: Optional[str]) -> Optional[Progress]:
         return None
 
 
+def progress_from_metrics(latest: Mapping[str, Tuple[float, int]]) -> Optional[Progress]:
+    """The last report as a rank sent it to its tracker run, from the run's latest metrics
+    ``{key: (value, timestamp ms)}``; None without ``progress_step``. The reported metrics
+    are those sent with that step (the same timestamp)."""
+    if "progress_step" not in latest:
+        return None
+    step, ts = latest["progress_step"]
+    total, rate = latest.get("progress_total"), latest.get("progress_rate")
+    metrics = {k: float(v) for k, (v, t) in latest.items() if t == ts and k not in PROGRESS_KEYS}
+    return Progress(
+        step=int(step),
+        total=int(total[0]) if total is not None and total[1] == ts else None,
+        time=ts / 1000.0,
+        rate=float(rate[0]) if rate is not None and rate[1] == ts else None,
+        metrics=metrics,
+        from_tracker=True,
+    )
+
+
+class _TrackerSender:
+    """Sends a rank's newest report to the job's tracker run from a thread of its own, so a
+    slow or unreachable store never holds a training step; the final step is waited for
+    (bounded), since the process may exit right after it."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.pending: Optional[Progress] = None
+        self.last_sent: Optional[Progress] = None
+        self.urgent = False  # a final report waits: send it now
+        self.thread: Optional[threading.Thread] = None
+        self.warned = False
+        try:
+            self.interval = max(0.1, float(os.environ.get(ENV_PROGRESS_INTERVAL, "5")))
+        except ValueError:
+            self.interval = 5.0
+
+    def offer(self, report: Progress, final: bool) -> None:
+        with self.cond:
+            self.pending = report
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._loop, name="torchx-progress", daemon=True
+                )
+                self.thread.start()
+            if final:
+                self.urgent = True
+                self.cond.notify_all()
+                self.cond.wait_for(lambda: self.last_sent is report, FINAL_SEND_WAIT)
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.urgent, self.interval)
+                report, self.pending, self.urgent = self.pending, None, False
+            if report is None:
+                continue
+            self._send(report)
+            with self.cond:
+                self.last_sent = report
+                self.cond.notify_all()
+
+    def _send(self, report: Progress) -> None:
+        try:
+            from torchx.trackers.api import app_run_from_env
+
+            app_run_from_env().log_metrics(report.as_metrics(), report.step)
+        except Exception as e:  # never break training over a progress report
+            if not self.warned:
+                self.warned = True
+                logger.warning("report_progress: cannot reach the tracker (%s); ignoring", e)
+
+
 class _Reporter:
     """Per-process writer state: where to write, the recent reports, one warning."""
 
@@ -119,12 +222,16 @@ class _Reporter:
         self.last_write = 0.0
         self.history: Deque[Tuple[float, int]] = deque(maxlen=RATE_WINDOW)
         self.warned = False
+        self.sender: Optional[_TrackerSender] = None  # no progress file: the tracker run
 
     def _setup(self) -> bool:
         if self.enabled is None:
-            rank = os.environ.get("RANK", "0")
+            rank0 = os.environ.get("RANK", "0").strip() in ("0", "")
             self.path = os.environ.get(ENV_PROGRESS_FILE) or None
-            self.enabled = bool(self.path) and rank.strip() in ("0", "")
+            tracked = bool(os.environ.get("TORCHX_TRACKERS") and os.environ.get("TORCHX_JOB_ID"))
+            if rank0 and not self.path and tracked:
+                self.sender = _TrackerSender()
+            self.enabled = rank0 and bool(self.path or self.sender)
         return bool(self.enabled)
 
     def report(self, step: int, total: Optional[int], metrics: Dict[str, Any]) -> None:
@@ -140,15 +247,12 @@ class _Reporter:
             self.history.append((now, step))
             t0, s0 = self.history[0]
             rate = (step - s0) / (now - t0) if now > t0 and step >= s0 else None
-            doc = {
-                "step": step,
-                "total": total,
-                "time": now,
-                "rate": rate,
-                "metrics": _numbers(metrics),
-            }
-            _write_atomic(self.path, json.dumps(doc))  # type: ignore[arg-type]
+            report = Progress(step, total, now, rate, _numbers(metrics))
             self.last_write = now
+            if self.sender is not None:
+                self.sender.offer(report, final)
+                return
+            _write_atomic(self.path, json.dumps(report.to_json()))  # type: ignore[arg-type]
         except Exception as e:  # never break training over a progress report
             if not self.warned:
                 self.warned = True

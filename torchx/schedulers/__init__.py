@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 DEFAULT_SCHEDULER_MODULES: Dict[str, str] = {
     "local_cwd": "torchx.schedulers.local.scheduler",
-    "slurm": "torchx.schedulers.slurm_scheduler",
-    "kubernetes": "torchx.schedulers.kubernetes_scheduler",
+    "slurm": "torchx.schedulers.slurm.scheduler",
+    "kubernetes": "torchx.schedulers.kubernetes.scheduler",
     "aws_batch": "torchx.schedulers.aws_batch_scheduler",
     "ray": "torchx.schedulers.ray_scheduler",
 }

@@ -160,25 +160,21 @@ class TrackerBase(abc.ABC):
 
     def lineage(self, run_id: str) -> Lineage:
         """Walk sources (upstream) and descendants (downstream) transitively."""
-        lineage = Lineage(run_id)
-        seen_up, seen_down = {run_id}, {run_id}
-        todo_up, todo_down = [run_id], [run_id]
-        while todo_up:
-            rid = todo_up.pop()
-            for s in self.sources(rid):
-                lineage.edges.append(LineageEdge(s.source_run_id, rid, s.artifact_name))
-                if s.source_run_id not in seen_up:
-                    seen_up.add(s.source_run_id)
-                    todo_up.append(s.source_run_id)
-        while todo_down:
-            rid = todo_down.pop()
-            for d in self.descendants(rid):
-                lineage.edges.append(LineageEdge(rid, d.source_run_id, d.artifact_name))
-                if d.source_run_id not in seen_down:
-                    seen_down.add(d.source_run_id)
-                    todo_down.append(d.source_run_id)
+        lineage, seen = Lineage(run_id), {run_id}
+        for upstream in (True, False):
+            todo, visited = [run_id], {run_id}
+            while todo:
+                rid = todo.pop()
+                for s in self.sources(rid) if upstream else self.descendants(rid):
+                    other = s.source_run_id  # the producer upstream, the consumer downstream
+                    ends = (other, rid) if upstream else (rid, other)
+                    lineage.edges.append(LineageEdge(*ends, s.artifact_name))
+                    if other not in visited:
+                        visited.add(other)
+                        todo.append(other)
+            seen |= visited
         lineage.edges = list(dict.fromkeys(lineage.edges))
-        for rid in seen_up | seen_down:
+        for rid in seen:
             lineage.runs[rid] = dict(self.metadata(rid))
         return lineage
 

@@ -184,6 +184,23 @@ class MLflowTracker(TrackerBase):
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         self.client.set_terminated(run_id, status, end_time=end_ms)
 
+    def log_run_metrics(
+        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
+    ) -> None:
+        for key, value in metrics.items():
+            self.client.log_metric(run_id, key, float(value), timestamp=ts, step=step)
+
+    def has_metric(self, run_id: str, key: str) -> bool:
+        return key in self.client.get_run(run_id).data.metrics
+
+    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        out = {}
+        for key in self.client.get_run(run_id).data.metrics:
+            history = self.client.get_metric_history(run_id, key)
+            last = max(history, key=lambda m: (m.step, m.timestamp, m.value))
+            out[key] = (float(last.value), int(last.timestamp))
+        return out
+
     # -------------------------------------------------------------- runs by torchx id
 
     def _run(self, job_id: str, create: bool = True) -> Optional[str]:
@@ -202,9 +219,7 @@ class MLflowTracker(TrackerBase):
             return self._runs.get(job_id)
 
     def _ensure(self, job_id: str) -> str:
-        rid = self._run(job_id)
-        assert rid is not None  # _run(create=True) returns a run or raises
-        return rid
+        return str(self._run(job_id))  # _run(create=True) returns a run or raises
 
     def mlflow_run_id(self, job_id: str) -> Optional[str]:
         return self._run(job_id, create=False)
@@ -310,12 +325,7 @@ class MLflowTracker(TrackerBase):
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
-        rid, now, store = self._ensure(run_id), now_ms(), self.store
-        if store is not self:
-            store.log_metrics(rid, metrics, now, step or 0)
-            return
-        for k, v in metrics.items():
-            self.client.log_metric(rid, k, float(v), timestamp=now, step=step or 0)
+        self.store.log_run_metrics(self._ensure(run_id), metrics, now_ms(), step or 0)
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         rid = self._ensure(run_id)
@@ -436,22 +446,19 @@ class MlflowBackend:
         self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
     ) -> None:
         """Tags, and metrics at ``step``, on a job's run by its MLflow id."""
-        tracker = self.tracker()
-        store = tracker.store
+        store = self.tracker().store
         for key, value in tags.items():
             store.tag_run(run_id, key, value)
-        if store is tracker:  # another database: MlflowClient's calls
-            for name, number in metrics.items():
-                tracker.client.log_metric(run_id, name, float(number), now_ms(), step)
-        elif metrics:
-            store.log_metrics(run_id, metrics, now_ms(), step)
+        if metrics:
+            store.log_run_metrics(run_id, metrics, now_ms(), step)
+
+    def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        """The job's run's latest metrics, ``{key: (value, timestamp ms)}``."""
+        return dict(self.tracker().store.latest_metrics(run_id))
 
     def job_run_has(self, run_id: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` already (by its MLflow id)."""
-        tracker = self.tracker()
-        if tracker.store is tracker:
-            return metric in tracker.client.get_run(run_id).data.metrics
-        return bool(tracker.store.has_metric(run_id, metric))
+        return bool(self.tracker().store.has_metric(run_id, metric))
 
     def close(self) -> None:
         with self._lock:

@@ -97,9 +97,14 @@ class MlflowRest:
         run = self._call("GET", API + "/runs/get", {"run_id": run_id})
         return str(run["run"]["info"]["experiment_id"])
 
-    def has_metric(self, run_id: str, key: str) -> bool:
+    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        """``{key: (value, timestamp ms)}`` of the run's latest metrics."""
         run = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]
-        return any(m["key"] == key for m in run.get("data", {}).get("metrics", []))
+        metrics = run.get("data", {}).get("metrics", [])
+        return {m["key"]: (float(m["value"]), int(m.get("timestamp", 0))) for m in metrics}
+
+    def has_metric(self, run_id: str, key: str) -> bool:
+        return key in self.latest_metrics(run_id)
 
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
@@ -116,7 +121,9 @@ class MlflowRest:
     def tag_run(self, run_id: str, key: str, value: str) -> None:
         self._call("POST", API + "/runs/set-tag", {"run_id": run_id, "key": key, "value": value})
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
+    def log_run_metrics(
+        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
+    ) -> None:
         rows = [
             {"key": k, "value": float(v), "timestamp": ts, "step": step} for k, v in metrics.items()
         ]

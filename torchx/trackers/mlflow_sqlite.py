@@ -21,7 +21,7 @@ import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
 _MAX = 1.7976931348623157e308  # a float's largest
@@ -134,12 +134,15 @@ class SqliteStore:
     def __init__(self, path: str, client: Callable[[], Any]) -> None:
         self.path, self._client = path, client
 
-    def _db(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30)
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        """A connection in one transaction (committed, or rolled back on error), closed."""
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            yield db
 
     def _one(self, sql: str, *args: Any) -> Any:
         """The first row of one statement, in a transaction of its own."""
-        with contextlib.closing(self._db()) as db, db:
+        with self._db() as db:
             return db.execute(sql, args).fetchone()
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
@@ -193,7 +196,9 @@ class SqliteStore:
         tag = "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)"
         self._one(tag, key, value, run_id)
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], ts: int, step: int) -> None:
+    def log_run_metrics(
+        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
+    ) -> None:
         """A row per metric, and the latest one per key: the greatest (step, time, value)."""
         rows = []
         for key, value in metrics.items():  # NaN as 0 and is_nan, +-inf as +-max
@@ -210,10 +215,15 @@ class SqliteStore:
                 rows,
             )
 
-    def has_metric(self, run_id: str, key: str) -> bool:
+    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        """``{key: (value, timestamp ms)}`` of the run's latest metrics."""
         with self._db() as db:
-            sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
-            return db.execute(sql, (run_id, key)).fetchone() is not None
+            sql = "SELECT key, value, timestamp FROM latest_metrics WHERE run_uuid = ?"
+            return {k: (float(v), int(t)) for k, v, t in db.execute(sql, (run_id,))}
+
+    def has_metric(self, run_id: str, key: str) -> bool:
+        sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
+        return self._one(sql, run_id, key) is not None
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"

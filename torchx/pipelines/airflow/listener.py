@@ -22,7 +22,9 @@ runs, on purpose; a user's "mark success" of a running or deferred task already 
 the operator's or the trigger's ``on_kill``. (Airflow 3.3 has no listener hook for
 ``removed``: ``torchx reap`` covers that one.)
 The job is the one the task pushed as its ``app_handle`` XCom; one already finished is
-left alone. Nothing here raises into Airflow: a failure is logged.
+left alone, and so is one whose stored owner says ``cancel: false`` (the operator's
+``cancel_on_kill=False``: the listener runs where the operator's settings are not).
+Nothing here raises into Airflow: a failure is logged.
 """
 
 from __future__ import annotations
@@ -81,10 +83,16 @@ def reap_task_instance(ti: Any) -> Optional[str]:
     if not handle:
         return None
     from torchx.pipelines import core
+    from torchx.pipelines.owner import owner_of
 
     with core.runner_for() as runner:
         status = runner.status(handle)
         if status is None or status.is_terminal():
+            return None
+        app = runner.describe(handle)
+        owner = owner_of(app.metadata if app is not None else None)
+        if owner is not None and not owner.cancel:
+            logger.info("torchx: %s outlives its task (cancel_on_kill=False)", handle)
             return None
         logger.warning(
             "torchx: task %s.%s (run %s, map %s) ended %s while %s runs: cancelling it",

@@ -292,7 +292,7 @@ class TorchXOperator(BaseOperator):
             reattach_succeeded=self._reuse_succeeded(context),
             run_name=run_name(ti),
             run_params=run_params(context),
-            owner=airflow_owner(ti).to_metadata(),
+            owner=airflow_owner(ti, self.cancel_on_kill).to_metadata(),
             stall_timeout=self.stall_timeout,
         )
         verb = "re-attaching to" if submission.reattached else "submitted"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from torchx.schedulers.api import DescribeAppResponse
-from torchx.schedulers.kubernetes_manifests import (
+from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_COMPLETION_INDEX,
     ANNOTATION_ROLE_NAME,
     GPU_RESOURCE,

@@ -13,8 +13,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional
 
-from torchx.schedulers import kubernetes_status as ks
 from torchx.schedulers.api import split_lines_iterator
+from torchx.schedulers.kubernetes import status as ks
 
 TAIL_POLL_SECONDS = 1.0
 

@@ -1,8 +1,8 @@
-"""Upstream ``torchx.schedulers.kubernetes_scheduler`` names that our scheduler's own
+"""Upstream ``torchx.schedulers.kubernetes.scheduler`` names that our scheduler's own
 modules spell differently; re-exported there so code written against 0.7.0 imports them.
 
-Each is a thin view of the one implementation in ``kubernetes_manifests`` /
-``kubernetes_status`` (labels, resource reservation, retry policies, state tables).
+Each is a thin view of the one implementation in ``manifests`` /
+``status`` (labels, resource reservation, retry policies, state tables).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 import torchx
-from torchx.schedulers.kubernetes_manifests import (
+from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_ISTIO_SIDECAR,
     LABEL_APP_NAME,
     LABEL_KUBE_APP_NAME,
@@ -27,7 +27,7 @@ from torchx.schedulers.kubernetes_manifests import (
     pod_template,
     serialize,
 )
-from torchx.schedulers.kubernetes_status import POD_PHASE_STATE, VOLCANO_JOB_STATE
+from torchx.schedulers.kubernetes.status import POD_PHASE_STATE, VOLCANO_JOB_STATE
 from torchx.specs.api import AppDef, AppState, Role
 
 __all__ = [

@@ -1,0 +1,15 @@
+"""``kubernetes``: an AppDef as a Volcano Job or as Indexed Jobs plus a headless Service.
+
+One job per module:
+
+- ``api``: the client set-up, and every API failure as one ``KubernetesError``;
+- ``manifests``: the Volcano Job / Indexed Jobs / Service an AppDef becomes (labels,
+  annotations, resources, mounts);
+- ``status``: Kubernetes objects to torchx states (pure functions, no client calls);
+- ``logs``: reading and following a replica's pod log;
+- ``scheduler``: ``KubernetesScheduler``, the ``Scheduler`` over all of the above;
+- ``compat``: upstream names the scheduler does not use itself.
+
+``torchx.schedulers.kubernetes_scheduler`` (upstream's module path) re-exports the public
+names. This package imports nothing itself.
+"""

@@ -1,0 +1,431 @@
+"""``slurm``: an AppDef becomes one heterogeneous ``sbatch`` job, one het group per replica.
+
+The batch script (``batch``) runs a single ``srun`` over all groups, each writing
+``slurm-<jobid>-<role>-<replica>.{out,err}`` in the job directory. The rank-0 host for
+``dist.ddp``'s rendezvous is the address of group 0's node (``TORCHX_RANK0_HOST``).
+``max_retries`` requeues.
+
+Status asks about the one job (``status``): ``squeue -j``, then ``sacct -j`` once
+slurmctld forgot it, then a ``jobcomp/filetxt`` log. An idempotency token rides in the job
+comment (after the user's ``comment``); ``find_by_idempotency_token`` reads it back from
+the user's jobs in ``squeue`` and, for finished ones, ``sacct`` (which keeps comments with
+``AccountingStoreFlags=job_comment``). A keyed job is submitted held and released only once
+it is the oldest live job of its token (``settle_idempotency_token``), so of racing
+submitters only one job starts its command; the others are cancelled while still held.
+
+The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_HOME/slurm``
+and next to the logs as ``slurm-<jobid>.torchx.json``, so another machine or another
+``$TORCHX_HOME`` that re-attaches to the job finds it through the job's working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
+
+from torchx.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    app_idempotency_token,
+    filter_regex,
+)
+from torchx.schedulers.slurm.batch import (
+    RANK0_ENV,
+    SBATCH_JOB_OPTIONS,
+    SlurmBatchRequest,
+    SlurmReplicaRequest,
+    token_of,
+    with_token,
+)
+from torchx.schedulers.slurm.status import (
+    SLURM_STATES,
+    SlurmError,
+    job_state,
+    json_number,
+    query_job,
+    run,
+)
+from torchx.specs import (
+    NONE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    ReplicaStatus,
+    RoleStatus,
+    is_terminal,
+    macros,
+    runopts,
+)
+from torchx.util.paths import torchx_home
+from torchx.workspace.dir_workspace import DirWorkspaceMixin
+
+# how far back finished jobs are searched (sacct -S) by ``list`` and by idempotency tokens
+SACCT_SINCE = "now-7days"
+
+
+def _app_state(parts: List[Dict[str, Any]]) -> AppState:
+    """A het job ends as one; while any group is not done, the job is not either."""
+    states = [SLURM_STATES.get(p["state"], AppState.UNKNOWN) for p in parts]
+    live = [s for s in states if not is_terminal(s)]
+    if not live:
+        return states[0]
+    return AppState.RUNNING if AppState.RUNNING in live else live[0]
+
+
+def _replica_state(part: Dict[str, Any]) -> AppState:
+    """A finished group's own outcome: its exit code, not the job's (which the first
+    failing group decides for all)."""
+    state = SLURM_STATES.get(part["state"], AppState.UNKNOWN)
+    if is_terminal(state) and state != AppState.CANCELLED and part["exit_code"] is not None:
+        return AppState.FAILED if part["exit_code"] else AppState.SUCCEEDED
+    return state
+
+
+# sacct's codes of the states a job ends in
+ENDED_STATES = "CA,CD,F,TO,NF,OOM,PR,DL,BF"
+# the reason squeue gives a job submitted with ``sbatch --hold`` (by its user or root)
+HELD_REASON = "JobHeldUser"
+
+
+def _user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
+    def __init__(self, session_name: str) -> None:
+        super().__init__("slurm", session_name)
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "partition", type_=str, help="partition to run on (default: the cluster's default)"
+        )
+        opts.add("time", type_=str, help="time limit, e.g. 1:00:00")
+        opts.add("comment", type_=str, help="job comment")
+        opts.add("constraint", type_=str, help="node features required")
+        opts.add("mail-user", type_=str, help="where to send job mail")
+        opts.add("mail-type", type_=str, help="which events to mail (e.g. END,FAIL)")
+        opts.add(
+            "job_dir",
+            type_=str,
+            help="directory the job runs in and writes its logs to (default: cwd)",
+        )
+        opts.add("qos", type_=str, help="quality of service")
+        opts.add("exclusive", type_=bool, default=False, help="whole nodes per replica")
+        return opts
+
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal]
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
+        from torchx.specs.serialize import appdef_to_dict
+
+        replicas: Dict[str, SlurmReplicaRequest] = {}
+        for role in app.roles:
+            for i in range(role.num_replicas):
+                values = macros.Values(
+                    img_root=role.image,
+                    app_id=macros.app_id,
+                    replica_id=str(i),
+                    rank0_env=RANK0_ENV,
+                )
+                replica_role = values.apply(role)
+                replica_role.env.setdefault("TORCHX_REPLICA_ID", str(i))
+                name = f"{role.name}-{i}"
+                replicas[name] = SlurmReplicaRequest.from_role(name, replica_role, cfg)
+        comment = with_token(
+            str(cfg["comment"]) if cfg.get("comment") else None, app_idempotency_token(app)
+        )
+        cmd = ["sbatch", "--parsable"]
+        if app_idempotency_token(app):
+            cmd.append("--hold")  # released by settle_idempotency_token once it won its key
+        for key in sorted(SBATCH_JOB_OPTIONS):
+            value = comment if key == "comment" else cfg.get(key)
+            if value:
+                cmd.append(f"--{key}={value}")
+        req = SlurmBatchRequest(
+            cmd,
+            replicas,
+            str(cfg["job_dir"]) if cfg.get("job_dir") else None,
+            min((r.max_retries for r in app.roles), default=0),
+            appdef_to_dict(app),
+        )
+        return AppDryRunInfo(req, repr)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
+        req = dryrun_info.request
+        job_dir = os.path.abspath(req.job_dir or os.getcwd())
+        os.makedirs(job_dir, exist_ok=True)
+        # 0600 and unique: the script holds the env (secrets too), and submissions may race
+        fd, script = tempfile.mkstemp(prefix="torchx-sbatch-", suffix=".sh", dir=job_dir)
+        with os.fdopen(fd, "w") as f:
+            f.write(req.materialize())
+        out = run([*req.cmd, f"--chdir={job_dir}", script], cwd=job_dir)
+        job_id = out.strip().split(";")[0]
+        record = json.dumps({"job_dir": job_dir, "app": req.app, "replicas": list(req.replicas)})
+        _write_private(self._record_path(job_id), record)
+        _write_private(Path(job_dir) / f"slurm-{job_id}.torchx.json", record)
+        return job_id
+
+    def _record_path(self, job_id: str) -> Path:
+        return torchx_home() / "slurm" / f"{job_id}.json"
+
+    def _record(self, job_id: str, work_dir: str = "") -> Optional[Dict[str, Any]]:
+        """The app as submitted: this machine's record, else the one in the job directory."""
+        paths = [self._record_path(job_id)]
+        if work_dir:
+            paths.append(Path(work_dir) / f"slurm-{job_id}.torchx.json")
+        for path in paths:
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and "app" in record and "job_dir" in record:
+                return record
+        return None
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        if not app_id.isdigit():
+            return None
+        parts = query_job(app_id)
+        if not parts:
+            return None
+        from torchx.specs.serialize import appdef_from_dict
+
+        record = self._record(app_id, parts[0]["work_dir"])
+        app = appdef_from_dict(record["app"]) if record else None
+        state = _app_state(parts)
+        by_name = {p["name"]: p for p in parts}
+        missing = {"exit_code": None, "node": "", "state": "UNKNOWN"}
+        # without the app (a job torchx did not submit), roles come from the group names
+        names = (
+            [(r.name, r.num_replicas) for r in app.roles]
+            if app
+            else _roles_from_names([p["name"] for p in parts])
+        )
+        roles: List[RoleStatus] = []
+        failing: List[str] = []
+        for role_name, count in names:
+            reps = []
+            for i in range(count):
+                p = by_name.get(f"{role_name}-{i}", missing)
+                s = _replica_state(p)
+                if s == AppState.FAILED:
+                    failing.append(f"{role_name}/{i} (exit {p['exit_code']})")
+                reps.append(ReplicaStatus(i, s, role_name, p["node"]))
+            roles.append(RoleStatus(role_name, reps))
+        msg = (
+            f"failed replicas: {', '.join(failing)}" if failing and state == AppState.FAILED else ""
+        )
+        job_dir = record["job_dir"] if record else parts[0]["work_dir"]
+        structured = NONE
+        if failing and job_dir:
+            role_name, k = failing[0].split(" ")[0].split("/")
+            structured = _last_error(os.path.join(job_dir, f"slurm-{app_id}-{role_name}-{k}.err"))
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=parts[0]["restarts"],
+            msg=msg or NONE,
+            structured_error_msg=structured,
+            roles_statuses=roles,
+            roles=app.roles if app else [],
+            ui_url=f"file://{job_dir}" if job_dir else None,
+        )
+
+    def list(self) -> List[ListAppResponse]:
+        """Jobs slurmctld holds (cluster-wide ``squeue``) and jobs that ended within
+        ``SACCT_SINCE`` (``sacct``, where accounting exists)."""
+        seen: Dict[str, ListAppResponse] = {}
+        for job in json.loads(run(["squeue", "--json"])).get("jobs", []):
+            het, jid = json_number(job.get("het_job_id")), json_number(job.get("job_id"))
+            app_id = str(het or jid)
+            if app_id not in seen:
+                state = SLURM_STATES.get(job_state(job.get("job_state")), AppState.UNKNOWN)
+                seen[app_id] = self._listed(app_id, state, job.get("name", ""))
+        for app_id, state, name, _ in _sacct_leaders(["-o", "JobID,State,JobName,Comment"]):
+            if app_id not in seen:
+                seen[app_id] = self._listed(app_id, state, name)
+        return sorted(seen.values(), key=lambda a: int(a.app_id), reverse=True)
+
+    def _listed(self, app_id: str, state: AppState, job_name: str) -> ListAppResponse:
+        record = self._record(app_id)
+        return ListAppResponse(app_id, state, name=record["app"]["name"] if record else job_name)
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        """This user's jobs whose comment carries ``token``, oldest (lowest id) first.
+
+        Slurm filters by user (``-u``) and, for finished jobs, by age (``SACCT_SINCE``);
+        neither squeue nor sacct can filter on a comment, so that match is ours.
+        """
+        found: Dict[str, ListAppResponse] = {}
+        fields = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,Name:|,Comment:"
+        out = run(["squeue", "-h", "-t", "all", "-u", _user(), "-O", fields])
+        for line in out.splitlines():
+            cols = line.split("|", 5)
+            if len(cols) < 6 or cols[2] not in ("0", "N/A"):
+                continue
+            jid, het, _, slurm_state, name, comment = cols
+            if token_of(comment) == token:
+                app_id = het if het.isdigit() else jid
+                found[app_id] = self._listed(
+                    app_id, SLURM_STATES.get(slurm_state, AppState.UNKNOWN), name
+                )
+        # ended jobs by state: without -s, sacct skips jobs that were never eligible (a
+        # losing submission cancelled while still held)
+        args = ["-u", _user(), "-E", "now", "-s", ENDED_STATES, "-o", "JobID,State,JobName,Comment"]
+        for app_id, state, job_name, job_comment in _sacct_leaders(args):
+            if app_id not in found and token_of(job_comment) == token:
+                found[app_id] = self._listed(app_id, state, job_name)
+        return sorted(found.values(), key=lambda a: (int(a.app_id), a.app_id))
+
+    def settle_idempotency_token(self, live: List[ListAppResponse]) -> None:
+        """Keyed jobs are submitted held (``--hold``): release the winner (the oldest live
+        job) and cancel the other held ones, which never ran. Idempotent: every racer
+        calls it, and so does a retry that finds the winner still held after its
+        submitter died."""
+        if not live:
+            return
+        fields = "JobID:|,HetJobOffset:|,Reason:"
+        out = run(["squeue", "-h", "-t", "PENDING", "-u", _user(), "-O", fields])
+        held = set()
+        for line in out.splitlines():
+            cols = [c.strip() for c in line.split("|")]
+            if len(cols) >= 3 and cols[1] in ("0", "N/A") and cols[2] == HELD_REASON:
+                held.add(cols[0])
+        winner, losers = live[0].app_id, [a.app_id for a in live[1:] if a.app_id in held]
+        if winner in held:
+            run(["scontrol", "release", winner])
+        if losers:
+            run(["scancel", *losers])
+
+    def _cancel_existing(self, app_id: str) -> None:
+        run(["scancel", app_id])
+
+    def _job_dir(self, app_id: str) -> str:
+        record = self._record(app_id)
+        if record:
+            return str(record["job_dir"])
+        parts = query_job(app_id) if app_id.isdigit() else []
+        if not parts or not parts[0]["work_dir"]:
+            raise ValueError(f"slurm knows no job {app_id} and this machine has no record of it")
+        record = self._record(app_id, parts[0]["work_dir"])
+        return str(record["job_dir"]) if record else str(parts[0]["work_dir"])
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        base = os.path.join(self._job_dir(app_id), f"slurm-{app_id}-{role_name}-{k}")
+        # Slurm keeps the streams apart; "combined" (the default) reads both
+        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
+            streams or Stream.COMBINED, ["out", "err"]
+        )
+        paths = [f"{base}.{ext}" for ext in exts]
+        lines = (
+            self._follow(app_id, paths)
+            if should_tail
+            else (line for p in paths for line in _read(p))
+        )
+        return filter_regex(regex, lines)
+
+    def _follow(self, app_id: str, paths: List[str]) -> Iterator[str]:
+        pos = {p: 0 for p in paths}
+        partial = {p: b"" for p in paths}
+        while True:
+            desc = self.describe(app_id)
+            done = desc is None or is_terminal(desc.state)
+            for path in paths:
+                if not os.path.exists(path):
+                    continue
+                with open(path, "rb") as f:
+                    f.seek(pos[path])
+                    chunk = f.read()
+                pos[path] += len(chunk)
+                *lines, partial[path] = (partial[path] + chunk).split(b"\n")
+                for line in lines:
+                    yield line.decode(errors="replace") + "\n"
+            if done:
+                for path in paths:
+                    if partial[path]:
+                        yield partial[path].decode(errors="replace")
+                return
+            time.sleep(0.5)
+
+
+def _roles_from_names(names: List[str]) -> List[tuple[str, int]]:
+    """``[(role, replicas)]`` from group names ``<role>-<i>``, in first-seen order."""
+    counts: Dict[str, int] = {}
+    for name in names:
+        role, _, i = name.rpartition("-")
+        if role and i.isdigit():
+            counts[role] = max(counts.get(role, 0), int(i) + 1)
+    return list(counts.items())
+
+
+def _sacct_leaders(args: List[str]) -> Iterator[tuple[str, AppState, str, str]]:
+    """``(app_id, state, job name, comment)`` of each job's first group in ``sacct -X``
+    since ``SACCT_SINCE``; nothing where the cluster keeps no accounting."""
+    try:
+        out = run(["sacct", "-X", "-P", "-n", "-S", SACCT_SINCE, *args])
+    except SlurmError:
+        return
+    for line in out.splitlines():
+        cols = line.split("|", 3)
+        m = re.fullmatch(r"(\d+)(?:\+(\d+))?", cols[0])
+        if len(cols) < 4 or not m or int(m.group(2) or 0) != 0:
+            continue
+        state = cols[1].split()[0] if cols[1].strip() else "UNKNOWN"
+        yield m.group(1), SLURM_STATES.get(state, AppState.UNKNOWN), cols[2], cols[3]
+
+
+def _read(path: str) -> Iterator[str]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return
+    for line in data.splitlines(keepends=True):
+        yield line.decode(errors="replace")
+
+
+def _last_error(path: str) -> str:
+    """The last exception-looking line of a replica's stderr (Slurm has no reply files)."""
+    try:
+        with open(path, "rb") as f:
+            lines = [
+                ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()
+            ]
+    except OSError:
+        return NONE
+    for ln in reversed(lines):
+        if re.search(r"(Error|Exception)\b", ln) and not ln.startswith(("srun:", "slurmstepd:")):
+            return re.sub(r"^\[\d+\]:(\[rank\d+\]:)?\s*", "", ln)
+    return NONE
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
+    return SlurmScheduler(session_name)
