@@ -58,3 +58,20 @@ def test_a_slurm_job_that_keeps_printing_is_never_stopped(env: Path) -> None:  #
         handle = runner.run_component("utils.python", ["--c", PRINTS], "slurm", stall_timeout=5)
         status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)  # 4 timeouts long
         assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+
+
+def test_a_pipeline_stage_that_did_not_submit_stops_a_stalled_slurm_job(
+    env: Path,  # noqa: F811
+) -> None:
+    """The stages' wait (``core.wait_or_cancel``, as Airflow, Prefect and KFP run it) with a
+    fresh Runner, as the Airflow trigger polls: the timeout comes from the job itself."""
+    from torchx.pipelines.core import StageFailed, wait_or_cancel
+
+    with get_runner(trackers={}) as submitter:
+        handle = submitter.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=10)
+    with get_runner(trackers={}) as stage:
+        with pytest.raises(StageFailed, match="stalled: no progress or output for 10 s") as e:
+            wait_or_cancel(stage, handle, poll_interval=1)
+    assert e.value.status is not None and e.value.status.state == specs.AppState.FAILED
+    left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
+    assert left == []

@@ -257,6 +257,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             structured_error_msg=structured,
             roles_statuses=roles,
             roles=app.roles if app else [],
+            metadata=dict(app.metadata) if app else {},  # e.g. the stall timeout, for waiters
             ui_url=f"file://{job_dir}" if job_dir else None,
         )
 
