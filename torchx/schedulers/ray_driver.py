@@ -76,12 +76,15 @@ def _replica_actor() -> Any:
                 sys.stdout.flush()
             code = self.proc.wait()
             self.last_output = time.time()  # an exit is activity: the job is ending
+            return code  # the progress file stays for the driver's last round (cleanup)
+
+        def cleanup(self) -> None:
             shutil.rmtree(self.progress_dir, ignore_errors=True)
-            return code
 
         def stop(self) -> None:
             if self.proc is not None and self.proc.poll() is None:
                 _kill_tree(self.proc.pid)
+            shutil.rmtree(self.progress_dir, ignore_errors=True)
 
     return Replica
 
@@ -94,24 +97,33 @@ def _write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _publish(actors: List[Any], base: str) -> None:
-    """Every ``PUBLISH_INTERVAL`` s: the replicas' last activity and the first replica's
-    progress report, beside the request file (see the module's docstring). A round whose
-    actors do not answer publishes nothing, so the record goes stale rather than wrong."""
+_PUBLISH_LOCK = threading.Lock()  # the loop and the final round write the same files
+
+
+def _publish_once(actors: List[Any], base: str) -> None:
+    """The replicas' last activity and the first replica's progress report, beside the
+    request file (see the module's docstring)."""
     import ray
 
+    answers = ray.get([a.activity.remote() for a in actors], timeout=10)
+    record = {
+        "time": max(t for t, _, _ in answers),
+        "checked": time.time(),
+        "running": sum(1 for _, _, running in answers if running),
+    }
+    report = next((r for _, r, _ in answers if r), None)
+    with _PUBLISH_LOCK:
+        _write_atomic(f"{base}.activity.json", json.dumps(record))
+        if report:
+            _write_atomic(f"{base}.progress.json", report)
+
+
+def _publish(actors: List[Any], base: str) -> None:
+    """``_publish_once`` every ``PUBLISH_INTERVAL`` s. A round whose actors do not answer
+    publishes nothing, so the record goes stale (cannot tell) rather than wrong."""
     while True:
         try:
-            answers = ray.get([a.activity.remote() for a in actors], timeout=10)
-            record = {
-                "time": max(t for t, _, _ in answers),
-                "checked": time.time(),
-                "running": sum(1 for _, _, running in answers if running),
-            }
-            _write_atomic(f"{base}.activity.json", json.dumps(record))
-            report = next((r for _, r, _ in answers if r), None)
-            if report:
-                _write_atomic(f"{base}.progress.json", report)
+            _publish_once(actors, base)
         except Exception as e:  # a slow round or a stopping job: try again
             print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
         time.sleep(PUBLISH_INTERVAL)
@@ -232,6 +244,11 @@ def main() -> int:
             if not role_can_succeed(r["role"]) and not failed:
                 failed = True
                 ray.get([a.stop.remote() for a in actors], timeout=30)
+    try:  # the last reports (a final step) land before the job is seen to end
+        _publish_once(actors, base)
+        ray.get([a.cleanup.remote() for a in actors], timeout=10)
+    except Exception as e:
+        print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
     print("torchx-exit-codes " + json.dumps(summary), flush=True)
     return 1 if failed or not all(role_can_succeed(role) for role in mins) else 0
