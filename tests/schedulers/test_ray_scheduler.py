@@ -16,7 +16,7 @@ import pytest
 
 from tests.processes import wait_for_job_processes
 from torchx import specs
-from torchx.schedulers.api import IDEMPOTENCY_TOKEN, idempotency_token
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, idempotency_token
 from torchx.schedulers.ray_scheduler import create_scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,6 +169,31 @@ def test_token_in_job_metadata_found_oldest_first_from_any_home(
             pending &= live
             time.sleep(0.5)
         assert not pending, f"jobs still running after 120 s: {pending}"
+
+
+def test_owner_and_token_in_job_metadata_come_back_from_describe_on_ray(env: Path) -> None:
+    from torchx.pipelines.owner import owner_of
+    from torchx.pipelines.reap import Orchestrators, find_candidates
+    from torchx.runner import get_runner
+
+    owner = '{"kind":"kfp","run":"run 1 | 100% \u00fc","task":"train \\"a\\""}'
+    want = {OWNER: owner, IDEMPOTENCY_TOKEN: idempotency_token("ray-owner")}
+    res = specs.Resource(cpu=1, gpu=0, memMB=64)
+    app = specs.AppDef("own", [specs.Role("r", "", entrypoint="sleep", args=["600"], resource=res)])
+    with get_runner() as runner:
+        handle = runner.run(app, "ray", {}, idempotency_key="ray-owner", owner=owner)
+        try:
+            described = get_runner().describe(handle)  # from Ray, not this runner's cache
+            assert described is not None and described.metadata == want
+            candidates = find_candidates(get_runner(), ["ray"], Orchestrators())
+            found = [c for c in candidates if c.handle == handle]
+            assert len(found) == 1 and found[0].owner == owner_of(want)
+        finally:
+            runner.cancel(handle)
+        plain = runner.run(_true_app(""), "ray", {})
+        described = get_runner().describe(plain)
+        assert described is not None and described.metadata == {}
+        assert runner.wait(plain, wait_interval=0.5, timeout=120) is not None
 
 
 @pytest.mark.slow

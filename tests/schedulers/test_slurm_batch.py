@@ -10,15 +10,23 @@ import pytest
 
 from torchx import specs
 from torchx.components import utils
-from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, idempotency_token
+from torchx.schedulers.api import (
+    ENV_PROGRESS_FILE,
+    IDEMPOTENCY_TOKEN,
+    OWNER,
+    InvalidAppError,
+    idempotency_token,
+)
 from torchx.schedulers.slurm.batch import (
     SBATCH_GROUP_OPTIONS,
     SBATCH_JOB_OPTIONS,
     SlurmOpts,
     SlurmReplicaRequest,
+    comment_metadata,
     token_of,
 )
 from torchx.schedulers.slurm.scheduler import create_scheduler
+from torchx.schedulers.slurm.status import parse_sacct, parse_scontrol, parse_squeue_text
 
 
 def _script(app: specs.AppDef, cfg: dict) -> str:
@@ -103,6 +111,51 @@ def test_idempotency_token_joins_the_users_comment() -> None:
     plain = sched.submit_dryrun(utils.sh("true"), {}).request.cmd
     assert not any(c.startswith("--comment") for c in plain)
     assert token_of("my note") is None and token_of("(null)") is None
+
+
+OWNER_DOC = '{"kind":"airflow","api":"http://af:8080","dag":"d","run":"manual 1 | 100%","try":1}'
+
+
+def test_owner_rides_in_the_comment_before_the_token_as_one_word() -> None:
+    token = idempotency_token("k")
+    app = utils.sh("true")
+    app.metadata.update({IDEMPOTENCY_TOKEN: token, OWNER: OWNER_DOC})
+    cmd = create_scheduler("torchx").submit_dryrun(app, {"comment": "my note"}).request.cmd
+    (comment,) = [c.split("=", 1)[1] for c in cmd if c.startswith("--comment=")]
+    words = comment.split(" ")
+    assert words[:2] == ["my", "note"] and words[3] == f"torchx-token={token}" and len(words) == 4
+    assert "|" not in comment
+    assert token_of(comment) == token  # the token stays last, where older readers look
+    assert comment_metadata(comment) == {OWNER: OWNER_DOC, IDEMPOTENCY_TOKEN: token}
+    # comments written before owners existed still read
+    assert comment_metadata(f"my note torchx-token={token}") == {IDEMPOTENCY_TOKEN: token}
+    assert comment_metadata("(null)") == {} and comment_metadata("") == {}
+
+
+def test_every_status_source_carries_the_comment() -> None:
+    comment = "note torchx-owner=%7B%22kind%22:%22kfp%22%7D torchx-token=tx1"
+    want = {OWNER: '{"kind":"kfp"}', IDEMPOTENCY_TOKEN: "tx1"}
+    squeue = f"7|7|0|RUNNING|0|node1|r-0|/w|{comment}\n"
+    sacct = f"7|r-0|RUNNING|0:0|node1|/w|{comment}\n7.0|r-0|RUNNING|0:0|node1|/w|\n"
+    scontrol = f"JobId=7 JobName=r-0 JobState=RUNNING WorkDir=/w Comment={comment}  StdErr=/w/e\n"
+    for parts in (parse_squeue_text(squeue, "7"), parse_sacct(sacct, "7")):
+        assert comment_metadata(parts[0]["comment"]) == want
+    assert comment_metadata(parse_scontrol(scontrol, "7")[0]["comment"]) == want
+    # output without the comment column (fields as before) still parses
+    assert parse_squeue_text("7|7|0|RUNNING|0|node1|r-0|/w\n", "7")[0]["comment"] == ""
+
+
+def test_a_comment_slurm_would_refuse_is_one_clear_error() -> None:
+    app = utils.sh("true")
+    app.metadata[OWNER] = '{"kind":"kfp","run":"' + "r" * 1100 + '"}'
+    with pytest.raises(InvalidAppError, match=r"job comment would be \d+ characters .* 1024"):
+        create_scheduler("torchx").submit_dryrun(app, {})
+
+
+def test_each_replica_is_told_the_progress_file_in_the_job_dir(tmp_path: Path) -> None:
+    script = _script(utils.sh("true", num_replicas=2), {"job_dir": str(tmp_path / "j")})
+    want = f'{ENV_PROGRESS_FILE}={tmp_path}/j/slurm-"$SLURM_JOB_ID".progress.json'
+    assert script.count(want) == 2, script
 
 
 def test_upstream_sbatch_option_sets_say_where_each_cfg_key_goes() -> None:

@@ -8,7 +8,8 @@ then ends every replica's process tree. The request file is written under
 ``$TORCHX_HOME/ray`` and must be readable by the cluster's head (a local or shared-FS
 cluster running as the submitting user): it holds the replicas' environment, which may
 carry secrets, so it is private to its owner (0600, in a 0700 directory). A keyed
-submission (``Runner.run(idempotency_key=...)``) puts its token in the Ray job's metadata.
+submission (``Runner.run(idempotency_key=...)``) puts its token in the Ray job's metadata,
+and ``Runner.run(owner=...)`` its owner; ``describe`` returns both.
 
 Stalls (``Runner.run(stall_timeout=...)``) are detected by whoever waits: the driver
 publishes the replicas' last output or progress report beside the request file
@@ -32,6 +33,8 @@ from datetime import datetime
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from torchx.schedulers.api import (
+    IDEMPOTENCY_TOKEN,
+    OWNER,
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
@@ -60,6 +63,7 @@ _ACTOR_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;
 META_TORCHX = "torchx"
 META_APP_NAME = "app_name"
 META_IDEMPOTENCY_TOKEN = "idempotency_token"
+META_OWNER = "owner"
 RAY_STATES = {
     "PENDING": AppState.PENDING,
     "RUNNING": AppState.RUNNING,
@@ -80,13 +84,17 @@ class RayJob:
     spread: bool = False
     app: Dict[str, Any] = field(default_factory=dict)
     idempotency_token: Optional[str] = None
+    owner: Optional[str] = None
 
     @property
     def metadata(self) -> Dict[str, str]:
-        """The Ray job's metadata: marks it as torchx's, and carries the token if any."""
+        """The Ray job's metadata: marks it as torchx's, and carries the token and owner if
+        any."""
         meta = {META_TORCHX: "1", META_APP_NAME: self.app.get("name", ""), "address": self.address}
         if self.idempotency_token:
             meta[META_IDEMPOTENCY_TOKEN] = self.idempotency_token
+        if self.owner:
+            meta[META_OWNER] = self.owner
         return meta
 
     def entrypoint(self, request_path: str) -> str:
@@ -180,6 +188,7 @@ class RayScheduler(Scheduler[RayJob]):
             bool(cfg.get("spread")),
             appdef_to_dict(app),
             app_idempotency_token(app),
+            app.metadata.get(OWNER) or None,
         )
         return AppDryRunInfo(job, repr)
 
@@ -290,8 +299,9 @@ class RayScheduler(Scheduler[RayJob]):
             state=state,
             num_restarts=0,
             msg=msg,
-            metadata=dict(app.metadata) if app else {},
             roles_statuses=roles,
+            # the request's (e.g. the stall timeout), then what the Ray job itself carries
+            metadata={**(app.metadata if app else {}), **_app_metadata(info.metadata or {})},
             roles=app.roles if app else [],
             ui_url=f"http://{self._address(app_id).split('://')[-1]}/#/jobs/{app_id}",
         )
@@ -392,6 +402,12 @@ def _write_private(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _app_metadata(meta: Mapping[str, str]) -> Dict[str, str]:
+    """The app metadata a Ray job stores (token, owner), as ``DescribeAppResponse.metadata``."""
+    found = {IDEMPOTENCY_TOKEN: meta.get(META_IDEMPOTENCY_TOKEN), OWNER: meta.get(META_OWNER)}
+    return {k: v for k, v in found.items() if v}
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> RayScheduler:

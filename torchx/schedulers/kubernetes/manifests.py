@@ -19,7 +19,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torchx
-from torchx.schedulers.api import InvalidAppError, app_idempotency_token
+from torchx.schedulers.api import OWNER, InvalidAppError, app_idempotency_token
 from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     AppDef,
@@ -52,6 +52,8 @@ ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # Nanoseconds since the epoch (submitter's clock) of a keyed submission: orders two jobs
 # whose creationTimestamps (whole seconds) are equal.
 ANNOTATION_SUBMITTED_AT = "torchx.pytorch.org/submitted-at"
+# the job's owner (``Runner.run(owner=...)``, compact JSON: a label value cannot hold it)
+ANNOTATION_OWNER = "torchx.pytorch.org/owner"
 
 VOLCANO_GROUP = "batch.volcano.sh"
 VOLCANO_VERSION = "v1alpha1"
@@ -341,8 +343,14 @@ def _app_labels(app: AppDef, unique_name: str) -> Dict[str, str]:
 
 
 def _job_annotations(app: AppDef) -> Dict[str, str]:
-    """Annotations of the app's top-level objects (a keyed submission's submit time)."""
-    return {ANNOTATION_SUBMITTED_AT: str(time.time_ns())} if app_idempotency_token(app) else {}
+    """Annotations of the app's top-level objects (a keyed submission's submit time, the
+    owner)."""
+    annotations = {}
+    if app_idempotency_token(app):
+        annotations[ANNOTATION_SUBMITTED_AT] = str(time.time_ns())
+    if app.metadata.get(OWNER):
+        annotations[ANNOTATION_OWNER] = app.metadata[OWNER]
+    return annotations
 
 
 def _role_labels(app: AppDef, unique_name: str, role_idx: int, role: Role) -> Dict[str, str]:

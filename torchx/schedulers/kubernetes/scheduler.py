@@ -384,11 +384,15 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         if kind != JOB_TYPE_INDEXED:
             job = self._get_volcano(namespace, name)
             if job is not None:
-                return self._describe_volcano(app_id, job, self._pods(namespace, name))
+                resp = self._describe_volcano(app_id, job, self._pods(namespace, name))
+                resp.metadata = ks.job_metadata(job)
+                return resp
         if kind != JOB_TYPE_VOLCANO:
             jobs = self._indexed_jobs(namespace, name)
             if jobs:
-                return self._describe_indexed(app_id, jobs, self._pods(namespace, name))
+                resp = self._describe_indexed(app_id, jobs, self._pods(namespace, name))
+                resp.metadata = ks.job_metadata(jobs[0])
+                return resp
         if app_id in self._cancelled:
             return DescribeAppResponse(
                 app_id=app_id, state=AppState.CANCELLED, msg="deleted by torchx cancel"

@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from torchx.schedulers.api import DescribeAppResponse
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, DescribeAppResponse
 from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_COMPLETION_INDEX,
+    ANNOTATION_OWNER,
     ANNOTATION_ROLE_NAME,
     GPU_RESOURCE,
+    LABEL_IDEMPOTENCY_TOKEN,
     LABEL_REPLICA_ID,
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
@@ -94,6 +96,17 @@ class PodInfo:
 
 def _meta(obj: Obj) -> Obj:
     return obj.get("metadata") or {}
+
+
+def job_metadata(job: Obj) -> Dict[str, str]:
+    """The app metadata a job stores: its idempotency token (a label) and owner (an
+    annotation), as ``DescribeAppResponse.metadata``."""
+    meta = _meta(job)
+    found = {
+        IDEMPOTENCY_TOKEN: (meta.get("labels") or {}).get(LABEL_IDEMPOTENCY_TOKEN),
+        OWNER: (meta.get("annotations") or {}).get(ANNOTATION_OWNER),
+    }
+    return {k: str(v) for k, v in found.items() if v}
 
 
 def role_name_of(obj_or_template: Obj) -> str:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import string
 import sys
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict
 
-from torchx.schedulers.api import InvalidAppError
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, InvalidAppError
 from torchx.specs import NONE, Role, macros
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -26,8 +28,18 @@ SBATCH_JOB_OPTIONS = {"comment", "mail-user", "mail-type"}
 # a bool key (``exclusive``) becomes a bare flag when true
 SBATCH_GROUP_OPTIONS = {"partition", "time", "constraint", "qos", "exclusive"}
 
-# the idempotency token rides in the job comment, after the user's own comment
+# The idempotency token rides in the job comment, after the user's own comment, and the
+# owner (``Runner.run(owner=...)``) before the token: ``[comment] [OWNER=o] [TOKEN=t]``. The
+# owner is percent-encoded to one token without whitespace or ``|`` (the field separator of
+# ``squeue -O``/``sacct -P``), so it reads back exactly, wherever it sits in a line.
 TOKEN_MARK = "torchx-token="
+OWNER_MARK = "torchx-owner="
+# rank 0's progress reports (``report_progress``), beside the job's logs in its directory
+PROGRESS_FILE = "slurm-{job_id}.progress.json"
+# slurmctld refuses a longer comment ("Pathname of a file, directory or other parameter too
+# long"; measured on 22.05)
+COMMENT_MAX = 1024
+_OWNER_SAFE = "".join(c for c in string.printable if not c.isspace() and c not in "%|")
 
 # Using the functional TypedDict form for the hyphenated keys, as upstream does
 SlurmOpts = TypedDict(
@@ -77,19 +89,43 @@ def sbatch_value(key: str, value: Any) -> str:
     return text
 
 
-def with_token(comment: Optional[str], token: Optional[str]) -> Optional[str]:
-    """The job comment: the user's comment (kept) followed by the idempotency token."""
-    if not token:
-        return comment or None
-    if not re.fullmatch(r"[A-Za-z0-9_.:-]+", token):
-        raise InvalidAppError(f"idempotency token {token!r} must be a plain word")
-    return f"{comment} {TOKEN_MARK}{token}" if comment else f"{TOKEN_MARK}{token}"
+def with_token(
+    comment: Optional[str], token: Optional[str], owner: Optional[str] = None
+) -> Optional[str]:
+    """The job comment: the user's comment (kept), then the owner, then the idempotency
+    token (last, where ``token_of`` and older readers look for it)."""
+    words = [comment] if comment else []
+    if owner:
+        words.append(OWNER_MARK + urllib.parse.quote(owner, safe=_OWNER_SAFE))
+    if token:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", token):
+            raise InvalidAppError(f"idempotency token {token!r} must be a plain word")
+        words.append(TOKEN_MARK + token)
+    text = " ".join(words)
+    if len(text) > COMMENT_MAX:
+        raise InvalidAppError(
+            f"the slurm job comment would be {len(text)} characters (Slurm takes at most"
+            f" {COMMENT_MAX}): shorten -cfg comment or the job's owner"
+        )
+    return text or None
 
 
 def token_of(comment: str) -> Optional[str]:
     """The idempotency token in a job comment written by ``with_token`` (None if it has none)."""
     found = re.search(rf"(?:^|\s){re.escape(TOKEN_MARK)}(\S+)\s*$", comment or "")
     return found.group(1) if found else None
+
+
+def comment_metadata(text: str) -> Dict[str, str]:
+    """``{IDEMPOTENCY_TOKEN, OWNER}`` from a job comment written by ``with_token``, or from a
+    line that holds one (``scontrol -o show job``'s): the last of each mark, since ours
+    follow the user's comment."""
+    found: Dict[str, str] = {}
+    for key, mark in ((IDEMPOTENCY_TOKEN, TOKEN_MARK), (OWNER, OWNER_MARK)):
+        values = re.findall(rf"(?:^|\s){re.escape(mark)}(\S+)", text or "")
+        if values:
+            found[key] = urllib.parse.unquote(values[-1]) if key == OWNER else values[-1]
+    return found
 
 
 def _opts(opts: Mapping[str, Optional[str]]) -> List[str]:

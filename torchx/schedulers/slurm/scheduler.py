@@ -6,8 +6,9 @@ The batch script (``batch``) runs a single ``srun`` over all groups, each writin
 ``max_retries`` requeues.
 
 Status asks about the one job (``status``): ``squeue -j``, then ``sacct -j`` once
-slurmctld forgot it, then a ``jobcomp/filetxt`` log. An idempotency token rides in the job
-comment (after the user's ``comment``); ``find_by_idempotency_token`` reads it back from
+slurmctld forgot it, then a ``jobcomp/filetxt`` log. The owner and an idempotency token ride
+in the job comment (after the user's ``comment``; ``describe`` returns both as metadata);
+``find_by_idempotency_token`` reads the token back from
 the user's jobs in ``squeue`` and, for finished ones, ``sacct`` (which keeps comments with
 ``AccountingStoreFlags=job_comment``). A keyed job is submitted held and released only once
 it is the oldest live job of its token (``settle_idempotency_token``), so of racing
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from torchx.schedulers.api import (
+    ENV_PROGRESS_FILE,
+    OWNER,
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
@@ -47,10 +50,12 @@ from torchx.schedulers.api import (
     filter_regex,
 )
 from torchx.schedulers.slurm.batch import (
+    PROGRESS_FILE,
     RANK0_ENV,
     SBATCH_JOB_OPTIONS,
     SlurmBatchRequest,
     SlurmReplicaRequest,
+    comment_metadata,
     token_of,
     with_token,
 )
@@ -145,6 +150,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         from torchx.specs.serialize import appdef_to_dict
 
         replicas: Dict[str, SlurmReplicaRequest] = {}
+        # absolute now: the progress file's path is in the replicas' env
+        job_dir = os.path.abspath(str(cfg.get("job_dir") or os.getcwd()))
+        progress = os.path.join(job_dir, PROGRESS_FILE.format(job_id=macros.app_id))
         for role in app.roles:
             for i in range(role.num_replicas):
                 values = macros.Values(
@@ -155,10 +163,13 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 )
                 replica_role = values.apply(role)
                 replica_role.env.setdefault("TORCHX_REPLICA_ID", str(i))
+                replica_role.env.setdefault(ENV_PROGRESS_FILE, progress)
                 name = f"{role.name}-{i}"
                 replicas[name] = SlurmReplicaRequest.from_role(name, replica_role, cfg)
         comment = with_token(
-            str(cfg["comment"]) if cfg.get("comment") else None, app_idempotency_token(app)
+            str(cfg["comment"]) if cfg.get("comment") else None,
+            app_idempotency_token(app),
+            app.metadata.get(OWNER),
         )
         cmd = ["sbatch", "--parsable"]
         if app_idempotency_token(app):
@@ -170,7 +181,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         req = SlurmBatchRequest(
             cmd,
             replicas,
-            str(cfg["job_dir"]) if cfg.get("job_dir") else None,
+            job_dir,
             min((r.max_retries for r in app.roles), default=0),
             appdef_to_dict(app),
         )
@@ -190,6 +201,18 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         _write_private(self._record_path(job_id), record)
         _write_private(Path(job_dir) / f"slurm-{job_id}.torchx.json", record)
         return job_id
+
+    def progress_path(self, app_id: str) -> Optional[str]:
+        """``slurm-<jobid>.progress.json`` in the job's directory (its env names it)."""
+        if not app_id.isdigit():
+            return None
+        record = self._record(app_id)
+        if record is None:  # submitted elsewhere: Slurm knows the job's directory
+            parts = query_job(app_id)
+            record = self._record(app_id, parts[0]["work_dir"]) if parts else None
+        if record is None:
+            return None
+        return os.path.join(record["job_dir"], PROGRESS_FILE.format(job_id=app_id))
 
     def _record_path(self, job_id: str) -> Path:
         return torchx_home() / "slurm" / f"{job_id}.json"
@@ -257,8 +280,12 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             structured_error_msg=structured,
             roles_statuses=roles,
             roles=app.roles if app else [],
-            metadata=dict(app.metadata) if app else {},  # e.g. the stall timeout, for waiters
             ui_url=f"file://{job_dir}" if job_dir else None,
+            # the record's (e.g. the stall timeout, for waiters), then the job comment's
+            metadata={
+                **(app.metadata if app else {}),
+                **comment_metadata(parts[0]["comment"]),
+            },
         )
 
     def list(self) -> List[ListAppResponse]:
@@ -338,12 +365,14 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         except ValueError:
             return None
         times = []
-        for path in Path(job_dir).glob(f"slurm-{app_id}*"):
-            if path.name.endswith((".out", ".err", ".progress.json")):
-                try:
-                    times.append(path.stat().st_mtime)
-                except OSError:
-                    pass
+        paths = [Path(job_dir) / PROGRESS_FILE.format(job_id=app_id)]
+        paths += Path(job_dir).glob(f"slurm-{app_id}-*.out")
+        paths += Path(job_dir).glob(f"slurm-{app_id}-*.err")
+        for path in paths:
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                pass
         return max(times) if times else None
 
     def stop_stalled(self, app_id: str, reason: str) -> None:

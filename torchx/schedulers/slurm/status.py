@@ -49,9 +49,13 @@ SLURM_STATES: Mapping[str, AppState] = {
 TERMINAL = {s for s, a in SLURM_STATES.items() if a in (AppState.SUCCEEDED, AppState.FAILED)}
 TERMINAL.add("CANCELLED")
 
-# squeue -O: "Field:|" is unpadded and ends with "|"; the last field is unbounded
-SQUEUE_FIELDS = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,RestartCnt:|,NodeList:|,Name:|,WorkDir:"
-SACCT_FIELDS = "JobID,JobName,State,ExitCode,NodeList,WorkDir"
+# squeue -O: "Field:|" is unpadded and ends with "|"; the last field is unbounded. The job
+# comment (the owner and idempotency token, ``batch.with_token``) comes last; the parsers
+# also read output without it.
+SQUEUE_FIELDS = (
+    "JobID:|,HetJobID:|,HetJobOffset:|,State:|,RestartCnt:|,NodeList:|,Name:|,WorkDir:|,Comment:"
+)
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,NodeList,WorkDir,Comment"
 
 
 class SlurmError(TorchXError):
@@ -80,6 +84,7 @@ def _part(
     node: str,
     restarts: int = 0,
     work_dir: str = "",
+    comment: str = "",
 ) -> Dict[str, Any]:
     return {
         "name": name,
@@ -89,6 +94,7 @@ def _part(
         "node": "" if node in ("(null)", "None assigned") else node,
         "restarts": restarts,
         "work_dir": work_dir,
+        "comment": comment,
     }
 
 
@@ -105,10 +111,10 @@ def parse_squeue_text(text: str, job_id: str) -> List[Dict[str, Any]]:
     """The groups of ``job_id`` in ``squeue -h -O SQUEUE_FIELDS`` output (no exit codes)."""
     parts = []
     for line in text.splitlines():
-        fields = line.split("|", 7)
+        fields = line.split("|", 8)
         if len(fields) < 8:
             continue
-        jid, het, offset, state, restarts, node, name, work_dir = fields
+        jid, het, offset, state, restarts, node, name, work_dir = fields[:8]
         if (het if het.isdigit() else jid) != job_id:
             continue
         parts.append(
@@ -120,6 +126,7 @@ def parse_squeue_text(text: str, job_id: str) -> List[Dict[str, Any]]:
                 node,
                 int(restarts) if restarts.isdigit() else 0,
                 work_dir.strip(),
+                fields[8] if len(fields) > 8 else "",
             )
         )
     return sorted(parts, key=lambda p: p["offset"])
@@ -129,7 +136,8 @@ def parse_scontrol(text: str, job_id: str) -> List[Dict[str, Any]]:
     """The groups of ``job_id`` in ``scontrol -d -o show job`` output (one line per group).
 
     Values are read from the front of each line (``Comment=`` comes late and may hold
-    anything), so the first ``Key=`` of each kind is the real one.
+    anything), so the first ``Key=`` of each kind is the real one. The comment is the rest
+    of the line from ``Comment=`` (what follows it cannot be told apart from it).
     """
     parts = []
     for line in text.splitlines():
@@ -151,6 +159,7 @@ def parse_scontrol(text: str, job_id: str) -> List[Dict[str, Any]]:
                 get("NodeList"),
                 int(get("Restarts") or 0),
                 get("WorkDir"),
+                line.split(" Comment=", 1)[1] if " Comment=" in line else "",
             )
         )
     return sorted(parts, key=lambda p: p["offset"])
@@ -167,10 +176,10 @@ def parse_sacct(text: str, job_id: str) -> List[Dict[str, Any]]:
     parts: Dict[int, Dict[str, Any]] = {}
     runs: Dict[int, int] = {}
     for line in text.splitlines():
-        fields = line.split("|", 5)
+        fields = line.split("|", 6)
         if len(fields) < 6:
             continue
-        jid, name, state, code, node, work_dir = fields
+        jid, name, state, code, node, work_dir = fields[:6]
         m = re.fullmatch(r"(\d+)(?:\+(\d+))?(?:\.(\w+))?", jid)
         if not m or m.group(1) != job_id:
             continue
@@ -178,7 +187,10 @@ def parse_sacct(text: str, job_id: str) -> List[Dict[str, Any]]:
         state = state.split()[0] if state.strip() else "UNKNOWN"
         if step is None:
             runs[offset] = runs.get(offset, 0) + 1
-            parts[offset] = _part(name, state, None, offset, node, runs[offset] - 1, work_dir)
+            comment = fields[6] if len(fields) > 6 else ""
+            parts[offset] = _part(
+                name, state, None, offset, node, runs[offset] - 1, work_dir, comment
+            )
         elif step.isdigit() and offset in parts:
             rc = _code(code)
             if rc is not None:
