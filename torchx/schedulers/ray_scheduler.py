@@ -301,7 +301,10 @@ class RayScheduler(Scheduler[RayJob]):
             msg=msg,
             roles_statuses=roles,
             # the request's (e.g. the stall timeout), then what the Ray job itself carries
-            metadata={**(app.metadata if app else {}), **_app_metadata(info.metadata or {})},
+            metadata={
+                **{k: v for k, v in (app.metadata if app else {}).items() if v},
+                **_app_metadata(info.metadata or {}),
+            },
             roles=app.roles if app else [],
             ui_url=f"http://{self._address(app_id).split('://')[-1]}/#/jobs/{app_id}",
         )

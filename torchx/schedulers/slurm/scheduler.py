@@ -283,7 +283,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             ui_url=f"file://{job_dir}" if job_dir else None,
             # the record's (e.g. the stall timeout, for waiters), then the job comment's
             metadata={
-                **(app.metadata if app else {}),
+                **{k: v for k, v in (app.metadata if app else {}).items() if v},
                 **comment_metadata(parts[0]["comment"]),
             },
         )
