@@ -33,6 +33,11 @@ class CmdReap(SubCommand):
             default=None,
             help="Prefect API URL (default: the owner's, else PREFECT_API_URL)",
         )
+        subparser.add_argument(
+            "--kfp_url",
+            default=None,
+            help="KFP API base URL (default: KF_PIPELINES_ENDPOINT)",
+        )
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.pipelines.reap import Orchestrators, find_candidates, reap
@@ -47,7 +52,7 @@ class CmdReap(SubCommand):
                     f"{', '.join(sorted(runner.scheduler_backends()))}"
                 )
             found = find_candidates(
-                runner, schedulers, Orchestrators(args.airflow_url, args.prefect_url)
+                runner, schedulers, Orchestrators(args.airflow_url, args.prefect_url, args.kfp_url)
             )
             for c in found:
                 print(c.line())

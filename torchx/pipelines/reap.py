@@ -4,16 +4,21 @@ A job is reaped only when its owner's orchestrator says the owner ended without 
 and will not retry it: an Airflow task instance in ``failed``, ``removed``, ``skipped`` or
 ``upstream_failed`` (``up_for_retry`` and every other state keep the job), a Prefect flow
 run in ``FAILED``, ``CANCELLED`` or ``CRASHED`` (``AwaitingRetry`` is ``SCHEDULED``:
-kept). An owner that succeeded keeps its job: a stage may leave its job running on
-purpose (``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a
-Prefect ``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator
-does not know, or a KFP owner (no lookup yet), is never reaped: a cancel needs a fact,
-not a doubt. Nor is a job whose owner asked to keep it (``cancel_on_kill=False``).
+kept), a KFP run in ``FAILED`` or ``CANCELED`` (KFP's API v2beta1 ``GET /runs/{id}``; a
+task retried by its ``set_retry`` policy keeps its run ``RUNNING``, so it is kept; a task
+that failed for good in a run that still runs is reaped once the run ends). An owner that
+succeeded keeps its job: a stage may leave its job running on purpose
+(``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a Prefect
+``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator does not
+know is never reaped: a cancel needs a fact, not a doubt. Nor is a job whose owner asked
+to keep it (``cancel_on_kill=False``).
 
 Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
 ``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
 Prefect: ``PREFECT_API_KEY`` (Prefect Cloud) or ``PREFECT_API_AUTH_STRING`` (``user:pass``
-of a server with basic auth).
+of a server with basic auth). KFP: ``--kfp_url`` or ``KF_PIPELINES_ENDPOINT`` (as
+``kfp.Client``) for the API's base URL, and ``KF_PIPELINES_TOKEN`` if it wants a bearer
+token.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from torchx.specs.api import is_terminal
 
 AIRFLOW_DONE = ("failed", "removed", "skipped", "upstream_failed")
 PREFECT_DONE = ("FAILED", "CANCELLED", "CRASHED")
+KFP_DONE = ("FAILED", "CANCELED")
 TIMEOUT = 30.0
 
 
@@ -82,9 +88,15 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
 class Orchestrators:
     """Asks owners' orchestrators for their state; caches logins and answers per run."""
 
-    def __init__(self, airflow_url: Optional[str] = None, prefect_url: Optional[str] = None):
+    def __init__(
+        self,
+        airflow_url: Optional[str] = None,
+        prefect_url: Optional[str] = None,
+        kfp_url: Optional[str] = None,
+    ):
         self.airflow_url = airflow_url
         self.prefect_url = prefect_url
+        self.kfp_url = kfp_url
         self._airflow_tokens: Dict[str, str] = {}
         self._down: Dict[str, str] = {}
 
@@ -99,6 +111,8 @@ class Orchestrators:
                 return self._airflow(owner)
             if owner.kind == "prefect":
                 return self._prefect(owner)
+            if owner.kind == "kfp":
+                return self._kfp(owner)
         except ReapError as e:
             self._down[where] = str(e)
             raise
@@ -168,6 +182,26 @@ class Orchestrators:
         state = (run.get("state") or {}).get("type") or "none"
         name = (run.get("state") or {}).get("name") or state
         return (name if name.upper() == state else f"{name} ({state})"), state in PREFECT_DONE
+
+    # -- KFP
+
+    def _kfp(self, owner: Owner) -> Tuple[str, bool]:
+        base = self.kfp_url or owner.api or os.environ.get("KF_PIPELINES_ENDPOINT")
+        if not base:
+            raise ReapError(
+                f"no KFP API URL for {owner.describe()}: pass --kfp_url "
+                "or set KF_PIPELINES_ENDPOINT"
+            )
+        if "://" not in base:
+            base = f"http://{base}"
+        token = os.environ.get("KF_PIPELINES_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        run_id = urllib.parse.quote(str(owner.ids.get("run")), safe="")
+        run = _get_json(f"{base.rstrip('/')}/apis/v2beta1/runs/{run_id}", headers)
+        if run is None:
+            return "not found", False
+        state = str(run.get("state") or "none")
+        return state, state in KFP_DONE
 
 
 # ---------------------------------------------------------------------------- reaping

@@ -33,6 +33,7 @@ from torchx.runner.compat import (  # noqa: F401 (upstream's names in this modul
 )
 from torchx.runner.events import log_event
 from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
+from torchx.runner.stall import stop_if_stalled
 from torchx.runner.tracker_session import OpenedJobRun, TrackerSession
 from torchx.runner.tracking import JobRecorder, RunRequest, job_run, trackers_of, with_env
 from torchx.runtime.progress import Progress, read_progress
@@ -221,7 +222,7 @@ class Runner:
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
-        (``stalled: ...``); ``local_cwd``'s supervisor enforces it. ``owner``: stored alike.
+        (``stalled: ...``), by ``local_cwd``'s supervisor or else ``wait``. ``owner``: alike.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if token:
@@ -412,7 +413,7 @@ class Runner:
         """Block until the app is terminal (or ``timeout`` s); None if the app is unknown.
 
         ``wait_interval`` bounds the time between status checks, but schedulers that
-        can see the app end (local) wake up at once.
+        can see the app end (local) wake up at once. It stops a stalled app (``runner.stall``).
         """
         sched, _, app_id = self._scheduler_app_id(app_handle)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -420,6 +421,7 @@ class Runner:
             status = self.status(app_handle)
             if status is None or status.is_terminal():
                 return status
+            stop_if_stalled(self, app_handle, status.state)
             self._recorder.poll_progress(app_handle)  # onto the job's tracker run
             remaining = wait_interval
             if deadline is not None:

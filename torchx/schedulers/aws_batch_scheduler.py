@@ -434,6 +434,24 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         if job is not None:
             self._call(self.client, "terminate_job", jobId=job["jobId"], reason=CANCEL_REASON)
 
+    # ------------------------------------------------------------------ stalls
+
+    def last_activity(self, app_id: str) -> Optional[float]:
+        """The newest log event of any node, or the start (``aws_batch_activity``)."""
+        from torchx.schedulers.aws_batch_activity import newest_activity
+
+        job = self._get_job(app_id)
+        if job is None or self._state(job) != AppState.RUNNING:
+            return None
+        return newest_activity(self, job, sum(r.num_replicas for r in self._roles(job)))
+
+    def stop_stalled(self, app_id: str, reason: str) -> None:
+        """Terminate the job with ``reason`` as its status reason: Batch keeps it with the
+        job, which ends FAILED (not CANCELLED: the reason is not ``CANCEL_REASON``)."""
+        job = self._get_job(app_id)
+        if job is not None:
+            self._call(self.client, "terminate_job", jobId=job["jobId"], reason=reason)
+
     # ------------------------------------------------------------------ logs
 
     def log_iter(

@@ -5,17 +5,30 @@ one bundle per replica, starts one actor per bundle, and each actor runs its rep
 command as a subprocess in its own session, printing each output line prefixed
 ``role/replica``. The rank-0 host is the node of replica 0. When the job is stopped
 (SIGTERM), every actor kills its replica's process tree before the driver exits.
+
+For stall detection and progress (``Scheduler.last_activity``, ``progress_path``) the
+driver publishes, every ``PUBLISH_INTERVAL`` s, beside the request file (which the head
+reads, so the submitter sees it too): ``<app>.activity.json``, when a replica last printed,
+reported progress or exited, how many still run (none: the job is ending, not stalled),
+and when the driver last asked its actors (a stale answer means the driver cannot tell);
+and ``<app>.progress.json``, the first replica's last progress report (each actor points
+``TORCHX_PROGRESS_FILE`` at a file on its own node).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from typing import Any, Dict, List
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+PUBLISH_INTERVAL = 1.0
 
 
 def _replica_actor() -> Any:
@@ -25,6 +38,21 @@ def _replica_actor() -> Any:
     class Replica:
         def __init__(self) -> None:
             self.proc: Any = None
+            self.last_output = time.time()
+            self.progress_dir = tempfile.mkdtemp(prefix="torchx-progress-")
+            self.progress_file = os.path.join(self.progress_dir, "progress.json")
+
+        def activity(self) -> Tuple[float, Optional[str], bool]:
+            """When the replica last printed, reported progress or exited, its last report,
+            and whether it still runs."""
+            try:
+                with open(self.progress_file) as f:
+                    report: Optional[str] = f.read()
+                reported = os.stat(self.progress_file).st_mtime
+            except OSError:
+                report, reported = None, 0.0
+            running = self.proc is None or self.proc.poll() is None
+            return max(self.last_output, reported), report, running
 
         def node_ip(self) -> str:
             return ray.util.get_node_ip_address()
@@ -32,6 +60,7 @@ def _replica_actor() -> Any:
         def run(self, prefix: str, args: List[str], env: Dict[str, str], cwd: str) -> int:
             full_env = dict(os.environ)
             full_env.update(env)
+            full_env["TORCHX_PROGRESS_FILE"] = self.progress_file
             self.proc = subprocess.Popen(
                 args,
                 env=full_env,
@@ -42,15 +71,62 @@ def _replica_actor() -> Any:
             )
             assert self.proc.stdout is not None
             for raw in iter(self.proc.stdout.readline, b""):
+                self.last_output = time.time()
                 sys.stdout.write(f"{prefix} {raw.decode(errors='replace')}")
                 sys.stdout.flush()
-            return self.proc.wait()
+            code = self.proc.wait()
+            self.last_output = time.time()  # an exit is activity: the job is ending
+            return code  # the progress file stays for the driver's last round (cleanup)
+
+        def cleanup(self) -> None:
+            shutil.rmtree(self.progress_dir, ignore_errors=True)
 
         def stop(self) -> None:
             if self.proc is not None and self.proc.poll() is None:
                 _kill_tree(self.proc.pid)
+            shutil.rmtree(self.progress_dir, ignore_errors=True)
 
     return Replica
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write ``path`` (0600: it sits beside the private request file) by renaming a temp."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+_PUBLISH_LOCK = threading.Lock()  # the loop and the final round write the same files
+
+
+def _publish_once(actors: List[Any], base: str) -> None:
+    """The replicas' last activity and the first replica's progress report, beside the
+    request file (see the module's docstring)."""
+    import ray
+
+    answers = ray.get([a.activity.remote() for a in actors], timeout=10)
+    record = {
+        "time": max(t for t, _, _ in answers),
+        "checked": time.time(),
+        "running": sum(1 for _, _, running in answers if running),
+    }
+    report = next((r for _, r, _ in answers if r), None)
+    with _PUBLISH_LOCK:
+        _write_atomic(f"{base}.activity.json", json.dumps(record))
+        if report:
+            _write_atomic(f"{base}.progress.json", report)
+
+
+def _publish(actors: List[Any], base: str) -> None:
+    """``_publish_once`` every ``PUBLISH_INTERVAL`` s. A round whose actors do not answer
+    publishes nothing, so the record goes stale (cannot tell) rather than wrong."""
+    while True:
+        try:
+            _publish_once(actors, base)
+        except Exception as e:  # a slow round or a stopping job: try again
+            print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
+        time.sleep(PUBLISH_INTERVAL)
 
 
 def _kill_tree(pid: int) -> None:
@@ -114,10 +190,10 @@ def main() -> int:
     ray.get(pg.ready(), timeout=600)
     Replica = _replica_actor()
     actors = [
-        # max_concurrency=2: stop() must run while run() is still blocked on the replica
+        # max_concurrency=3: stop() and activity() must run while run() is still blocked
         Replica.options(
             num_cpus=float(r["cpu"]),
-            max_concurrency=2,
+            max_concurrency=3,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
         ).remote()
         for i, r in enumerate(replicas)
@@ -141,6 +217,8 @@ def main() -> int:
                 f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir", "")
             )
         )
+    base = sys.argv[1][: -len(".json")] if sys.argv[1].endswith(".json") else sys.argv[1]
+    threading.Thread(target=_publish, args=(actors, base), daemon=True).start()
     mins: Dict[str, int] = {}
     for r in replicas:
         mins[r["role"]] = int(r.get("min_replicas") or 0)
@@ -166,6 +244,11 @@ def main() -> int:
             if not role_can_succeed(r["role"]) and not failed:
                 failed = True
                 ray.get([a.stop.remote() for a in actors], timeout=30)
+    try:  # the last reports (a final step) land before the job is seen to end
+        _publish_once(actors, base)
+        ray.get([a.cleanup.remote() for a in actors], timeout=10)
+    except Exception as e:
+        print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
     print("torchx-exit-codes " + json.dumps(summary), flush=True)
     return 1 if failed or not all(role_can_succeed(role) for role in mins) else 0

@@ -10,6 +10,14 @@ cluster running as the submitting user): it holds the replicas' environment, whi
 carry secrets, so it is private to its owner (0600, in a 0700 directory). A keyed
 submission (``Runner.run(idempotency_key=...)``) puts its token in the Ray job's metadata,
 and ``Runner.run(owner=...)`` its owner; ``describe`` returns both.
+
+Stalls (``Runner.run(stall_timeout=...)``) are detected by whoever waits: the driver
+publishes the replicas' last output or progress report beside the request file
+(``last_activity``, see ``ray_driver``), and a waiter that stops a stalled job
+(``stop_stalled``) first writes ``<app>.stalled`` there. Ray's job metadata is fixed at
+submission and ``stop_job`` takes no message, so that file, in the directory the job's
+own request lives in (which ``describe`` already reads for the AppDef), is where the
+reason stays with the job: a STOPPED job with it is FAILED with it for every reader.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from torchx.schedulers.api import (
     filter_regex,
 )
 from torchx.schedulers.ids import unique_name
+from torchx.schedulers.ray_driver import PUBLISH_INTERVAL
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -62,6 +71,8 @@ RAY_STATES = {
     "FAILED": AppState.FAILED,
     "STOPPED": AppState.CANCELLED,
 }
+# an activity record the driver has not refreshed for this long is stale: cannot tell
+ACTIVITY_STALE_AFTER = 30 * PUBLISH_INTERVAL
 
 
 @dataclass
@@ -204,6 +215,39 @@ class RayScheduler(Scheduler[RayJob]):
         )
         return job.app_id
 
+    def _beside(self, app_id: str, suffix: str) -> str:
+        """A file of the job beside its request (``<app>.json`` -> ``<app><suffix>``)."""
+        return self._request_path(app_id)[: -len(".json")] + suffix
+
+    def progress_path(self, app_id: str) -> Optional[str]:
+        return self._beside(app_id, ".progress.json")
+
+    def last_activity(self, app_id: str) -> Optional[float]:
+        """When a replica last printed or reported progress, as the driver last published
+        it; None before the driver's first round, once it stopped refreshing it, or once no
+        replica runs (the job is ending: not a stall)."""
+        try:
+            with open(self._beside(app_id, ".activity.json")) as f:
+                record = json.load(f)
+            last, checked = float(record["time"]), float(record["checked"])
+            running = int(record["running"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if time.time() - checked > ACTIVITY_STALE_AFTER or running == 0:
+            return None
+        return last
+
+    def stop_stalled(self, app_id: str, reason: str) -> None:
+        _write_private(self._beside(app_id, ".stalled"), reason)  # first: seen when stopped
+        self.cancel(app_id)
+
+    def _stall(self, app_id: str) -> Optional[str]:
+        try:
+            with open(self._beside(app_id, ".stalled")) as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
+
     def _request(self, app_id: str) -> Optional[Dict[str, Any]]:
         try:
             with open(self._request_path(app_id)) as f:
@@ -229,6 +273,10 @@ class RayScheduler(Scheduler[RayJob]):
         from torchx.specs.serialize import appdef_from_dict
 
         app = appdef_from_dict(req["app"]) if req else None
+        msg = info.message or NONE
+        stalled = self._stall(app_id) if state == AppState.CANCELLED else None
+        if stalled:  # stopped by a waiter as stalled: FAILED, with why
+            state, msg = AppState.FAILED, stalled
         codes: Dict[str, Optional[int]] = {}
         if is_terminal(state):
             m = re.findall(r"torchx-exit-codes (\{.*\})", client.get_job_logs(app_id))
@@ -238,8 +286,8 @@ class RayScheduler(Scheduler[RayJob]):
             reps = []
             for i in range(role.num_replicas):
                 code = codes.get(f"{role.name}/{i}")
-                if state == AppState.CANCELLED:
-                    rs = AppState.CANCELLED
+                if state == AppState.CANCELLED or stalled:
+                    rs = AppState.CANCELLED if not stalled else AppState.FAILED
                 elif is_terminal(state):
                     rs = AppState.SUCCEEDED if code == 0 else AppState.FAILED
                 else:
@@ -250,9 +298,13 @@ class RayScheduler(Scheduler[RayJob]):
             app_id=app_id,
             state=state,
             num_restarts=0,
-            msg=info.message or NONE,
+            msg=msg,
             roles_statuses=roles,
-            metadata=_app_metadata(info.metadata or {}),
+            # the request's (e.g. the stall timeout), then what the Ray job itself carries
+            metadata={
+                **{k: v for k, v in (app.metadata if app else {}).items() if v},
+                **_app_metadata(info.metadata or {}),
+            },
             roles=app.roles if app else [],
             ui_url=f"http://{self._address(app_id).split('://')[-1]}/#/jobs/{app_id}",
         )

@@ -17,6 +17,14 @@ submitters only one job starts its command; the others are cancelled while still
 The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_HOME/slurm``
 and next to the logs as ``slurm-<jobid>.torchx.json``, so another machine or another
 ``$TORCHX_HOME`` that re-attaches to the job finds it through the job's working directory.
+
+Stalls (``Runner.run(stall_timeout=...)``) are stopped by whoever waits: the job's last
+activity is the newest mtime of its log files (and its progress file), which live in the
+job directory every node writes to; a waiter that stops a stalled job writes
+``slurm-<jobid>.stalled`` there before ``scancel``, and a CANCELLED job with that file is
+FAILED with its reason for every reader. A file rather than the job comment: the comment
+carries the idempotency token, and sacct keeps comments only with
+``AccountingStoreFlags=job_comment``, while the job directory holds the job's logs anyway.
 """
 
 from __future__ import annotations
@@ -257,6 +265,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             f"failed replicas: {', '.join(failing)}" if failing and state == AppState.FAILED else ""
         )
         job_dir = record["job_dir"] if record else parts[0]["work_dir"]
+        stalled = self._stall(job_dir, app_id) if state == AppState.CANCELLED and job_dir else None
+        if stalled:  # cancelled by a waiter as stalled: FAILED, with why
+            state, msg = AppState.FAILED, stalled
         structured = NONE
         if failing and job_dir:
             role_name, k = failing[0].split(" ")[0].split("/")
@@ -270,7 +281,11 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             roles_statuses=roles,
             roles=app.roles if app else [],
             ui_url=f"file://{job_dir}" if job_dir else None,
-            metadata=comment_metadata(parts[0]["comment"]),
+            # the record's (e.g. the stall timeout, for waiters), then the job comment's
+            metadata={
+                **{k: v for k, v in (app.metadata if app else {}).items() if v},
+                **comment_metadata(parts[0]["comment"]),
+            },
         )
 
     def list(self) -> List[ListAppResponse]:
@@ -341,6 +356,36 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def _cancel_existing(self, app_id: str) -> None:
         run(["scancel", app_id])
+
+    def last_activity(self, app_id: str) -> Optional[float]:
+        """Newest mtime of the job's log files and progress file (None before any exists:
+        the batch script has not started its step, so there is nothing to judge)."""
+        try:
+            job_dir = self._job_dir(app_id)
+        except ValueError:
+            return None
+        times = []
+        paths = [Path(job_dir) / PROGRESS_FILE.format(job_id=app_id)]
+        paths += Path(job_dir).glob(f"slurm-{app_id}-*.out")
+        paths += Path(job_dir).glob(f"slurm-{app_id}-*.err")
+        for path in paths:
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                pass
+        return max(times) if times else None
+
+    def stop_stalled(self, app_id: str, reason: str) -> None:
+        """``slurm-<jobid>.stalled`` in the job directory (first: whoever sees the job
+        cancelled sees why), then ``scancel``."""
+        _write_private(Path(self._job_dir(app_id)) / f"slurm-{app_id}.stalled", reason)
+        self.cancel(app_id)
+
+    def _stall(self, job_dir: str, app_id: str) -> Optional[str]:
+        try:
+            return (Path(job_dir) / f"slurm-{app_id}.stalled").read_text().strip() or None
+        except OSError:
+            return None
 
     def _job_dir(self, app_id: str) -> str:
         record = self._record(app_id)

@@ -1,0 +1,77 @@
+"""Stall detection by the waiter on the real local Slurm cluster: ``Runner.wait`` cancels
+a job whose replicas neither print nor report progress for its ``stall_timeout``; every
+later reader sees it FAILED ``stalled: ...`` (the reason is a file in the job directory),
+its MLflow run (real sqlite store) ends FAILED with the reason as a tag, no process of it
+is left, and a job that keeps printing is never stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.polling import poll_until
+from tests.processes import job_processes, wait_for_job_processes
+from tests.schedulers.test_slurm_scheduler import cluster, env  # noqa: F401 (fixtures)
+from tests.trackers.test_job_run import the_run
+from torchx import specs
+from torchx.runner import get_runner
+from torchx.runner.tracking import FAILURE_REASON_TAG
+
+pytestmark = pytest.mark.slurm
+
+DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
+STALLS = (
+    "import time; from torchx.trackers import report_progress\n"
+    "report_progress(1, total=10); print('reported', flush=True); time.sleep(300)\n"
+)
+PRINTS = "import time\nfor i in range(20):\n    print('tick', i, flush=True); time.sleep(1)\n"
+
+
+def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_every_reader(
+    env: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", store)
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=10)
+        wait_for_job_processes(handle, 1, timeout=120)  # the replica runs
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+    assert status is not None and status.state == specs.AppState.FAILED, status
+    assert status.msg.startswith("stalled: no progress or output for 10 s ("), status.msg
+    with get_runner(trackers={}) as fresh:  # another process: the reason is with the job
+        seen = fresh.status(handle)
+        assert seen is not None and seen.state == specs.AppState.FAILED
+        assert seen.msg == status.msg
+    left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
+    assert left == [], [p.info["cmdline"] for p in left]
+    run = the_run(store, handle)
+    assert run.info.status == "FAILED"
+    assert run.data.tags[FAILURE_REASON_TAG] == status.msg
+
+
+def test_a_slurm_job_that_keeps_printing_is_never_stopped(env: Path) -> None:  # noqa: F811
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component("utils.python", ["--c", PRINTS], "slurm", stall_timeout=5)
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)  # 4 timeouts long
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+
+
+def test_a_pipeline_stage_that_did_not_submit_stops_a_stalled_slurm_job(
+    env: Path,  # noqa: F811
+) -> None:
+    """The stages' wait (``core.wait_or_cancel``, as Airflow, Prefect and KFP run it) with a
+    fresh Runner, as the Airflow trigger polls: the timeout comes from the job itself."""
+    from torchx.pipelines.core import StageFailed, wait_or_cancel
+
+    with get_runner(trackers={}) as submitter:
+        handle = submitter.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=10)
+    with get_runner(trackers={}) as stage:
+        with pytest.raises(StageFailed, match="stalled: no progress or output for 10 s") as e:
+            wait_or_cancel(stage, handle, poll_interval=1)
+    assert e.value.status is not None and e.value.status.state == specs.AppState.FAILED
+    left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
+    assert left == []

@@ -1,0 +1,52 @@
+"""When an AWS Batch job last showed life, for stall detection by its waiter
+(``Scheduler.last_activity``, ``torchx.runner.stall``).
+
+Batch has no progress channel a waiter can read, so activity is output: the newest
+CloudWatch Logs event of any node (``get_log_events`` from the tail, one event: its
+``timestamp`` is when the container wrote the line, unlike a stream's
+``lastEventTimestamp``, which AWS updates only eventually), or the job's start for a job
+that has printed nothing yet. Lines reach CloudWatch within seconds (the awslogs driver
+buffers briefly): pick a stall timeout well above that.
+
+Never on doubt: a job not RUNNING, whose node jobs all ended (Batch has yet to mark the
+job done) or none runs yet, without a start time, or whose logs cannot be read
+(an API error, e.g. no permission) gives None, and no waiter stops it. A node whose
+stream does not exist yet has printed nothing: its start counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+
+def newest_activity(sched: Any, job: Dict[str, Any], nodes: int) -> Optional[float]:
+    """Epoch seconds of ``job``'s newest log event over its ``nodes`` nodes (or its start)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    node_jobs = list(sched._node_jobs(job).values())
+    if node_jobs and not any(n.get("status") == "RUNNING" for n in node_jobs):
+        return None  # every node ended (or none started yet): the job is ending, not stalled
+    starts = [job.get("startedAt")]
+    starts += [n.get(k) for n in node_jobs for k in ("startedAt", "stoppedAt")]  # an exit counts
+    times: List[float] = [float(t) for t in starts if t]
+    if not times:
+        return None
+    for i in range(nodes):
+        stream = sched._log_stream(job, i)
+        if stream is None:  # Batch names a node's stream once its container started
+            continue
+        try:
+            resp = sched.log_client.get_log_events(
+                logGroupName=sched._log_group,
+                logStreamName=stream,
+                startFromHead=False,
+                limit=1,
+            )
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                continue  # the node has written nothing yet: its start counts
+            return None
+        except BotoCoreError:
+            return None
+        times += [float(e["timestamp"]) for e in resp.get("events") or [] if e.get("timestamp")]
+    return max(times) / 1000.0
