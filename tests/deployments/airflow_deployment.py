@@ -83,12 +83,21 @@ class AirflowDeployment:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
 
-    def stop_all(self) -> None:
-        # the scheduler and triggerer first: the api-server answers them while they stop
-        for name in ("scheduler", "triggerer", "dag-processor", "api-server"):
-            self.stop(name)
-        for name in list(self.procs):
-            self.stop(name)
+    def stop_all(self, timeout: float = 15) -> None:
+        """SIGTERM every process group at once, SIGKILL what is left after ``timeout`` s: a
+        throwaway deployment needs no orderly stop (one by one, a process waiting on
+        another's answer used up 30 s each)."""
+        procs, self.procs = list(self.procs.values()), {}
+        for proc in procs:
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        for proc in procs:
+            _signal_group(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
 
     # ------------------------------------------------------------------ REST API
 
