@@ -19,8 +19,7 @@ import copy
 import logging
 import os
 import time
-from datetime import datetime
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
 from torchx.runner.compat import (  # noqa: F401 (upstream's names in this module)
@@ -62,9 +61,12 @@ from torchx.specs.api import (
     parse_app_handle,
     runopts,
 )
-from torchx.trackers.api import tracker_config_env_var_name
+from torchx.trackers.env import tracker_config_env_var_name
 from torchx.trackers.job_run import OpenedJobRun, TrackerSession
 from torchx.workspace.api import Workspace, apply_workspace
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 logger = logging.getLogger(__name__)
 

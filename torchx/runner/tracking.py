@@ -14,14 +14,28 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
 from torchx.runtime.progress import Progress
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
-from torchx.trackers.api import ENV_TORCHX_TRACKERS, JobRun, tracker_config_env_var_name
-from torchx.trackers.job_run import TrackerSession
+from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
+
+if TYPE_CHECKING:
+    from torchx.trackers.api import JobRun
+    from torchx.trackers.job_run import TrackerSession
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +128,8 @@ def job_run(app: AppDef, scheduler: str, request: Optional[RunRequest], start_ms
     request = request or RunRequest()
     env = app.roles[0].env if app.roles else {}
     experiment = env.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+    from torchx.trackers.api import JobRun  # a job with trackers only
+
     return JobRun(
         name=request.name or app.name,
         params=job_params(app, scheduler, request),
