@@ -251,3 +251,7 @@ def _cheap_teardown() -> None:
     import gc
 
     gc.freeze()
+
+
+if __name__ == "__main__":
+    main()
