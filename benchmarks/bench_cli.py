@@ -317,7 +317,7 @@ def update_cli_rows(results: List[Result], path: Path, note: str) -> str:
             if row and line.startswith(f"| {r.case} |"):
                 lines[i] = row
     out = "\n".join(lines)
-    out = re.sub(r"(?m)^CLI rows re-measured .*\n", "", out)
+    out = re.sub(r"(?m)^CLI rows re-measured .*\n\n?", "", out)
     marker = "Lost output:"
     out = out.replace(marker, note + "\n\n" + marker, 1) if marker in out else out + note
     path.write_text(out)
@@ -336,9 +336,16 @@ def main() -> None:
         action="store_true",
         help="only the CLI start-up cases; updates their rows in RESULTS.md",
     )
+    parser.add_argument(
+        "--ours-bin",
+        default=str(OURS_BIN),
+        help="bin/ of the venv with our torchx (e.g. a private copy installed from a worktree)",
+    )
+    parser.add_argument("--upstream-bin", default=str(UPSTREAM_BIN))
     args = parser.parse_args()
 
-    ours, upstream = Impl("ours", OURS_BIN), Impl("upstream", UPSTREAM_BIN)
+    ours = Impl("ours", Path(args.ours_bin))
+    upstream = Impl("upstream", Path(args.upstream_bin))
     impls = [ours, upstream]
     if args.cli_only:
         with tempfile.TemporaryDirectory() as work:

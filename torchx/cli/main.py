@@ -128,7 +128,9 @@ def create_parser(argv: List[str]) -> tuple[argparse.ArgumentParser, Dict[str, S
     )
     chosen = _verb_of(argv)
     verbs: Dict[str, SubCommand] = {}
-    for name in names:
+    # a known verb gets the only sub-parser (each costs ~1 ms of argparse set-up, and the
+    # usage line already lists every verb); else all, for the help and the error message
+    for name in [n for n in names if n == chosen] or names:
         help_text = BUILTIN_VERBS[name][2] if name in BUILTIN_VERBS else f"(plugin) {name}"
         subparser = sub.add_parser(name, help=help_text, description=help_text)
         if name != chosen:
@@ -230,7 +232,25 @@ def _report(e: Exception) -> int:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console script ``torchx``."""
-    sys.exit(run_main(sys.argv[1:] if argv is None else argv))
+    code = run_main(sys.argv[1:] if argv is None else argv)
+    _cheap_teardown()
+    sys.exit(code)
+
+
+def _cheap_teardown() -> None:
+    """Freeze every object before the interpreter exits.
+
+    Its teardown runs full garbage collections over every object still alive (modules,
+    the parser, the app); one such pass costs 4 ms on a quiet machine and 15-50 ms on a
+    busy one, about 20% of a dry run's CPU. Frozen objects are skipped by those passes;
+    teardown still frees every object that is not in a reference cycle (files are
+    flushed and closed as before) and runs the ``atexit`` handlers (``logging``,
+    ``weakref.finalize``). What it no longer does is collect cycles: in this command's
+    runs they are argparse's parsers and the closed Runner, none with a finalizer.
+    """
+    import gc
+
+    gc.freeze()
 
 
 if __name__ == "__main__":

@@ -19,8 +19,7 @@ import copy
 import logging
 import os
 import time
-from datetime import datetime
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
 from torchx.runner.compat import (  # noqa: F401 (upstream's names in this module)
@@ -64,8 +63,11 @@ from torchx.specs.api import (
     parse_app_handle,
     runopts,
 )
-from torchx.trackers.api import tracker_config_env_var_name
+from torchx.trackers.env import tracker_config_env_var_name
 from torchx.workspace.api import Workspace, apply_workspace
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 logger = logging.getLogger(__name__)
 
@@ -435,10 +437,7 @@ class Runner:
         its progress file, else from its tracker run (a scheduler without a shared file)."""
         sched, _, app_id = self._scheduler_app_id(app_handle)
         report = read_progress(sched.progress_path(app_id))
-        if report is None:
-            app = self.describe(app_handle)
-            report = self._recorder.tracked_progress(app_handle, app.roles if app else [])
-        return report
+        return report or self._recorder.tracked_progress(app_handle, self.describe)
 
     def resource_hours(self, app_handle: AppHandle) -> Optional[ResourceHours]:
         """The app's requested cpu- and gpu-hours, once this runner saw it end (None if it

@@ -13,10 +13,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.specs.api import AppState, TorchXError
-from torchx.trackers.api import JobRun, OpenedRun, TrackerBackend, tracker_backend
+
+if TYPE_CHECKING:  # ``api`` is loaded when a tracker is first used (``backends``)
+    from torchx.trackers.api import JobRun, OpenedRun, TrackerBackend
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ class TrackerSession:
             for name, config in trackers.items():
                 key = (name, config)
                 if key not in self._backends:
+                    from torchx.trackers.api import tracker_backend
+
                     self._backends[key] = tracker_backend(name, config)
                 out.append(self._backends[key])
             return out

@@ -12,14 +12,28 @@ import logging
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
 from torchx.runner.tracker_session import TrackerSession
 from torchx.runtime.progress import Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
-from torchx.trackers.api import ENV_TORCHX_TRACKERS, JobRun, tracker_config_env_var_name
+from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
+
+if TYPE_CHECKING:
+    from torchx.trackers.api import JobRun
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +125,8 @@ def job_run(app: AppDef, scheduler: str, request: Optional[RunRequest], start_ms
     request = request or RunRequest()
     env = app.roles[0].env if app.roles else {}
     experiment = env.get("TORCHX_TRACKING_EXPERIMENT_NAME")
+    from torchx.trackers.api import JobRun  # a job with trackers only
+
     return JobRun(
         name=request.name or app.name,
         params=job_params(app, scheduler, request),
@@ -272,9 +288,12 @@ class JobRecorder:
             self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
         return False
 
-    def tracked_progress(self, handle: str, roles: Sequence[Role]) -> Optional[Progress]:
+    def tracked_progress(
+        self, handle: str, describe: Callable[[str], Optional[AppDef]]
+    ) -> Optional[Progress]:
         """The last report a rank sent to the job's tracker run (no progress file)."""
-        _, env, trackers = self._job(handle, roles)
+        app = self._apps.get(handle) or describe(handle)
+        _, env, trackers = self._job(handle, app.roles if app is not None else [])
         for backend in self._session.backends(trackers):
             latest = getattr(backend, "job_run_latest", None)
             run_id = backend.job_run_id(handle, env)

@@ -10,9 +10,20 @@ from __future__ import annotations
 import abc
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import Enum
-from typing import Any, Dict, Generic, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Generic,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    TypeVar,
+    Union,
+)
 
 from torchx.specs.api import (
     NONE,
@@ -28,6 +39,9 @@ from torchx.specs.api import (
 )
 from torchx.specs.names import validate_app_names
 from torchx.workspace.api import Workspace, WorkspaceMixin, apply_workspace
+
+if TYPE_CHECKING:  # annotations only: a CLI run need not load datetime
+    from datetime import datetime
 
 __all__ = [
     "DescribeAppResponse",

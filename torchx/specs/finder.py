@@ -14,7 +14,6 @@ import importlib
 import inspect
 import logging
 import os
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -126,6 +125,8 @@ class ModuleComponentsFinder(ComponentsFinder):
         if not is_namespace_package(module):
             yield module
         if is_package(module):
+            import pkgutil  # listing a package only (pkgutil loads importlib.util)
+
             for info in pkgutil.iter_modules(module.__path__, prefix=f"{module.__name__}."):
                 if info.ispkg:
                     yield from self._iter_modules_recursive(info.name)

@@ -1,24 +1,54 @@
-"""Trackers: record what a torchx job produced and consumed (fsspec and MLflow backends)."""
+"""Trackers: record what a torchx job produced and consumed (fsspec and MLflow backends).
 
-from torchx.runtime.progress import report_progress
-from torchx.trackers.api import (
-    ENV_TORCHX_JOB_ID,
-    ENV_TORCHX_PARENT_RUN_ID,
-    ENV_TORCHX_TRACKERS,
-    AppRun,
-    AppRunTrackableSource,
-    Lineage,
-    LineageEdge,
-    TrackerArtifact,
-    TrackerBase,
-    TrackerConfigError,
-    TrackerSource,
-    app_run_from_env,
-    build_trackers,
-    tracker_config_env_var_name,
-    trackers_from_environ,
-)
-from torchx.trackers.markers import record_input, record_output
+The names below load on first use: the Runner imports ``torchx.trackers.env`` and
+``torchx.trackers.job_run`` on every submit, and a job without trackers needs nothing else
+(``api``: backends, dataclasses, protocols; ``markers``: fsspec, hashlib). Inside torchx,
+import from the defining module (``tests/util/test_import_graph.py``).
+"""
+
+from typing import Any
+
+# name: defining module
+_LAZY = {
+    "report_progress": "torchx.runtime.progress",
+    "ENV_TORCHX_JOB_ID": "torchx.trackers.env",
+    "ENV_TORCHX_PARENT_RUN_ID": "torchx.trackers.env",
+    "ENV_TORCHX_TRACKERS": "torchx.trackers.env",
+    "tracker_config_env_var_name": "torchx.trackers.env",
+    "AppRun": "torchx.trackers.api",
+    "AppRunTrackableSource": "torchx.trackers.api",
+    "Lineage": "torchx.trackers.api",
+    "LineageEdge": "torchx.trackers.api",
+    "TrackerArtifact": "torchx.trackers.api",
+    "TrackerBase": "torchx.trackers.api",
+    "TrackerConfigError": "torchx.trackers.api",
+    "TrackerSource": "torchx.trackers.api",
+    "app_run_from_env": "torchx.trackers.api",
+    "build_trackers": "torchx.trackers.api",
+    "trackers_from_environ": "torchx.trackers.api",
+    "record_input": "torchx.trackers.markers",
+    "record_output": "torchx.trackers.markers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # once: later look-ups are plain attributes
+        return value
+    try:  # a submodule not imported yet (``torchx.trackers.api`` after ``import torchx.trackers``)
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ENV_TORCHX_JOB_ID",

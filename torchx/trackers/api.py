@@ -13,23 +13,19 @@ import abc
 import functools
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol
 
 from torchx.specs.api import TorchXError
+from torchx.trackers.env import (  # noqa: F401 (this module's public names)
+    ENV_TORCHX_JOB_ID,
+    ENV_TORCHX_PARENT_RUN_ID,
+    ENV_TORCHX_TRACKERS,
+    UNDEFINED_RUN_ID,
+    tracker_config_env_var_name,
+)
 
 logger = logging.getLogger(__name__)
-
-ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
-ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
-ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
-UNDEFINED_RUN_ID = "<UNDEFINED>"
-
-
-def tracker_config_env_var_name(entrypoint_name: str) -> str:
-    """``TORCHX_TRACKER_<NAME>_CONFIG`` (characters invalid in env names become ``_``)."""
-    return f"TORCHX_TRACKER_{re.sub(r'[^A-Za-z0-9]', '_', entrypoint_name).upper()}_CONFIG"
 
 
 class TrackerConfigError(TorchXError, ValueError):

@@ -9,7 +9,6 @@ Outside a torchx job (no ``TORCHX_JOB_ID``) nothing is recorded but the marker.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any, Dict, Mapping, Optional
@@ -28,6 +27,8 @@ def _fs(path: str) -> Any:
 def path_digest(path: str) -> str:
     """A digest of ``path``'s contents that every process computes alike: the sorted names
     and sizes of its files (not Python's per-process ``hash``), without the marker."""
+    import hashlib  # here: ``torchx.trackers`` is imported by every CLI run (OpenSSL, ~3 ms)
+
     fs, root = _fs(path)
     h = hashlib.sha256(root.encode())
     if fs.isdir(root):

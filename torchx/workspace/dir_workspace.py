@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from typing import List, Mapping
 
 from torchx.specs import CfgVal, Role
@@ -76,6 +75,8 @@ class TmpDirWorkspaceMixin(WorkspaceMixin[None]):
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
+        import tempfile  # when a copy is made (tempfile loads random: ~2 ms per CLI start)
+
         job_dir = tempfile.mkdtemp(prefix="torchx_workspace")
         copy_workspace(workspace, job_dir)
         role.image = job_dir
@@ -115,6 +116,8 @@ class LocalDirWorkspaceMixin(WorkspaceMixin[None]):
             return  # the job already runs here
         parent = torchx_home() / "workspaces"
         parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         job_dir = tempfile.mkdtemp(prefix=f"{role.name}-", dir=parent)
         copy_workspace(workspace, job_dir)
         role.image = job_dir

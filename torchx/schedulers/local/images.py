@@ -12,7 +12,6 @@ from __future__ import annotations
 import abc
 import logging
 import os
-import subprocess
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, TypedDict
 
@@ -123,6 +122,8 @@ ENV_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 def cuda_device_count() -> int:
     """GPUs on this host, from ``nvidia-smi -L`` (0 without it); torch is not imported."""
+    import subprocess  # only asked for GPU roles; a dry run needs no subprocess
+
     try:
         out = subprocess.run(
             ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True

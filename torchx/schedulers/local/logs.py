@@ -20,6 +20,9 @@ from typing import Callable, Iterator, List, Optional
 
 READ_SIZE = 1 << 20
 POLL_SECONDS = 0.02
+# a follower that just read something checks again sooner (doubling up to POLL_SECONDS):
+# output and the app's end come together, so a short app's end is seen within ms
+FIRST_POLL_SECONDS = 0.002
 
 # A log line longer than LINE_LIMIT bytes is cut into pieces of at most LINE_LIMIT bytes,
 # each ending with LINE_SPLIT_MARKER, so no reader ever buffers more than that per line.
@@ -158,10 +161,12 @@ def follow_chunks(path: str, finished: Callable[[], bool]) -> Iterator[bytes]:
             return
         time.sleep(POLL_SECONDS * 2)
     lines = LineBuffer()
+    pause = FIRST_POLL_SECONDS
     with open(path, "rb") as f:
         while True:
             chunk = f.read(READ_SIZE)
             if chunk:
+                pause = FIRST_POLL_SECONDS
                 out = lines.feed(chunk)
                 if out:
                     yield out
@@ -178,4 +183,5 @@ def follow_chunks(path: str, finished: Callable[[], bool]) -> Iterator[bytes]:
                 if rest:
                     yield rest
                 return
-            time.sleep(POLL_SECONDS)
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_SECONDS)

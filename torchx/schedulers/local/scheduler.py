@@ -1,6 +1,11 @@
 """``LocalScheduler``: the ``Scheduler`` of ``local_cwd`` over the app files of
 ``protocol``, the supervisor it starts, and the readers of ``control`` and ``logs``
-(how it all works: the ``torchx.schedulers.local`` package doc)."""
+(how it all works: the ``torchx.schedulers.local`` package doc).
+
+``launch`` (with the supervisor and ``subprocess``), ``control``, ``claims`` and ``logs``
+are imported by the methods that use them: a dry run needs none of them, and every
+``torchx run`` starts with one.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,8 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from torchx.schedulers.api import (
     ENV_PROGRESS_FILE,
@@ -26,7 +30,6 @@ from torchx.schedulers.api import (
     app_stall_timeout,
 )
 from torchx.schedulers.ids import unique_name
-from torchx.schedulers.local import claims, control, launch
 from torchx.schedulers.local import protocol as files
 from torchx.schedulers.local.images import (
     ENV_CUDA_VISIBLE_DEVICES,
@@ -38,7 +41,6 @@ from torchx.schedulers.local.images import (
     cuda_device_count,
     set_cuda_visible_devices,
 )
-from torchx.schedulers.local.logs import LogLines, follow_chunks, read_chunks
 from torchx.schedulers.local.protocol import BadRecord, ReplicaSpec, Request, RoleSpec, State
 from torchx.specs.api import (
     NONE,
@@ -55,6 +57,12 @@ from torchx.specs.api import (
 )
 from torchx.util.paths import torchx_home
 from torchx.workspace.dir_workspace import LocalDirWorkspaceMixin, workspace_dir
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from torchx.schedulers.local.launch import Started
+    from torchx.schedulers.local.logs import LogLines
 
 __all__ = [
     "COMBINED_LOG",
@@ -154,7 +162,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     def close(self) -> None:
         """Nothing to release: apps and their files live on (see the class doc); only
         forked supervisors that exited are reaped."""
-        launch.reap_forked()
+        launch = sys.modules.get("torchx.schedulers.local.launch")
+        if launch is not None:  # not imported: this process started no supervisor
+            launch.reap_forked()
 
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
@@ -340,6 +350,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             files.makedirs_private(str(token_dir))
             os.close(files.open_private(str(token_dir / req.app_id)))
         log_fd = files.open_private(str(app_dir / files.SUPERVISOR_LOG))
+        from torchx.schedulers.local import launch
+
         try:
             proc = launch.start(str(app_dir), log_fd)
         finally:
@@ -347,7 +359,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         self._wait_started(app_dir, proc)
         return req.app_id
 
-    def _wait_started(self, app_dir: Path, proc: launch.Started) -> None:
+    def _wait_started(self, app_dir: Path, proc: Started) -> None:
         """Return once the supervisor has started the replicas (or the app already ended,
         e.g. cancelled while it was being launched)."""
         state = app_dir / files.STATE
@@ -356,6 +368,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             if proc.poll() is not None and not state.exists():
                 log = (app_dir / files.SUPERVISOR_LOG).read_text(errors="replace").strip()
                 msg = f"the local supervisor exited with {proc.returncode}: {log[-500:]}"
+                from torchx.schedulers.local import control
+
                 control.finalize(str(app_dir), "FAILED", msg)
                 raise RuntimeError(msg)
             if time.monotonic() > deadline:
@@ -382,6 +396,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         request = self._request(app_id)
         if request is None:
             return None
+        from torchx.schedulers.local import control
+
         try:
             return request, control.observed_state(str(self._app_dir(app_id)), request)
         except BadRecord as e:
@@ -482,6 +498,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         self, token: str, dryrun_info: AppDryRunInfo[PopenRequest], reattach_succeeded: bool
     ) -> Optional[str]:
         """An atomic claim file per token (``claims``): one racer launches."""
+        from torchx.schedulers.local import claims
+
         return claims.claim(
             self._token_dir(token), dryrun_info.request.app_id, self._app_state, reattach_succeeded
         )
@@ -489,6 +507,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     def release_idempotency_claim(
         self, token: str, dryrun_info: AppDryRunInfo[PopenRequest]
     ) -> None:
+        from torchx.schedulers.local import claims
+
         claims.release(self._token_dir(token), dryrun_info.request.app_id, self._app_state)
 
     def _token_dir(self, token: str) -> str:
@@ -503,6 +523,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Return once ``state.json`` changes, or the supervisor is seen gone (its end
         is not written by readers), or after ``timeout`` s."""
+        from torchx.schedulers.local import control
+
         app_dir = self._app_dir(app_id)
         path = app_dir / files.STATE
         before = _stat_key(path)
@@ -530,6 +552,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         streams: Optional[Stream] = None,
     ) -> LogLines:
         """The replica's log lines (a ``LogLines``: also ``blocks()`` of many lines)."""
+        from torchx.schedulers.local import control
+        from torchx.schedulers.local.logs import LogLines, follow_chunks, read_chunks
+
         request = self._request(app_id)
         if request is None:
             raise ValueError(f"unknown local_cwd app {app_id}")
@@ -553,6 +578,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
 
     def _cancel_existing(self, app_id: str) -> None:
         """Cancel and return once the app is terminal (see ``control.cancel``)."""
+        from torchx.schedulers.local import control
+
         request = self._request(app_id)
         if request is not None:
             control.cancel(str(self._app_dir(app_id)), request)

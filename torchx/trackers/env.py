@@ -1,0 +1,20 @@
+"""The environment names by which a job knows its trackers and its run.
+
+Kept apart from ``torchx.trackers.api`` (its backends, dataclasses and protocols) so that
+the Runner can read and write them on every submit without loading it: a job without
+trackers never imports more of ``torchx.trackers`` than this.
+"""
+
+from __future__ import annotations
+
+import re
+
+ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
+ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
+ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
+UNDEFINED_RUN_ID = "<UNDEFINED>"
+
+
+def tracker_config_env_var_name(entrypoint_name: str) -> str:
+    """``TORCHX_TRACKER_<NAME>_CONFIG`` (characters invalid in env names become ``_``)."""
+    return f"TORCHX_TRACKER_{re.sub(r'[^A-Za-z0-9]', '_', entrypoint_name).upper()}_CONFIG"
