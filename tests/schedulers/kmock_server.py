@@ -37,6 +37,7 @@ VOLCANO_JOBS = "batch.volcano.sh/v1alpha1/jobs"
 BATCH_JOBS = "batch/v1/jobs"
 PODS = "v1/pods"
 SERVICES = "v1/services"
+COMMANDS = "bus.volcano.sh/v1alpha1/commands"  # Volcano's job commands (AbortJob, ...)
 
 _LOG_PATH = re.compile(r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/log")
 
@@ -94,12 +95,13 @@ class KMockServer:
         self._stop = asyncio.Event()
         async with kmock.KubernetesEmulator() as km, kmock.Server(km) as server:
             self.km = km
-            for res in (VOLCANO_JOBS, BATCH_JOBS, PODS, SERVICES):
+            for res in (VOLCANO_JOBS, BATCH_JOBS, PODS, SERVICES, COMMANDS):
                 km.resources[res] = {}
             km.resources[VOLCANO_JOBS].kind = "Job"
             km.resources[BATCH_JOBS].kind = "Job"
             km.resources[PODS].kind = "Pod"
             km.resources[SERVICES].kind = "Service"
+            km.resources[COMMANDS].kind = "Command"
             km["get", _LOG_PATH] << self._serve_log
             self.url = str(server.url).rstrip("/")
             self._ready.set()

@@ -19,7 +19,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torchx
-from torchx.schedulers.api import OWNER, InvalidAppError, app_idempotency_token
+from torchx.schedulers.api import OWNER, STALL_TIMEOUT, InvalidAppError, app_idempotency_token
 from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     AppDef,
@@ -54,6 +54,9 @@ ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 ANNOTATION_SUBMITTED_AT = "torchx.pytorch.org/submitted-at"
 # the job's owner (``Runner.run(owner=...)``, compact JSON: a label value cannot hold it)
 ANNOTATION_OWNER = "torchx.pytorch.org/owner"
+# ``Runner.run(stall_timeout=S)``; and why a waiter stopped the job as stalled (``activity``)
+ANNOTATION_STALL_TIMEOUT = "torchx.pytorch.org/stall-timeout"
+ANNOTATION_FAILURE_REASON = "torchx.pytorch.org/failure-reason"
 
 VOLCANO_GROUP = "batch.volcano.sh"
 VOLCANO_VERSION = "v1alpha1"
@@ -344,12 +347,14 @@ def _app_labels(app: AppDef, unique_name: str) -> Dict[str, str]:
 
 def _job_annotations(app: AppDef) -> Dict[str, str]:
     """Annotations of the app's top-level objects (a keyed submission's submit time, the
-    owner)."""
+    owner, the stall timeout)."""
     annotations = {}
     if app_idempotency_token(app):
         annotations[ANNOTATION_SUBMITTED_AT] = str(time.time_ns())
     if app.metadata.get(OWNER):
         annotations[ANNOTATION_OWNER] = app.metadata[OWNER]
+    if app.metadata.get(STALL_TIMEOUT):
+        annotations[ANNOTATION_STALL_TIMEOUT] = app.metadata[STALL_TIMEOUT]
     return annotations
 
 

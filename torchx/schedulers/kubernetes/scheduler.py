@@ -55,6 +55,7 @@ from torchx.schedulers.api import (
 )
 from torchx.schedulers.kubernetes import logs as kl
 from torchx.schedulers.kubernetes import status as ks
+from torchx.schedulers.kubernetes.activity import StallHooks
 from torchx.schedulers.kubernetes.api import (
     KubernetesError,
     api_errors,
@@ -157,7 +158,7 @@ def parse_app_id(app_id: str) -> Tuple[str, str]:
     return namespace, name
 
 
-class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
+class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     """Submits, watches, tails and deletes torchx apps on a Kubernetes cluster."""
 
     def __init__(
@@ -409,9 +410,8 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             return ks.volcano_task_state(job, task_name(role_dns, replica_id))
 
         restarts = int((job.get("status") or {}).get("retryCount") or 0)
-        return ks.describe_response(
-            app_id, ks.volcano_state(job), roles, pods, from_task_counts, restarts, ""
-        )
+        state, msg = ks.volcano_state(job), ks.failure_reason(job)  # msg: why torchx stopped it
+        return ks.describe_response(app_id, state, roles, pods, from_task_counts, restarts, msg)
 
     def _describe_indexed(
         self, app_id: str, jobs: List[Dict[str, Any]], pods: List[Dict[str, Any]]

@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, DescribeAppResponse
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, STALL_TIMEOUT, DescribeAppResponse
 from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_COMPLETION_INDEX,
+    ANNOTATION_FAILURE_REASON,
     ANNOTATION_OWNER,
     ANNOTATION_ROLE_NAME,
+    ANNOTATION_STALL_TIMEOUT,
     GPU_RESOURCE,
     LABEL_IDEMPOTENCY_TOKEN,
     LABEL_REPLICA_ID,
@@ -99,12 +101,14 @@ def _meta(obj: Obj) -> Obj:
 
 
 def job_metadata(job: Obj) -> Dict[str, str]:
-    """The app metadata a job stores: its idempotency token (a label) and owner (an
-    annotation), as ``DescribeAppResponse.metadata``."""
+    """The app metadata a job stores: its idempotency token (a label), owner and stall
+    timeout (annotations), as ``DescribeAppResponse.metadata``."""
     meta = _meta(job)
+    annotations = meta.get("annotations") or {}
     found = {
         IDEMPOTENCY_TOKEN: (meta.get("labels") or {}).get(LABEL_IDEMPOTENCY_TOKEN),
-        OWNER: (meta.get("annotations") or {}).get(ANNOTATION_OWNER),
+        OWNER: annotations.get(ANNOTATION_OWNER),
+        STALL_TIMEOUT: annotations.get(ANNOTATION_STALL_TIMEOUT),
     }
     return {k: str(v) for k, v in found.items() if v}
 
@@ -210,7 +214,14 @@ def most_advanced(states: Iterable[AppState], default: AppState) -> AppState:
     return default if best is None else best
 
 
+def failure_reason(job: Obj) -> str:
+    """Why torchx stopped the job (a stalled app, ``activity``); "" if it did not."""
+    return str((_meta(job).get("annotations") or {}).get(ANNOTATION_FAILURE_REASON) or "")
+
+
 def volcano_state(job: Obj) -> AppState:
+    if failure_reason(job):  # stopped by a waiter as stalled: FAILED even once aborted
+        return AppState.FAILED
     if _meta(job).get("deletionTimestamp"):
         return AppState.CANCELLED
     phase = ((job.get("status") or {}).get("state") or {}).get("phase")
@@ -232,6 +243,8 @@ def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
 
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
     """(state, message) of a ``batch/v1`` Job from its conditions and counters."""
+    if failure_reason(job):  # stopped by a waiter as stalled (suspended): FAILED
+        return AppState.FAILED, failure_reason(job)
     if _meta(job).get("deletionTimestamp"):
         return AppState.CANCELLED, ""
     status = job.get("status") or {}
