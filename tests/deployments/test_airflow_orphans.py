@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from typing import Any, Iterator, List
+from urllib.parse import quote
 
 import psutil
 import pytest
@@ -56,6 +57,18 @@ for dag_id, retries in (("orphan_no_retry", 0), ("orphan_retry", 1)):
         )
     globals()[dag_id] = dag
 
+# a task whose job may outlive it: neither the listener nor `torchx reap` cancels it
+with DAG(dag_id="orphan_keep", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as k:
+    TorchXOperator(
+        task_id="job",
+        component="utils.sh",
+        component_args=["sh", "-c", WAIT],
+        deferrable=False,
+        poll_interval=0.5,
+        cancel_on_kill=False,
+    )
+orphan_keep = k
+
 # a task that does not wait: it succeeds while its job runs, on purpose
 with DAG(dag_id="detached", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as d:
     TorchXOperator(
@@ -83,7 +96,7 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
             mp.setenv(k, v)
         try:
             with airflow_deployment(work, dags, torchx_env) as deployment:
-                for dag_id in ("orphan_no_retry", "orphan_retry", "detached"):
+                for dag_id in ("orphan_no_retry", "orphan_retry", "orphan_keep", "detached"):
                     deployment.unpause(dag_id)
                 yield deployment
         finally:
@@ -112,6 +125,22 @@ def _owner(app_id: str) -> Any:
     with get_runner() as runner:
         appdef = runner.describe(f"local_cwd://torchx/{app_id}")
     return owner_of(appdef.metadata if appdef else None)
+
+
+def _handle_pushed(af: AirflowDeployment, ti: Any) -> Any:
+    """Wait until the task pushed its ``app_handle`` XCom, by which the listener finds the
+    job: a worker killed between the submit and that push leaves the job to ``torchx reap``
+    (its owner is with the job), which these tests do not exercise."""
+    dag, run, task = ti
+    path = f"/dags/{dag}/dagRuns/{quote(run, safe='')}/taskInstances/{task}/xcomEntries/app_handle"
+
+    def pushed() -> Any:
+        try:
+            return af.api("GET", path).get("value")
+        except AssertionError:  # 404 until the task pushed it
+            return None
+
+    return poll(pushed, DEADLINE, f"the app_handle XCom of {ti}")
 
 
 def _reap(af: AirflowDeployment, *args: str) -> subprocess.CompletedProcess[str]:
@@ -147,6 +176,7 @@ def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployme
     assert owner.ids["map"] == -1 and owner.ids["try"] == 1
     before = _app_pids(app.app_id)
     assert len(before) >= 2, before  # the supervisor and the replica's shell at least
+    _handle_pushed(af, ti)
     _kill_worker(af, app.app_id)  # SIGKILL: no on_kill runs
     assert psutil.pid_exists(_supervisor_pid(app.app_id))  # the job outlived its worker
     af.wait_task(ti, {"failed"}, HEARTBEAT_TIMEOUT + CRASH_DEADLINE)
@@ -167,6 +197,37 @@ def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployme
     assert state == "CANCELLED"
     assert not left, left
     assert "cancelling" in (af.home / "scheduler.log").read_text()
+
+
+def test_worker_killed_with_cancel_on_kill_false_keeps_the_app(af: AirflowDeployment) -> None:
+    """The operator's ``cancel_on_kill=False`` reaches the listener in the scheduler process
+    (where the operator's settings are not) through the owner stored with the job."""
+    ti, flag = _run(af, "orphan_keep")
+    af.wait_task(ti, {"running"}, DEADLINE)
+    app = _running_app(ti)
+    handle = f"local_cwd://torchx/{app.app_id}"
+    owner = _owner(app.app_id)
+    assert owner is not None and owner.cancel is False, owner
+    _handle_pushed(af, ti)
+    _kill_worker(af, app.app_id)  # SIGKILL: no on_kill runs
+    af.wait_task(ti, {"failed"}, HEARTBEAT_TIMEOUT + CRASH_DEADLINE)
+    try:
+        poll(
+            lambda: f"{handle} outlives its task" in (af.home / "scheduler.log").read_text(),
+            REAPED_WITHIN,
+            "the listener in the scheduler saw the failed task and kept its job",
+        )
+        assert [(a.app_id, a.state.name) for a in _apps(ti)] == [(app.app_id, "RUNNING")]
+        listed = _reap(af)  # not a dry run
+        assert listed.returncode == 0, listed.stderr
+        assert f"kept {handle}" in listed.stdout and "cancel: false" in listed.stdout
+        assert [(a.app_id, a.state.name) for a in _apps(ti)] == [(app.app_id, "RUNNING")]
+    finally:
+        flag.touch()
+    state = poll_until(
+        lambda: [a.state.name for a in _apps(ti)], lambda s: s == ["SUCCEEDED"], DEADLINE, 0.5
+    )
+    assert state == ["SUCCEEDED"]
 
 
 def test_worker_killed_with_a_retry_left_keeps_the_app(af: AirflowDeployment) -> None:

@@ -92,7 +92,7 @@ def reap_task_instance(ti: Any) -> Optional[str]:
         app = runner.describe(handle)
         owner = owner_of(app.metadata if app is not None else None)
         if owner is not None and not owner.cancel:
-            logger.info("torchx: %s outlives its task (cancel_on_kill=False)", handle)
+            logger.warning("torchx: %s outlives its task (cancel_on_kill=False)", handle)
             return None
         logger.warning(
             "torchx: task %s.%s (run %s, map %s) ended %s while %s runs: cancelling it",
