@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import psutil
 import pytest
 
-from tests.polling import poll
+from tests.polling import poll, poll_until
 from tests.processes import job_processes, wait_for_job_processes
 from tests.schedulers.test_local_support import (
     alive,
@@ -175,12 +175,26 @@ def test_a_reused_replica_pid_is_never_ours(tmp_path: Path) -> None:
             impostor.wait()
 
 
+def _has_own_session_sleep(procs: List[psutil.Process]) -> bool:
+    """Four processes, one of them a ``sleep`` leading its own session."""
+
+    def own_session_sleep(p: psutil.Process) -> bool:
+        try:
+            return p.name() == "sleep" and os.getsid(p.pid) == p.pid
+        except (psutil.Error, ProcessLookupError):
+            return False
+
+    return len(procs) == 4 and any(own_session_sleep(p) for p in procs)
+
+
 def test_cancel_ends_term_ignoring_and_setsid_processes_and_returns_final_state() -> None:
     script = "trap '' TERM; setsid sleep 90 & sleep 90"
     with get_runner() as runner:
         h = runner.run_component("utils.sh", ["bash", "-c", script], "local_cwd")
-        procs = wait_for_job_processes(h, 4)  # sh -c (utils.sh), bash and two sleeps
-        assert any(p.name() == "sleep" and os.getsid(p.pid) == p.pid for p in procs)
+        wait_for_job_processes(h, 4)  # sh -c (utils.sh), bash and two sleeps
+        # the background child is `setsid` (or bash) until it execs sleep: poll, not count
+        procs = poll_until(lambda: job_processes(h), _has_own_session_sleep)
+        assert _has_own_session_sleep(procs), procs
         out = torchx("cancel", h)
         assert out.returncode == 0 and out.stdout.split() == [h, "CANCELLED"], out
         # cancel returned: everything is gone and the state is final, no waiting
