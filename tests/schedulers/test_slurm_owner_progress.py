@@ -84,7 +84,10 @@ def test_progress_of_a_running_job_shows_in_torchx_status(env: Path) -> None:
     try:
         status = poll_until(
             lambda: _tx("status", handle).stdout,
-            lambda out: re.search(r"progress: step ([1-9]\d*)/100", out) is not None,
+            # the first report has no rate yet: wait for one with a rate and an ETA
+            lambda out: (
+                re.search(r"progress: step ([1-9]\d*)/100, [\d.]+ steps/s, ETA", out) is not None
+            ),
             timeout=180,
             every=1.0,
         )
