@@ -162,11 +162,6 @@ def with_env(
 # ---------------------------------------------------------------------------- while it runs
 
 
-def progress_metrics(report: Progress) -> Dict[str, float]:
-    """A progress report as run metrics (``Progress.as_metrics``)."""
-    return report.as_metrics()
-
-
 @dataclass
 class _Watch:
     trackers: Dict[str, Optional[str]]
@@ -242,7 +237,7 @@ class JobRecorder:
             return  # nothing new (or the rank sent it to the run itself): look again later
         watch.next_log = time.monotonic() + PROGRESS_METRICS_INTERVAL
         watch.logged_step = report.step
-        self.record(watch.trackers, handle, watch.env, progress_metrics(report), report.step)
+        self.record(watch.trackers, handle, watch.env, report.as_metrics(), report.step)
 
     def end(self, handle: str, roles: Sequence[Role], state: AppState, msg: str) -> None:
         """Record the app's end (``ended``), then end its run with ``state``."""
