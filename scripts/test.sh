@@ -21,4 +21,4 @@ if [ $# -eq 0 ]; then
 fi
 # Two workers: most tests wait on processes, Slurm or servers; tests that share the Slurm
 # cluster or the Ray head stay on one worker (tests/conftest.py). TORCHX_TEST_WORKERS=0: serial.
-.venv/bin/python -m pytest -q -n "${TORCHX_TEST_WORKERS:-2}" "$@"
+.venv/bin/python -m pytest -q -n "${TORCHX_TEST_WORKERS:-2}" --durations=25 "$@"

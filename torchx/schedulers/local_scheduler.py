@@ -22,6 +22,7 @@ from torchx.schedulers.local.images import (
     LocalDirectoryImageProvider,
     LocalOpts,
     ReplicaParam,
+    _join_PATH,  # noqa: F401
 )
 from torchx.schedulers.local.scheduler import (
     COMBINED_LOG,
@@ -32,7 +33,6 @@ from torchx.schedulers.local.scheduler import (
     LocalScheduler,
     PopenRequest,
     UnreadableAppError,
-    _join_PATH,  # noqa: F401
     create_scheduler,
     log,  # noqa: F401
 )

@@ -12,6 +12,8 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import shutil
+import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, TypedDict
 
@@ -168,3 +170,26 @@ def set_cuda_visible_devices(
             end = start + role.resource.gpu
             replica.env[ENV_CUDA_VISIBLE_DEVICES] = ",".join(map(str, range(start, end)))
             start = end
+
+
+def search_path(extra_paths: List[str]) -> str:
+    """A replica's ``PATH``: this interpreter's bin directory first (so ``torchrun`` and
+    ``python`` are the launcher's, venv activated or not), then ``extra_paths``, then the
+    launcher's ``PATH``, without repeats."""
+    parts = [os.path.dirname(sys.executable), *extra_paths, os.environ.get("PATH", "")]
+    seen: List[str] = []
+    for p in os.pathsep.join(parts).split(os.pathsep):
+        if p and p not in seen:
+            seen.append(p)
+    return os.pathsep.join(seen)
+
+
+def _join_PATH(*paths: Optional[str]) -> str:
+    """Join ``PATH`` parts, skipping empty ones and stray separators at their ends."""
+    return os.pathsep.join(p.strip(os.pathsep) for p in paths if p)
+
+
+def check_entrypoint(role: str, entry: str, path_env: str, cwd: str) -> None:
+    """Refuse at submit an entrypoint that is neither on ``path_env`` nor in ``cwd``."""
+    if shutil.which(entry, path=path_env) is None and not os.path.isfile(os.path.join(cwd, entry)):
+        raise InvalidAppError(f"role {role!r}: entrypoint {entry!r} not found on PATH or in {cwd}")

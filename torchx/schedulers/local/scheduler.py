@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,7 +37,10 @@ from torchx.schedulers.local.images import (
     LocalDirectoryImageProvider,
     LocalOpts,
     ReplicaParam,
+    _join_PATH,
+    check_entrypoint,
     cuda_device_count,
+    search_path,
     set_cuda_visible_devices,
 )
 from torchx.schedulers.local.protocol import BadRecord, ReplicaSpec, Request, RoleSpec, State
@@ -218,17 +220,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
 
     # ------------------------------------------------------------------ submit
 
-    def _path_env(self, prepend_cwd: bool) -> str:
-        parts = [os.path.dirname(sys.executable)] + self._extra_paths
-        if prepend_cwd:
-            parts.insert(0, os.getcwd())
-        parts.append(os.environ.get("PATH", ""))
-        seen: List[str] = []
-        for p in os.pathsep.join(parts).split(os.pathsep):
-            if p and p not in seen:
-                seen.append(p)
-        return os.pathsep.join(seen)
-
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         from torchx.specs.serialize import appdef_to_dict
 
@@ -238,7 +229,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         )
         app_log_dir = os.path.join(log_root, self.session_name, app_id)
         prepend_cwd = bool(cfg.get("prepend_cwd"))
-        path_env = self._path_env(False)
+        path_env = search_path(self._extra_paths)
         provider = self._image_provider_class(dict(cfg))  # type: ignore[arg-type]
         req = PopenRequest(
             app_id=app_id,
@@ -284,7 +275,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                     }
                 )
                 if replica_id == 0:
-                    _check_entrypoint(role.name, param.args[0], path_env, param.cwd)
+                    check_entrypoint(role.name, param.args[0], path_env, param.cwd)
                 params.append(param)
                 dirs.append(rdir)
             req.role_params[role.name] = params
@@ -583,16 +574,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         request = self._request(app_id)
         if request is not None:
             control.cancel(str(self._app_dir(app_id)), request)
-
-
-def _join_PATH(*paths: Optional[str]) -> str:
-    """Join ``PATH`` parts, skipping empty ones and stray separators at their ends."""
-    return os.pathsep.join(p.strip(os.pathsep) for p in paths if p)
-
-
-def _check_entrypoint(role: str, entry: str, path_env: str, cwd: str) -> None:
-    if shutil.which(entry, path=path_env) is None and not os.path.isfile(os.path.join(cwd, entry)):
-        raise InvalidAppError(f"role {role!r}: entrypoint {entry!r} not found on PATH or in {cwd}")
 
 
 def _stat_key(path: Path) -> Optional[tuple[int, int]]:
