@@ -10,6 +10,7 @@ only ``if TYPE_CHECKING:`` blocks are left out (annotations, no run-time edge).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
@@ -247,6 +248,23 @@ def test_no_torchx_import_goes_through_a_lazy_module_getattr() -> None:
                     if f"{node.module}.{name}" not in modules:
                         bad.append(f"{mod}: from {node.module} import {name}")
     assert not bad, bad
+
+
+def test_the_trackers_package_names_modules_the_runner_imports() -> None:
+    """``torchx.trackers``' docstring says which modules every submit loads: each module it
+    names exists, and ``torchx.runner.api`` imports it (directly or through others)."""
+    modules = _modules()
+    doc = ast.get_docstring(ast.parse(modules["torchx.trackers"].read_text())) or ""
+    named = re.findall(r"``(torchx(?:\.\w+)+)``", doc)
+    assert named
+    assert [m for m in named if m not in modules] == []
+    graph, seen, todo = import_graph(), set(), ["torchx.runner.api"]
+    while todo:
+        mod = todo.pop()
+        if mod not in seen:
+            seen.add(mod)
+            todo += graph[mod]
+    assert [m for m in named if m not in seen] == []
 
 
 def test_the_check_sees_a_circle_and_a_deferred_import() -> None:

@@ -1,9 +1,10 @@
 """Trackers: record what a torchx job produced and consumed (fsspec and MLflow backends).
 
-The names below load on first use: the Runner imports ``torchx.trackers.env`` and
-``torchx.trackers.job_run`` on every submit, and a job without trackers needs nothing else
-(``api``: backends, dataclasses, protocols; ``markers``: fsspec, hashlib). Inside torchx,
-import from the defining module (``tests/util/test_import_graph.py``).
+The names below load on first use: the Runner imports ``torchx.trackers.env`` on every
+submit (its tracker session is ``torchx.runner.tracker_session``), and a job without
+trackers needs nothing else (``api``: backends, dataclasses, protocols; ``markers``:
+fsspec, hashlib). Inside torchx, import from the defining module
+(``tests/util/test_import_graph.py``).
 """
 
 from typing import Any
