@@ -21,9 +21,12 @@ wait (``wait_for_completion=False``, a ``TorchXSensor`` waits later) succeeds wh
 runs, on purpose; a user's "mark success" of a running or deferred task already reaches
 the operator's or the trigger's ``on_kill``. (Airflow 3.3 has no listener hook for
 ``removed``: ``torchx reap`` covers that one.)
-The job is the one the task pushed as its ``app_handle`` XCom; one already finished is
-left alone, and so is one whose stored owner says ``cancel: false`` (the operator's
-``cancel_on_kill=False``: the listener runs where the operator's settings are not).
+The job is the one the task pushed as its ``app_handle`` XCom, and it is cancelled only if
+the owner stored with it is this task instance (dag, run, task, map index; any try, as a
+retry re-attaches to the job of an earlier one). One already finished is left alone, and
+so is, with a warning, one whose stored owner cannot be read, is another task instance, or
+says ``cancel: false`` (the operator's ``cancel_on_kill=False``: the listener runs where
+the operator's settings are not): a cancel needs a fact, not a doubt.
 Nothing here raises into Airflow: a failure is logged.
 """
 
@@ -31,10 +34,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
+
+if TYPE_CHECKING:  # torchx loads when a task fails, not with the plugin
+    from torchx.pipelines.owner import Owner
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +80,18 @@ def _app_handle(ti: Any) -> Optional[str]:
     return str(value) if value else None
 
 
+def _is_owner(owner: Owner, ti: Any) -> bool:
+    """Whether ``owner`` is task instance ``ti``, in any try."""
+    map_index = getattr(ti, "map_index", None)
+    mine = (ti.dag_id, ti.run_id, ti.task_id, -1 if map_index is None else int(map_index))
+    ids = owner.ids
+    try:
+        theirs = (ids.get("dag"), ids.get("run"), ids.get("task"), int(ids.get("map", -1)))
+    except (TypeError, ValueError):  # a malformed map index is nobody's
+        return False
+    return owner.kind == "airflow" and theirs == mine
+
+
 def reap_task_instance(ti: Any) -> Optional[str]:
     """Cancel the live job of ``ti`` if ``ti`` ended for good; the cancelled handle."""
     state = _state(ti)
@@ -91,8 +109,16 @@ def reap_task_instance(ti: Any) -> Optional[str]:
             return None
         app = runner.describe(handle)
         owner = owner_of(app.metadata if app is not None else None)
-        if owner is not None and not owner.cancel:
+        if owner is None:
+            logger.warning("torchx: %s kept: its owner cannot be read", handle)
+            return None
+        if not owner.cancel:
             logger.warning("torchx: %s outlives its task (cancel_on_kill=False)", handle)
+            return None
+        if not _is_owner(owner, ti):
+            logger.warning(
+                "torchx: %s kept: its owner is %s, not this task", handle, owner.describe()
+            )
             return None
         logger.warning(
             "torchx: task %s.%s (run %s, map %s) ended %s while %s runs: cancelling it",

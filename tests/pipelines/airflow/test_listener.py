@@ -1,0 +1,107 @@
+"""torchx's Airflow listener with real Airflow 3 (a ``dag.test`` run on sqlite, its
+``app_handle`` XCom read from the metadata database as in the scheduler) and real
+local_cwd jobs: a failed task instance cancels only a live job whose stored owner is that
+task instance (in any try); an unreadable owner, another task instance's or one that
+keeps its job (``cancel: false``) keeps the job, with a warning."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import pytest
+
+from tests.pipelines.airflow.test_operator import _dag
+from tests.polling import poll_until
+
+DEADLINE = 60.0
+
+
+def _owner(**ids: Any) -> str:
+    import json
+
+    return json.dumps({"kind": "airflow", **ids})
+
+
+def _state(handle: str) -> str:
+    from torchx.runner import get_runner
+
+    with get_runner() as runner:
+        status = runner.status(handle)
+    return status.state.name if status is not None else ""
+
+
+class _Warnings(logging.Handler):
+    """The listener's warnings (Airflow's logging config leaves ``caplog`` nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_the_listener_cancels_only_the_job_of_this_task_instance(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.models.xcom import XComModel
+
+    from torchx.pipelines.airflow.listener import HANDLE_XCOM, logger, reap_task_instance
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    dag = _dag(
+        "listener_owner",
+        component="utils.sh",
+        component_args=["sleep", "600"],
+        wait_for_completion=False,  # the task succeeds, its job runs on
+    )
+    dag_run = dag.test()
+    dag_id, run_id = dag_run.dag_id, dag_run.run_id
+    ti = SimpleNamespace(
+        state="failed", dag_id=dag_id, run_id=run_id, task_id="job", map_index=-1, try_number=2
+    )
+
+    def point_xcom_at(handle: str) -> None:
+        XComModel.set(HANDLE_XCOM, handle, dag_id=dag_id, task_id="job", run_id=run_id)
+
+    mine = {"dag": dag_id, "run": run_id, "task": "job", "map": -1, "try": 1}
+    others: dict[str, Optional[str]] = {
+        "no owner": None,
+        "unparseable owner": "{not json",
+        "another task": _owner(**{**mine, "task": "other"}),
+        "another run": _owner(**{**mine, "run": "manual__other"}),
+        "another dag": _owner(**{**mine, "dag": "other"}),
+        "another map index": _owner(**{**mine, "map": 2}),
+        "a malformed map index": _owner(**{**mine, "map": "x"}),
+        "cancel: false": _owner(**mine, cancel=False),
+    }
+    with get_runner() as runner:
+        real = next(a.app_handle for a in runner.list("local_cwd"))  # the task's own job
+        handles = {
+            why: runner.run_component("utils.sh", ["sleep", "600"], "local_cwd", owner=owner)
+            for why, owner in others.items()
+        }
+        try:
+            for why, handle in handles.items():
+                point_xcom_at(handle)
+                warnings = _Warnings()
+                logger.addHandler(warnings)
+                try:
+                    assert reap_task_instance(ti) is None, why
+                finally:
+                    logger.removeHandler(warnings)
+                assert _state(handle) == "RUNNING", why
+                assert [w for w in warnings.lines if handle in w], (why, warnings.lines)
+                assert not [w for w in warnings.lines if "cancelling" in w], why
+            # the task's own job, pushed in try 1, is cancelled when a later try fails
+            point_xcom_at(real)
+            assert reap_task_instance(ti) == real
+            state = poll_until(lambda: _state(real), lambda s: s == "CANCELLED", DEADLINE)
+            assert state == "CANCELLED"
+        finally:
+            for handle in [real, *handles.values()]:
+                runner.cancel(handle)
