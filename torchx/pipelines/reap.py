@@ -24,6 +24,7 @@ token.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import urllib.error
@@ -42,7 +43,12 @@ TIMEOUT = 30.0
 
 
 class ReapError(Exception):
-    """An orchestrator could not be asked (unreachable, refused, bad answer): one line."""
+    """An owner's state could not be had (refused, bad answer, malformed owner): one line."""
+
+
+class Unreachable(ReapError):
+    """The orchestrator itself cannot be asked (no connection, a timeout, credentials
+    refused with 401): no owner of it can be, so it is not asked again in this run."""
 
 
 @dataclass
@@ -64,7 +70,8 @@ class Candidate:
 
 
 def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any]] = None) -> Any:
-    """GET (or POST ``body``) ``url``; None on 404; ReapError on anything else that fails."""
+    """GET (or POST ``body``) ``url``; None on 404; Unreachable when the orchestrator cannot
+    be asked (connection, timeout, 401); ReapError on any other failure (this URL's)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
     request.add_header("Content-Type", "application/json")
@@ -76,10 +83,13 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
     except urllib.error.HTTPError as e:
         if e.code == 404:
             return None
-        raise ReapError(f"{url}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
+        error = Unreachable if e.code == 401 else ReapError
+        raise error(f"{url}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise ReapError(f"cannot reach {url}: {reason}") from None
+        raise Unreachable(f"cannot reach {url}: {reason}") from None
+    except (ValueError, http.client.HTTPException) as e:
+        raise ReapError(f"{url}: bad answer: {e}") from None
 
 
 # ---------------------------------------------------------------------------- orchestrators
@@ -101,11 +111,12 @@ class Orchestrators:
         self._down: Dict[str, str] = {}
 
     def state(self, owner: Owner) -> Tuple[str, bool]:
-        """``(state, finished for good)`` of ``owner``; ReapError if it cannot be asked
-        (remembered per orchestrator URL, so a dead one costs one timeout per run)."""
+        """``(state, finished for good)`` of ``owner``; ReapError if it cannot be had (an
+        unreachable orchestrator is remembered per URL, so it costs one timeout per run;
+        any other error concerns this owner only)."""
         where = owner.api or owner.kind
         if where in self._down:
-            raise ReapError(self._down[where])
+            raise Unreachable(self._down[where])
         try:
             if owner.kind == "airflow":
                 return self._airflow(owner)
@@ -113,7 +124,7 @@ class Orchestrators:
                 return self._prefect(owner)
             if owner.kind == "kfp":
                 return self._kfp(owner)
-        except ReapError as e:
+        except Unreachable as e:
             self._down[where] = str(e)
             raise
         return f"unknown ({owner.kind} owners are not looked up)", False
@@ -139,7 +150,7 @@ class Orchestrators:
             answer = _get_json(f"{base}/auth/token", {}, body)
             token = str((answer or {}).get("access_token") or "")
             if not token:
-                raise ReapError(f"{base}/auth/token gave no access_token for user {user!r}")
+                raise Unreachable(f"{base}/auth/token gave no access_token for user {user!r}")
         self._airflow_tokens[base] = token
         return token
 

@@ -1,0 +1,108 @@
+"""``torchx reap`` against Airflow's REST API v2 (``GET /api/v2/dags/{dag}/dagRuns/{run}/
+taskInstances/{task}[/{map}]``, answers in the documented ``TaskInstanceResponse`` shape)
+served by a local HTTP server on a free loopback port (and real local_cwd jobs).
+
+Why a served answer: a real Airflow deployment (``tests/deployments``) takes minutes to
+start, and cannot be made to answer 403 for one DAG, 500 once, or change a task's state
+between two questions at a chosen moment.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from torchx.pipelines.owner import Owner
+from torchx.pipelines.reap import Orchestrators, ReapError, Unreachable
+
+Answer = Tuple[int, Dict[str, str]]  # HTTP status, body
+
+
+@dataclass
+class AirflowAPI:
+    """A served Airflow API: ``answers[path]`` is the list of answers for a task instance
+    (the last one repeats); every asked path goes to ``asked``."""
+
+    url: str
+    answers: Dict[str, List[Answer]] = field(default_factory=dict)
+    asked: List[str] = field(default_factory=list)
+
+    def owner(self, dag: str, map_index: object = -1) -> Owner:
+        ids = {"dag": dag, "run": "r", "task": "t", "map": map_index, "try": 1}
+        return Owner("airflow", ids, self.url)
+
+    def answer(self, dag: str, *answers: Answer) -> None:
+        self.answers[f"/api/v2/dags/{dag}/dagRuns/r/taskInstances/t"] = list(answers)
+
+
+def ti(state: str) -> Answer:
+    return 200, {"task_id": "t", "dag_id": "d", "dag_run_id": "r", "state": state}
+
+
+@pytest.fixture()
+def airflow_api() -> Iterator[AirflowAPI]:
+    api = AirflowAPI("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            api.asked.append(self.path)
+            answers = api.answers.get(self.path)
+            if not answers:
+                self.send_error(404, "not found")
+                return
+            code, body = answers.pop(0) if len(answers) > 1 else answers[0]
+            if code != 200:
+                self.send_error(code)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps(body).encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_owners_http_error_keeps_its_job_only(airflow_api: AirflowAPI) -> None:
+    """A 403 or a 500 for one owner says nothing of the orchestrator: the next owner at the
+    same URL is asked (and its failed task reaped)."""
+    airflow_api.answer("forbidden", (403, {}))
+    airflow_api.answer("broken", (500, {}))
+    airflow_api.answer("failed", ti("failed"))
+    orchestrators = Orchestrators()
+    for dag in ("forbidden", "broken"):
+        with pytest.raises(ReapError, match="HTTP") as e:
+            orchestrators.state(airflow_api.owner(dag))
+        assert not isinstance(e.value, Unreachable)
+    assert orchestrators.state(airflow_api.owner("failed")) == ("failed", True)
+
+
+def test_a_401_or_no_connection_marks_the_orchestrator_down(airflow_api: AirflowAPI) -> None:
+    """Credentials refused (401) or nothing listening: no owner of that orchestrator can be
+    asked, so the rest of the run does not ask it again."""
+    airflow_api.answer("refused", (401, {}))
+    airflow_api.answer("failed", ti("failed"))
+    orchestrators = Orchestrators()
+    with pytest.raises(Unreachable, match="HTTP 401"):
+        orchestrators.state(airflow_api.owner("refused"))
+    with pytest.raises(Unreachable, match="HTTP 401"):
+        orchestrators.state(airflow_api.owner("failed"))
+    assert not [p for p in airflow_api.asked if "/dags/failed/" in p]
+    dead = Owner("airflow", {"dag": "d", "run": "r", "task": "t"}, "http://127.0.0.1:9")
+    with pytest.raises(Unreachable, match="cannot reach"):
+        orchestrators.state(dead)
