@@ -10,15 +10,21 @@ between two questions at a chosen moment.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from tests.polling import poll_until
 from torchx.pipelines.owner import Owner
 from torchx.pipelines.reap import Orchestrators, ReapError, Unreachable
+from torchx.runner import get_runner
 
 Answer = Tuple[int, Dict[str, str]]  # HTTP status, body
 
@@ -78,6 +84,16 @@ def airflow_api() -> Iterator[AirflowAPI]:
         server.server_close()
 
 
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))  # only this test's apps
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    for name in ("AIRFLOW_API_TOKEN", "AIRFLOW_API_USERNAME", "AIRFLOW_API_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 def test_an_owners_http_error_keeps_its_job_only(airflow_api: AirflowAPI) -> None:
     """A 403 or a 500 for one owner says nothing of the orchestrator: the next owner at the
     same URL is asked (and its failed task reaped)."""
@@ -106,3 +122,43 @@ def test_a_401_or_no_connection_marks_the_orchestrator_down(airflow_api: Airflow
     dead = Owner("airflow", {"dag": "d", "run": "r", "task": "t"}, "http://127.0.0.1:9")
     with pytest.raises(Unreachable, match="cannot reach"):
         orchestrators.state(dead)
+
+
+def _state(handle: str) -> str:
+    with get_runner() as runner:
+        status = runner.status(handle)
+    return status.state.name if status is not None else ""
+
+
+def test_a_malformed_owner_is_kept_and_the_run_goes_on(airflow_api: AirflowAPI, home: Path) -> None:
+    """An owner whose map index is not a number is kept with one line saying why; the
+    other owners are still asked and their orphans reaped (the real CLI)."""
+    airflow_api.answer("failed", ti("failed"))
+    with get_runner() as runner:
+        bad = runner.run_component(
+            "utils.sh",
+            ["sleep", "600"],
+            "local_cwd",
+            owner=airflow_api.owner("failed", "x").to_metadata(),
+        )
+        orphan = runner.run_component(
+            "utils.sh",
+            ["sleep", "600"],
+            "local_cwd",
+            owner=airflow_api.owner("failed").to_metadata(),
+        )
+        try:
+            cmd = [sys.executable, "-m", "torchx.cli.main", "reap"]
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ)
+            )
+            assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+            assert "malformed owner" in out.stderr and "map=x" in out.stderr, out.stderr
+            assert f"kept {bad} " in out.stdout and f"cancelled {orphan}" in out.stdout
+            assert _state(bad) == "RUNNING"
+            state = poll_until(lambda: _state(orphan), lambda s: s == "CANCELLED", 60)
+            assert state == "CANCELLED"
+        finally:
+            for handle in (bad, orphan):
+                runner.cancel(handle)

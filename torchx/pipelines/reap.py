@@ -163,8 +163,12 @@ class Orchestrators:
             for p in ("dags", ids.get("dag"), "dagRuns", ids.get("run"), "taskInstances")
         )
         path += "/" + urllib.parse.quote(str(ids.get("task")), safe="")
-        if int(ids.get("map", -1)) >= 0:
-            path += f"/{int(ids['map'])}"
+        try:
+            map_index = int(ids.get("map", -1))
+        except (TypeError, ValueError):
+            raise ReapError(f"malformed owner {owner.describe()}: bad map index") from None
+        if map_index >= 0:
+            path += f"/{map_index}"
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         ti = _get_json(f"{base}/api/v2/{path}", headers)
         if ti is None:
