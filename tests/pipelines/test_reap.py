@@ -23,7 +23,7 @@ import pytest
 
 from tests.polling import poll_until
 from torchx.pipelines.owner import Owner
-from torchx.pipelines.reap import Orchestrators, ReapError, Unreachable
+from torchx.pipelines.reap import Orchestrators, ReapError, Unreachable, find_candidates, reap
 from torchx.runner import get_runner
 
 Answer = Tuple[int, Dict[str, str]]  # HTTP status, body
@@ -161,4 +161,47 @@ def test_a_malformed_owner_is_kept_and_the_run_goes_on(airflow_api: AirflowAPI, 
             assert state == "CANCELLED"
         finally:
             for handle in (bad, orphan):
+                runner.cancel(handle)
+
+
+def test_each_owner_is_asked_again_just_before_its_job_is_cancelled(
+    airflow_api: AirflowAPI, home: Path
+) -> None:
+    """Between the listing and the cancel a user may clear the task (its new try
+    re-attaches to the live job) or the orchestrator may fail to answer: such a job is
+    kept; only an owner that still says it ended for good loses its job."""
+    airflow_api.answer("cleared", ti("failed"), ti("running"))
+    airflow_api.answer("flaky", ti("failed"), (500, {}))
+    airflow_api.answer("failed", ti("failed"))
+    with get_runner() as runner:
+        handles = {
+            dag: runner.run_component(
+                "utils.sh",
+                ["sleep", "600"],
+                "local_cwd",
+                owner=airflow_api.owner(dag).to_metadata(),
+            )
+            for dag in ("cleared", "flaky", "failed")
+        }
+        try:
+            orchestrators = Orchestrators()
+            found = find_candidates(runner, ["local_cwd"], orchestrators)
+            assert sorted(c.owner.ids["dag"] for c in found if c.orphan) == [
+                "cleared",
+                "failed",
+                "flaky",
+            ]
+            assert reap(runner, found, orchestrators) == [handles["failed"]]
+            verdicts = {c.owner.ids["dag"]: (c.orphan, c.owner_state) for c in found}
+            assert verdicts == {
+                "cleared": (False, "running"),
+                "flaky": (False, "unknown"),
+                "failed": (True, "failed"),
+            }
+            assert "HTTP 500" in str(next(c.error for c in found if c.owner.ids["dag"] == "flaky"))
+            assert _state(handles["cleared"]) == _state(handles["flaky"]) == "RUNNING"
+            state = poll_until(lambda: _state(handles["failed"]), lambda s: s == "CANCELLED", 60)
+            assert state == "CANCELLED"
+        finally:
+            for handle in handles.values():
                 runner.cancel(handle)

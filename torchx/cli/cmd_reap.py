@@ -51,18 +51,18 @@ class CmdReap(SubCommand):
                     f"unknown scheduler {', '.join(unknown)}; choose from "
                     f"{', '.join(sorted(runner.scheduler_backends()))}"
                 )
-            found = find_candidates(
-                runner, schedulers, Orchestrators(args.airflow_url, args.prefect_url, args.kfp_url)
-            )
+            orchestrators = Orchestrators(args.airflow_url, args.prefect_url, args.kfp_url)
+            found = find_candidates(runner, schedulers, orchestrators)
             for c in found:
                 print(c.line())
             orphans = [c for c in found if c.orphan]
             if args.dryrun:
                 print(f"{len(orphans)} orphan(s) of {len(found)} owned live app(s); dry run")
             else:
-                for handle in reap(runner, orphans):
-                    print(f"cancelled {handle}")
-                print(f"{len(orphans)} orphan(s) cancelled of {len(found)} owned live app(s)")
+                cancelled = reap(runner, orphans, orchestrators)
+                for c in orphans:  # each owner was asked again just before its cancel
+                    print(f"cancelled {c.handle}" if c.handle in cancelled else c.line())
+                print(f"{len(cancelled)} orphan(s) cancelled of {len(found)} owned live app(s)")
         errors = [c.error for c in found if c.error]
         if errors:
             raise CommandError(

@@ -11,7 +11,9 @@ succeeded keeps its job: a stage may leave its job running on purpose
 (``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a Prefect
 ``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator does not
 know is never reaped: a cancel needs a fact, not a doubt. Nor is a job whose owner asked
-to keep it (``cancel_on_kill=False``).
+to keep it (``cancel_on_kill=False``). ``reap`` asks each owner again just before it
+cancels its job (a user may have cleared the task or retried the run meanwhile, and the
+new try re-attached to the job): it cancels only if the owner still ended without success.
 
 Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
 ``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
@@ -247,10 +249,21 @@ def find_candidates(
     return found
 
 
-def reap(runner: Any, candidates: Iterable[Candidate]) -> List[str]:
-    """Cancel the orphans among ``candidates``; their handles."""
+def reap(runner: Any, candidates: Iterable[Candidate], orchestrators: Orchestrators) -> List[str]:
+    """Cancel the orphans among ``candidates``; their handles.
+
+    Each owner is asked again just before its job is cancelled: since ``find_candidates``
+    asked, a user may have cleared the task or retried the run, and its new try may have
+    re-attached to the job. A candidate whose owner no longer says it ended without
+    success, or cannot be asked, is kept (``orphan`` False, its new state or ``error``)."""
     cancelled = []
     for c in candidates:
+        if not c.orphan:
+            continue
+        try:
+            c.owner_state, c.orphan = orchestrators.state(c.owner)
+        except ReapError as e:
+            c.owner_state, c.orphan, c.error = "unknown", False, str(e)
         if c.orphan:
             runner.cancel(c.handle)
             cancelled.append(c.handle)
