@@ -323,6 +323,32 @@ def test_terminating_the_launcher_cancels_the_app(tmp_path: Path) -> None:
     assert alive == []
 
 
+def test_the_launcher_puts_the_callers_sigterm_handler_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launch's SIGTERM handler (cancel the app) serves the launch only: after a stage
+    that succeeded or failed, the caller's own handler is in place again."""
+    from torchx.pipelines.kfp.launch import launch
+
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def callers(signum: int, frame: object) -> None:
+        pass
+
+    before = signal.signal(signal.SIGTERM, callers)
+    try:
+        launch("utils.sh", ["true"])
+        assert signal.getsignal(signal.SIGTERM) is callers
+        with pytest.raises(RuntimeError):
+            launch("utils.sh", ["false"])
+        assert signal.getsignal(signal.SIGTERM) is callers
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_task_config_is_forwarded_to_the_app() -> None:
     from torchx.pipelines.kfp.launch import apply_task_config
 

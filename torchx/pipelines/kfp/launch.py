@@ -3,7 +3,8 @@
 Submits a component or AppDef through the Runner (its tracker run named after the KFP task,
 with the pipeline job, the task and the launcher's inputs as params; under KFP's own MLflow
 integration, nested under KFP's task run), copies its logs to
-stdout with ``role/replica`` prefixes, cancels the app on SIGTERM (step terminated), raises
+stdout with ``role/replica`` prefixes, cancels the app on SIGTERM (step terminated) while
+it waits (the caller's SIGTERM handler is put back after), raises
 with the worker's error when the app fails, and reads back what a successful stage recorded.
 """
 
@@ -161,13 +162,18 @@ def launch(
             runner.wait(handle, wait_interval=1, timeout=60)
             sys.exit(128 + signum)
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_term)
+        # the handler serves this wait only: the caller's is back when the wait ends
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, on_term) if main else None
         progress: List[Any] = []  # the last report (the Metrics output gets it)
         try:
-            core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=_keep(progress))
-        except core.StageFailed as e:
-            raise RuntimeError(str(e)) from None
+            try:
+                core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=_keep(progress))
+            except core.StageFailed as e:
+                raise RuntimeError(str(e)) from None
+        finally:
+            if main:  # None: a handler not set from Python, which cannot be put back
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         print(f"torchx: {handle} SUCCEEDED", flush=True)
         record = read_stage(handle, runner.trackers())
         hours = runner.resource_hours(handle)  # on the run too; here also without a tracker
