@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 from torchx.runner.api import Runner
 
 
 def tail_app_logs(
-    runner: Runner, handle: str, emit: Callable[[str, int, str], None], should_tail: bool = True
+    runner: Runner,
+    handle: str,
+    emit: Callable[[str, int, str], None],
+    should_tail: bool = True,
+    stop: Optional[threading.Event] = None,
 ) -> List[BaseException]:
     """Call ``emit(role, replica, line)`` for each line (without its newline) as it is written.
 
-    One thread per replica; ``emit`` calls are serialized. Returns the readers' errors.
+    One thread per replica; ``emit`` calls are serialized. Returns the readers' errors, or
+    within half a second of ``stop`` being set, without waiting for a replica's next line
+    (its reader, a daemon thread, ends at that line if ``emit`` then raises).
     """
     app = runner.describe(handle)
     if app is None:
@@ -38,5 +44,7 @@ def tail_app_logs(
         t.start()
     for t in threads:
         while t.is_alive():
-            t.join(timeout=0.5)  # wakes up for signals (Ctrl-C, SIGTERM)
+            if stop is not None and stop.is_set():
+                return list(errors)
+            t.join(timeout=0.5)  # wakes up for signals (Ctrl-C, SIGTERM) and ``stop``
     return errors

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
@@ -47,7 +47,7 @@ def _state(handle: str) -> str:
     return status.state.name if status is not None else ""
 
 
-def _run_and_cancel(handle: str, messages: list) -> None:
+def _run_and_cancel(handle: str, messages: list, **trigger_args: Any) -> None:
     """Run the trigger in Airflow's ``run_trigger`` until it waits on the app, then cancel
     its task once per message, letting the loop run one step between two cancels (as a
     slow log call lets the triggerer's next loop come first)."""
@@ -57,7 +57,7 @@ def _run_and_cancel(handle: str, messages: list) -> None:
 
     async def scenario() -> None:
         runner = TriggerRunner()
-        trigger = TorchXTrigger(app_handle=handle, poll_interval=0.5)
+        trigger = TorchXTrigger(app_handle=handle, poll_interval=0.5, **trigger_args)
         runner.triggers[1] = {"name": "t", "events": 0, "is_watcher": False}  # type: ignore[typeddict-item]
         task = asyncio.create_task(runner.run_trigger(1, trigger))
         runner.triggers[1]["task"] = task
@@ -100,3 +100,72 @@ def test_triggerer_stop_leaves_the_app_running(app: str) -> None:
 
 def _trigger_threads() -> list:
     return [t.name for t in threading.enumerate() if t.name.startswith("torchx-trigger")]
+
+
+class Runners:
+    """Every Runner the trigger module makes, and which of them were closed."""
+
+    def __init__(self) -> None:
+        self.made: List[Any] = []
+        self.closed: List[Any] = []
+
+    def open(self) -> List[Any]:
+        return [r for r in self.made if not any(r is c for c in self.closed)]
+
+
+@pytest.fixture()
+def runners(monkeypatch: pytest.MonkeyPatch) -> Runners:
+    from torchx.pipelines.airflow import trigger
+
+    seen = Runners()
+    real = trigger.get_runner
+
+    def get_runner(*args: Any, **kwargs: Any) -> Any:
+        runner = real(*args, **kwargs)
+        close = runner.close
+
+        def closing() -> None:
+            seen.closed.append(runner)
+            close()
+
+        runner.close = closing  # type: ignore[method-assign]
+        seen.made.append(runner)
+        return runner
+
+    monkeypatch.setattr(trigger, "get_runner", get_runner)
+    return seen
+
+
+def test_a_stopped_trigger_stops_reading_logs_without_a_line_and_closes_its_runners(
+    app: str, runners: Runners
+) -> None:
+    """The app writes no line: the trigger's log reader still ends once the triggerer
+    stops the trigger, and every Runner the trigger made is closed."""
+    _run_and_cancel(app, [None], get_logs=True, progress_interval=0.5)
+    left = poll_until(_trigger_threads, lambda names: not names, 10, 0.1)
+    assert not left  # before: the log reader waited for the app's next line
+    assert len(runners.made) >= 3  # status checks, the log reader, progress
+    assert poll_until(runners.open, lambda still: not still, 10, 0.1) == []
+    assert _state(app) == "RUNNING"
+
+
+def test_a_trigger_whose_app_ends_closes_its_runners(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch, runners: Runners
+) -> None:
+    from torchx.pipelines.airflow.trigger import TorchXTrigger
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    with get_runner() as runner:
+        handle = runner.run_component(
+            "utils.sh", ["sh", "-c", "echo one; echo two; sleep 1"], "local_cwd"
+        )
+    trigger = TorchXTrigger(handle, poll_interval=0.5, get_logs=True, progress_interval=0.5)
+
+    async def events() -> List[Dict[str, Any]]:
+        return [e.payload async for e in trigger.run()]
+
+    [event] = asyncio.run(events())
+    assert event["state"] == "SUCCEEDED" and sum(event["streamed"].values()) == 2, event
+    assert len(runners.made) >= 3
+    assert poll_until(runners.open, lambda still: not still, 10, 0.1) == []

@@ -100,21 +100,22 @@ class TorchXTrigger(BaseTrigger):
         lines: asyncio.Queue[Tuple[str, str]] = asyncio.Queue()
         stop = threading.Event()
         readers = self._start_readers(asyncio.get_running_loop(), lines, stop)
-        follower = self._follower()
-        try:
-            status = await self._wait(lines, follower)
-        except BaseException as e:  # cancelled (triggerer stop, task killed): readers end
-            stop.set()
-            if self._killed_by_user(e):
-                self._start_cancel()  # before any await: see the module's docstring
-            raise
-        if status is not None and readers is not None:
-            # the app ended: its readers reach the end of its logs; log what is left
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._drain_until(readers, lines), 30)
-        self._log_lines(lines)
-        if follower is not None and status is not None:
-            await self._progress(follower, final=True)  # the last report
+        with get_runner() as runner:  # the progress follower's, closed before the event
+            follower = self._follower(runner)
+            try:
+                status = await self._wait(lines, follower)
+            except BaseException as e:  # cancelled (triggerer stop, task killed): readers end
+                stop.set()
+                if self._killed_by_user(e):
+                    self._start_cancel()  # before any await: see the module's docstring
+                raise
+            if status is not None and readers is not None:
+                # the app ended: its readers reach the end of its logs; log what is left
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._drain_until(readers, lines), 30)
+            self._log_lines(lines)
+            if follower is not None and status is not None:
+                await self._progress(follower, final=True)  # the last report
         if status is None:
             yield TriggerEvent(self._event("UNKNOWN", "app not found"))
             return
@@ -158,13 +159,13 @@ class TorchXTrigger(BaseTrigger):
         if report is not None:
             self.log.info("%s", core.progress_line(report))
 
-    def _follower(self) -> Any:
+    def _follower(self, runner: Any) -> Any:
         if self.progress_interval is None:
             return None
 
         # the follower returns the report; it is logged here, on the loop
         return core.ProgressFollower(
-            get_runner(), self.app_handle, lambda _: None, self.progress_interval
+            runner, self.app_handle, lambda _: None, self.progress_interval
         )
 
     def _log_lines(self, lines: asyncio.Queue[Tuple[str, str]]) -> None:
@@ -191,8 +192,8 @@ class TorchXTrigger(BaseTrigger):
         stop: threading.Event,
     ) -> Optional[threading.Thread]:
         """Follow every replica's log in a daemon thread (None without ``get_logs``); each
-        line goes to ``lines`` and is counted in ``streamed``. A stopped trigger's readers
-        end at their next line (or when the app ends)."""
+        line goes to ``lines`` and is counted in ``streamed``. A stopped trigger's thread
+        ends within a second (each replica's reader at its next line, or the app's end)."""
         if not self.get_logs:
             return None
 
@@ -204,7 +205,8 @@ class TorchXTrigger(BaseTrigger):
         def follow() -> None:
             errors: List[BaseException] = []
             try:
-                errors = tail_app_logs(get_runner(), self.app_handle, emit, True)
+                with get_runner() as runner:
+                    errors = tail_app_logs(runner, self.app_handle, emit, True, stop)
             except Exception as e:
                 errors = [e]
             for error in errors:  # (a thread's log goes to the triggerer's own log)
