@@ -75,3 +75,25 @@ def test_a_pipeline_stage_that_did_not_submit_stops_a_stalled_slurm_job(
     assert e.value.status is not None and e.value.status.state == specs.AppState.FAILED
     left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
     assert left == []
+
+
+def test_a_suspended_slurm_job_is_not_judged_and_never_stopped(env: Path) -> None:  # noqa: F811
+    """SUSPENDED reads RUNNING for torchx, but its replicas cannot print: no activity to
+    judge (``last_activity`` None), so the waiter leaves it alone."""
+    import subprocess
+
+    from torchx.schedulers.slurm.scheduler import create_scheduler
+
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=5)
+        job_id = specs.parse_app_handle(handle).app_id
+        try:
+            wait_for_job_processes(handle, 1, timeout=120)
+            subprocess.run(["scontrol", "suspend", job_id], check=True, timeout=60)
+            assert create_scheduler("t").last_activity(job_id) is None
+            status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
+            assert status is not None and status.state == specs.AppState.RUNNING, status
+            assert not (env / f"slurm-{job_id}.stalled").exists()
+        finally:
+            subprocess.run(["scontrol", "resume", job_id], timeout=60)
+            runner.cancel(handle)

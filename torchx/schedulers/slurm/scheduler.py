@@ -359,8 +359,14 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def last_activity(self, app_id: str) -> Optional[float]:
         """Newest mtime of the job's log files and progress file (None before any exists:
-        the batch script has not started its step, so there is nothing to judge)."""
+        the batch script has not started its step, so there is nothing to judge).
+
+        None too unless every group is RUNNING in Slurm's own terms: SUSPENDED and
+        COMPLETING read RUNNING for torchx, but their replicas cannot print."""
         try:
+            parts = query_job(app_id) if app_id.isdigit() else []
+            if not parts or any(p["state"] != "RUNNING" for p in parts):
+                return None
             job_dir = self._job_dir(app_id)
         except ValueError:
             return None
