@@ -179,3 +179,30 @@ def test_unreadable_logs_or_no_running_pod_give_none(srv: KMockServer) -> None:
     assert sched.last_activity(app_id) is None
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Pending"}}})
     assert sched.last_activity(app_id) is None
+
+
+def test_quiet_ranks_waiting_for_a_pending_peer_are_not_stopped(srv: KMockServer) -> None:
+    """A gang reads RUNNING once some replicas run; the running ones wait silently in
+    rendezvous for a Pending peer: nothing to judge until every replica runs."""
+    handle, app_id, pods = volcano_running(srv)
+    ns, name = app_id.split(":")
+    volcano_pods(srv, app_id, ["Running", "Pending"], **running(3600))
+    srv.set_log(ns, pods[0], log((time.time() - 3600, "waiting for peers")))
+    sched = create_scheduler("t")
+    assert sched.last_activity(app_id) is None
+    status = get_runner(trackers={}).wait(handle, wait_interval=0.1, timeout=1)
+    assert status is not None and status.state == specs.AppState.RUNNING, status
+    assert srv.names(COMMANDS, ns) == []
+
+    runner = get_runner(trackers={})
+    handle = runner.run(echo_app(n=2), "kubernetes", {"job_type": "indexed"}, stall_timeout=60)
+    app_id = specs.parse_app_handle(handle).app_id
+    ns, name = app_id.split(":")
+    srv.patch(BATCH_JOBS, ns, f"{name}-echo", {"status": {"active": 2, "ready": 1}})
+    pods = indexed_pods(srv, ns, f"{name}-echo", ["Running"], **running(3600))  # index 1: none
+    srv.set_log(ns, pods[0], log((time.time() - 3600, "waiting for peers")))
+    assert sched.last_activity(app_id) is None
+    status = get_runner(trackers={}).wait(handle, wait_interval=0.1, timeout=1)
+    assert status is not None and status.state == specs.AppState.RUNNING, status
+    job = srv.get(BATCH_JOBS, ns, f"{name}-echo")
+    assert job is not None and ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]

@@ -5,8 +5,10 @@ waiter stops it as stalled (``Scheduler.last_activity`` / ``stop_stalled``, used
 Activity is output: the newest pod log line of any running replica (the API server's
 ``timestamps=True`` prefix, RFC 3339, written by the kubelet when the container wrote the
 line; ``tail_lines=1``), or a container's start or exit for replicas that printed nothing.
-Never on doubt: an app that is not RUNNING, that has no running pod (e.g. Volcano
-restarting the gang), or whose pods or logs cannot be read gives None.
+Never on doubt: an app that is not RUNNING, any of whose replicas does not run (a gang
+reads RUNNING once some pods run, while the others are still Pending and the running ranks
+wait quietly in rendezvous; or Volcano restarting the gang), or whose pods or logs cannot
+be read gives None.
 
 Stopping keeps the reason WITH THE JOB, so a fresh process's ``describe`` reads it FAILED
 with that reason. ``cancel`` deletes the objects, which would lose any annotation, so a
@@ -68,6 +70,9 @@ def last_activity(sched: Any, app_id: str) -> Optional[float]:
         desc = sched.describe(app_id)
         if desc is None or desc.state != AppState.RUNNING:
             return None
+        replicas = [r for role in desc.roles_statuses for r in role.replicas]
+        if any(r.state != AppState.RUNNING for r in replicas):
+            return None  # the running ranks may wait quietly for a pending peer
         namespace, name = app_id.split(":", 1)
         return newest_activity(sched._core(), namespace, sched._pods(namespace, name))
     except (ApiException, HTTPError, KubernetesError):
