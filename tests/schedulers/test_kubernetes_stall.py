@@ -206,3 +206,42 @@ def test_quiet_ranks_waiting_for_a_pending_peer_are_not_stopped(srv: KMockServer
     assert status is not None and status.state == specs.AppState.RUNNING, status
     job = srv.get(BATCH_JOBS, ns, f"{name}-echo")
     assert job is not None and ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]
+
+
+def test_an_app_that_completed_as_it_was_stopped_reads_succeeded(srv: KMockServer) -> None:
+    """The race: the app completes between the waiter's RUNNING and its stop. A stop that
+    comes late does nothing, and one that came first does not relabel the success."""
+    handle, app_id, pods = volcano_running(srv)
+    ns, name = app_id.split(":")
+    srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Completed"}}})
+    sched = create_scheduler("t")
+    sched.stop_stalled(app_id, REASON)  # late: the job is already done
+    assert srv.names(COMMANDS, ns) == []
+    job = srv.get(VOLCANO_JOBS, ns, name)
+    assert job is not None and ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]
+    # annotated just before Volcano marked it Completed: Completed wins
+    srv.patch(
+        VOLCANO_JOBS, ns, name, {"metadata": {"annotations": {ANNOTATION_FAILURE_REASON: REASON}}}
+    )
+    status = get_runner(trackers={}).status(handle)
+    assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+    assert REASON not in status.msg
+
+    runner = get_runner(trackers={})
+    handle = runner.run(echo_app(n=2), "kubernetes", {"job_type": "indexed"}, stall_timeout=60)
+    app_id = specs.parse_app_handle(handle).app_id
+    ns, name = app_id.split(":")
+    complete = {"type": "Complete", "status": "True"}
+    srv.patch(
+        BATCH_JOBS, ns, f"{name}-echo", {"status": {"succeeded": 2, "conditions": [complete]}}
+    )
+    pods = indexed_pods(srv, ns, f"{name}-echo", ["Succeeded", "Succeeded"])
+    sched.stop_stalled(app_id, REASON)
+    job = srv.get(BATCH_JOBS, ns, f"{name}-echo")
+    assert job is not None and not job["spec"].get("suspend")
+    assert ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]
+    assert set(pods) <= set(srv.names(PODS, ns))  # not deleted
+    annotate = {"metadata": {"annotations": {ANNOTATION_FAILURE_REASON: REASON}}}
+    srv.patch(BATCH_JOBS, ns, f"{name}-echo", annotate)
+    status = get_runner(trackers={}).status(handle)
+    assert status is not None and status.state == specs.AppState.SUCCEEDED, status

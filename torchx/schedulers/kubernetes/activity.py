@@ -22,7 +22,9 @@ stalled app is stopped without deleting them:
   then the annotation. Abort comes first: if the annotation then fails, the job is
   stopped (read CANCELLED) rather than read FAILED while still running.
 
-``status`` maps any job carrying the annotation to FAILED with the reason as ``msg``; the
+``status`` maps any job carrying the annotation to FAILED with the reason as ``msg``,
+unless it completed (``Complete`` / ``Completed`` wins: it may complete between the
+waiter's RUNNING and the stop, which re-reads the job and leaves an ended one alone); the
 objects stay until ``torchx cancel`` (or the user) deletes them.
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, cast
 
 from torchx.schedulers.kubernetes import logs as kl
+from torchx.schedulers.kubernetes import status as ks
 from torchx.schedulers.kubernetes.api import KubernetesError, api_errors
 from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_FAILURE_REASON,
@@ -39,7 +42,7 @@ from torchx.schedulers.kubernetes.manifests import (
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
 )
-from torchx.specs.api import AppState
+from torchx.specs.api import AppState, is_terminal
 
 Obj = Dict[str, Any]
 
@@ -129,13 +132,19 @@ def stop_stalled(sched: Any, app_id: str, reason: str) -> None:
         if sched._kinds.get(app_id) == JOB_TYPE_INDEXED
         else sched._get_volcano(namespace, name)
     )
+    # read again: an app that ended since the waiter saw it RUNNING is left as it ended
+    if job is not None and is_terminal(ks.volcano_state(job)):
+        return
+    jobs = [] if job is not None else sched._indexed_jobs(namespace, name)
+    if job is None and is_terminal(ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])):
+        return
     if job is not None:
         _abort_volcano(sched._custom(), namespace, job, reason)
         sched._custom().patch_namespaced_custom_object(
             VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name, annotate
         )
         return
-    for j in sched._indexed_jobs(namespace, name):
+    for j in jobs:
         body = {**annotate, "spec": {"suspend": True}}
         sched._batch().patch_namespaced_job(j["metadata"]["name"], namespace, body)
     for pod in sched._pods(namespace, name):
