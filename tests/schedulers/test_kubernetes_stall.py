@@ -15,9 +15,12 @@ tests set the phase Volcano would reach). Stamps in the logs stand in for time: 
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import datetime, timezone
 from typing import List, Tuple
+
+import pytest
 
 from torchx import specs
 from torchx.runner import get_runner
@@ -245,3 +248,36 @@ def test_an_app_that_completed_as_it_was_stopped_reads_succeeded(srv: KMockServe
     srv.patch(BATCH_JOBS, ns, f"{name}-echo", annotate)
     status = get_runner(trackers={}).status(handle)
     assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+
+
+@pytest.mark.parametrize("hook", ["last_activity", "describe", "progress", "stop_stalled"])
+def test_a_failing_stall_hook_leaves_the_app_running_and_wait_waiting(
+    srv: KMockServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    hook: str,
+) -> None:
+    """The API (or the tracker) failing while a waiter checks a stalled-looking app: never
+    on doubt, the waiter keeps waiting (an Airflow trigger would otherwise fail the task of
+    a healthy job) and the app runs on."""
+    from torchx.runner.api import Runner
+    from torchx.schedulers.kubernetes.api import KubernetesError
+    from torchx.schedulers.kubernetes.scheduler import KubernetesScheduler
+
+    handle, app_id, pods = volcano_running(srv)
+    ns, name = app_id.split(":")
+    for pod in pods:
+        srv.set_log(ns, pod, log((time.time() - 3600, "last words")))
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise KubernetesError(f"{hook}: the API server is unreachable")
+
+    owner = Runner if hook in ("describe", "progress") else KubernetesScheduler
+    monkeypatch.setattr(owner, hook, fail)
+    with caplog.at_level(logging.WARNING, logger="torchx.runner.stall"):
+        status = get_runner(trackers={}).wait(handle, wait_interval=0.1, timeout=1)
+    assert status is not None and status.state == specs.AppState.RUNNING, status
+    assert any("unreachable" in r.getMessage() for r in caplog.records), caplog.records
+    assert srv.names(COMMANDS, ns) == []
+    job = srv.get(VOLCANO_JOBS, ns, name)
+    assert job is not None and ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]
