@@ -133,6 +133,7 @@ def test_ddp_job_definition_key_fields(moto: MotoBatchServer) -> None:
     assert "is_host=$([ $AWS_BATCH_JOB_NODE_INDEX = 0 ]" in cmd  # replica id from the node index
     env = {e["name"]: e["value"] for e in c["environment"]}
     assert env["TORCHX_ROLE_IDX"] == "0" and env["TORCHX_ROLE_NAME"] == "train"
+    assert env["PYTHONUNBUFFERED"] == "1"  # prints reach CloudWatch (and stall checks)
     assert env["TORCHX_JOB_ID"] == f"aws_batch://torchx/{QUEUE}:{req.name}"
     assert jd["retryStrategy"] == {
         "attempts": 3,

@@ -74,3 +74,16 @@ def test_batch_job_printing_runs_on_then_stalled_is_terminated_failed_with_the_r
     fresh = get_runner(trackers={}).status(handle)  # another process reads it from Batch
     assert fresh is not None and fresh.state == specs.AppState.FAILED
     assert fresh.msg.startswith(reason)
+
+
+def test_batch_nodes_waiting_for_a_starting_peer_are_not_stopped(moto: MotoBatchServer) -> None:
+    """The job reads RUNNING once its main node runs; nodes waiting silently in rendezvous
+    for a STARTING peer are not stalled: nothing to judge until every node runs."""
+    runner = get_runner(trackers={})
+    handle = runner.run(_app(), "aws_batch", {"queue": QUEUE}, stall_timeout=2)
+    job_id = _job_id(handle)
+    moto.set_status(job_id, "RUNNING")
+    moto.add_node_jobs(job_id, ["RUNNING", "STARTING"])
+    status = runner.wait(handle, wait_interval=0.5, timeout=6)  # three stall timeouts
+    assert status is not None and status.state == specs.AppState.RUNNING, status
+    assert moto.job(job_id).stop is False

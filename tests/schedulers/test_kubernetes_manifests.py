@@ -74,6 +74,7 @@ def test_ddp_volcano_manifest_key_fields(srv: KMockServer) -> None:
         ]["volumes"]
         env = container_env(tmpl)
         assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+        assert env["PYTHONUNBUFFERED"] == "1"  # prints reach the pod log (and stall checks)
         assert env["TORCHX_JOB_ID"] == f"kubernetes://torchx/ml:{job['metadata']['name']}"
     # rendezvous: rank 0 hosts on localhost, the others reach it through Volcano's svc plugin
     rank0, other = (container(t["template"])["command"][2] for t in tasks)
@@ -111,6 +112,7 @@ def test_ddp_indexed_manifest_key_fields(srv: KMockServer) -> None:
         }
     }
     assert env["TORCHX_RANK0_HOST"] == f"{name}-train-0.{name}"  # stable pod DNS name of index 0
+    assert env["PYTHONUNBUFFERED"] == "1"
     cmd = container(pod)["command"][2]
     assert "is_host=$([ ${TORCHX_REPLICA_ID} = 0 ]" in cmd  # bash reads the pod's index
     assert "--rdzv_endpoint ${TORCHX_RANK0_HOST:=localhost}:29500" in cmd
@@ -121,10 +123,12 @@ def test_ddp_indexed_manifest_key_fields(srv: KMockServer) -> None:
 def test_non_shell_replica_id_uses_kubelet_expansion(srv: KMockServer) -> None:
     app = echo_app(n=3)
     app.roles[0].env["RID"] = specs.macros.replica_id
+    app.roles[0].env["PYTHONUNBUFFERED"] = "0"  # the user's own value wins
     job = get_runner().dryrun(app, "kubernetes", {"job_type": "indexed"}).request.resource
     pod = job["spec"]["template"]
     assert container(pod)["command"] == ["echo", "hi", "$(TORCHX_REPLICA_ID)"]
     assert container_env(pod)["RID"] == "$(TORCHX_REPLICA_ID)"
+    assert container_env(pod)["PYTHONUNBUFFERED"] == "0"
 
 
 def test_mounts_devices_resources_and_pod_options(srv: KMockServer) -> None:

@@ -15,9 +15,12 @@ tests set the phase Volcano would reach). Stamps in the logs stand in for time: 
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import datetime, timezone
 from typing import List, Tuple
+
+import pytest
 
 from torchx import specs
 from torchx.runner import get_runner
@@ -179,3 +182,102 @@ def test_unreadable_logs_or_no_running_pod_give_none(srv: KMockServer) -> None:
     assert sched.last_activity(app_id) is None
     srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Pending"}}})
     assert sched.last_activity(app_id) is None
+
+
+def test_quiet_ranks_waiting_for_a_pending_peer_are_not_stopped(srv: KMockServer) -> None:
+    """A gang reads RUNNING once some replicas run; the running ones wait silently in
+    rendezvous for a Pending peer: nothing to judge until every replica runs."""
+    handle, app_id, pods = volcano_running(srv)
+    ns, name = app_id.split(":")
+    volcano_pods(srv, app_id, ["Running", "Pending"], **running(3600))
+    srv.set_log(ns, pods[0], log((time.time() - 3600, "waiting for peers")))
+    sched = create_scheduler("t")
+    assert sched.last_activity(app_id) is None
+    status = get_runner(trackers={}).wait(handle, wait_interval=0.1, timeout=1)
+    assert status is not None and status.state == specs.AppState.RUNNING, status
+    assert srv.names(COMMANDS, ns) == []
+
+    runner = get_runner(trackers={})
+    handle = runner.run(echo_app(n=2), "kubernetes", {"job_type": "indexed"}, stall_timeout=60)
+    app_id = specs.parse_app_handle(handle).app_id
+    ns, name = app_id.split(":")
+    srv.patch(BATCH_JOBS, ns, f"{name}-echo", {"status": {"active": 2, "ready": 1}})
+    pods = indexed_pods(srv, ns, f"{name}-echo", ["Running"], **running(3600))  # index 1: none
+    srv.set_log(ns, pods[0], log((time.time() - 3600, "waiting for peers")))
+    assert sched.last_activity(app_id) is None
+    status = get_runner(trackers={}).wait(handle, wait_interval=0.1, timeout=1)
+    assert status is not None and status.state == specs.AppState.RUNNING, status
+    job = srv.get(BATCH_JOBS, ns, f"{name}-echo")
+    assert job is not None and ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]
+
+
+def test_an_app_that_completed_as_it_was_stopped_reads_succeeded(srv: KMockServer) -> None:
+    """The race: the app completes between the waiter's RUNNING and its stop. A stop that
+    comes late does nothing, and one that came first does not relabel the success."""
+    handle, app_id, pods = volcano_running(srv)
+    ns, name = app_id.split(":")
+    srv.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Completed"}}})
+    sched = create_scheduler("t")
+    sched.stop_stalled(app_id, REASON)  # late: the job is already done
+    assert srv.names(COMMANDS, ns) == []
+    job = srv.get(VOLCANO_JOBS, ns, name)
+    assert job is not None and ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]
+    # annotated just before Volcano marked it Completed: Completed wins
+    srv.patch(
+        VOLCANO_JOBS, ns, name, {"metadata": {"annotations": {ANNOTATION_FAILURE_REASON: REASON}}}
+    )
+    status = get_runner(trackers={}).status(handle)
+    assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+    assert REASON not in status.msg
+
+    runner = get_runner(trackers={})
+    handle = runner.run(echo_app(n=2), "kubernetes", {"job_type": "indexed"}, stall_timeout=60)
+    app_id = specs.parse_app_handle(handle).app_id
+    ns, name = app_id.split(":")
+    complete = {"type": "Complete", "status": "True"}
+    srv.patch(
+        BATCH_JOBS, ns, f"{name}-echo", {"status": {"succeeded": 2, "conditions": [complete]}}
+    )
+    pods = indexed_pods(srv, ns, f"{name}-echo", ["Succeeded", "Succeeded"])
+    sched.stop_stalled(app_id, REASON)
+    job = srv.get(BATCH_JOBS, ns, f"{name}-echo")
+    assert job is not None and not job["spec"].get("suspend")
+    assert ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]
+    assert set(pods) <= set(srv.names(PODS, ns))  # not deleted
+    annotate = {"metadata": {"annotations": {ANNOTATION_FAILURE_REASON: REASON}}}
+    srv.patch(BATCH_JOBS, ns, f"{name}-echo", annotate)
+    status = get_runner(trackers={}).status(handle)
+    assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+
+
+@pytest.mark.parametrize("hook", ["last_activity", "describe", "progress", "stop_stalled"])
+def test_a_failing_stall_hook_leaves_the_app_running_and_wait_waiting(
+    srv: KMockServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    hook: str,
+) -> None:
+    """The API (or the tracker) failing while a waiter checks a stalled-looking app: never
+    on doubt, the waiter keeps waiting (an Airflow trigger would otherwise fail the task of
+    a healthy job) and the app runs on."""
+    from torchx.runner.api import Runner
+    from torchx.schedulers.kubernetes.api import KubernetesError
+    from torchx.schedulers.kubernetes.scheduler import KubernetesScheduler
+
+    handle, app_id, pods = volcano_running(srv)
+    ns, name = app_id.split(":")
+    for pod in pods:
+        srv.set_log(ns, pod, log((time.time() - 3600, "last words")))
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise KubernetesError(f"{hook}: the API server is unreachable")
+
+    owner = Runner if hook in ("describe", "progress") else KubernetesScheduler
+    monkeypatch.setattr(owner, hook, fail)
+    with caplog.at_level(logging.WARNING, logger="torchx.runner.stall"):
+        status = get_runner(trackers={}).wait(handle, wait_interval=0.1, timeout=1)
+    assert status is not None and status.state == specs.AppState.RUNNING, status
+    assert any("unreachable" in r.getMessage() for r in caplog.records), caplog.records
+    assert srv.names(COMMANDS, ns) == []
+    job = srv.get(VOLCANO_JOBS, ns, name)
+    assert job is not None and ANNOTATION_FAILURE_REASON not in job["metadata"]["annotations"]

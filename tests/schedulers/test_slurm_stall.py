@@ -75,3 +75,71 @@ def test_a_pipeline_stage_that_did_not_submit_stops_a_stalled_slurm_job(
     assert e.value.status is not None and e.value.status.state == specs.AppState.FAILED
     left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
     assert left == []
+
+
+def test_a_suspended_slurm_job_is_not_judged_and_never_stopped(env: Path) -> None:  # noqa: F811
+    """SUSPENDED reads RUNNING for torchx, but its replicas cannot print: no activity to
+    judge (``last_activity`` None), so the waiter leaves it alone."""
+    import subprocess
+
+    from torchx.schedulers.slurm.scheduler import create_scheduler
+
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=5)
+        job_id = specs.parse_app_handle(handle).app_id
+        try:
+            wait_for_job_processes(handle, 1, timeout=120)
+            subprocess.run(["scontrol", "suspend", job_id], check=True, timeout=60)
+            assert create_scheduler("t").last_activity(job_id) is None
+            status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
+            assert status is not None and status.state == specs.AppState.RUNNING, status
+            assert not (env / f"slurm-{job_id}.stalled").exists()
+        finally:
+            subprocess.run(["scontrol", "resume", job_id], timeout=60)
+            runner.cancel(handle)
+
+
+def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  # noqa: F811
+    """After a requeue the previous run's files may be old (the new run has yet to rewrite
+    them): activity is at least the current run's start, so the waiter keeps the job."""
+    import os
+    import subprocess
+    import time
+
+    from torchx.schedulers.slurm.scheduler import create_scheduler
+
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=60)
+        job_id = specs.parse_app_handle(handle).app_id
+        sched = create_scheduler("t")
+        try:
+            wait_for_job_processes(handle, 1, timeout=120)
+            subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
+
+            def state() -> str:
+                out = subprocess.run(
+                    ["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True
+                )
+                return out.stdout.strip()
+
+            # Slurm delays a requeued job's start by two minutes (once it is PENDING on
+            # BeginTime: an update before that is overridden): start it now
+            delayed = "PENDING BeginTime"
+            assert poll_until(state, lambda s: s == delayed, timeout=60) == delayed
+            subprocess.run(
+                ["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True, timeout=60
+            )
+            wait_for_job_processes(handle, 1, timeout=120)
+            requeued_at = time.time()
+            files = [p for p in env.glob(f"slurm-{job_id}*") if p.suffix in (".out", ".err")]
+            files.append(env / f"slurm-{job_id}.progress.json")
+            an_hour_ago = time.time() - 3600
+            for path in files:  # the previous run's, not yet rewritten by this one
+                os.utime(path, (an_hour_ago, an_hour_ago))
+            last = sched.last_activity(job_id)
+            assert last is not None and last > requeued_at - 60, (last, requeued_at)
+            status = runner.wait(handle, wait_interval=1, timeout=5)
+            assert status is not None and status.state == specs.AppState.RUNNING, status
+            assert not (env / f"slurm-{job_id}.stalled").exists()
+        finally:
+            runner.cancel(handle)

@@ -258,3 +258,30 @@ def test_requested_resources_times_replicas_times_wall_time() -> None:
     hours = resource_hours(list(roles.values()), 1000.0, 1000.0 + 1800)
     assert (hours.cpu_hours, hours.gpu_hours) == (7.0, 3.0)
     assert resource_hours(list(roles.values()), 5.0, 1.0).cpu_hours == 0  # clock skew: 0
+
+
+@pytest.mark.parametrize("path", ["sqlite", "rest", "mlflow_client"])
+def test_after_a_resume_the_report_is_the_newest_not_the_highest_step(
+    tmp_path: Path, mlflow_http_server: str, path: str
+) -> None:
+    """Resumed from a checkpoint, a job reports step 800 after it had reported 1000: the
+    report (its time above all, which stall detection reads) is the newest one, alike
+    through the sqlite store, REST and the MlflowClient fallback."""
+    from torchx.runtime.progress import progress_from_metrics
+    from torchx.trackers.mlflow_backend import MLflowTracker
+
+    uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri)
+    store = tracker if path == "mlflow_client" else tracker.store
+    assert type(store).__name__ == {"sqlite": "SqliteStore", "rest": "MlflowRest"}.get(
+        path, "MLflowTracker"
+    )
+    run_id = store.create_run(store.experiment_id("resume"), "r", {}, {}, 1_000_000)
+    before = {"progress_step": 1000.0, "progress_total": 2000.0, "loss": 0.5}
+    store.log_run_metrics(run_id, before, 1_700_000_000_000, 1000)
+    after = {"progress_step": 800.0, "progress_total": 2000.0, "loss": 0.7}
+    store.log_run_metrics(run_id, after, 1_700_000_600_000, 800)  # ten minutes later
+    report = progress_from_metrics(store.latest_metrics(run_id))
+    assert report is not None
+    assert (report.step, report.total, report.time) == (800, 2000, 1_700_000_600.0), report
+    assert report.metrics == {"loss": 0.7}

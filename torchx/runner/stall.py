@@ -37,9 +37,20 @@ def stall_timeout_of(app: Optional[AppDef]) -> Optional[float]:
 def stop_if_stalled(runner: Any, handle: str, state: AppState) -> Optional[str]:
     """Stop the app if it is RUNNING (in ``state``) and stalled; returns the reason, or None
     if it did not stall. The app's stall timeout (maybe a ``describe``) and its last
-    progress report (maybe a tracker call) are asked only when its output went quiet."""
+    progress report (maybe a tracker call) are asked only when its output went quiet.
+
+    Never raises: a hook that fails (the scheduler's or the tracker's API down) is doubt,
+    so the app runs on and its waiter keeps waiting (one warning)."""
     if state != AppState.RUNNING:
         return None
+    try:
+        return _stop_if_stalled(runner, handle)
+    except Exception as e:
+        logger.warning("%s: cannot tell whether it stalled, leaving it running: %s", handle, e)
+        return None
+
+
+def _stop_if_stalled(runner: Any, handle: str) -> Optional[str]:
     sched, _, app_id = runner._scheduler_app_id(handle)
     last = sched.last_activity(app_id)
     if last is None:

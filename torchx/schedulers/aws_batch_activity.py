@@ -8,9 +8,11 @@ CloudWatch Logs event of any node (``get_log_events`` from the tail, one event: 
 that has printed nothing yet. Lines reach CloudWatch within seconds (the awslogs driver
 buffers briefly): pick a stall timeout well above that.
 
-Never on doubt: a job not RUNNING, whose node jobs all ended (Batch has yet to mark the
-job done) or none runs yet, without a start time, or whose logs cannot be read
-(an API error, e.g. no permission) gives None, and no waiter stops it. A node whose
+Never on doubt: a job not RUNNING, any of whose nodes is not RUNNING (the job reads
+RUNNING once its main node runs, while the others may still be STARTING and the running
+ranks wait quietly in rendezvous; or nodes ended before Batch marked the job done),
+without a start time, or whose logs cannot be read (an API error, e.g. no permission)
+gives None, and no waiter stops it. A node whose
 stream does not exist yet has printed nothing: its start counts.
 """
 
@@ -24,10 +26,10 @@ def newest_activity(sched: Any, job: Dict[str, Any], nodes: int) -> Optional[flo
     from botocore.exceptions import BotoCoreError, ClientError
 
     node_jobs = list(sched._node_jobs(job).values())
-    if node_jobs and not any(n.get("status") == "RUNNING" for n in node_jobs):
-        return None  # every node ended (or none started yet): the job is ending, not stalled
+    if len(node_jobs) < nodes or any(n.get("status") != "RUNNING" for n in node_jobs):
+        return None  # a node not running yet (its peers wait quietly for it) or ended
     starts = [job.get("startedAt")]
-    starts += [n.get(k) for n in node_jobs for k in ("startedAt", "stoppedAt")]  # an exit counts
+    starts += [n.get("startedAt") for n in node_jobs]
     times: List[float] = [float(t) for t in starts if t]
     if not times:
         return None

@@ -148,10 +148,14 @@ def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Lis
 
 def container_properties(role: Role, cfg: Mapping[str, CfgVal]) -> Dict[str, Any]:
     volumes, mount_points, devices = _mounts(role)
+    # as local, slurm and ray: prints reach CloudWatch at once (a block-buffered print loop
+    # looks silent to stall detection), unless the role says otherwise
+    env = {**role.env}
+    env.setdefault("PYTHONUNBUFFERED", "1")
     container: Dict[str, Any] = {
         "image": role.image,
         "command": [role.entrypoint, *role.args],
-        "environment": [{"name": k, "value": v} for k, v in role.env.items()],
+        "environment": [{"name": k, "value": v} for k, v in env.items()],
         "privileged": bool(cfg.get("privileged")),
         "resourceRequirements": resource_requirements(role.resource),
         # PyTorch data loaders need more than Docker's 64 MB of /dev/shm.

@@ -194,10 +194,12 @@ class MLflowTracker(TrackerBase):
         return key in self.client.get_run(run_id).data.metrics
 
     def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        """Each key's newest value by time (MLflow's own latest is the highest step, and
+        steps go back when a job resumes from a checkpoint)."""
         out = {}
         for key in self.client.get_run(run_id).data.metrics:
             history = self.client.get_metric_history(run_id, key)
-            last = max(history, key=lambda m: (m.step, m.timestamp, m.value))
+            last = max(history, key=lambda m: (m.timestamp, m.step, m.value))
             out[key] = (float(last.value), int(last.timestamp))
         return out
 

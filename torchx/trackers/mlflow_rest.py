@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.trackers.api import TrackerConfigError
 
@@ -97,14 +97,32 @@ class MlflowRest:
         run = self._call("GET", API + "/runs/get", {"run_id": run_id})
         return str(run["run"]["info"]["experiment_id"])
 
-    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """``{key: (value, timestamp ms)}`` of the run's latest metrics."""
+    def _metric_keys(self, run_id: str) -> List[str]:
         run = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]
-        metrics = run.get("data", {}).get("metrics", [])
-        return {m["key"]: (float(m["value"]), int(m.get("timestamp", 0))) for m in metrics}
+        return [m["key"] for m in run.get("data", {}).get("metrics", [])]
+
+    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        """``{key: (value, timestamp ms)}``: each key's newest value by time, from its
+        history (the run's own metrics are MLflow's latest, the highest step's, and steps
+        go back when a job resumes from a checkpoint)."""
+        out = {}
+        for key in self._metric_keys(run_id):
+            newest: Optional[Tuple[int, int, float]] = None
+            query: Dict[str, str] = {"run_id": run_id, "metric_key": key}
+            while True:
+                page = self._call("GET", API + "/metrics/get-history", query)
+                for m in page.get("metrics", []):
+                    row = (int(m.get("timestamp", 0)), int(m.get("step", 0)), float(m["value"]))
+                    newest = row if newest is None else max(newest, row)
+                if not page.get("next_page_token"):
+                    break
+                query["page_token"] = page["next_page_token"]
+            if newest is not None:
+                out[key] = (newest[2], newest[0])
+        return out
 
     def has_metric(self, run_id: str, key: str) -> bool:
-        return key in self.latest_metrics(run_id)
+        return key in self._metric_keys(run_id)
 
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int

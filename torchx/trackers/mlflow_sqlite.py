@@ -216,9 +216,15 @@ class SqliteStore:
             )
 
     def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """``{key: (value, timestamp ms)}`` of the run's latest metrics."""
+        """``{key: (value, timestamp ms)}``: each key's newest value by time (MLflow's own
+        ``latest_metrics`` row is the highest step's, and steps go back when a job
+        resumes from a checkpoint)."""
+        sql = (
+            "SELECT key, value, timestamp FROM (SELECT key, value, timestamp, ROW_NUMBER()"
+            " OVER (PARTITION BY key ORDER BY timestamp DESC, step DESC, value DESC) AS n"
+            " FROM metrics WHERE run_uuid = ?) WHERE n = 1"
+        )
         with self._db() as db:
-            sql = "SELECT key, value, timestamp FROM latest_metrics WHERE run_uuid = ?"
             return {k: (float(v), int(t)) for k, v, t in db.execute(sql, (run_id,))}
 
     def has_metric(self, run_id: str, key: str) -> bool:

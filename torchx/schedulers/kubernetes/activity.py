@@ -5,8 +5,10 @@ waiter stops it as stalled (``Scheduler.last_activity`` / ``stop_stalled``, used
 Activity is output: the newest pod log line of any running replica (the API server's
 ``timestamps=True`` prefix, RFC 3339, written by the kubelet when the container wrote the
 line; ``tail_lines=1``), or a container's start or exit for replicas that printed nothing.
-Never on doubt: an app that is not RUNNING, that has no running pod (e.g. Volcano
-restarting the gang), or whose pods or logs cannot be read gives None.
+Never on doubt: an app that is not RUNNING, any of whose replicas does not run (a gang
+reads RUNNING once some pods run, while the others are still Pending and the running ranks
+wait quietly in rendezvous; or Volcano restarting the gang), or whose pods or logs cannot
+be read gives None.
 
 Stopping keeps the reason WITH THE JOB, so a fresh process's ``describe`` reads it FAILED
 with that reason. ``cancel`` deletes the objects, which would lose any annotation, so a
@@ -20,7 +22,9 @@ stalled app is stopped without deleting them:
   then the annotation. Abort comes first: if the annotation then fails, the job is
   stopped (read CANCELLED) rather than read FAILED while still running.
 
-``status`` maps any job carrying the annotation to FAILED with the reason as ``msg``; the
+``status`` maps any job carrying the annotation to FAILED with the reason as ``msg``,
+unless it completed (``Complete`` / ``Completed`` wins: it may complete between the
+waiter's RUNNING and the stop, which re-reads the job and leaves an ended one alone); the
 objects stay until ``torchx cancel`` (or the user) deletes them.
 """
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, cast
 
 from torchx.schedulers.kubernetes import logs as kl
+from torchx.schedulers.kubernetes import status as ks
 from torchx.schedulers.kubernetes.api import KubernetesError, api_errors
 from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_FAILURE_REASON,
@@ -37,7 +42,7 @@ from torchx.schedulers.kubernetes.manifests import (
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
 )
-from torchx.specs.api import AppState
+from torchx.specs.api import AppState, is_terminal
 
 Obj = Dict[str, Any]
 
@@ -68,6 +73,9 @@ def last_activity(sched: Any, app_id: str) -> Optional[float]:
         desc = sched.describe(app_id)
         if desc is None or desc.state != AppState.RUNNING:
             return None
+        replicas = [r for role in desc.roles_statuses for r in role.replicas]
+        if any(r.state != AppState.RUNNING for r in replicas):
+            return None  # the running ranks may wait quietly for a pending peer
         namespace, name = app_id.split(":", 1)
         return newest_activity(sched._core(), namespace, sched._pods(namespace, name))
     except (ApiException, HTTPError, KubernetesError):
@@ -124,13 +132,19 @@ def stop_stalled(sched: Any, app_id: str, reason: str) -> None:
         if sched._kinds.get(app_id) == JOB_TYPE_INDEXED
         else sched._get_volcano(namespace, name)
     )
+    # read again: an app that ended since the waiter saw it RUNNING is left as it ended
+    if job is not None and is_terminal(ks.volcano_state(job)):
+        return
+    jobs = [] if job is not None else sched._indexed_jobs(namespace, name)
+    if job is None and is_terminal(ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])):
+        return
     if job is not None:
         _abort_volcano(sched._custom(), namespace, job, reason)
         sched._custom().patch_namespaced_custom_object(
             VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name, annotate
         )
         return
-    for j in sched._indexed_jobs(namespace, name):
+    for j in jobs:
         body = {**annotate, "spec": {"suspend": True}}
         sched._batch().patch_namespaced_job(j["metadata"]["name"], namespace, body)
     for pod in sched._pods(namespace, name):

@@ -300,11 +300,15 @@ def pod_template(
         node_selector.setdefault("node.kubernetes.io/instance-type", str(instance_type))
     tolerations = [V1Toleration(**parse_toleration(t)) for t in cfg.get("tolerations") or []]
     secrets = [V1LocalObjectReference(name=s) for s in cfg.get("image_pull_secrets") or []]
+    # as local, slurm and ray: prints reach the pod log at once (a block-buffered print
+    # loop looks silent to stall detection), unless the role says otherwise
+    env = {**role.env}
+    env.setdefault("PYTHONUNBUFFERED", "1")
     container = V1Container(
         name=container_name,
         image=role.image,
         command=[role.entrypoint, *role.args],
-        env=_env(role.env, env_first) or None,
+        env=_env(env, env_first) or None,
         resources=resource_requirements(role.resource),
         ports=_ports(role),
         volume_mounts=mounts,

@@ -410,7 +410,8 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
             return ks.volcano_task_state(job, task_name(role_dns, replica_id))
 
         restarts = int((job.get("status") or {}).get("retryCount") or 0)
-        state, msg = ks.volcano_state(job), ks.failure_reason(job)  # msg: why torchx stopped it
+        state = ks.volcano_state(job)
+        msg = ks.failure_reason(job) if state == AppState.FAILED else ""  # why torchx stopped it
         return ks.describe_response(app_id, state, roles, pods, from_task_counts, restarts, msg)
 
     def _describe_indexed(

@@ -220,11 +220,12 @@ def failure_reason(job: Obj) -> str:
 
 
 def volcano_state(job: Obj) -> AppState:
-    if failure_reason(job):  # stopped by a waiter as stalled: FAILED even once aborted
+    phase = ((job.get("status") or {}).get("state") or {}).get("phase")
+    # stopped by a waiter as stalled: FAILED even once aborted, unless it completed first
+    if failure_reason(job) and phase != "Completed":
         return AppState.FAILED
     if _meta(job).get("deletionTimestamp"):
         return AppState.CANCELLED
-    phase = ((job.get("status") or {}).get("state") or {}).get("phase")
     if not phase:
         return AppState.SUBMITTED  # accepted by the API server, not yet seen by Volcano
     return VOLCANO_JOB_STATE.get(phase, AppState.UNKNOWN)
@@ -243,11 +244,16 @@ def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
 
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
     """(state, message) of a ``batch/v1`` Job from its conditions and counters."""
-    if failure_reason(job):  # stopped by a waiter as stalled (suspended): FAILED
+    status = job.get("status") or {}
+    complete = any(
+        c.get("type") == "Complete" and str(c.get("status")) == "True"
+        for c in status.get("conditions") or []
+    )
+    # stopped by a waiter as stalled (suspended): FAILED, unless it completed first
+    if failure_reason(job) and not complete:
         return AppState.FAILED, failure_reason(job)
     if _meta(job).get("deletionTimestamp"):
         return AppState.CANCELLED, ""
-    status = job.get("status") or {}
     for cond in status.get("conditions") or []:
         if str(cond.get("status")) != "True":
             continue

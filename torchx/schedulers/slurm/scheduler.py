@@ -20,11 +20,12 @@ and next to the logs as ``slurm-<jobid>.torchx.json``, so another machine or ano
 
 Stalls (``Runner.run(stall_timeout=...)``) are stopped by whoever waits: the job's last
 activity is the newest mtime of its log files (and its progress file), which live in the
-job directory every node writes to; a waiter that stops a stalled job writes
-``slurm-<jobid>.stalled`` there before ``scancel``, and a CANCELLED job with that file is
-FAILED with its reason for every reader. A file rather than the job comment: the comment
-carries the idempotency token, and sacct keeps comments only with
-``AccountingStoreFlags=job_comment``, while the job directory holds the job's logs anyway.
+job directory every node writes to, and never before the current run's start (a requeue);
+a waiter that stops a stalled job writes ``slurm-<jobid>.stalled`` there before
+``scancel``, and a CANCELLED job with that file is FAILED with its reason for every reader.
+A file rather than the job comment: the comment carries the idempotency token, and sacct
+keeps comments only with ``AccountingStoreFlags=job_comment``, while the job directory
+holds the job's logs anyway.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from torchx.schedulers.slurm.status import (
     json_number,
     query_job,
     run,
+    run_start,
 )
 from torchx.specs import (
     NONE,
@@ -359,8 +361,15 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def last_activity(self, app_id: str) -> Optional[float]:
         """Newest mtime of the job's log files and progress file (None before any exists:
-        the batch script has not started its step, so there is nothing to judge)."""
+        the batch script has not started its step, so there is nothing to judge).
+
+        None too unless every group is RUNNING in Slurm's own terms: SUSPENDED and
+        COMPLETING read RUNNING for torchx, but their replicas cannot print. It is never
+        before the current run's start: a requeued job's files may be its last run's."""
         try:
+            parts = query_job(app_id) if app_id.isdigit() else []
+            if not parts or any(p["state"] != "RUNNING" for p in parts):
+                return None
             job_dir = self._job_dir(app_id)
         except ValueError:
             return None
@@ -373,7 +382,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 times.append(path.stat().st_mtime)
             except OSError:
                 pass
-        return max(times) if times else None
+        if not times:
+            return None
+        start = run_start(app_id)
+        return max(times) if start is None else max(*times, start)
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
         """``slurm-<jobid>.stalled`` in the job directory (first: whoever sees the job

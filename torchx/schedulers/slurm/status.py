@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional
 
 from torchx.specs import AppState, TorchXError
@@ -255,6 +256,22 @@ def query_job(job_id: str) -> List[Dict[str, Any]]:
     if not found and failure is not None:
         raise failure
     return found
+
+
+def run_start(job_id: str) -> Optional[float]:
+    """Epoch seconds the job's current run started: the latest ``StartTime`` of its groups
+    (a requeued job's is its restart's); None if squeue gives none."""
+    out = run(["squeue", "-h", "-j", job_id, "-O", "JobID:|,HetJobID:|,StartTime:"])
+    starts = []
+    for line in out.splitlines():
+        jid, het, start = (line.split("|", 2) + ["", ""])[:3]
+        if (het if het.isdigit() else jid) != job_id:
+            continue
+        try:  # squeue prints the local time
+            starts.append(datetime.fromisoformat(start.strip()).timestamp())
+        except ValueError:  # N/A, Unknown
+            pass
+    return max(starts) if starts else None
 
 
 def jobcomp_parts(job_id: str) -> Optional[List[Dict[str, Any]]]:
