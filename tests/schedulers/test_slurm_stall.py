@@ -123,11 +123,12 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
                 return out.stdout.strip()
 
             # Slurm delays a requeued job's start by two minutes (once it is PENDING on
-            # BeginTime: an update before that is overridden): start it now
+            # BeginTime: an update before that is overridden): start it in 3 s instead (a
+            # slurmd refuses to relaunch a job within the second it killed it)
             delayed = "PENDING BeginTime"
             assert poll_until(state, lambda s: s == delayed, timeout=60) == delayed
             subprocess.run(
-                ["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True, timeout=60
+                ["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True, timeout=60
             )
             wait_for_job_processes(handle, 1, timeout=120)
             requeued_at = time.time()
