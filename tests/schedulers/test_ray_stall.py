@@ -70,3 +70,33 @@ def test_ray_jobs_that_keep_printing_or_reporting_are_never_stopped(
             assert status is not None and status.state == specs.AppState.SUCCEEDED, status
         report = runner.progress(handles[1])
         assert report is not None and report.step == 40 and report.total == 40
+
+
+def test_a_stall_stop_that_fails_leaves_no_reason_behind_on_ray(
+    env: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``stop_job`` fails (the dashboard refuses: Ray's client raises RuntimeError): the job
+    runs on, and its later cancel by the user reads CANCELLED, not FAILED "stalled"."""
+    from ray.job_submission import JobSubmissionClient
+
+    def refuse(self: object, job_id: str) -> bool:
+        raise RuntimeError(f"Request failed with status code 503: cannot stop {job_id}")
+
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component("utils.python", ["--c", STALLS], "ray", stall_timeout=5)
+        app_id = specs.parse_app_handle(handle).app_id
+        try:
+            wait_for_job_processes(handle, 1, timeout=120)
+            with monkeypatch.context() as patched:
+                patched.setattr(JobSubmissionClient, "stop_job", refuse)
+                status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
+            assert status is not None and status.state == specs.AppState.RUNNING, status
+            assert not (env / "home" / "ray" / f"{app_id}.stalled").exists()
+        finally:
+            runner.cancel(handle)
+        # polled, not waited on: a waiter would now stop the (still stalled) job itself
+        status = poll_until(
+            lambda: runner.status(handle), lambda s: s is None or s.is_terminal(), DEADLINE
+        )
+        assert status is not None and status.state == specs.AppState.CANCELLED, status

@@ -123,11 +123,12 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
                 return out.stdout.strip()
 
             # Slurm delays a requeued job's start by two minutes (once it is PENDING on
-            # BeginTime: an update before that is overridden): start it now
+            # BeginTime: an update before that is overridden): start it in 3 s instead (a
+            # slurmd refuses to relaunch a job within the second it killed it)
             delayed = "PENDING BeginTime"
             assert poll_until(state, lambda s: s == delayed, timeout=60) == delayed
             subprocess.run(
-                ["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True, timeout=60
+                ["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True, timeout=60
             )
             wait_for_job_processes(handle, 1, timeout=120)
             requeued_at = time.time()
@@ -143,3 +144,37 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
             assert not (env / f"slurm-{job_id}.stalled").exists()
         finally:
             runner.cancel(handle)
+
+
+def test_a_stall_stop_that_fails_leaves_no_reason_behind(
+    env: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``scancel`` fails (slurmctld unreachable, here an ``scancel`` that says so): the job
+    runs on, and its later cancel by the user reads CANCELLED, not FAILED "stalled"."""
+    import os
+
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=5)
+        job_id = specs.parse_app_handle(handle).app_id
+        path = os.environ["PATH"]
+        try:
+            wait_for_job_processes(handle, 1, timeout=120)
+            fake = env / "fake-bin"
+            fake.mkdir()
+            (fake / "scancel").write_text(
+                "#!/bin/sh\necho 'scancel: error: Unable to contact slurm controller' >&2\nexit 1\n"
+            )
+            (fake / "scancel").chmod(0o755)
+            monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{path}")
+            status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
+            assert status is not None and status.state == specs.AppState.RUNNING, status
+            assert not (env / f"slurm-{job_id}.stalled").exists()
+        finally:
+            monkeypatch.setenv("PATH", path)
+            runner.cancel(handle)
+        # polled, not waited on: a waiter would now stop the (still stalled) job itself
+        status = poll_until(
+            lambda: runner.status(handle), lambda s: s is None or s.is_terminal(), DEADLINE
+        )
+        assert status is not None and status.state == specs.AppState.CANCELLED, status

@@ -22,6 +22,7 @@ reason stays with the job: a STOPPED job with it is FAILED with it for every rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -238,8 +239,14 @@ class RayScheduler(Scheduler[RayJob]):
         return last
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
-        _write_private(self._beside(app_id, ".stalled"), reason)  # first: seen when stopped
-        self.cancel(app_id)
+        path = self._beside(app_id, ".stalled")
+        _write_private(path, reason)  # first: seen when stopped
+        try:
+            self.cancel(app_id)
+        except Exception:  # the job runs on: a later stop is not a stall
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            raise
 
     def _stall(self, app_id: str) -> Optional[str]:
         try:

@@ -389,9 +389,15 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
         """``slurm-<jobid>.stalled`` in the job directory (first: whoever sees the job
-        cancelled sees why), then ``scancel``."""
-        _write_private(Path(self._job_dir(app_id)) / f"slurm-{app_id}.stalled", reason)
-        self.cancel(app_id)
+        cancelled sees why), then ``scancel``; if that fails the job runs on, and the file
+        goes (a later cancel is not a stall)."""
+        path = Path(self._job_dir(app_id)) / f"slurm-{app_id}.stalled"
+        _write_private(path, reason)
+        try:
+            self.cancel(app_id)
+        except Exception:
+            path.unlink(missing_ok=True)
+            raise
 
     def _stall(self, job_dir: str, app_id: str) -> Optional[str]:
         try:
