@@ -193,6 +193,9 @@ class MLflowTracker(TrackerBase):
     def has_metric(self, run_id: str, key: str) -> bool:
         return key in self.client.get_run(run_id).data.metrics
 
+    def run_status(self, run_id: str) -> Optional[str]:
+        return str(self.client.get_run(run_id).info.status)
+
     def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
         """Each key's newest value by time (MLflow's own latest is the highest step, and
         steps go back when a job resumes from a checkpoint)."""
@@ -461,6 +464,11 @@ class MlflowBackend:
     def job_run_has(self, run_id: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` already (by its MLflow id)."""
         return bool(self.tracker().store.has_metric(run_id, metric))
+
+    def job_run_status(self, run_id: str) -> Optional[str]:
+        """The job's run's status (``RUNNING``, ``FINISHED``, ...; None: no such run)."""
+        status = self.tracker().store.run_status(run_id)
+        return None if status is None else str(status)
 
     def close(self) -> None:
         with self._lock:

@@ -124,6 +124,10 @@ class MlflowRest:
     def has_metric(self, run_id: str, key: str) -> bool:
         return key in self._metric_keys(run_id)
 
+    def run_status(self, run_id: str) -> Optional[str]:
+        run = self._call("GET", API + "/runs/get", {"run_id": run_id})
+        return str(run["run"]["info"]["status"])
+
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:

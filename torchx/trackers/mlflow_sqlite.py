@@ -231,6 +231,10 @@ class SqliteStore:
         sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
         return self._one(sql, run_id, key) is not None
 
+    def run_status(self, run_id: str) -> Optional[str]:
+        row = self._one("SELECT status FROM runs WHERE run_uuid = ?", run_id)
+        return str(row[0]) if row else None
+
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
         self._one(end, status, end_ms or now_ms(), run_id)
