@@ -20,6 +20,9 @@ from tests.polling import poll_until
 from torchx import specs
 from torchx.pipelines.core import submit_or_attach
 from torchx.runner import get_runner
+from torchx.schedulers import get_scheduler_factories
+from torchx.specs.api import parse_app_handle
+from torchx.specs.states import is_terminal
 from torchx.trackers.api import start_pipeline_run
 
 SECRET = "s3cr3t-value-4711"
@@ -123,6 +126,48 @@ def test_another_runner_ends_the_run_by_the_id_in_the_apps_env(store: str) -> No
     with get_runner() as watcher:  # e.g. `torchx status` in another process
         assert watcher.wait(handle, wait_interval=1, timeout=120).state == specs.AppState.SUCCEEDED
     assert the_run(store, handle).info.status == "FINISHED"
+
+
+def _ended(handle: str) -> specs.AppState:
+    """The app's end, as its scheduler sees it (no Runner looks at it)."""
+    _, session, app_id = parse_app_handle(handle)
+    sched = get_scheduler_factories()["local_cwd"](session)
+    desc = poll_until(lambda: sched.describe(app_id), lambda d: d is None or is_terminal(d.state))
+    assert desc is not None
+    return desc.state
+
+
+SUBMIT_KEYED = (
+    "import sys; from torchx.runner import get_runner\n"
+    "with get_runner() as r:\n"
+    "    print(r.run_component('utils.sh', sys.argv[1:], 'local_cwd', idempotency_key='k'))\n"
+)
+
+
+def _submit_and_die(*args: str) -> str:
+    """A keyed submit from a process that ends before its app (its waiter died)."""
+    cmd = [sys.executable, "-c", SUBMIT_KEYED, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_retry_ends_the_runs_of_its_keys_ended_apps_whose_waiters_died(store: str) -> None:
+    """Apps of the key that a retry does not re-attach to (FAILED; SUCCEEDED without
+    reattach_succeeded) and nobody saw end: the retry ends their runs."""
+    failed = _submit_and_die("exit", "3")
+    assert _ended(failed) == specs.AppState.FAILED
+    assert the_run(store, failed).info.status == "RUNNING"
+    succeeded = _submit_and_die("true")  # a retry: the FAILED app is not re-attached
+    assert succeeded != failed
+    assert the_run(store, failed).info.status == "FAILED"
+    assert _ended(succeeded) == specs.AppState.SUCCEEDED
+    with get_runner() as third:
+        third_try = third.run_component("utils.sh", ["true"], "local_cwd", idempotency_key="k")
+        assert third_try not in (failed, succeeded)
+        third.wait(third_try, wait_interval=1, timeout=120)
+    assert the_run(store, succeeded).info.status == "FINISHED"
+    assert the_run(store, third_try).info.status == "FINISHED"
 
 
 def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(

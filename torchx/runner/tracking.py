@@ -7,6 +7,7 @@ resources, the orchestrator's params). Env values never leave: ``--env K=V`` and
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import shlex
@@ -244,7 +245,7 @@ class JobRecorder:
         """Record the app's end (``ended``), then end its run with ``state``, unless a late
         look finds a run that a watcher recorded (its hours) and ended: its end stands."""
         roles, env, trackers = self._job(handle, roles)
-        report = self._report(handle) if trackers else None
+        report = functools.partial(self._report, handle)  # read only if it is recorded
         recorded = self.ended(handle, trackers, env, roles, state, msg, report)
         if trackers and not (recorded and self._run_ended(trackers, handle, env)):
             self._session.close_job_run(trackers, handle, env, state)
@@ -257,7 +258,7 @@ class JobRecorder:
         roles: Sequence[Role],
         state: AppState,
         msg: str,
-        report: Optional[Progress],
+        report: Callable[[], Optional[Progress]],
     ) -> bool:
         """The app ended (before its run is closed): the last report, resource-hours from
         ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
@@ -276,7 +277,7 @@ class JobRecorder:
             self.hours[handle] = resource_hours(roles, watch.start, time.time())
         if settled or not watch.trackers:
             return settled
-        self.progress(handle, report)
+        self.progress(handle, report())
         tags = {}
         if state == AppState.FAILED and msg and msg != "<NONE>":
             tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
