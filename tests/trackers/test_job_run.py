@@ -170,6 +170,27 @@ def test_a_retry_ends_the_runs_of_its_keys_ended_apps_whose_waiters_died(store: 
     assert the_run(store, third_try).info.status == "FINISHED"
 
 
+def test_a_request_that_fails_with_the_runs_env_ends_the_opened_run(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request is made again with the run's id in every role's env; if that fails,
+    nothing is submitted and the opened run ends FAILED (not RUNNING forever)."""
+    from torchx.schedulers.local.scheduler import LocalScheduler
+
+    real = LocalScheduler.submit_dryrun
+
+    def refuses_the_runs_env(self: Any, app: specs.AppDef, cfg: Any) -> Any:
+        if "MLFLOW_RUN_ID" in app.roles[0].env:
+            raise ValueError("env refused")
+        return real(self, app, cfg)
+
+    monkeypatch.setattr(LocalScheduler, "submit_dryrun", refuses_the_runs_env)
+    with get_runner() as runner, pytest.raises(ValueError, match="env refused"):
+        runner.run_component("utils.sh", ["true"], "local_cwd")
+    (run,) = job_runs(store)
+    assert run.info.status == "FAILED" and run.info.end_time
+
+
 def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(
     store: str,
 ) -> None:

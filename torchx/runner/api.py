@@ -369,9 +369,10 @@ class Runner:
             job = job_run(app, scheduler, request, int(time.time() * 1000))
             opened = self._tracking.open(trackers, job)
             env = {**opened.env, ENV_JOB_START_MS: str(job.start_ms)}
-            dryrun_info = with_env(sched, dryrun_info, env)
-            app = dryrun_info._app
-        try:
+        try:  # from here on, a failure ends the opened run (nothing was submitted)
+            if opened is not None:
+                dryrun_info = with_env(sched, dryrun_info, env)
+                app = dryrun_info._app
             with log_event("schedule", scheduler) as event:
                 app_id = sched.schedule(dryrun_info)
                 event.app_id = app_id
