@@ -19,13 +19,16 @@ import pytest
 from tests.polling import poll_until
 from torchx import specs
 from torchx.pipelines.core import submit_or_attach
+from torchx.pipelines.kfp.launch import launch
 from torchx.runner import get_runner
+from torchx.runner.tracking import redact_args
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs.api import parse_app_handle
 from torchx.specs.states import is_terminal
 from torchx.trackers.api import start_pipeline_run
 
 SECRET = "s3cr3t-value-4711"
+TAIL = "t4il-of-the-s3cr3t-9931"  # after a comma in the same env value
 USER_MLFLOW = (
     "import mlflow; mlflow.start_run(); mlflow.log_metric('m', 1);"
     " from torchx.tracker import app_run_from_env as r; r().add_metadata(stage='s');"
@@ -274,6 +277,7 @@ def _no_secret_anywhere(store_dir: Path) -> None:
     for path in store_dir.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
+            assert TAIL.encode() not in path.read_bytes(), path
 
 
 def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
@@ -297,8 +301,12 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
             key="k1",
             run_name="stage",
         ).handle
-        for h in (sdk, as_dict, pipeline):
+        comma = runner.run_component(  # the value is "s3cr3t...,t4il...", one value
+            "utils.sh", ["--env", f"AWS_SECRET_ACCESS_KEY={SECRET},{TAIL}", "true"], "local_cwd"
+        )
+        for h in (sdk, as_dict, pipeline, comma):
             runner.wait(h, wait_interval=1, timeout=120)
+    kfp, _ = launch("utils.sh", ["--env", f"HF_TOKEN={SECRET},{TAIL}", "true"])
     cli = subprocess.run(
         [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh",
          "--env", f"AWS_SECRET_ACCESS_KEY={SECRET}", "true"],
@@ -306,10 +314,15 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     runs = job_runs(store)
-    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
     by_handle: Dict[str, Any] = {r.data.tags["torchx.job_id"]: r for r in runs}
     assert "AWS_SECRET_ACCESS_KEY=<redacted>" in by_handle[sdk].data.params["args"]
     assert '"AWS_SECRET_ACCESS_KEY": "<redacted>"' in by_handle[as_dict].data.params["args"]
+    args = by_handle[comma].data.params["args"]
+    assert args == "--env 'AWS_SECRET_ACCESS_KEY=<redacted>' true"
+    assert redact_args([f"--env={SECRET}", "true"]) == ["--env=<redacted>", "true"]  # no K=V
+    kfp_args = by_handle[kfp].data.params["kfp.component_args"]
+    assert kfp_args == '["--env", "HF_TOKEN=<redacted>", "true"]'
     cli_run = by_handle[cli.stdout.split()[0]]
     assert cli_run.data.params["component"] == "utils.sh"  # the name given, not "sh"
     _no_secret_anywhere(tmp_path / "store")

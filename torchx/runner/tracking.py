@@ -32,6 +32,7 @@ from torchx.runtime.progress import Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
+from torchx.util.types import to_dict
 
 if TYPE_CHECKING:
     from torchx.trackers.api import JobRun
@@ -73,8 +74,14 @@ def _text(value: object) -> str:
 
 
 def _redact_pairs(text: str) -> str:
-    """``K=V,K2=V2`` -> ``K=<redacted>,K2=<redacted>``: names stay, values never leave."""
-    return ",".join(f"{p.split('=', 1)[0]}={REDACTED}" for p in text.split(",") if p)
+    """``K=V,K2=V2`` -> ``K=<redacted>,K2=<redacted>``: names stay, values never leave.
+    Parsed as the component parses its env (``to_dict``: ``K=a,b`` is one value); what
+    does not parse is redacted whole."""
+    try:
+        names = to_dict(text)
+    except ValueError:
+        return REDACTED
+    return ",".join(f"{k}={REDACTED}" for k in names)
 
 
 def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict[str, Any]]:
