@@ -328,6 +328,25 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
     _no_secret_anywhere(tmp_path / "store")
 
 
+def test_a_deleted_torchx_experiment_is_one_line_at_submit_and_nothing_runs(store: str) -> None:
+    from mlflow import MlflowClient
+
+    with get_runner() as runner:
+        first = runner.run_component("utils.sh", ["true"], "local_cwd")
+        runner.wait(first, wait_interval=1, timeout=120)
+    exp_id = the_run(store, first).info.experiment_id
+    MlflowClient(store).delete_experiment(exp_id)  # the user's `mlflow experiments delete`
+    cli = subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh", "echo", "hi"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 1 and "hi" not in cli.stdout
+    assert cli.stderr.count("\n") == 1, cli.stderr
+    assert f"experiment 'torchx' (id {exp_id}) is deleted; restore it" in cli.stderr
+    runs = MlflowClient(store).search_runs([exp_id], run_view_type=3)  # ViewType.ALL
+    assert [r.data.tags["torchx.job_id"] for r in runs] == [first]
+
+
 def test_store_files_are_private(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

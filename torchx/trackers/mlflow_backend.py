@@ -34,7 +34,7 @@ from torchx.trackers.api import (
     TrackerSource,
     read_config_file,
 )
-from torchx.trackers.mlflow_rest import MlflowRest
+from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest
 from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_current, now_ms
 from torchx.util.modules import MissingExtraError, import_optional
 from torchx.util.paths import torchx_home
@@ -148,16 +148,17 @@ class MLflowTracker(TrackerBase):
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
         exp = self.client.get_experiment_by_name(name)
-        if exp is not None:
-            return str(exp.experiment_id)
-        try:
-            location = f"{artifact_location}/{name}" if artifact_location else None
-            return str(self.client.create_experiment(name, artifact_location=location))
-        except Exception:  # created concurrently by another process
-            exp = self.client.get_experiment_by_name(name)
-            if exp is None:
-                raise
-            return str(exp.experiment_id)
+        if exp is None:
+            try:
+                location = f"{artifact_location}/{name}" if artifact_location else None
+                return str(self.client.create_experiment(name, artifact_location=location))
+            except Exception:  # created concurrently by another process
+                exp = self.client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+        if exp.lifecycle_stage == "deleted":  # MLflow refuses runs in it
+            raise DeletedExperimentError(name, exp.experiment_id)
+        return str(exp.experiment_id)
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
