@@ -194,6 +194,49 @@ def test_a_request_that_fails_with_the_runs_env_ends_the_opened_run(
     assert run.info.status == "FAILED" and run.info.end_time
 
 
+@pytest.mark.parametrize("config", ["relative", "unset", "file"])
+def test_the_run_is_ended_in_the_jobs_store_not_the_looking_processs(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str
+) -> None:
+    """The submitter's store is a relative ``sqlite:///mlflow.db`` (or none configured:
+    its $MLFLOW_TRACKING_URI; or a config file naming a relative one); `torchx status` runs
+    elsewhere (another cwd, another $MLFLOW_TRACKING_URI): it ends the run in the job's store."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.delenv("TORCHX_TRACKER_MLFLOW_CONFIG")
+    if config == "relative":
+        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", "sqlite:///mlflow.db")
+    elif config == "unset":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{here / 'mlflow.db'}")
+    else:
+        (here / "tracker.conf").write_text("tracking_uri = sqlite:///mlflow.db\n")
+        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", "tracker.conf")
+    with get_runner() as submitter:  # detached: it does not wait
+        handle = submitter.run_component("utils.sh", ["true"], "local_cwd")
+    jobs_store = f"sqlite:///{here / 'mlflow.db'}"
+    assert the_run(jobs_store, handle).info.status == "RUNNING"
+    assert _ended(handle) == specs.AppState.SUCCEEDED
+    monkeypatch.chdir(there)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{there / 'mlflow.db'}")
+    with get_runner() as looker:
+        looker.status(handle)
+    assert the_run(jobs_store, handle).info.status == "FINISHED"
+    assert not (there / "mlflow.db").exists()
+
+
+def test_ending_a_run_the_sqlite_store_does_not_have_is_one_warning(
+    store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torchx.trackers.mlflow_backend import MLflowTracker
+
+    job_runs(store)  # a whole store
+    missing = "0" * 32
+    MLflowTracker(tracking_uri=store).store.terminate(missing, "FINISHED")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"could not end run {missing} in {store}: no such run"]
+
+
 def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(
     store: str,
 ) -> None:

@@ -13,6 +13,7 @@ import fcntl
 import functools
 import glob
 import json
+import logging
 import math
 import os
 import re
@@ -25,6 +26,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from torchx.trackers.mlflow_rest import DeletedExperimentError
 
+logger = logging.getLogger(__name__)
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
 _MAX = 1.7976931348623157e308  # a float's largest
 _REVISION = re.compile(r'^(down_)?revision\s*=\s*"([0-9a-f]+)"', re.M)
@@ -242,7 +244,10 @@ class SqliteStore:
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
-        self._one(end, status, end_ms or now_ms(), run_id)
+        with self._db() as db:
+            ended = db.execute(end, (status, end_ms or now_ms(), run_id)).rowcount
+        if not ended:
+            logger.warning("could not end run %s in sqlite:///%s: no such run", run_id, self.path)
 
 
 def now_ms() -> int:
