@@ -11,6 +11,7 @@ import pytest
 from torchx.cli import cmd_tracker as render
 from torchx.trackers.api import (
     AppRun,
+    FactoryBackend,
     TrackerConfigError,
     build_trackers,
     tracker_config_env_var_name,
@@ -95,3 +96,23 @@ def test_bad_tracker_configs_are_one_line_errors(tmp_path: Path) -> None:
     bad.write_text("protocol=file\n")
     with pytest.raises(TrackerConfigError, match="root_path"):
         validate_tracker_config("fsspec", str(bad))
+
+
+def test_a_failed_submit_leaves_no_run_and_nothing_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler refuses the job (its log_dir is under a file): the fsspec tracker
+    records nothing (no run with an empty id), and the backend forgets the opened run."""
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    (tmp_path / "file").write_text("")
+    trackers = {"fsspec": str(tmp_path / "tracking")}
+    with get_runner(trackers=trackers) as runner:
+        with pytest.raises(NotADirectoryError):
+            cfg = {"log_dir": str(tmp_path / "file" / "logs")}
+            runner.run_component("utils.sh", ["true"], "local_cwd", cfg=cfg)
+        backend = runner._tracking.backends(trackers)[0]
+        assert isinstance(backend, FactoryBackend) and backend._pending == {}
+    found = [p for p in (tmp_path / "tracking").rglob("*") if p.is_file()]
+    assert found == []

@@ -19,10 +19,16 @@ import pytest
 from tests.polling import poll_until
 from torchx import specs
 from torchx.pipelines.core import submit_or_attach
+from torchx.pipelines.kfp.launch import launch
 from torchx.runner import get_runner
+from torchx.runner.tracking import redact_args
+from torchx.schedulers import get_scheduler_factories
+from torchx.specs.api import parse_app_handle
+from torchx.specs.states import is_terminal
 from torchx.trackers.api import start_pipeline_run
 
 SECRET = "s3cr3t-value-4711"
+TAIL = "t4il-of-the-s3cr3t-9931"  # after a comma in the same env value
 USER_MLFLOW = (
     "import mlflow; mlflow.start_run(); mlflow.log_metric('m', 1);"
     " from torchx.tracker import app_run_from_env as r; r().add_metadata(stage='s');"
@@ -125,6 +131,112 @@ def test_another_runner_ends_the_run_by_the_id_in_the_apps_env(store: str) -> No
     assert the_run(store, handle).info.status == "FINISHED"
 
 
+def _ended(handle: str) -> specs.AppState:
+    """The app's end, as its scheduler sees it (no Runner looks at it)."""
+    _, session, app_id = parse_app_handle(handle)
+    sched = get_scheduler_factories()["local_cwd"](session)
+    desc = poll_until(lambda: sched.describe(app_id), lambda d: d is None or is_terminal(d.state))
+    assert desc is not None
+    return desc.state
+
+
+SUBMIT_KEYED = (
+    "import sys; from torchx.runner import get_runner\n"
+    "with get_runner() as r:\n"
+    "    print(r.run_component('utils.sh', sys.argv[1:], 'local_cwd', idempotency_key='k'))\n"
+)
+
+
+def _submit_and_die(*args: str) -> str:
+    """A keyed submit from a process that ends before its app (its waiter died)."""
+    cmd = [sys.executable, "-c", SUBMIT_KEYED, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_retry_ends_the_runs_of_its_keys_ended_apps_whose_waiters_died(store: str) -> None:
+    """Apps of the key that a retry does not re-attach to (FAILED; SUCCEEDED without
+    reattach_succeeded) and nobody saw end: the retry ends their runs."""
+    failed = _submit_and_die("exit", "3")
+    assert _ended(failed) == specs.AppState.FAILED
+    assert the_run(store, failed).info.status == "RUNNING"
+    succeeded = _submit_and_die("true")  # a retry: the FAILED app is not re-attached
+    assert succeeded != failed
+    assert the_run(store, failed).info.status == "FAILED"
+    assert _ended(succeeded) == specs.AppState.SUCCEEDED
+    with get_runner() as third:
+        third_try = third.run_component("utils.sh", ["true"], "local_cwd", idempotency_key="k")
+        assert third_try not in (failed, succeeded)
+        third.wait(third_try, wait_interval=1, timeout=120)
+    assert the_run(store, succeeded).info.status == "FINISHED"
+    assert the_run(store, third_try).info.status == "FINISHED"
+
+
+def test_a_request_that_fails_with_the_runs_env_ends_the_opened_run(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request is made again with the run's id in every role's env; if that fails,
+    nothing is submitted and the opened run ends FAILED (not RUNNING forever)."""
+    from torchx.schedulers.local.scheduler import LocalScheduler
+
+    real = LocalScheduler.submit_dryrun
+
+    def refuses_the_runs_env(self: Any, app: specs.AppDef, cfg: Any) -> Any:
+        if "MLFLOW_RUN_ID" in app.roles[0].env:
+            raise ValueError("env refused")
+        return real(self, app, cfg)
+
+    monkeypatch.setattr(LocalScheduler, "submit_dryrun", refuses_the_runs_env)
+    with get_runner() as runner, pytest.raises(ValueError, match="env refused"):
+        runner.run_component("utils.sh", ["true"], "local_cwd")
+    (run,) = job_runs(store)
+    assert run.info.status == "FAILED" and run.info.end_time
+
+
+@pytest.mark.parametrize("config", ["relative", "unset", "file"])
+def test_the_run_is_ended_in_the_jobs_store_not_the_looking_processs(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str
+) -> None:
+    """The submitter's store is a relative ``sqlite:///mlflow.db`` (or none configured:
+    its $MLFLOW_TRACKING_URI; or a config file naming a relative one); `torchx status` runs
+    elsewhere (another cwd, another $MLFLOW_TRACKING_URI): it ends the run in the job's store."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.delenv("TORCHX_TRACKER_MLFLOW_CONFIG")
+    if config == "relative":
+        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", "sqlite:///mlflow.db")
+    elif config == "unset":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{here / 'mlflow.db'}")
+    else:
+        (here / "tracker.conf").write_text("tracking_uri = sqlite:///mlflow.db\n")
+        monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", "tracker.conf")
+    with get_runner() as submitter:  # detached: it does not wait
+        handle = submitter.run_component("utils.sh", ["true"], "local_cwd")
+    jobs_store = f"sqlite:///{here / 'mlflow.db'}"
+    assert the_run(jobs_store, handle).info.status == "RUNNING"
+    assert _ended(handle) == specs.AppState.SUCCEEDED
+    monkeypatch.chdir(there)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{there / 'mlflow.db'}")
+    with get_runner() as looker:
+        looker.status(handle)
+    assert the_run(jobs_store, handle).info.status == "FINISHED"
+    assert not (there / "mlflow.db").exists()
+
+
+def test_ending_a_run_the_sqlite_store_does_not_have_is_one_warning(
+    store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torchx.trackers.mlflow_backend import MLflowTracker
+
+    job_runs(store)  # a whole store
+    missing = "0" * 32
+    MLflowTracker(tracking_uri=store).store.terminate(missing, "FINISHED")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"could not end run {missing} in {store}: no such run"]
+
+
 def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(
     store: str,
 ) -> None:
@@ -208,6 +320,7 @@ def _no_secret_anywhere(store_dir: Path) -> None:
     for path in store_dir.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
+            assert TAIL.encode() not in path.read_bytes(), path
 
 
 def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
@@ -231,8 +344,12 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
             key="k1",
             run_name="stage",
         ).handle
-        for h in (sdk, as_dict, pipeline):
+        comma = runner.run_component(  # the value is "s3cr3t...,t4il...", one value
+            "utils.sh", ["--env", f"AWS_SECRET_ACCESS_KEY={SECRET},{TAIL}", "true"], "local_cwd"
+        )
+        for h in (sdk, as_dict, pipeline, comma):
             runner.wait(h, wait_interval=1, timeout=120)
+    kfp, _ = launch("utils.sh", ["--env", f"HF_TOKEN={SECRET},{TAIL}", "true"])
     cli = subprocess.run(
         [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh",
          "--env", f"AWS_SECRET_ACCESS_KEY={SECRET}", "true"],
@@ -240,13 +357,37 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     runs = job_runs(store)
-    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
     by_handle: Dict[str, Any] = {r.data.tags["torchx.job_id"]: r for r in runs}
     assert "AWS_SECRET_ACCESS_KEY=<redacted>" in by_handle[sdk].data.params["args"]
     assert '"AWS_SECRET_ACCESS_KEY": "<redacted>"' in by_handle[as_dict].data.params["args"]
+    args = by_handle[comma].data.params["args"]
+    assert args == "--env 'AWS_SECRET_ACCESS_KEY=<redacted>' true"
+    assert redact_args([f"--env={SECRET}", "true"]) == ["--env=<redacted>", "true"]  # no K=V
+    kfp_args = by_handle[kfp].data.params["kfp.component_args"]
+    assert kfp_args == '["--env", "HF_TOKEN=<redacted>", "true"]'
     cli_run = by_handle[cli.stdout.split()[0]]
     assert cli_run.data.params["component"] == "utils.sh"  # the name given, not "sh"
     _no_secret_anywhere(tmp_path / "store")
+
+
+def test_a_deleted_torchx_experiment_is_one_line_at_submit_and_nothing_runs(store: str) -> None:
+    from mlflow import MlflowClient
+
+    with get_runner() as runner:
+        first = runner.run_component("utils.sh", ["true"], "local_cwd")
+        runner.wait(first, wait_interval=1, timeout=120)
+    exp_id = the_run(store, first).info.experiment_id
+    MlflowClient(store).delete_experiment(exp_id)  # the user's `mlflow experiments delete`
+    cli = subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", "run", "utils.sh", "echo", "hi"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 1 and "hi" not in cli.stdout
+    assert cli.stderr.count("\n") == 1, cli.stderr
+    assert f"experiment 'torchx' (id {exp_id}) is deleted; restore it" in cli.stderr
+    runs = MlflowClient(store).search_runs([exp_id], run_view_type=3)  # ViewType.ALL
+    assert [r.data.tags["torchx.job_id"] for r in runs] == [first]
 
 
 def test_store_files_are_private(

@@ -17,7 +17,7 @@ import pytest
 from tests.mlflow_server import free_port
 from torchx import specs
 from torchx.runner import get_runner
-from torchx.trackers.api import build_trackers, start_pipeline_run
+from torchx.trackers.api import TrackerConfigError, build_trackers, start_pipeline_run
 
 USER_MLFLOW = (
     "import mlflow; mlflow.start_run(); mlflow.log_metric('m', 1);"
@@ -125,3 +125,35 @@ def test_a_server_gone_at_submit_is_one_line_and_a_nonzero_exit(tmp_path: Path) 
     )  # fmt: skip
     assert out.returncode == 1 and "hi" not in out.stdout
     assert out.stderr.count("\n") == 1 and dead in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("path", ["sqlite", "rest", "mlflow_client"])
+def test_a_deleted_experiment_takes_no_runs_and_says_what_to_do(
+    tmp_path: Path, mlflow_http_server: str, path: str
+) -> None:
+    """Its runs would be hidden, and destroyed by ``mlflow gc``: an error naming it, through
+    the sqlite store, REST and the MlflowClient fallback alike. A store that cached its id
+    looks it up again once a run cannot be created in it."""
+    from mlflow import MlflowClient
+
+    from torchx.trackers.mlflow_backend import MLflowTracker
+
+    uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri)
+    store = tracker if path == "mlflow_client" else tracker.store
+    name = f"gone-{tmp_path.name}"
+    exp_id = store.experiment_id(name)
+    store.create_run(exp_id, "before", {}, {}, 1)
+    MlflowClient(uri).delete_experiment(exp_id)
+    with pytest.raises(TrackerConfigError):  # ours, or the server's refusal
+        store.create_run(store.experiment_id(name), "after", {}, {}, 2)
+    for fresh in (store, MLflowTracker(tracking_uri=uri).store):
+        with pytest.raises(TrackerConfigError) as e:
+            fresh.experiment_id(name)
+        assert str(e.value) == (
+            f"the MLflow experiment '{name}' (id {exp_id}) is deleted; restore it (mlflow"
+            f" experiments restore --experiment-id {exp_id}) or set another experiment name"
+            " (experiment_name in the tracker config, or $TORCHX_TRACKING_EXPERIMENT_NAME)"
+        )
+    runs = MlflowClient(uri).search_runs([exp_id], run_view_type=3)  # ViewType.ALL
+    assert [r.info.run_name for r in runs] == ["before"]

@@ -117,6 +117,41 @@ def test_another_runner_that_sees_the_job_running_records_its_hours(store: str) 
     assert (after.info.status, after.info.end_time) == (run.info.status, run.info.end_time)
 
 
+@pytest.mark.parametrize("over", ["sqlite", "http"])
+def test_a_run_whose_watcher_recorded_the_hours_but_could_not_end_it_is_ended_by_a_late_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_http_server: str, over: str
+) -> None:
+    """The watcher's end failed (store locked, server gone, watcher killed) after it
+    recorded cpu_hours: the next Runner that sees the app ended ends the run."""
+    from torchx.trackers.mlflow_rest import MlflowRest
+    from torchx.trackers.mlflow_sqlite import SqliteStore
+
+    (tmp_path / "store").mkdir()
+    uri = (
+        f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}" if over == "sqlite" else mlflow_http_server
+    )
+    _store(tmp_path, monkeypatch, uri)
+    store_cls = SqliteStore if over == "sqlite" else MlflowRest
+
+    def fails(*_: Any, **__: Any) -> None:
+        raise OSError("database is locked")
+
+    with get_runner() as watcher:
+        handle = watcher.run_component("utils.sh", ["true"], "local_cwd")
+        with monkeypatch.context() as m:
+            m.setattr(store_cls, "terminate", fails)
+            status = watcher.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+    stuck = the_run(uri, handle)
+    assert stuck.info.status == "RUNNING" and stuck.data.metrics["cpu_hours"] > 0
+    with get_runner() as late:  # `torchx status HANDLE`
+        late.status(handle)
+        assert late.resource_hours(handle) is None  # the watcher's hours stand
+    run = the_run(uri, handle)
+    assert run.info.status == "FINISHED" and run.info.end_time
+    assert len(history(uri, run, "cpu_hours")) == 1
+
+
 def test_a_job_nobody_watched_end_gets_its_hours_from_the_first_runner_that_sees_it(
     store: str,
 ) -> None:

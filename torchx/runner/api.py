@@ -256,9 +256,8 @@ class Runner:
     ) -> Optional[AppHandle]:
         """The app :meth:`run` would re-attach to for this key (None: it would submit, or
         wait for a submitter that claimed the key and is still launching)."""
-        return self._find_reusable(
-            scheduler, idempotency_token(idempotency_key), reattach_succeeded
-        )
+        token = idempotency_token(idempotency_key)
+        return self._find_reusable(scheduler, token, reattach_succeeded)
 
     def _find_reusable(
         self, scheduler: str, token: str, reattach_succeeded: bool
@@ -268,6 +267,11 @@ class Runner:
         else with ``reattach_succeeded`` the newest SUCCEEDED one."""
         sched = self._scheduler(scheduler)
         apps = sched.find_by_idempotency_token(token)
+        for app in (a for a in apps if is_terminal(a.state)):  # a run its waiter never ended
+            try:  # is ended as status() would; never worth failing a re-attach or a submit
+                self.status(make_app_handle(scheduler, self._name, app.app_id))
+            except Exception as e:
+                logger.warning("could not end the tracker run of %s: %s", app.app_id, e)
         live = [a for a in apps if not is_terminal(a.state)]
         if live:
             sched.settle_idempotency_token(live)
@@ -337,7 +341,7 @@ class Runner:
         with log_event(
             "dryrun",
             scheduler,
-            app_image=_image(app),
+            app_image=app.roles[0].image,  # _validate_app: it has roles
             runcfg=resolved,
             workspace=str(workspace) if workspace else None,
         ):
@@ -360,15 +364,15 @@ class Runner:
         opened: Optional[OpenedJobRun] = None
         if app is not None and trackers:
             self._tracking.validate(trackers)
-            request = getattr(dryrun_info, "_run_request", None) or RunRequest(
-                cfg=dict(dryrun_info._cfg)
-            )
+            request = getattr(dryrun_info, "_run_request", None)
+            request = request or RunRequest(cfg=dict(dryrun_info._cfg))
             job = job_run(app, scheduler, request, int(time.time() * 1000))
             opened = self._tracking.open(trackers, job)
             env = {**opened.env, ENV_JOB_START_MS: str(job.start_ms)}
-            dryrun_info = with_env(sched, dryrun_info, env)
-            app = dryrun_info._app
-        try:
+        try:  # from here on, a failure ends the opened run (nothing was submitted)
+            if opened is not None:
+                dryrun_info = with_env(sched, dryrun_info, env)
+                app = dryrun_info._app
             with log_event("schedule", scheduler) as event:
                 app_id = sched.schedule(dryrun_info)
                 event.app_id = app_id
@@ -561,10 +565,6 @@ def _validate_app(app: AppDef) -> None:
                 f"role {role.name!r} of app {app.name!r} has num_replicas={role.num_replicas};"
                 " it must be > 0"
             )
-
-
-def _image(app: AppDef) -> Optional[str]:
-    return app.roles[0].image if app.roles else None
 
 
 def get_runner(

@@ -7,6 +7,7 @@ resources, the orchestrator's params). Env values never leave: ``--env K=V`` and
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import shlex
@@ -31,6 +32,7 @@ from torchx.runtime.progress import Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
+from torchx.util.types import to_dict
 
 if TYPE_CHECKING:
     from torchx.trackers.api import JobRun
@@ -50,6 +52,7 @@ FAILURE_REASON_TAG = "torchx.failure_reason"
 # progress reports go on the job's run at most this often while a Runner waits (seconds)
 PROGRESS_METRICS_INTERVAL = 10.0
 MAX_TAG = 5000
+_ENDED = ("FINISHED", "FAILED", "KILLED")  # an MLflow run's terminal statuses
 
 ComponentCall = Tuple[str, Union[List[str], Dict[str, Any]]]
 
@@ -71,8 +74,14 @@ def _text(value: object) -> str:
 
 
 def _redact_pairs(text: str) -> str:
-    """``K=V,K2=V2`` -> ``K=<redacted>,K2=<redacted>``: names stay, values never leave."""
-    return ",".join(f"{p.split('=', 1)[0]}={REDACTED}" for p in text.split(",") if p)
+    """``K=V,K2=V2`` -> ``K=<redacted>,K2=<redacted>``: names stay, values never leave.
+    Parsed as the component parses its env (``to_dict``: ``K=a,b`` is one value); what
+    does not parse is redacted whole."""
+    try:
+        names = to_dict(text)
+    except ValueError:
+        return REDACTED
+    return ",".join(f"{k}={REDACTED}" for k in names)
 
 
 def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict[str, Any]]:
@@ -240,11 +249,12 @@ class JobRecorder:
         self.record(watch.trackers, handle, watch.env, report.as_metrics(), report.step)
 
     def end(self, handle: str, roles: Sequence[Role], state: AppState, msg: str) -> None:
-        """Record the app's end (``ended``), then end its run with ``state``."""
+        """Record the app's end (``ended``), then end its run with ``state``, unless a late
+        look finds a run that a watcher recorded (its hours) and ended: its end stands."""
         roles, env, trackers = self._job(handle, roles)
-        report = self._report(handle) if trackers else None
-        settled = self.ended(handle, trackers, env, roles, state, msg, report)
-        if trackers and not settled:  # a late look keeps the end the watcher recorded
+        report = functools.partial(self._report, handle)  # read only if it is recorded
+        recorded = self.ended(handle, trackers, env, roles, state, msg, report)
+        if trackers and not (recorded and self._run_ended(trackers, handle, env)):
             self._session.close_job_run(trackers, handle, env, state)
 
     def ended(
@@ -255,14 +265,15 @@ class JobRecorder:
         roles: Sequence[Role],
         state: AppState,
         msg: str,
-        report: Optional[Progress],
+        report: Callable[[], Optional[Progress]],
     ) -> bool:
         """The app ended (before its run is closed): the last report, resource-hours from
         ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
 
         A Runner whose first look finds the app ended (it did not watch it) records the
         hours only if no watching Runner did (``job_run_has``): the end it knows is now.
-        Returns whether such a Runner already recorded the end (then the run stays as is)."""
+        Returns whether such a Runner already recorded the end (then it adds nothing; whether
+        the run is ended too is ``_run_ended``'s to say)."""
         watch = self._watched.get(handle)
         late = watch is None
         if watch is None:
@@ -273,7 +284,7 @@ class JobRecorder:
             self.hours[handle] = resource_hours(roles, watch.start, time.time())
         if settled or not watch.trackers:
             return settled
-        self.progress(handle, report)
+        self.progress(handle, report())
         tags = {}
         if state == AppState.FAILED and msg and msg != "<NONE>":
             tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
@@ -308,6 +319,22 @@ class JobRecorder:
                     return False
             except Exception as e:  # cannot tell: leave the run as it is
                 logger.warning("could not read the run of %s: %s", handle, e)
+        return True
+
+    def _run_ended(
+        self, trackers: Mapping[str, Optional[str]], handle: str, env: Mapping[str, str]
+    ) -> bool:
+        """Whether the job's run is ended (not RUNNING) in every tracker; False if one cannot
+        tell (``job_run_status``): a run RUNNING forever is worse than a moved end time."""
+        for backend in self._session.backends(trackers):
+            status = getattr(backend, "job_run_status", None)
+            run_id = backend.job_run_id(handle, env)
+            try:
+                if status is None or not run_id or status(run_id) not in _ENDED:
+                    return False
+            except Exception as e:  # cannot tell: end it
+                logger.warning("could not read the status of the run of %s: %s", handle, e)
+                return False
         return True
 
     def record(

@@ -260,6 +260,8 @@ class FactoryBackend:
         return job_id
 
     def close_job_run(self, job_id: str, run_id: Optional[str], status: str, *_: Any) -> None:
+        if run_id is not None and self._pending.pop(run_id, None) is not None:
+            return  # its submit failed: the run was never recorded, there is nothing to end
         self.tracker().end_run(job_id, status)
 
     def close(self) -> None:

@@ -33,8 +33,9 @@ from torchx.trackers.api import (
     TrackerConfigError,
     TrackerSource,
     read_config_file,
+    tracker_config_env_var_name,
 )
-from torchx.trackers.mlflow_rest import MlflowRest
+from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest
 from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_current, now_ms
 from torchx.util.modules import MissingExtraError, import_optional
 from torchx.util.paths import torchx_home
@@ -67,6 +68,15 @@ def _sqlite_file(uri: str) -> Optional[str]:
     return uri[len("sqlite:///") :].split("?", 1)[0]
 
 
+def _absolute(uri: str) -> str:
+    """A relative ``sqlite:///mlflow.db`` made absolute against this process's cwd (so a
+    job, and any process that ends its run, names the same file)."""
+    db = _sqlite_file(uri)
+    if db is None or os.path.isabs(db):
+        return uri
+    return f"sqlite:///{os.path.abspath(db)}{uri[len('sqlite:///') + len(db) :]}"
+
+
 def is_http(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
@@ -79,6 +89,7 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     elif config:
         out["tracking_uri"] = config
     uri = out["tracking_uri"] or os.environ.get(ENV_TRACKING_URI) or default_tracking_uri()
+    uri = _absolute(uri)
     out["tracking_uri"], db = uri, _sqlite_file(uri)
     if out["artifact_location"] is None and db is not None:
         out["artifact_location"] = os.path.join(os.path.dirname(os.path.abspath(db)), "artifacts")
@@ -148,16 +159,17 @@ class MLflowTracker(TrackerBase):
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
         exp = self.client.get_experiment_by_name(name)
-        if exp is not None:
-            return str(exp.experiment_id)
-        try:
-            location = f"{artifact_location}/{name}" if artifact_location else None
-            return str(self.client.create_experiment(name, artifact_location=location))
-        except Exception:  # created concurrently by another process
-            exp = self.client.get_experiment_by_name(name)
-            if exp is None:
-                raise
-            return str(exp.experiment_id)
+        if exp is None:
+            try:
+                location = f"{artifact_location}/{name}" if artifact_location else None
+                return str(self.client.create_experiment(name, artifact_location=location))
+            except Exception:  # created concurrently by another process
+                exp = self.client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+        if exp.lifecycle_stage == "deleted":  # MLflow refuses runs in it
+            raise DeletedExperimentError(name, exp.experiment_id)
+        return str(exp.experiment_id)
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
@@ -192,6 +204,9 @@ class MLflowTracker(TrackerBase):
 
     def has_metric(self, run_id: str, key: str) -> bool:
         return key in self.client.get_run(run_id).data.metrics
+
+    def run_status(self, run_id: str) -> Optional[str]:
+        return str(self.client.get_run(run_id).info.status)
 
     def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
         """Each key's newest value by time (MLflow's own latest is the highest step, and
@@ -382,6 +397,18 @@ class MlflowBackend:
         self.store = str(self._cfg["tracking_uri"])
         self._tracker: Optional[MLflowTracker] = None
         self._lock = threading.RLock()
+        self._job_stores: Dict[str, str] = {}  # run id -> the store its job's env names
+        self._others: Dict[str, MLflowTracker] = {}  # those stores, when not this one
+
+    def _store_of(self, run_id: str) -> Any:
+        """The store of a job's run: the one its job's env names (``job_run_id``)."""
+        uri = self._job_stores.get(run_id, self.store)
+        if uri == self.store:
+            return self.tracker().store
+        with self._lock:
+            if uri not in self._others:
+                self._others[uri] = MLflowTracker(tracking_uri=uri)
+            return self._others[uri].store
 
     def tracker(self) -> MLflowTracker:
         with self._lock:
@@ -423,32 +450,45 @@ class MlflowBackend:
             exp_id = store.experiment_id(name, self._cfg["artifact_location"])
         run_id = store.create_run(exp_id, job.name, tags, job.params, job.start_ms or now_ms())
         env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.store, ENV_EXPERIMENT_ID: exp_id}
+        # the job carries its store resolved (not this process's $MLFLOW_TRACKING_URI,
+        # $TORCHX_HOME or cwd), so whichever process ends its run ends it there
+        file = self.config or ""  # a config file: its absolute path, else the store's URI
+        env[tracker_config_env_var_name(self.name)] = (
+            os.path.abspath(file) if os.path.isfile(file) else self.store
+        )
         return OpenedRun(run_id, env)
 
     def bind_job_run(self, run_id: str, job_id: str) -> None:
         self.tracker().store.tag_run(run_id, TAG_JOB_ID, job_id)
 
     def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]:
-        same_store = env.get(ENV_TRACKING_URI) == self.store
-        return (env.get(ENV_RUN_ID) or None) if same_store else None
+        """The run id in the job's env, in the store the env names: this tracker's, or for
+        a job whose run this tracker opened (it carries its config) the job's own."""
+        run_id, uri = env.get(ENV_RUN_ID) or None, env.get(ENV_TRACKING_URI)
+        if run_id is None or uri is None:
+            return None
+        if uri != self.store:
+            if tracker_config_env_var_name(self.name) not in env:
+                return None  # not a run torchx opened: leave it alone
+            self._job_stores[run_id] = uri
+        return run_id
 
     def close_job_run(
         self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
     ) -> None:
         """End the run as ``status`` (the app's end wins over a user's own ``end_run``)."""
-        store = self.tracker().store
         if run_id is None:  # an app whose env its scheduler does not return
-            found = store.find_run(TAG_JOB_ID, job_id) if job_id else None
+            found = self.tracker().store.find_run(TAG_JOB_ID, job_id) if job_id else None
             if found is None:
                 return
             run_id = found[0]
-        store.terminate(run_id, status, end_ms)
+        self._store_of(run_id).terminate(run_id, status, end_ms)
 
     def log_job_run(
         self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
     ) -> None:
         """Tags, and metrics at ``step``, on a job's run by its MLflow id."""
-        store = self.tracker().store
+        store = self._store_of(run_id)
         for key, value in tags.items():
             store.tag_run(run_id, key, value)
         if metrics:
@@ -456,12 +496,18 @@ class MlflowBackend:
 
     def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]:
         """The job's run's latest metrics, ``{key: (value, timestamp ms)}``."""
-        return dict(self.tracker().store.latest_metrics(run_id))
+        return dict(self._store_of(run_id).latest_metrics(run_id))
 
     def job_run_has(self, run_id: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` already (by its MLflow id)."""
-        return bool(self.tracker().store.has_metric(run_id, metric))
+        return bool(self._store_of(run_id).has_metric(run_id, metric))
+
+    def job_run_status(self, run_id: str) -> Optional[str]:
+        """The job's run's status (``RUNNING``, ``FINISHED``, ...; None: no such run)."""
+        status = self._store_of(run_id).run_status(run_id)
+        return None if status is None else str(status)
 
     def close(self) -> None:
         with self._lock:
             self._tracker = None
+            self._others.clear()

@@ -13,7 +13,6 @@ from torchx.trackers.api import TrackerConfigError
 API = "/api/2.0/mlflow"
 TIMEOUT = 10.0
 BATCH = 100  # params per log-batch request (the server's limit)
-_experiments: Dict[Tuple[str, str], str] = {}  # (server, experiment name) -> id
 
 
 class MlflowRestError(TrackerConfigError):
@@ -24,10 +23,23 @@ class MlflowRestError(TrackerConfigError):
         self.error_code = error_code
 
 
+class DeletedExperimentError(TrackerConfigError):
+    """The experiment of that name is deleted: MLflow keeps runs out of it (``mlflow gc``
+    destroys them), and so does torchx."""
+
+    def __init__(self, name: str, exp_id: object) -> None:
+        super().__init__(
+            f"the MLflow experiment {name!r} (id {exp_id}) is deleted; restore it"
+            f" (mlflow experiments restore --experiment-id {exp_id}) or set another experiment"
+            " name (experiment_name in the tracker config, or $TORCHX_TRACKING_EXPERIMENT_NAME)"
+        )
+
+
 class MlflowRest:
     def __init__(self, tracking_uri: str, timeout: float = TIMEOUT) -> None:
         self.root = tracking_uri.rstrip("/")
         self.timeout = timeout
+        self._experiments: Dict[str, str] = {}  # experiment name -> id, on this server
 
     def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
         import urllib.error  # at the first request: http.client and email are not cheap
@@ -65,8 +77,8 @@ class MlflowRest:
             ) from None
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
-        key, by_name = (self.root, name), {"experiment_name": name}
-        if key not in _experiments:
+        by_name = {"experiment_name": name}
+        if name not in self._experiments:
             body: Dict[str, Any] = {"name": name}
             if artifact_location:
                 body["artifact_location"] = f"{artifact_location}/{name}"
@@ -80,8 +92,10 @@ class MlflowRest:
                     found = self._call("POST", API + "/experiments/create", body)
                 except MlflowRestError:  # created concurrently
                     found = self._call("GET", get, by_name)["experiment"]
-            _experiments[key] = str(found["experiment_id"])
-        return _experiments[key]
+            if found.get("lifecycle_stage") == "deleted":
+                raise DeletedExperimentError(name, found["experiment_id"])
+            self._experiments[name] = str(found["experiment_id"])
+        return self._experiments[name]
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
@@ -124,12 +138,20 @@ class MlflowRest:
     def has_metric(self, run_id: str, key: str) -> bool:
         return key in self._metric_keys(run_id)
 
+    def run_status(self, run_id: str) -> Optional[str]:
+        run = self._call("GET", API + "/runs/get", {"run_id": run_id})
+        return str(run["run"]["info"]["status"])
+
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
         pairs = [{"key": k, "value": v} for k, v in tags.items()]
         body = {"experiment_id": exp_id, "run_name": name, "start_time": start, "tags": pairs}
-        run_id = str(self._call("POST", API + "/runs/create", body)["run"]["info"]["run_id"])
+        try:
+            run_id = str(self._call("POST", API + "/runs/create", body)["run"]["info"]["run_id"])
+        except MlflowRestError:  # e.g. deleted since: look the experiment up again next time
+            self._experiments = {k: v for k, v in self._experiments.items() if v != exp_id}
+            raise
         items = [{"key": k, "value": v} for k, v in params.items()]
         for i in range(0, len(items), BATCH):
             batch = {"run_id": run_id, "params": items[i : i + BATCH]}

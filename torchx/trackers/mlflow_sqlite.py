@@ -13,6 +13,7 @@ import fcntl
 import functools
 import glob
 import json
+import logging
 import math
 import os
 import re
@@ -23,6 +24,9 @@ import uuid
 from importlib.util import find_spec
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
+from torchx.trackers.mlflow_rest import DeletedExperimentError
+
+logger = logging.getLogger(__name__)
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
 _MAX = 1.7976931348623157e308  # a float's largest
 _REVISION = re.compile(r'^(down_)?revision\s*=\s*"([0-9a-f]+)"', re.M)
@@ -146,9 +150,10 @@ class SqliteStore:
             return db.execute(sql, args).fetchone()
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
-        """Found, or created as ``create_experiment`` with a local artifact location does."""
-        find = "SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'"
-        find += " AND lifecycle_stage = 'active'"
+        """Found, or created as ``create_experiment`` with a local artifact location does;
+        a deleted one is an error (MLflow refuses runs in it too)."""
+        find = "SELECT experiment_id, lifecycle_stage FROM experiments WHERE name = ?"
+        find += " AND workspace = 'default'"
         local, now = artifact_location and "://" not in artifact_location, now_ms()
         with self._db() as db:
             if name and local and not db.execute(find, (name,)).fetchone():
@@ -159,6 +164,8 @@ class SqliteStore:
                     (name, os.path.abspath(f"{artifact_location}/{name}"), now, now),
                 )
             row = db.execute(find, (name,)).fetchone()
+        if row is not None and row[1] == "deleted":
+            raise DeletedExperimentError(name, row[0])
         return str(row[0]) if row else str(self._client().experiment_id(name, artifact_location))
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
@@ -231,9 +238,16 @@ class SqliteStore:
         sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
         return self._one(sql, run_id, key) is not None
 
+    def run_status(self, run_id: str) -> Optional[str]:
+        row = self._one("SELECT status FROM runs WHERE run_uuid = ?", run_id)
+        return str(row[0]) if row else None
+
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
-        self._one(end, status, end_ms or now_ms(), run_id)
+        with self._db() as db:
+            ended = db.execute(end, (status, end_ms or now_ms(), run_id)).rowcount
+        if not ended:
+            logger.warning("could not end run %s in sqlite:///%s: no such run", run_id, self.path)
 
 
 def now_ms() -> int:

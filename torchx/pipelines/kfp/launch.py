@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
 from torchx.pipelines.owner import kfp_owner, metadata_value
+from torchx.runner.tracking import redact_args
 from torchx.specs.api import AppDef, Resource
 from torchx.util.quantity import cpu_whole_cores, memory_mib
 
@@ -100,7 +101,7 @@ def run_identity(
         "kfp.job_id": job,
         "kfp.task_name": task,
         "kfp.component": component,
-        "kfp.component_args": json.dumps(list(component_args)),
+        "kfp.component_args": json.dumps(redact_args(list(component_args))),  # no env values
         "kfp.scheduler": scheduler,
         "kfp.cfg": json.dumps(dict(cfg), sort_keys=True, default=str),
         "kfp.parent_run_id": parent_run_id,
