@@ -7,6 +7,7 @@ and ends it in-process when it sees the app end, so every check reads at once.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import stat
 import subprocess
@@ -171,6 +172,24 @@ def test_a_retry_ends_the_runs_of_its_keys_ended_apps_whose_waiters_died(store: 
         third.wait(third_try, wait_interval=1, timeout=120)
     assert the_run(store, succeeded).info.status == "FINISHED"
     assert the_run(store, third_try).info.status == "FINISHED"
+
+
+def test_a_tracked_keyed_retry_in_the_same_process_submits_at_once(store: str) -> None:
+    """A Prefect task retried in its flow-run process: the first try's app FAILED and its
+    submitter is alive. The key's claim names the app that was launched (the request
+    made again with the run's env has a new app id), so the retry sees that app ended and
+    launches; it used to wait 120 s for an app that never existed, then fail."""
+    with get_runner() as runner:
+        first = runner.run_component("utils.sh", ["exit", "3"], "local_cwd", idempotency_key="k")
+        assert runner.wait(first, wait_interval=0.1, timeout=60).state == specs.AppState.FAILED
+        claims = Path(os.environ["TORCHX_HOME"]).glob("local_cwd/torchx/.tokens/*/.claim.*")
+        named = {json.loads(c.read_text())["app_id"] for c in claims if c.suffix != ".void"}
+        assert named == {parse_app_handle(first).app_id}
+        retry = runner.run_component("utils.sh", ["true"], "local_cwd", idempotency_key="k")
+        assert retry != first
+        assert runner.wait(retry, wait_interval=0.1, timeout=60).state == specs.AppState.SUCCEEDED
+    assert the_run(store, first).info.status == "FAILED"
+    assert the_run(store, retry).info.status == "FINISHED"
 
 
 def test_a_request_that_fails_with_the_runs_env_ends_the_opened_run(

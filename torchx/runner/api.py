@@ -41,14 +41,13 @@ from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
     OWNER,
     STALL_TIMEOUT,
-    InvalidAppError,
     ListAppResponse,
     Scheduler,
     Stream,
     idempotency_token,
+    validate_app,
 )
 from torchx.specs.api import (
-    MISSING,
     AppDef,
     AppDryRunInfo,
     AppHandle,
@@ -240,12 +239,16 @@ class Runner:
         if not token:
             return self.schedule(info)
         sched = self._scheduler(scheduler)
+        # the claim names the app that launches: the request with its run's env (a new id)
+        info, opened = self._open_job_run(scheduler, info)
         holder = sched.claim_idempotency_token(token, info, reattach_succeeded)
         if holder is not None:
             logger.info("re-attaching to %s (idempotency key %r, claimed)", holder, idempotency_key)
+            if opened is not None:  # it launches nothing: its run ends at once
+                self._tracking.abort(opened)
             return make_app_handle(scheduler, self._name, holder)
         try:
-            handle = self.schedule(info)
+            handle = self._launch(scheduler, info, opened)
         except BaseException:
             sched.release_idempotency_claim(token, info)
             raise
@@ -315,7 +318,7 @@ class Runner:
         """The scheduler request for ``app`` (on a copy: the caller's AppDef is untouched).
 
         Offline: trackers are checked by :meth:`schedule`, not here."""
-        _validate_app(app)
+        validate_app(app)
         app = copy.deepcopy(app)
         sched = self._scheduler(scheduler)
         trackers = self.trackers()
@@ -341,7 +344,7 @@ class Runner:
         with log_event(
             "dryrun",
             scheduler,
-            app_image=app.roles[0].image,  # _validate_app: it has roles
+            app_image=app.roles[0].image,  # validate_app: it has roles
             runcfg=resolved,
             workspace=str(workspace) if workspace else None,
         ):
@@ -357,24 +360,37 @@ class Runner:
         scheduler = dryrun_info._scheduler
         if scheduler is None:
             raise ValueError("dryrun_info has no scheduler; create it with Runner.dryrun")
-        sched = self._scheduler(scheduler)
-        app = dryrun_info._app
-        submitted = time.time()
+        dryrun_info, opened = self._open_job_run(scheduler, dryrun_info)
+        return self._launch(scheduler, dryrun_info, opened)
+
+    def _open_job_run(
+        self, scheduler: str, info: AppDryRunInfo[Any]
+    ) -> tuple[AppDryRunInfo[Any], Optional[OpenedJobRun]]:
+        """Open the job's tracker runs (if it has trackers) and make the request again
+        with their ids in every role's env; a failure ends the opened runs."""
+        app = info._app
         trackers = trackers_of(app) if app is not None else {}
-        opened: Optional[OpenedJobRun] = None
-        if app is not None and trackers:
-            self._tracking.validate(trackers)
-            request = getattr(dryrun_info, "_run_request", None)
-            request = request or RunRequest(cfg=dict(dryrun_info._cfg))
-            job = job_run(app, scheduler, request, int(time.time() * 1000))
-            opened = self._tracking.open(trackers, job)
+        if app is None or not trackers:
+            return info, None
+        self._tracking.validate(trackers)
+        request = getattr(info, "_run_request", None) or RunRequest(cfg=dict(info._cfg))
+        job = job_run(app, scheduler, request, int(time.time() * 1000))
+        opened = self._tracking.open(trackers, job)
+        try:
             env = {**opened.env, ENV_JOB_START_MS: str(job.start_ms)}
-        try:  # from here on, a failure ends the opened run (nothing was submitted)
-            if opened is not None:
-                dryrun_info = with_env(sched, dryrun_info, env)
-                app = dryrun_info._app
+            return with_env(self._scheduler(scheduler), info, env), opened
+        except BaseException:
+            self._tracking.abort(opened)
+            raise
+
+    def _launch(
+        self, scheduler: str, dryrun_info: AppDryRunInfo[Any], opened: Optional[OpenedJobRun]
+    ) -> AppHandle:
+        """Submit the request; a failure ends the runs opened for it (nothing was submitted)."""
+        app, submitted = dryrun_info._app, time.time()
+        try:
             with log_event("schedule", scheduler) as event:
-                app_id = sched.schedule(dryrun_info)
+                app_id = self._scheduler(scheduler).schedule(dryrun_info)
                 event.app_id = app_id
         except BaseException:
             if opened is not None:
@@ -552,19 +568,6 @@ class Runner:
 
     def __repr__(self) -> str:
         return f"Runner(name={self._name!r}, schedulers={self.scheduler_backends()})"
-
-
-def _validate_app(app: AppDef) -> None:
-    if not app.roles:
-        raise InvalidAppError(f"app {app.name!r} has no roles; add at least one Role")
-    for role in app.roles:
-        if not role.entrypoint or role.entrypoint == MISSING:
-            raise InvalidAppError(f"role {role.name!r} of app {app.name!r} has no entrypoint")
-        if role.num_replicas <= 0:
-            raise InvalidAppError(
-                f"role {role.name!r} of app {app.name!r} has num_replicas={role.num_replicas};"
-                " it must be > 0"
-            )
 
 
 def get_runner(

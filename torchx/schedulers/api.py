@@ -26,6 +26,7 @@ from typing import (
 )
 
 from torchx.specs.api import (
+    MISSING,
     NONE,
     NULL_RESOURCE,
     AppDef,
@@ -137,6 +138,20 @@ class ListAppResponse:
 
 class InvalidAppError(TorchXError, ValueError):
     """An AppDef a scheduler cannot run (no resource, no roles, ...)."""
+
+
+def validate_app(app: AppDef) -> None:
+    """What every scheduler needs of an app: roles, each with an entrypoint and replicas."""
+    if not app.roles:
+        raise InvalidAppError(f"app {app.name!r} has no roles; add at least one Role")
+    for role in app.roles:
+        if not role.entrypoint or role.entrypoint == MISSING:
+            raise InvalidAppError(f"role {role.name!r} of app {app.name!r} has no entrypoint")
+        if role.num_replicas <= 0:
+            raise InvalidAppError(
+                f"role {role.name!r} of app {app.name!r} has num_replicas={role.num_replicas};"
+                " it must be > 0"
+            )
 
 
 class Scheduler(abc.ABC, Generic[T]):
