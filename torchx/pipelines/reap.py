@@ -98,7 +98,8 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
 
 
 class Orchestrators:
-    """Asks owners' orchestrators for their state; caches logins and answers per run."""
+    """Asks owners' orchestrators for their state; remembers logins and unreachable
+    orchestrators for the run (an owner's state is asked each time)."""
 
     def __init__(
         self,
