@@ -63,11 +63,11 @@ from torchx.schedulers.slurm.batch import (
 from torchx.schedulers.slurm.status import (
     SLURM_STATES,
     SlurmError,
+    current_run,
     job_state,
     json_number,
     query_job,
     run,
-    run_start,
 )
 from torchx.specs import (
     NONE,
@@ -367,9 +367,6 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         COMPLETING read RUNNING for torchx, but their replicas cannot print. It is never
         before the current run's start: a requeued job's files may be its last run's."""
         try:
-            parts = query_job(app_id) if app_id.isdigit() else []
-            if not parts or any(p["state"] != "RUNNING" for p in parts):
-                return None
             job_dir = self._job_dir(app_id)
         except ValueError:
             return None
@@ -382,9 +379,11 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 times.append(path.stat().st_mtime)
             except OSError:
                 pass
-        if not times:
+        if not times or not app_id.isdigit():
             return None
-        start = run_start(app_id)
+        states, start = current_run(app_id)  # asked only once there is output to judge
+        if not states or any(state != "RUNNING" for state in states):
+            return None
         return max(times) if start is None else max(*times, start)
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
