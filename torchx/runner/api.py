@@ -4,8 +4,7 @@ Upstream-compatible (``get_runner``, ``Runner.run_component``, ``wait``, ...),
 with these differences on purpose:
 
 - ``dryrun``/``run`` never mutate the caller's ``AppDef``;
-- ``wait`` returns as soon as the scheduler sees the app end (schedulers may
-  override ``wait_for_change``), whatever ``wait_interval`` is;
+- ``wait`` returns as soon as the scheduler sees the app end, whatever ``wait_interval`` is;
 - ``TORCHX_*`` environment variables are not turned into scheduler kwargs;
 - a misconfigured tracker fails at submit time with one line; a dry run never contacts it;
 - ``run(..., idempotency_key=K)`` submits at most one live app per key: the scheduler
@@ -257,8 +256,7 @@ class Runner:
     def find_by_idempotency_key(
         self, scheduler: str, idempotency_key: str, reattach_succeeded: bool = False
     ) -> Optional[AppHandle]:
-        """The app :meth:`run` would re-attach to for this key (None: it would submit, or
-        wait for a submitter that claimed the key and is still launching)."""
+        """The app :meth:`run` would re-attach to for this key (None: it would submit, or wait)."""
         token = idempotency_token(idempotency_key)
         return self._find_reusable(scheduler, token, reattach_succeeded)
 

@@ -79,7 +79,7 @@ class TrackerSession:
             except Exception as e:
                 self.abort(opened)
                 raise TrackerRunError(
-                    f"could not open the job's tracker run in {_store(backend)}: {_reason(e)}"
+                    f"could not open the job's tracker run in {backend.store}: {error_reason(e)}"
                 ) from e
         return opened
 
@@ -117,14 +117,10 @@ def _warn_on_error(backend: TrackerBackend, what: str, call: Any, *args: Any) ->
     try:
         call(*args)
     except Exception as e:
-        logger.warning("could not %s in %s: %s", what, _store(backend), _reason(e))
+        logger.warning("could not %s in %s: %s", what, backend.store, error_reason(e))
 
 
-def _store(backend: TrackerBackend) -> str:
-    return str(getattr(backend, "store", None) or f"{backend.name} ({backend.config})")
-
-
-def _reason(e: BaseException) -> str:
+def error_reason(e: BaseException) -> str:
     """The first line of what went wrong, without a driver's SQL dump."""
     text = str(getattr(e, "orig", None) or e).strip().splitlines()
     return (text[0] if text else type(e).__name__)[:300]

@@ -27,7 +27,7 @@ from typing import (
 )
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
-from torchx.runner.tracker_session import TrackerSession
+from torchx.runner.tracker_session import TrackerSession, error_reason
 from torchx.runtime.progress import Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
@@ -301,21 +301,18 @@ class JobRecorder:
         app = self._apps.get(handle) or describe(handle)
         _, env, trackers = self._job(handle, app.roles if app is not None else [])
         for backend in self._session.backends(trackers):
-            latest = getattr(backend, "job_run_latest", None)
             run_id = backend.job_run_id(handle, env)
-            if latest is not None and run_id:
-                report = progress_from_metrics(latest(run_id))
-                if report is not None:
-                    return report
+            report = progress_from_metrics(backend.job_run_latest(run_id)) if run_id else None
+            if report is not None:
+                return report
         return None
 
     def _recorded(self, watch: _Watch, handle: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` in any tracker (True if none can tell)."""
         for backend in self._session.backends(watch.trackers):
-            has = getattr(backend, "job_run_has", None)
             run_id = backend.job_run_id(handle, watch.env)
             try:
-                if has is not None and run_id and not has(run_id, metric):
+                if run_id and backend.job_run_has(run_id, metric) is False:
                     return False
             except Exception as e:  # cannot tell: leave the run as it is
                 logger.warning("could not read the run of %s: %s", handle, e)
@@ -327,10 +324,9 @@ class JobRecorder:
         """Whether the job's run is ended (not RUNNING) in every tracker; False if one cannot
         tell (``job_run_status``): a run RUNNING forever is worse than a moved end time."""
         for backend in self._session.backends(trackers):
-            status = getattr(backend, "job_run_status", None)
             run_id = backend.job_run_id(handle, env)
             try:
-                if status is None or not run_id or status(run_id) not in _ENDED:
+                if not run_id or backend.job_run_status(run_id) not in _ENDED:
                     return False
             except Exception as e:  # cannot tell: end it
                 logger.warning("could not read the status of the run of %s: %s", handle, e)
@@ -349,17 +345,13 @@ class JobRecorder:
         """Metrics at ``step`` and tags on the job's run in each tracker that takes them
         (MLflow: by the run id in the job's env)."""
         for backend in self._session.backends(trackers):
-            log = getattr(backend, "log_job_run", None)
             run_id = backend.job_run_id(handle, env)
-            if log is None or not run_id:
+            if not run_id:
                 continue
             try:
-                log(run_id, metrics, step, tags or {})
+                backend.log_job_run(run_id, metrics, step, tags or {})
             except Exception as e:  # recording is never worth failing a wait
-                text = str(getattr(e, "orig", None) or e).strip().splitlines()
                 logger.warning(
                     "could not record metrics of %s in %s: %s",
-                    handle,
-                    getattr(backend, "store", backend.name),
-                    text[0][:300] if text else type(e).__name__,
+                    *(handle, backend.store, error_reason(e)),
                 )

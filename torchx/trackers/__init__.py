@@ -9,27 +9,18 @@ fsspec, hashlib). Inside torchx, import from the defining module
 
 from typing import Any
 
-# name: defining module
-_LAZY = {
-    "report_progress": "torchx.runtime.progress",
-    "ENV_TORCHX_JOB_ID": "torchx.trackers.env",
-    "ENV_TORCHX_PARENT_RUN_ID": "torchx.trackers.env",
-    "ENV_TORCHX_TRACKERS": "torchx.trackers.env",
-    "tracker_config_env_var_name": "torchx.trackers.env",
-    "AppRun": "torchx.trackers.api",
-    "AppRunTrackableSource": "torchx.trackers.api",
-    "Lineage": "torchx.trackers.api",
-    "LineageEdge": "torchx.trackers.api",
-    "TrackerArtifact": "torchx.trackers.api",
-    "TrackerBase": "torchx.trackers.api",
-    "TrackerConfigError": "torchx.trackers.api",
-    "TrackerSource": "torchx.trackers.api",
-    "app_run_from_env": "torchx.trackers.api",
-    "build_trackers": "torchx.trackers.api",
-    "trackers_from_environ": "torchx.trackers.api",
-    "record_input": "torchx.trackers.markers",
-    "record_output": "torchx.trackers.markers",
+# defining module: the names it gives this package
+_NAMES = {
+    "torchx.runtime.progress": "report_progress",
+    "torchx.trackers.env": "ENV_TORCHX_JOB_ID ENV_TORCHX_PARENT_RUN_ID ENV_TORCHX_TRACKERS"
+    " tracker_config_env_var_name",
+    "torchx.trackers.api": "AppRun AppRunTrackableSource Lineage LineageEdge TrackerArtifact"
+    " TrackerBase TrackerConfigError TrackerSource app_run_from_env build_trackers"
+    " trackers_from_environ",
+    "torchx.trackers.markers": "record_input record_output",
 }
+_LAZY = {name: module for module, names in _NAMES.items() for name in names.split()}
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
@@ -49,25 +40,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list:
     return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = [
-    "ENV_TORCHX_JOB_ID",
-    "ENV_TORCHX_PARENT_RUN_ID",
-    "ENV_TORCHX_TRACKERS",
-    "AppRun",
-    "AppRunTrackableSource",
-    "Lineage",
-    "LineageEdge",
-    "TrackerArtifact",
-    "TrackerBase",
-    "TrackerConfigError",
-    "TrackerSource",
-    "app_run_from_env",
-    "build_trackers",
-    "record_input",
-    "record_output",
-    "report_progress",
-    "tracker_config_env_var_name",
-    "trackers_from_environ",
-]

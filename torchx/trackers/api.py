@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Tuple
 
 from torchx.specs.api import TorchXError
 from torchx.trackers.env import (  # noqa: F401 (this module's public names)
@@ -79,12 +79,10 @@ class Lineage:
     stages: List[str] = field(default_factory=list)  # for a pipeline run: its stage runs
 
     def upstream(self, run_id: Optional[str] = None) -> List[LineageEdge]:
-        rid = run_id or self.run_id
-        return [e for e in self.edges if e.target == rid]
+        return [e for e in self.edges if e.target == (run_id or self.run_id)]
 
     def downstream(self, run_id: Optional[str] = None) -> List[LineageEdge]:
-        rid = run_id or self.run_id
-        return [e for e in self.edges if e.source == rid]
+        return [e for e in self.edges if e.source == (run_id or self.run_id)]
 
 
 class TrackerBase(abc.ABC):
@@ -94,30 +92,23 @@ class TrackerBase(abc.ABC):
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
     ) -> None: ...
-
     @abc.abstractmethod
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]: ...
-
     @abc.abstractmethod
     def add_metadata(self, run_id: str, **kwargs: object) -> None: ...
-
     @abc.abstractmethod
     def metadata(self, run_id: str) -> Mapping[str, object]: ...
-
     @abc.abstractmethod
     def add_source(
         self, run_id: str, source_id: str, artifact_name: Optional[str] = None
     ) -> None: ...
-
     @abc.abstractmethod
     def sources(
         self, run_id: str, artifact_name: Optional[str] = None
     ) -> Iterable[TrackerSource]: ...
-
+    # runs that consumed this one (``source_run_id`` is the consumer here)
     @abc.abstractmethod
-    def descendants(self, run_id: str) -> Iterable[TrackerSource]:
-        """Runs that consumed this one (``source_run_id`` is the consumer here)."""
-
+    def descendants(self, run_id: str) -> Iterable[TrackerSource]: ...
     @abc.abstractmethod
     def run_ids(self, **kwargs: str) -> Iterable[str]: ...
 
@@ -199,41 +190,46 @@ class OpenedRun:
 
 
 class TrackerBackend(Protocol):
-    """One configured tracker, as the Runner that submits jobs uses it (in-process)."""
+    """One configured tracker as the Runner that submits jobs uses it (in-process). The
+    ``job_run_*`` readers answer None where the backend cannot tell."""
 
     name: str
     config: Optional[str]
+    store: str  # where its runs live, for messages
 
-    def validate(self) -> None:
-        """Cheap submit-time check (seconds): the backend exists and its store is usable."""
-
-    def open_job_run(self, job: JobRun) -> OpenedRun:
-        """Create the job's run before the job is submitted (raises if it cannot)."""
-
-    def bind_job_run(self, run_id: str, job_id: str) -> None:
-        """The scheduler accepted the job: record its handle on the run."""
-
-    def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]:
-        """The id of ``job_id``'s run, from the env its roles were given."""
-
+    # a cheap submit-time check (seconds): the backend exists and its store is usable
+    def validate(self) -> None: ...
+    # the job's run, made before the submit (raises if it cannot)
+    def open_job_run(self, job: JobRun) -> OpenedRun: ...
+    # the scheduler accepted the job: record its handle on the run
+    def bind_job_run(self, run_id: str, job_id: str) -> None: ...
+    # the id of the job's run, from the env its roles were given
+    def job_run_id(self, job_id: str, env: Mapping[str, str]) -> Optional[str]: ...
+    # end the job's run as FINISHED, FAILED or KILLED
     def close_job_run(
         self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
-    ) -> None:
-        """End the job's run as ``FINISHED``, ``FAILED`` or ``KILLED``."""
-
-    def tracker(self) -> TrackerBase:
-        """The reading and recording side, built on first use."""
-
-    def close(self) -> None:
-        """Release clients (connections, engines)."""
+    ) -> None: ...
+    # tags, and metrics at ``step``, on the job's run (where the backend keeps them)
+    def log_job_run(
+        self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
+    ) -> None: ...
+    # each metric's newest value by time: {key: (value, timestamp ms)}
+    def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]: ...
+    def job_run_has(self, run_id: str, metric: str) -> Optional[bool]: ...
+    def job_run_status(self, run_id: str) -> Optional[str]: ...  # RUNNING, FINISHED, ...
+    # the reading and recording side, built on first use
+    def tracker(self) -> TrackerBase: ...
+    def close(self) -> None: ...  # release clients (connections, engines)
 
 
 class FactoryBackend:
     """A ``TrackerBackend`` over any ``create(config) -> TrackerBase`` (fsspec, and users'
-    own trackers from an entry point or ``module:function``); the run id is the job id."""
+    own trackers from an entry point or ``module:function``); the run id is the job id, and
+    it cannot read a run back."""
 
     def __init__(self, name: str, config: Optional[str], create: Callable[..., Any]) -> None:
         self.name, self.config, self._create = name, config, create
+        self.store = f"{name} ({config})"
         self._tracker: Optional[TrackerBase] = None
         self._pending: Dict[str, JobRun] = {}  # opened, not yet bound to a handle
 
@@ -264,28 +260,33 @@ class FactoryBackend:
             return  # its submit failed: the run was never recorded, there is nothing to end
         self.tracker().end_run(job_id, status)
 
+    def log_job_run(self, *_: Any) -> None: ...
+
+    def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+        return {}
+
+    def job_run_has(self, run_id: str, metric: str) -> Optional[bool]:
+        return None
+
+    def job_run_status(self, run_id: str) -> Optional[str]:
+        return None
+
     def close(self) -> None:
         self._tracker = None
 
 
-def _known_backends() -> Dict[str, Any]:
+def _factory(name: str) -> Any:
+    """The ``create`` of a tracker: builtin, an entry point, or ``module:function``."""
     from torchx.util.entrypoints import load_group, load_object
 
     backends = {
         "fsspec": lambda: load_object("torchx.trackers.fsspec_backend:create"),
         "mlflow": lambda: load_object("torchx.trackers.mlflow_backend:create"),
+        **load_group("torchx.tracker"),
     }
-    backends.update(load_group("torchx.tracker"))
-    return backends
-
-
-def _factory(name: str) -> Any:
-    backends = _known_backends()
     if name in backends:
         return backends[name]()
     if ":" in name or "." in name:
-        from torchx.util.entrypoints import load_object
-
         try:
             return load_object(name)
         except (ImportError, AttributeError) as e:
@@ -319,13 +320,9 @@ def validate_tracker_config(name: str, config: Optional[str]) -> None:
     tracker_backend(name, config).validate()
 
 
-def _configs_from_environ() -> Dict[str, Optional[str]]:
-    names = [n.strip() for n in os.environ.get(ENV_TORCHX_TRACKERS, "").split(",") if n.strip()]
-    return {n: os.environ.get(tracker_config_env_var_name(n)) for n in names}
-
-
 def trackers_from_environ() -> List[TrackerBase]:
-    return build_trackers(_configs_from_environ())
+    names = [n.strip() for n in os.environ.get(ENV_TORCHX_TRACKERS, "").split(",") if n.strip()]
+    return build_trackers({n: os.environ.get(tracker_config_env_var_name(n)) for n in names})
 
 
 # ---------------------------------------------------------------------------- AppRun
@@ -383,19 +380,14 @@ class AppRun:
             b.log_metrics(self.id, metrics, step)
 
     def sources(self) -> Iterable[AppRunTrackableSource]:
-        if not self.backends:
-            return []
         return [
             AppRunTrackableSource(AppRun(s.source_run_id, self.backends), s.artifact_name)
-            for s in self.backends[0].sources(self.id)
+            for s in (self.backends[0].sources(self.id) if self.backends else [])
         ]
 
     def children(self) -> Iterable[AppRun]:
-        if not self.backends:
-            return []
-        return [
-            AppRun(rid, self.backends) for rid in self.backends[0].run_ids(parent_run_id=self.id)
-        ]
+        ids = self.backends[0].run_ids(parent_run_id=self.id) if self.backends else []
+        return [AppRun(rid, self.backends) for rid in ids]
 
 
 def app_run_from_env() -> AppRun:

@@ -49,20 +49,14 @@ class FsspecTracker(TrackerBase):
 
     def _records(self, run_id: str, kind: str) -> List[Dict[str, Any]]:
         d = self._dir(run_id, kind)
-        if not self.fs.exists(d):
-            return []
-        out = []
-        for path in sorted(self.fs.ls(d, detail=False)):
-            with self.fs.open(path, "r") as f:
-                out.append(json.loads(f.read()))
-        return out
+        paths = sorted(self.fs.ls(d, detail=False)) if self.fs.exists(d) else []
+        return [json.loads(self.fs.cat_file(path)) for path in paths]
 
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
     ) -> None:
-        self._append(
-            run_id, "artifacts", {"name": name, "path": path, "metadata": dict(metadata or {})}
-        )
+        record = {"name": name, "path": path, "metadata": dict(metadata or {})}
+        self._append(run_id, "artifacts", record)
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         return {
@@ -71,7 +65,7 @@ class FsspecTracker(TrackerBase):
         }
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
-        self._append(run_id, "metadata", {k: v for k, v in kwargs.items()})
+        self._append(run_id, "metadata", dict(kwargs))
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         merged: Dict[str, object] = {}
@@ -80,25 +74,19 @@ class FsspecTracker(TrackerBase):
         return merged
 
     def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None:
-        self._append(
-            run_id, "sources", {"source_run_id": source_id, "artifact_name": artifact_name}
-        )
-        self._append(
-            source_id, "descendants", {"source_run_id": run_id, "artifact_name": artifact_name}
-        )
+        """A source on this run, and this run as a descendant on the source."""
+        for owner, other, kind in (
+            (run_id, source_id, "sources"),
+            (source_id, run_id, "descendants"),
+        ):
+            self._append(owner, kind, {"source_run_id": other, "artifact_name": artifact_name})
 
     def sources(self, run_id: str, artifact_name: Optional[str] = None) -> Iterable[TrackerSource]:
-        return [
-            TrackerSource(r["source_run_id"], r["artifact_name"])
-            for r in self._records(run_id, "sources")
-            if artifact_name is None or r["artifact_name"] == artifact_name
-        ]
+        found = [TrackerSource(**r) for r in self._records(run_id, "sources")]
+        return [s for s in found if artifact_name is None or s.artifact_name == artifact_name]
 
     def descendants(self, run_id: str) -> Iterable[TrackerSource]:
-        return [
-            TrackerSource(r["source_run_id"], r["artifact_name"])
-            for r in self._records(run_id, "descendants")
-        ]
+        return [TrackerSource(**r) for r in self._records(run_id, "descendants")]
 
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
@@ -115,14 +103,12 @@ class FsspecTracker(TrackerBase):
         self.add_metadata(run_id, status=status)
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
-        if not self.fs.exists(self.root):
-            return []
-        ids = [_dec(p.rstrip("/").rsplit("/", 1)[-1]) for p in self.fs.ls(self.root, detail=False)]
+        dirs = self.fs.ls(self.root, detail=False) if self.fs.exists(self.root) else []
+        ids = [_dec(p.rstrip("/").rsplit("/", 1)[-1]) for p in dirs]
         parent = kwargs.get("parent_run_id")
-        nested = (
-            i for i in ids if any(r["parent_run_id"] == parent for r in self._records(i, "parent"))
-        )
-        return ids if parent is None else list(nested)
+        if parent is None:
+            return ids
+        return [i for i in ids if {"parent_run_id": parent} in self._records(i, "parent")]
 
 
 def create(config: Optional[str]) -> FsspecTracker:

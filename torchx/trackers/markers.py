@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from torchx.trackers.api import UNDEFINED_RUN_ID, app_run_from_env
 
@@ -22,6 +22,12 @@ def _fs(path: str) -> Any:
     import fsspec
 
     return fsspec.core.url_to_fs(path)
+
+
+def _marker(path: str) -> Tuple[Any, str]:
+    """The filesystem of ``path``, and the marker's path: in a directory, beside a file."""
+    fs, root = _fs(path)
+    return fs, f"{root.rstrip('/')}/{MARKER}" if fs.isdir(root) else f"{root}.{MARKER}"
 
 
 def path_digest(path: str) -> str:
@@ -50,8 +56,7 @@ def record_output(
     meta: Dict[str, Any] = {"digest": path_digest(path), **dict(metadata or {})}
     run.add_artifact(artifact, path, meta)
     marker = {"run_id": run.job_id(), "artifact": artifact, **meta}
-    fs, root = _fs(path)
-    target = f"{root.rstrip('/')}/{MARKER}" if fs.isdir(root) else f"{root}.{MARKER}"
+    fs, target = _marker(path)
     with fs.open(target, "w") as f:
         json.dump(marker, f)
     return marker
@@ -59,8 +64,7 @@ def record_output(
 
 def record_input(path: str) -> Optional[Dict[str, Any]]:
     """If a tracked run wrote ``path``, record it as a source of this job; returns its marker."""
-    fs, root = _fs(path)
-    target = f"{root.rstrip('/')}/{MARKER}" if fs.isdir(root) else f"{root}.{MARKER}"
+    fs, target = _marker(path)
     if not fs.exists(target):
         return None
     with fs.open(target) as f:

@@ -1,16 +1,13 @@
-"""MLflow tracker (registered as ``mlflow``): one MLflow run per torchx job, with lineage.
+"""MLflow tracker (``mlflow``): one MLflow run per torchx job, with lineage.
 
 Config: a tracking URI (``sqlite:///...``, ``http://host:5000``) or a file of ``key=value``
 lines (``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset:
 ``$MLFLOW_TRACKING_URI``, else a sqlite store under ``$TORCHX_HOME/mlflow`` (0700, 0600).
-
-- ``MlflowBackend`` (the Runner's) opens the job's run before the job is submitted; roles
-  get ``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``.
-- ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into a job's run by that
-  id; a pipeline's run is found by its ``torchx.job_id`` tag, or created. Stage runs nest
-  under it (``mlflow.parentRunId``); ``add_source`` records a dataset input.
-- Runs, tags and metrics go by REST over http, as rows on a sqlite store of the installed
-  MLflow's schema (``mlflow_sqlite``): no ``import mlflow`` (seconds of CPU).
+``MlflowBackend`` (the Runner's) opens a job's run before the submit and gives its roles
+``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI`` and ``MLFLOW_EXPERIMENT_ID``; ``MLflowTracker``
+(ranks, pipelines, ``torchx tracker``) records into that run, and finds a pipeline's run by
+its ``torchx.job_id`` tag. Runs, tags and metrics go by REST, or as rows on a sqlite store
+(``mlflow_sqlite``): no ``import mlflow`` (seconds of CPU).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from torchx.trackers.api import (
     JobRun,
@@ -52,6 +49,7 @@ DEFAULT_EXPERIMENT = "torchx"
 ENV_RUN_ID = "MLFLOW_RUN_ID"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
+SQLITE = "sqlite:///"
 _MLFLOW_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -63,18 +61,7 @@ def default_tracking_uri() -> str:
 
 def _sqlite_file(uri: str) -> Optional[str]:
     """The database file of a ``sqlite:///`` URI (None for any other store)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    return uri[len("sqlite:///") :].split("?", 1)[0]
-
-
-def _absolute(uri: str) -> str:
-    """A relative ``sqlite:///mlflow.db`` made absolute against this process's cwd (so a
-    job, and any process that ends its run, names the same file)."""
-    db = _sqlite_file(uri)
-    if db is None or os.path.isabs(db):
-        return uri
-    return f"sqlite:///{os.path.abspath(db)}{uri[len('sqlite:///') + len(db) :]}"
+    return uri[len(SQLITE) :].split("?", 1)[0] if uri.startswith(SQLITE) else None
 
 
 def is_http(uri: str) -> bool:
@@ -89,10 +76,11 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     elif config:
         out["tracking_uri"] = config
     uri = out["tracking_uri"] or os.environ.get(ENV_TRACKING_URI) or default_tracking_uri()
-    uri = _absolute(uri)
-    out["tracking_uri"], db = uri, _sqlite_file(uri)
-    if out["artifact_location"] is None and db is not None:
-        out["artifact_location"] = os.path.join(os.path.dirname(os.path.abspath(db)), "artifacts")
+    db = _sqlite_file(uri)
+    if db is not None:  # made absolute: a job and whoever ends its run name the same file
+        uri, db = SQLITE + os.path.abspath(db) + uri[len(SQLITE + db) :], os.path.abspath(db)
+        out["artifact_location"] = out["artifact_location"] or f"{os.path.dirname(db)}/artifacts"
+    out["tracking_uri"] = uri
     experiment = os.environ.get("TORCHX_TRACKING_EXPERIMENT_NAME")
     if out["experiment_name"] is None and experiment != "default-experiment":  # dist.ddp's
         out["experiment_name"] = experiment  # placeholder is not an experiment
@@ -209,8 +197,7 @@ class MLflowTracker(TrackerBase):
         return str(self.client.get_run(run_id).info.status)
 
     def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """Each key's newest value by time (MLflow's own latest is the highest step, and
-        steps go back when a job resumes from a checkpoint)."""
+        """As ``SqliteStore.latest_metrics``."""
         out = {}
         for key in self.client.get_run(run_id).data.metrics:
             history = self.client.get_metric_history(run_id, key)
@@ -236,7 +223,7 @@ class MLflowTracker(TrackerBase):
             return self._runs.get(job_id)
 
     def _ensure(self, job_id: str) -> str:
-        return str(self._run(job_id))  # _run(create=True) returns a run or raises
+        return str(self._run(job_id))  # a run, or it raised
 
     def mlflow_run_id(self, job_id: str) -> Optional[str]:
         return self._run(job_id, create=False)
@@ -272,7 +259,7 @@ class MLflowTracker(TrackerBase):
         self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
     ) -> None:
         rid = self._ensure(run_id)
-        meta = {"path": path, **{k: v for k, v in (metadata or {}).items()}}
+        meta = {"path": path, **(metadata or {})}
         for k, v in meta.items():
             self.client.set_tag(rid, f"{ARTIFACT_PREFIX}{name}.{k}", str(v))
         local = path[len("file://") :] if path.startswith("file://") else path
@@ -290,10 +277,7 @@ class MLflowTracker(TrackerBase):
             if key.startswith(ARTIFACT_PREFIX):
                 name, _, field = key[len(ARTIFACT_PREFIX) :].rpartition(".")
                 grouped.setdefault(name, {})[field] = value
-        return {
-            name: TrackerArtifact(name, str(fields.pop("path", "")), fields)
-            for name, fields in grouped.items()
-        }
+        return {n: TrackerArtifact(n, str(f.pop("path", "")), f) for n, f in grouped.items()}
 
     def _log_dataset(
         self, rid: str, name: str, source: str, meta: Mapping[str, object], context: str
@@ -324,11 +308,11 @@ class MLflowTracker(TrackerBase):
         self._log_dataset(rid, artifact_name or "run", where, metadata, context="input")
 
     def sources(self, run_id: str, artifact_name: Optional[str] = None) -> Iterable[TrackerSource]:
-        sources = json.loads(self._tags(run_id).get(TAG_SOURCES, "[]"))
+        found = json.loads(self._tags(run_id).get(TAG_SOURCES, "[]"))
         return [
             TrackerSource(s["run"], s["artifact"])
-            for s in sources
-            if artifact_name is None or s["artifact"] == artifact_name
+            for s in found
+            if artifact_name in (None, s["artifact"])
         ]
 
     def descendants(self, run_id: str) -> Iterable[TrackerSource]:
@@ -487,7 +471,6 @@ class MlflowBackend:
     def log_job_run(
         self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
     ) -> None:
-        """Tags, and metrics at ``step``, on a job's run by its MLflow id."""
         store = self._store_of(run_id)
         for key, value in tags.items():
             store.tag_run(run_id, key, value)
@@ -495,19 +478,24 @@ class MlflowBackend:
             store.log_run_metrics(run_id, metrics, now_ms(), step)
 
     def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """The job's run's latest metrics, ``{key: (value, timestamp ms)}``."""
         return dict(self._store_of(run_id).latest_metrics(run_id))
 
     def job_run_has(self, run_id: str, metric: str) -> bool:
-        """Whether the job's run has ``metric`` already (by its MLflow id)."""
         return bool(self._store_of(run_id).has_metric(run_id, metric))
 
-    def job_run_status(self, run_id: str) -> Optional[str]:
-        """The job's run's status (``RUNNING``, ``FINISHED``, ...; None: no such run)."""
-        status = self._store_of(run_id).run_status(run_id)
-        return None if status is None else str(status)
+    def job_run_status(self, run_id: str) -> Optional[str]:  # None: no such run
+        return self._store_of(run_id).run_status(run_id)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         with self._lock:
             self._tracker = None
             self._others.clear()
+
+
+if TYPE_CHECKING:  # mypy checks that both keep the Runner's contract
+    from torchx.trackers.api import FactoryBackend, TrackerBackend
+
+    _contract: List[TrackerBackend] = [
+        MlflowBackend("mlflow", None),
+        FactoryBackend("", None, create),
+    ]

@@ -5,6 +5,7 @@ methods as ``SqliteStore`` and ``MLflowTracker``, so ``MlflowBackend`` is writte
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -16,11 +17,9 @@ BATCH = 100  # params per log-batch request (the server's limit)
 
 
 class MlflowRestError(TrackerConfigError):
-    """The tracking server refused a request, or did not answer."""
+    """The tracking server refused a request (its ``error_code``), or did not answer."""
 
-    def __init__(self, message: str, error_code: str = "") -> None:
-        super().__init__(message)
-        self.error_code = error_code
+    error_code = ""
 
 
 class DeletedExperimentError(TrackerConfigError):
@@ -58,11 +57,10 @@ class MlflowRest:
                 text = response.read()
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")
-            try:
-                code = str(json.loads(detail).get("error_code", ""))
-            except ValueError:
-                code = ""
-            raise MlflowRestError(f"{path} failed ({e.code}): {detail[:300]}", code) from None
+            code = re.search(r'"error_code":\s*"(\w+)"', detail)
+            error = MlflowRestError(f"{path} failed ({e.code}): {detail[:300]}")
+            error.error_code = code.group(1) if code else ""
+            raise error from None
         except (urllib.error.URLError, OSError) as e:
             raise MlflowRestError(f"unreachable ({getattr(e, 'reason', e)})") from None
         return json.loads(text) if text.strip().startswith(b"{") else {}
@@ -77,21 +75,20 @@ class MlflowRest:
             ) from None
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
-        by_name = {"experiment_name": name}
+        get = ("GET", API + "/experiments/get-by-name", {"experiment_name": name})
         if name not in self._experiments:
             body: Dict[str, Any] = {"name": name}
             if artifact_location:
                 body["artifact_location"] = f"{artifact_location}/{name}"
-            get = API + "/experiments/get-by-name"
             try:
-                found = self._call("GET", get, by_name)["experiment"]
+                found = self._call(*get)["experiment"]
             except MlflowRestError as e:
                 if e.error_code != "RESOURCE_DOES_NOT_EXIST":
                     raise
                 try:
                     found = self._call("POST", API + "/experiments/create", body)
                 except MlflowRestError:  # created concurrently
-                    found = self._call("GET", get, by_name)["experiment"]
+                    found = self._call(*get)["experiment"]
             if found.get("lifecycle_stage") == "deleted":
                 raise DeletedExperimentError(name, found["experiment_id"])
             self._experiments[name] = str(found["experiment_id"])
@@ -107,18 +104,17 @@ class MlflowRest:
         info = runs[0]["info"] if runs else None
         return (str(info["run_id"]), str(info["experiment_id"])) if info else None
 
+    def _run(self, run_id: str) -> Dict[str, Any]:
+        return dict(self._call("GET", API + "/runs/get", {"run_id": run_id})["run"])
+
     def run_experiment(self, run_id: str) -> str:
-        run = self._call("GET", API + "/runs/get", {"run_id": run_id})
-        return str(run["run"]["info"]["experiment_id"])
+        return str(self._run(run_id)["info"]["experiment_id"])
 
     def _metric_keys(self, run_id: str) -> List[str]:
-        run = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]
-        return [m["key"] for m in run.get("data", {}).get("metrics", [])]
+        return [m["key"] for m in self._run(run_id).get("data", {}).get("metrics", [])]
 
     def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """``{key: (value, timestamp ms)}``: each key's newest value by time, from its
-        history (the run's own metrics are MLflow's latest, the highest step's, and steps
-        go back when a job resumes from a checkpoint)."""
+        """As ``SqliteStore.latest_metrics``, from each key's history."""
         out = {}
         for key in self._metric_keys(run_id):
             newest: Optional[Tuple[int, int, float]] = None
@@ -139,8 +135,7 @@ class MlflowRest:
         return key in self._metric_keys(run_id)
 
     def run_status(self, run_id: str) -> Optional[str]:
-        run = self._call("GET", API + "/runs/get", {"run_id": run_id})
-        return str(run["run"]["info"]["status"])
+        return str(self._run(run_id)["info"]["status"])
 
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
@@ -171,5 +166,6 @@ class MlflowRest:
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = end_ms if end_ms is not None else int(time.time() * 1000)
-        body = {"run_id": run_id, "status": status, "end_time": end}
-        self._call("POST", API + "/runs/update", body)
+        self._call(
+            "POST", API + "/runs/update", {"run_id": run_id, "status": status, "end_time": end}
+        )

@@ -80,12 +80,13 @@ def create_store(path: str, head: Optional[str] = None) -> None:
     """Create the missing store ``path`` under its lock: built in a 0600 file beside it, then
     linked into place, so a reader (``mlflow ui``) sees no store or a whole one. From the
     snapshot if it is for the installed MLflow's head (or ``head``); else MLflow creates it."""
-    head = head or mlflow_head_revision()
-    snap = _load_snapshot(head) if head else None
+    head, snap = head or mlflow_head_revision(), {}
+    with contextlib.suppress(OSError, ValueError), open(SNAPSHOT) as f:
+        snap = json.load(f)
     fd, tmp = tempfile.mkstemp(".db", ".mlflow-", os.path.dirname(os.path.abspath(path)))
     os.close(fd)
     try:
-        if snap is not None:
+        if head and snap.get("head") == head:
             _replay(tmp, snap)
         else:
             create_with_mlflow(tmp)
@@ -104,13 +105,6 @@ def create_with_mlflow(path: str) -> None:
     client = MlflowClient(f"sqlite:///{path}")
     client.search_experiments()
     client._tracking_client.store.engine.dispose()  # nothing keeps the file open
-
-
-def _load_snapshot(head: str) -> Optional[Dict[str, Any]]:
-    with contextlib.suppress(OSError, ValueError), open(SNAPSHOT) as f:
-        snap = json.load(f)
-        return snap if snap.get("head") == head else None
-    return None
 
 
 def _replay(path: str, snap: Dict[str, Any]) -> None:
