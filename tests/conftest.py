@@ -2,7 +2,7 @@
 
 - ``$TORCHX_HOME`` defaults to a fresh directory per test process, so a run never reads or
   leaves apps in the developer's ``~/.torchx`` and parallel workers never share one.
-- Under pytest-xdist (``scripts/test.sh`` runs two workers) a module's tests run on one
+- Under pytest-xdist (``scripts/test.sh`` runs three workers) a module's tests run on one
   worker, so module fixtures (a reference DAG run, a server) are set up once; and tests
   that share one machine-wide resource run on one worker, one after another: the local
   Slurm cluster (two nodes) and the Ray head (a fixed port, stopped with
@@ -15,9 +15,12 @@
   server of tests/pipelines/prefect/ (prefect_test_harness, 30-65 s) and the ``mlflow
   server`` of the tracker tests over http.
 - The workers get the scopes that take minutes first, longest first (``LONG_SCOPES``), then
-  the rest in collection order: a two-worker run lasts at least the latest start of a long
-  scope plus its length, so none may start last. (xdist's default order, by test count,
-  sent a 2-test, 2-minute module near the end.)
+  the rest in collection order: a run lasts at least the latest start of a long scope plus
+  its length, so none may start last. (xdist's default order, by test count, sent a 2-test,
+  2-minute module near the end.)
+- Half the suite's time is waiting (a Slurm job, a stall timeout). With three workers or
+  more, the first runs the scopes that mostly wait (``WAITING_SCOPES``) and the others the
+  rest, so the waits overlap the work without more work contending for the 2 CPUs.
 """
 
 from __future__ import annotations
@@ -41,23 +44,33 @@ SHARED_FIXTURES = (
     ("tests/trackers/test_run_metrics.py", "mlflow_http_server"),
 )
 
-# scopes of a minute or more, longest first: ``python -m pytest -n 1 --durations=40 <dir>``
-# per directory on the loaded 2-core machine (2026-11-25), seconds in the comments; the
-# Slurm scope's from the suite's own runs (the cluster is up there). A scope not listed
-# (renamed, new) runs after these.
+# scopes of a minute or more, longest first: the sum of their tests' durations in a
+# two-worker run of the suite (2026-11-26, ``--durations=0``), seconds in the comments. A
+# scope not listed (renamed, new) runs after these.
 LONG_SCOPES = (
-    "prefect_server",  # 750: tests/pipelines/prefect/ (test_prefect 484, test_tracking 198)
-    "tests/pipelines/kfp/test_kfp.py",  # 565
-    "tests/deployments/test_prefect_deployment.py",  # 520 (300 on an idle machine)
-    "tests/pipelines/airflow/test_lineage.py",  # 375
-    "tests/examples/test_stages.py",  # 307
-    "tests/trackers/test_job_run.py",  # 272
-    "slurm",  # 250
-    "tests/pipelines/kfp/test_kfp_tracking.py",  # 212
-    "tests/pipelines/airflow/test_operator.py",  # 190
-    "tests/deployments/test_airflow_deployment.py",  # 150
-    "tests/cli/test_cli.py",  # 138
-    "tests/deployments/test_airflow_orphans.py",  # 120
+    "slurm",  # 182
+    "ray",  # 147
+    "prefect_server",  # 133: tests/pipelines/prefect/
+    "tests/examples/test_stages.py",  # 98
+    "tests/deployments/test_airflow_deployment.py",  # 92
+    "mlflow_http_server",  # 91
+    "tests/deployments/test_prefect_deployment.py",  # 89
+    "tests/deployments/test_airflow_orphans.py",  # 82
+    "tests/pipelines/airflow/test_lineage.py",  # 49
+    "tests/pipelines/kfp/test_kfp.py",  # 46
+    "tests/pipelines/airflow/test_operator.py",  # 41
+    "tests/trackers/test_mlflow.py",  # 39
+)
+
+# scopes that mostly wait (on Slurm, Ray, a server, a stall timeout: under a fifth of their
+# time on a CPU, in this process and its children): with three workers or more, one runs
+# them while the others run the scopes that keep the machine's CPUs busy
+WAITING_SCOPES = (
+    "slurm",  # 12 s of CPU in 182 s
+    "ray",  # 22 in 147
+    "mlflow_http_server",  # 10 in 91
+    "tests/schedulers/test_aws_batch_stall.py",  # 2 in 18
+    "tests/cli/test_progress_cli.py",  # 1 in 14
 )
 
 
@@ -94,6 +107,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SharedResourceScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return worker_scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            """The first worker takes the waiting scopes, the others the rest, each in
+            queue order (either takes the other kind once its own kind is done)."""
+            if len(self.nodes) >= 3:
+                waits = node.gateway.id == "gw0"
+                mine = [s for s in self.workqueue if (s in WAITING_SCOPES) == waits]
+                if mine:
+                    self.workqueue.move_to_end(mine[0], last=False)
+            super()._assign_work_unit(node)
 
     # keep the collection order above (xdist would reorder scopes by their number of tests)
     config.option.loadscopereorder = False
