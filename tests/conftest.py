@@ -18,9 +18,10 @@
   the rest in collection order: a run lasts at least the latest start of a long scope plus
   its length, so none may start last. (xdist's default order, by test count, sent a 2-test,
   2-minute module near the end.)
-- Half the suite's time is waiting (a Slurm job, a stall timeout). With three workers or
-  more, the first runs the scopes that mostly wait (``WAITING_SCOPES``) and the others the
-  rest, so the waits overlap the work without more work contending for the 2 CPUs.
+- Half the suite's time is waiting (a Slurm job, a stall timeout). With three workers, the
+  first runs the scopes that mostly wait (``WAITING_SCOPES``), with four the first two, and
+  the others the rest, so the waits overlap the work without more work contending for the
+  2 CPUs.
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ LONG_SCOPES = (
     "slurm",  # 182
     "ray",  # 147
     "prefect_server",  # 133: tests/pipelines/prefect/
+    "tests/deployments/test_airflow_orphans.py",  # 82 (early: its 90 s promises want a calm CPU)
     "tests/examples/test_stages.py",  # 98
     "tests/deployments/test_airflow_deployment.py",  # 92
     "mlflow_http_server",  # 91
     "tests/deployments/test_prefect_deployment.py",  # 89
-    "tests/deployments/test_airflow_orphans.py",  # 82
     "tests/pipelines/airflow/test_lineage.py",  # 49
     "tests/pipelines/kfp/test_kfp.py",  # 46
     "tests/pipelines/airflow/test_operator.py",  # 41
@@ -109,10 +110,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return worker_scope(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            """The first worker takes the waiting scopes, the others the rest, each in
-            queue order (either takes the other kind once its own kind is done)."""
-            if len(self.nodes) >= 3:
-                waits = node.gateway.id == "gw0"
+            """The first worker (two of four or more) takes the waiting scopes, the others
+            the rest, each in queue order; a worker takes the other kind once its own is
+            done."""
+            if len(self.nodes) >= 3:  # 3 workers: one waits; 4 or more: two wait
+                waits = node.gateway.id in ("gw0", "gw1")[: len(self.nodes) - 2]
                 mine = [s for s in self.workqueue if (s in WAITING_SCOPES) == waits]
                 if mine:
                     self.workqueue.move_to_end(mine[0], last=False)
