@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import logging
 import re
 import threading
 from pathlib import Path
@@ -91,6 +92,8 @@ class KMockServer:
     async def _main(self) -> None:
         import kmock
 
+        # no access lines: one logged as pytest closes a test's captured stream is an error
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         async with kmock.KubernetesEmulator() as km, kmock.Server(km) as server:
