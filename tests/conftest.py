@@ -2,7 +2,7 @@
 
 - ``$TORCHX_HOME`` defaults to a fresh directory per test process, so a run never reads or
   leaves apps in the developer's ``~/.torchx`` and parallel workers never share one.
-- Under pytest-xdist (``scripts/test.sh`` runs four workers) a module's tests run on one
+- Under pytest-xdist (``scripts/test.sh`` runs five workers) a module's tests run on one
   worker, so module fixtures (a reference DAG run, a server) are set up once; and tests
   that share one machine-wide resource run on one worker, one after another: the local
   Slurm cluster (two nodes) and the Ray head (a fixed port, stopped with
@@ -19,8 +19,8 @@
   its length, so none may start last. (xdist's default order, by test count, sent a 2-test,
   2-minute module near the end.)
 - Half the suite's time is waiting (a Slurm job, a stall timeout). With three workers, the
-  first runs the scopes that mostly wait (``WAITING_SCOPES``), with four the first two, and
-  the others the rest, so the waits overlap the work without more work contending for the
+  first runs the scopes that mostly wait (``WAITING_SCOPES``), with four or more the first
+  two, and the others the rest, so the waits overlap the work without more work contending for the
   2 CPUs.
 """
 
