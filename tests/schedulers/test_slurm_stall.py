@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.polling import poll_until
+from tests.polling import poll, poll_until
 from tests.processes import job_processes, wait_for_job_processes
 from tests.schedulers.test_slurm_scheduler import cluster, env  # noqa: F401 (fixtures)
 from tests.trackers.test_job_run import the_run
@@ -114,6 +114,12 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
         sched = create_scheduler("t")
         try:
             wait_for_job_processes(handle, 1, timeout=120)
+            poll(  # the first run wrote its progress file: the files below are all there
+                lambda: (env / f"slurm-{job_id}.progress.json").exists(),
+                DEADLINE,
+                "the first run's progress report",
+                every=0.2,
+            )
             subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
 
             def state() -> str:
