@@ -203,11 +203,13 @@ def test_launcher_killed_mid_job_keeps_job_inspectable_and_cancellable(tmp_path:
 def test_retry_policies(
     tmp_path: Path, policy: specs.RetryPolicy, expected_runs_of_ok_replica: int
 ) -> None:
-    # replica 1 fails on its first attempt only; replica 0 counts how often it was started
+    # replica 1 fails on its first attempt only, once replica 0 counted its start (a restart
+    # may kill a replica before its first command ran, on a loaded machine)
     script = (
         f"echo run >> {tmp_path}/runs-$0; "
-        f'if [ "$0" = 1 ] && [ ! -e {tmp_path}/failed ]; then touch {tmp_path}/failed; exit 1; fi;'
-        " sleep 0.5"
+        f'if [ "$0" = 1 ] && [ ! -e {tmp_path}/failed ]; then'
+        f" while [ ! -e {tmp_path}/runs-0 ]; do sleep 0.05; done;"
+        f" touch {tmp_path}/failed; exit 1; fi; sleep 0.5"
     )
     role = specs.Role(
         name="w",
