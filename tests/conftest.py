@@ -12,9 +12,8 @@
   (xdist's own ``loadgroup`` cannot do this under pytest 9: its group suffix is lost.)
 - Modules that share one session fixture started by their first test are one scope too
   (``SHARED_FIXTURES``), so the run starts it once, not once per worker: the Prefect
-  server of tests/pipelines/prefect/ (prefect_test_harness, 30-65 s), the ``mlflow
-  server`` of the tracker tests over http, and the Airflow deployment of
-  tests/deployments/test_airflow_*.py.
+  server of tests/pipelines/prefect/ (prefect_test_harness, 30-65 s) and the ``mlflow
+  server`` of the tracker tests over http.
 - The workers get the scopes that take minutes first, longest first (``LONG_SCOPES``), then
   the rest in collection order: a run lasts at least the latest start of a long scope plus
   its length, so none may start last. (xdist's default order, by test count, sent a 2-test,
@@ -44,7 +43,6 @@ SHARED_FIXTURES = (
     ("tests/pipelines/prefect/", "prefect_server"),
     ("tests/trackers/test_job_run_http.py", "mlflow_http_server"),
     ("tests/trackers/test_run_metrics.py", "mlflow_http_server"),
-    ("tests/deployments/test_airflow_", "airflow_deployment"),
 )
 
 # scopes of a minute or more, longest first: the sum of their tests' durations in a
@@ -53,9 +51,10 @@ SHARED_FIXTURES = (
 LONG_SCOPES = (
     "slurm",  # 182
     "ray",  # 147
-    "airflow_deployment",  # 174: tests/deployments/test_airflow_{deployment,orphans}.py
     "prefect_server",  # 133: tests/pipelines/prefect/
+    "tests/deployments/test_airflow_orphans.py",  # 82 (early: its 90 s promises want a calm CPU)
     "tests/examples/test_stages.py",  # 98
+    "tests/deployments/test_airflow_deployment.py",  # 92
     "mlflow_http_server",  # 91
     "tests/deployments/test_prefect_deployment.py",  # 89
     "tests/pipelines/airflow/test_lineage.py",  # 49

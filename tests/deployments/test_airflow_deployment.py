@@ -20,7 +20,7 @@ from typing import Any, Iterator, List, Tuple
 import psutil
 import pytest
 
-from tests.deployments.airflow_deployment import AirflowDeployment
+from tests.deployments.airflow_deployment import AirflowDeployment, airflow_deployment
 from tests.polling import poll, poll_until
 
 # the deployment's DAGs: one torchx stage whose job waits for dag_run.conf["flag"] to exist,
@@ -80,14 +80,22 @@ CRASH_DEADLINE = 180.0
 
 
 @pytest.fixture(scope="module")
-def af(airflow: AirflowDeployment) -> Iterator[AirflowDeployment]:
-    """The package's deployment (tests/deployments/conftest.py) with this module's DAGs."""
-    try:
-        for dag_id in ("torchx_wait", "torchx_wait_deferred", "torchx_ticks"):
-            airflow.unpause(dag_id)
-        yield airflow
-    finally:
-        _cancel_every_app()  # a failed test may leave a job waiting for its flag
+def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
+    work = tmp_path_factory.mktemp("airflow-deployment")
+    dags = work / "dags"
+    dags.mkdir()
+    (dags / "torchx_dags.py").write_text(DAGS)
+    torchx_env = {"TORCHX_HOME": str(work / "torchx_home"), "TORCHX_TRACKERS": ""}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in torchx_env.items():  # this process counts the deployment's apps
+            mp.setenv(k, v)
+        try:
+            with airflow_deployment(work, dags, torchx_env) as deployment:
+                for dag_id in ("torchx_wait", "torchx_wait_deferred", "torchx_ticks"):
+                    deployment.unpause(dag_id)
+                yield deployment
+        finally:
+            _cancel_every_app()  # a failed test may leave a job waiting for its flag
 
 
 def _cancel_every_app() -> None:

@@ -18,7 +18,11 @@ from urllib.parse import quote
 import psutil
 import pytest
 
-from tests.deployments.airflow_deployment import HEARTBEAT_TIMEOUT, AirflowDeployment
+from tests.deployments.airflow_deployment import (
+    HEARTBEAT_TIMEOUT,
+    AirflowDeployment,
+    airflow_deployment,
+)
 from tests.deployments.test_airflow_deployment import (
     _apps,
     _cancel_every_app,
@@ -81,14 +85,22 @@ REAPED_WITHIN = 90.0  # after the task fails by heartbeat timeout
 
 
 @pytest.fixture(scope="module")
-def af(airflow: AirflowDeployment) -> Iterator[AirflowDeployment]:
-    """The package's deployment (tests/deployments/conftest.py) with this module's DAGs."""
-    try:
-        for dag_id in ("orphan_no_retry", "orphan_retry", "orphan_keep", "detached"):
-            airflow.unpause(dag_id)
-        yield airflow
-    finally:
-        _cancel_every_app()
+def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
+    work = tmp_path_factory.mktemp("airflow-orphans")
+    dags = work / "dags"
+    dags.mkdir()
+    (dags / "orphan_dags.py").write_text(DAGS)
+    torchx_env = {"TORCHX_HOME": str(work / "torchx_home"), "TORCHX_TRACKERS": ""}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in torchx_env.items():  # this process looks at the deployment's apps
+            mp.setenv(k, v)
+        try:
+            with airflow_deployment(work, dags, torchx_env) as deployment:
+                for dag_id in ("orphan_no_retry", "orphan_retry", "orphan_keep", "detached"):
+                    deployment.unpause(dag_id)
+                yield deployment
+        finally:
+            _cancel_every_app()
 
 
 def _app_pids(app_id: str) -> List[int]:

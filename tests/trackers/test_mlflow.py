@@ -180,7 +180,6 @@ RACE = textwrap.dedent("""
     for _ in range(4):  # processes that open one new store at the same moment
         pid = os.fork()
         if pid == 0:
-            time.sleep(max(0.0, start - time.time() - 0.05))  # then spin: one moment
             while time.time() < start:
                 pass
             code = 1
