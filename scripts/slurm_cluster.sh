@@ -292,11 +292,14 @@ stop() {
             done
         fi
     fi
-    for d in "${NODES[@]}"; do kill_recorded "slurmd-$d"; done
-    kill_recorded slurmctld
-    kill_recorded slurmdbd
-    kill_recorded mariadbd
-    kill_recorded munged
+    # a throwaway cluster: every daemon is told at once, then waited for (one by one took 3 s)
+    local all=()
+    for d in "${NODES[@]}"; do all+=("slurmd-$d"); done
+    all+=(slurmctld slurmdbd mariadbd munged)
+    for d in "${all[@]}"; do
+        if alive "$d"; then kill -TERM "$(pid_of "$d")" 2>/dev/null || true; fi
+    done
+    for d in "${all[@]}"; do kill_recorded "$d"; done
     # only what start created: SLURM_CLUSTER_DIR may be a directory with other things in it
     rm -rf "${DIR:?}"/{state,spool,log,run,munge,mysql} "$CONF" "$DIR/slurmdbd.conf" \
         "$DIR/plugstack.conf" "$DIR/jobcomp.txt" "$DIR/accounting"

@@ -4,20 +4,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
 # A throwaway local Slurm cluster for the Slurm tests (root + apt only; skipped otherwise).
+# It starts while the linters run.
+slurm=""
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null && [ -x scripts/slurm_cluster.sh ]; then
-    if bash scripts/slurm_cluster.sh install && bash scripts/slurm_cluster.sh start; then
-        trap 'bash scripts/slurm_cluster.sh stop || true' EXIT
-        eval "$(bash scripts/slurm_cluster.sh env)"
+    if bash scripts/slurm_cluster.sh install; then
+        bash scripts/slurm_cluster.sh start &
+        slurm=$!
+        trap 'wait "$slurm" 2>/dev/null; bash scripts/slurm_cluster.sh stop || true' EXIT
     else
-        echo "test: local Slurm cluster unavailable; Slurm tests will be skipped" >&2
+        echo "test: Slurm packages unavailable; Slurm tests will be skipped" >&2
     fi
 fi
-export PATH="$PWD/.venv/bin:$PATH"
 if [ $# -eq 0 ]; then
     .venv/bin/ruff check torchx tests examples benchmarks
     .venv/bin/ruff format --check --quiet torchx tests examples benchmarks
     .venv/bin/mypy torchx
+fi
+if [ -n "$slurm" ]; then
+    if wait "$slurm"; then
+        eval "$(bash scripts/slurm_cluster.sh env)"
+    else
+        echo "test: local Slurm cluster unavailable; Slurm tests will be skipped" >&2
+    fi
 fi
 # Four workers on 2 CPUs: half the suite waits on processes, Slurm or servers, and two
 # workers run the scopes that mostly wait; tests that share the Slurm cluster or the Ray head

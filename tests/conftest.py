@@ -28,12 +28,17 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from typing import Any, List
 
 import pytest
 
 os.environ["TORCHX_HOME"] = tempfile.mkdtemp(prefix="torchx-test-home-")
+# keep the test modules' assertion-rewritten bytecode between runs, even where
+# PYTHONDONTWRITEBYTECODE is set (it is on the CI machines): rewriting every module again
+# cost each worker 1.8 s of CPU; the processes the tests start keep the setting
+sys.dont_write_bytecode = False
 
 # markers whose tests use one shared resource of the machine
 SHARED_RESOURCES = ("slurm", "ray")
