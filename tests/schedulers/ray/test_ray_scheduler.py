@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 import pytest
@@ -19,62 +17,11 @@ from torchx import specs
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, idempotency_token
 from torchx.schedulers.ray_scheduler import create_scheduler
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BIN = os.path.dirname(sys.executable)
 TORCHX = os.path.join(BIN, "torchx")
-DASHBOARD = "127.0.0.1:8297"
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture(scope="module")
-def ray_head() -> Iterator[str]:
-    ray = os.path.join(BIN, "ray")
-    if not os.path.exists(ray) or shutil.which("bash") is None:
-        pytest.skip("ray is not installed (pip install 'torchx[ray]')")
-    env = dict(
-        os.environ,
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-        PATH=f"{BIN}:{os.environ.get('PATH', '')}",
-    )
-    # a head stopped just before (an earlier module setup) can leave its session behind
-    subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
-    start = subprocess.run(
-        [
-            ray,
-            "start",
-            "--head",
-            "--num-cpus",
-            "2",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--port",
-            "6397",
-            "--dashboard-host",
-            "127.0.0.1",
-            "--dashboard-port",
-            DASHBOARD.split(":")[1],
-            "--disable-usage-stats",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert start.returncode == 0, start.stdout + start.stderr
-    try:
-        yield DASHBOARD
-    finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
-
-
-@pytest.fixture()
-def env(ray_head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://{ray_head}")
-    monkeypatch.delenv("TORCHX_TRACKERS", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _tx(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -12,7 +12,6 @@ import pytest
 
 from tests.polling import poll_until
 from tests.processes import job_processes, wait_for_job_processes
-from tests.schedulers.test_ray_scheduler import env, ray_head  # noqa: F401 (fixtures)
 from tests.trackers.test_job_run import the_run
 from torchx import specs
 from torchx.runner import get_runner
