@@ -31,6 +31,6 @@ if [ -n "$slurm" ]; then
 fi
 # Four workers on 2 CPUs: half the suite waits on processes, Slurm or servers, and two
 # workers run the scopes that mostly wait; tests that share the Slurm cluster or the Ray head
-# stay on one worker (tests/conftest.py). Five were faster (7:15 against 7:53) but made load
+# stay on one worker (tests/conftest.py). Five were faster (7:14 against 7:35) but made load
 # races in tests show more often. TORCHX_TEST_WORKERS=0: serial.
 .venv/bin/python -m pytest -q -n "${TORCHX_TEST_WORKERS:-4}" --durations=25 "$@"
