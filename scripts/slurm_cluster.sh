@@ -265,15 +265,19 @@ start() {
 }
 
 # ------------------------------------------------------------------------------------------ stop
-# kill_recorded NAME: TERM the recorded pid (if it is still ours), wait, then KILL
+# kill_recorded NAME...: TERM every recorded pid that is still ours at once (one by one took
+# 3 s), then wait for each, and KILL one still there after 5 s
 kill_recorded() {
-    local pid
-    alive "$1" || return 0
-    pid=$(pid_of "$1")
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 1 50); do alive "$1" || return 0; sleep 0.1; done
-    log "$1 ($pid) ignored SIGTERM: killing it"
-    kill -KILL "$pid" 2>/dev/null || true
+    local name pid
+    for name in "$@"; do
+        if alive "$name"; then kill -TERM "$(pid_of "$name")" 2>/dev/null || true; fi
+    done
+    for name in "$@"; do
+        for _ in $(seq 1 50); do alive "$name" || continue 2; sleep 0.1; done
+        pid=$(pid_of "$name")
+        log "$name ($pid) ignored SIGTERM: killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+    done
 }
 
 stop() {
@@ -292,14 +296,9 @@ stop() {
             done
         fi
     fi
-    # a throwaway cluster: every daemon is told at once, then waited for (one by one took 3 s)
-    local all=()
-    for d in "${NODES[@]}"; do all+=("slurmd-$d"); done
-    all+=(slurmctld slurmdbd mariadbd munged)
-    for d in "${all[@]}"; do
-        if alive "$d"; then kill -TERM "$(pid_of "$d")" 2>/dev/null || true; fi
-    done
-    for d in "${all[@]}"; do kill_recorded "$d"; done
+    local slurmds=()
+    for d in "${NODES[@]}"; do slurmds+=("slurmd-$d"); done
+    kill_recorded "${slurmds[@]}" slurmctld slurmdbd mariadbd munged
     # only what start created: SLURM_CLUSTER_DIR may be a directory with other things in it
     rm -rf "${DIR:?}"/{state,spool,log,run,munge,mysql} "$CONF" "$DIR/slurmdbd.conf" \
         "$DIR/plugstack.conf" "$DIR/jobcomp.txt" "$DIR/accounting"
