@@ -61,6 +61,7 @@ def _replica_actor() -> Any:
             full_env = dict(os.environ)
             full_env.update(env)
             full_env["TORCHX_PROGRESS_FILE"] = self.progress_file
+            self.last_output = time.time()  # a start is activity: silence counts from here
             self.proc = subprocess.Popen(
                 args,
                 env=full_env,

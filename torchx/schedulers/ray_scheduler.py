@@ -226,7 +226,11 @@ class RayScheduler(Scheduler[RayJob]):
     def last_activity(self, app_id: str) -> Optional[float]:
         """When a replica last printed or reported progress, as the driver last published
         it; None before the driver's first round, once it stopped refreshing it, or once no
-        replica runs (the job is ending: not a stall)."""
+        replica runs (the job is ending: not a stall).
+
+        Only the silence the driver saw counts: a round published ``d`` s ago moves the
+        answer ``d`` s later, so a driver slow to publish (a loaded node) never makes a job
+        that prints look silent."""
         try:
             with open(self._beside(app_id, ".activity.json")) as f:
                 record = json.load(f)
@@ -234,9 +238,10 @@ class RayScheduler(Scheduler[RayJob]):
             running = int(record["running"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if time.time() - checked > ACTIVITY_STALE_AFTER or running == 0:
+        now = time.time()
+        if now - checked > ACTIVITY_STALE_AFTER or running == 0:
             return None
-        return last
+        return last + max(0.0, now - checked)
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
         path = self._beside(app_id, ".stalled")

@@ -6,6 +6,8 @@ keeps printing or reporting is never stopped."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from tests.trackers.test_job_run import the_run
 from torchx import specs
 from torchx.runner import get_runner
 from torchx.runner.tracking import FAILURE_REASON_TAG
+from torchx.schedulers.ray_scheduler import create_scheduler
 
 pytestmark = pytest.mark.ray
 
@@ -99,3 +102,36 @@ def test_a_stall_stop_that_fails_leaves_no_reason_behind_on_ray(
             lambda: runner.status(handle), lambda s: s is None or s.is_terminal(), DEADLINE
         )
         assert status is not None and status.state == specs.AppState.CANCELLED, status
+
+
+@pytest.mark.parametrize("published_ago", [0.0, 8.0, 20.0])
+def test_only_the_silence_the_driver_saw_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, published_ago: float
+) -> None:
+    """A replica active 1 s before the driver's last round reads 1 s silent however late
+    that round is read (a driver slow to publish on a loaded node, seen as a false stall in
+    CI); a record no longer refreshed reads "cannot tell"."""
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
+    (tmp_path / "ray").mkdir()
+    checked = time.time() - published_ago
+    record = {"time": checked - 1.0, "checked": checked, "running": 1}
+    (tmp_path / "ray" / "app-x.activity.json").write_text(json.dumps(record))
+    last = create_scheduler("t").last_activity("app-x")
+    assert last is not None
+    assert 0.9 <= time.time() - last < 3.0, time.time() - last
+
+
+def test_a_stale_or_ended_activity_record_cannot_tell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
+    (tmp_path / "ray").mkdir()
+    path = tmp_path / "ray" / "app-x.activity.json"
+    sched = create_scheduler("t")
+    now = time.time()
+    path.write_text(json.dumps({"time": now - 100, "checked": now - 60, "running": 1}))
+    assert sched.last_activity("app-x") is None  # the driver stopped refreshing it
+    path.write_text(json.dumps({"time": now - 100, "checked": now, "running": 0}))
+    assert sched.last_activity("app-x") is None  # no replica runs: ending, not stalled
+    path.write_text(json.dumps({"time": now - 100, "checked": now, "running": 1}))
+    assert sched.last_activity("app-x") == pytest.approx(now - 100, abs=2.0)
