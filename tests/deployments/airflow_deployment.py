@@ -270,6 +270,21 @@ class AirflowDeployment:
             return str(content)
         return str(found)
 
+    def logs_so_far(self, ti: TaskId) -> str:
+        """Every try's log so far, oldest first, each headed ``--- try N``. A try Airflow
+        numbered but whose log it cannot serve (404: the task instance moved on between the
+        two reads) reads empty; a loaded machine can make Airflow retry a try."""
+        tries = max(1, int(self.task(ti).get("try_number") or 1))
+        parts = []
+        for n in range(1, tries + 1):
+            try:
+                parts.append(f"--- try {n}\n{self.log(ti, n)}")
+            except AssertionError as e:
+                if ": 404 " not in str(e):
+                    raise
+                parts.append(f"--- try {n}: {e}")
+        return "\n".join(parts)
+
 
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
