@@ -35,7 +35,8 @@ WORKER = textwrap.dedent("""
     from torchx.runner import get_runner
     scheduler, key, cfg, started, ready, go, seconds = sys.argv[1:8]
     app = sh("sh", "-c", f'echo "$TORCHX_JOB_ID" >> {started}; sleep {seconds}')
-    with get_runner(trackers={}) as runner:
+    tracked = {} if os.environ.get("TORCHX_TRACKERS") else {"trackers": {}}
+    with get_runner(**tracked) as runner:
         runner._scheduler(scheduler)  # import the scheduler before the start line
         Path(ready, str(os.getpid())).touch()
         while not os.path.exists(go):
@@ -136,6 +137,48 @@ def test_twenty_racing_submitters_get_one_handle_and_one_app_runs(
         apps = _settled("local_cwd", key)
         assert [a.app_id for a in apps] == [handle.rsplit("/", 1)[1]], apps  # one submitted
         assert _started_apps(started) == [handle]  # exactly one app started its command
+
+
+def test_tracked_racers_that_re_attach_end_their_runs_killed_naming_the_winner(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracked submit opens its run before it claims the key; one that loses the claim
+    launches nothing, so its run ends KILLED (nothing failed) tagged with the winner's
+    handle. Rounds go on until a round had such a loser (a loser that finds the winner's
+    app listed opens no run at all)."""
+    from mlflow import MlflowClient
+
+    from torchx.runner.tracker_session import REATTACHED_TO_TAG
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", store)
+    with get_runner() as runner:  # the store exists before the race (as after any first job)
+        runner.wait(runner.run_component("utils.sh", ["true"], "local_cwd"), wait_interval=0.2)
+    client = MlflowClient(store)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    seen = {r.info.run_id for r in client.search_runs(exps)}  # the first job's
+    superseded: List[Any] = []
+    for round_no in range(6):
+        key = f"tracked-race-{round_no}"
+        handles, _ = race(tmp_path, "local_cwd", key, 8, seconds=1)
+        assert len(set(handles)) == 1, sorted(set(handles))
+        with get_runner() as runner:  # ends the winner's run
+            status = runner.wait(handles[0], wait_interval=0.2, timeout=120)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        runs = [r for r in client.search_runs(exps, max_results=1000) if r.info.run_id not in seen]
+        seen.update(r.info.run_id for r in runs)
+        winners = [r for r in runs if r.data.tags.get("torchx.job_id") == handles[0]]
+        assert [r.info.status for r in winners] == ["FINISHED"], winners
+        losers = [r for r in runs if r not in winners and REATTACHED_TO_TAG in r.data.tags]
+        assert all(r.info.status == "KILLED" for r in losers), losers
+        assert all(r.data.tags[REATTACHED_TO_TAG] == handles[0] for r in losers), losers
+        superseded += losers
+        if superseded:
+            break
+    assert superseded, "no round had a submitter that lost the claim"
+    failed = client.search_runs(exps, filter_string="attributes.status = 'FAILED'")
+    assert failed == [], failed
 
 
 def _slurm_up() -> bool:

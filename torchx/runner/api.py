@@ -243,9 +243,10 @@ class Runner:
         holder = sched.claim_idempotency_token(token, info, reattach_succeeded)
         if holder is not None:
             logger.info("re-attaching to %s (idempotency key %r, claimed)", holder, idempotency_key)
+            handle = make_app_handle(scheduler, self._name, holder)
             if opened is not None:  # it launches nothing: its run ends at once
-                self._tracking.abort(opened)
-            return make_app_handle(scheduler, self._name, holder)
+                self._tracking.supersede(opened, handle)
+            return handle
         try:
             handle = self._launch(scheduler, info, opened)
         except BaseException:

@@ -28,6 +28,8 @@ _RUN_STATUS = {
     AppState.CANCELLED: "KILLED",
 }
 Trackers = Mapping[str, Optional[str]]
+# on the run of a keyed submit that lost the key's claim: the handle it re-attached to
+REATTACHED_TO_TAG = "torchx.reattached_to"
 
 
 class TrackerRunError(TorchXError):
@@ -94,6 +96,15 @@ class TrackerSession:
         for backend, run in opened.runs:
             what = "end the tracker run of a job that was not submitted"
             _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "FAILED")
+
+    def supersede(self, opened: OpenedJobRun, holder: str) -> None:
+        """Another submitter of the same key launched ``holder`` and this submit re-attached:
+        its runs end KILLED (nothing failed) with ``REATTACHED_TO_TAG`` naming the holder."""
+        for backend, run in opened.runs:
+            what = f"mark the tracker run of a submit that re-attached to {holder}"
+            tags = {REATTACHED_TO_TAG: holder}
+            _warn_on_error(backend, what, backend.log_job_run, run.run_id, {}, 0, tags)
+            _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
 
     def close_job_run(
         self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState
