@@ -390,6 +390,31 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
     _no_secret_anywhere(tmp_path / "store")
 
 
+def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> None:
+    """Airflow conf, Prefect flow parameters and any caller's ``run_params`` pass one rule:
+    a value under a name Airflow treats as sensitive is never recorded."""
+    params = {
+        "prefect.param.hf_token": SECRET,
+        "prefect.param.config": {"db": {"Password": SECRET, "host": "h"}, "lr": [0.1]},
+        "prefect.param.apiToken": SECRET,
+        "prefect.param.tokenizer": "bert",  # "token" counts only as a word
+        "prefect.param.max_tokens": 512,
+        "prefect.param.epochs": 3,
+    }
+    with get_runner() as runner:
+        handle = runner.run_component("utils.sh", ["true"], "local_cwd", run_params=params)
+        runner.wait(handle, wait_interval=0.2, timeout=120)
+    recorded = the_run(store, handle).data.params
+    assert recorded["prefect.param.hf_token"] == "<redacted>"
+    config = json.loads(recorded["prefect.param.config"])
+    assert config == {"db": {"Password": "<redacted>", "host": "h"}, "lr": [0.1]}
+    assert recorded["prefect.param.apiToken"] == "<redacted>"
+    assert recorded["prefect.param.tokenizer"] == "bert"
+    assert recorded["prefect.param.max_tokens"] == "512"
+    assert recorded["prefect.param.epochs"] == "3"
+    assert SECRET not in json.dumps(recorded)
+
+
 def test_a_deleted_torchx_experiment_is_one_line_at_submit_and_nothing_runs(store: str) -> None:
     from mlflow import MlflowClient
 

@@ -10,6 +10,7 @@ import copy
 import functools
 import json
 import logging
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,15 @@ logger = logging.getLogger(__name__)
 MAX_PARAM = 6000  # MLflow's limit on a param value
 REDACTED = "<redacted>"
 _ENV_FLAGS = ("--env", "-env", "--e", "-e")
+# Airflow's default sensitive field names: an orchestrator param whose name contains one
+# (any case; nested keys too) is recorded redacted, as Airflow masks it in logs and the UI.
+# "token" only as a word (``hf_token``, ``authToken``): ``tokenizer`` and ``max_tokens``
+# are an ML pipeline's ordinary params.
+SENSITIVE_NAMES = (
+    "access_token", "api_key", "apikey", "authorization", "passphrase", "passwd",
+    "password", "private_key", "secret", "keyfile_dict", "service_account",
+)  # fmt: skip
+_TOKEN_WORD = re.compile(r"(^|[^a-z0-9])token($|[^a-z0-9])")
 # dist.ddp's placeholder experiment: keep a pipeline's stages with their pipeline run
 _PLACEHOLDER_EXPERIMENT = "default-experiment"
 
@@ -84,6 +94,19 @@ def _redact_pairs(text: str) -> str:
     return ",".join(f"{k}={REDACTED}" for k in names)
 
 
+def hide_sensitive(name: str, value: object) -> object:
+    """``value`` with what sits under a sensitive name (``SENSITIVE_NAMES``) redacted,
+    in nested mappings and lists too."""
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+    if any(word in words for word in SENSITIVE_NAMES) or _TOKEN_WORD.search(words):
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {k: hide_sensitive(str(k), v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [hide_sensitive("", v) for v in value]
+    return value
+
+
 def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict[str, Any]]:
     """Component args without env values (``--env K=V``, ``--env=K=V``, ``{"env": {...}}``)."""
     if isinstance(args, dict):
@@ -110,8 +133,8 @@ def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict
 def job_params(app: AppDef, scheduler: str, request: RunRequest) -> Dict[str, str]:
     """The run's params: what ran (component, args without env values), where (scheduler,
     cfg), on what (per role: replicas, cpu, memMB, gpu), the env names the roles were
-    given, plus the orchestrator's own params."""
-    params: Dict[str, str] = {str(k): _text(v) for k, v in request.params.items()}
+    given, plus the orchestrator's own params (sensitive ones redacted)."""
+    params = {str(k): _text(hide_sensitive(str(k), v)) for k, v in request.params.items()}
     if request.component is not None:
         params["component"] = request.component[0]
         args = redact_args(request.component[1])

@@ -290,7 +290,8 @@ def test_stages_without_tracker_calls_each_get_a_finished_run_with_params(
     monkeypatch.chdir(tmp_path)
     source = tmp_path / "sh_stages.py"
     source.write_text(SH_DAG)
-    dag_run = _load_dag("sh_stages", source).test(run_conf={"note": "first"})
+    conf = {"note": "first", "db_password": "pw-4711", "creds": {"api_key": "k-4711", "r": "eu"}}
+    dag_run = _load_dag("sh_stages", source).test(run_conf=conf)
     assert _states(dag_run) == {t: "success" for t in ("prep", "train", "report")}
 
     tracker = _tracker(server)
@@ -312,6 +313,9 @@ def test_stages_without_tracker_calls_each_get_a_finished_run_with_params(
         assert params["airflow.try_number"] == "1"
         assert params["airflow.params.lr"] == "0.1"
         assert params["airflow.params.note"] == "first"  # Airflow merges the run's conf
+        # what Airflow masks (its sensitive names, nested too) is redacted; the rest stays
+        assert params["airflow.params.db_password"] == "<redacted>"
+        assert params["airflow.params.creds"] == '{"api_key": "<redacted>", "r": "eu"}'
         link = _xcom(dag_run, task_id, "_link_TorchXMLflowLink")  # deferred or not
         assert link == f"{server}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
 
