@@ -166,6 +166,21 @@ def test_the_listener_comes_through_the_entry_point(af: AirflowDeployment) -> No
     assert "torchx" in str(plugins["torchx_listener"]["source"])  # torchx's dist, not a file
 
 
+def _scheduler_trace(af: AirflowDeployment, ti: Any) -> str:
+    """What a failed listener check shows: the scheduler's lines about this task instance
+    and torchx's own (the listener runs in the scheduler), with any traceback after them."""
+    lines = (af.home / "scheduler.log").read_text(errors="replace").splitlines()
+    keep, after = [], 0
+    for line in lines:
+        if ti[1] in line or "torchx" in line:
+            keep.append(line[:600])
+            after = 25  # a traceback follows its line
+        elif after:
+            keep.append(line[:600])
+            after -= 1
+    return "--- scheduler.log (this task, torchx):\n" + "\n".join(keep[-80:])
+
+
 def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployment) -> None:
     ti, _ = _run(af, "orphan_no_retry")
     af.wait_task(ti, {"running"}, DEADLINE)
@@ -194,9 +209,35 @@ def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployme
         0.5,
     )
     print(f"app CANCELLED, no process left, {time.monotonic() - failed_at:.1f} s after failed")
-    assert state == "CANCELLED"
+    assert state == "CANCELLED", _scheduler_trace(af, ti)
     assert not left, left
     assert "cancelling" in (af.home / "scheduler.log").read_text()
+
+
+def test_task_process_killed_as_by_oom_the_listener_cancels_the_app(af: AirflowDeployment) -> None:
+    """The kernel's OOM killer takes the task process alone: Airflow's supervisor above it
+    lives and reports the try failed through the execution API, which calls no task
+    listener anywhere. The DAG run then fails, and the listener's DAG-run hook (in the
+    scheduler) cancels the jobs of its failed task instances."""
+    ti, _ = _run(af, "orphan_no_retry")
+    af.wait_task(ti, {"running"}, DEADLINE)
+    app = _running_app(ti)
+    _handle_pushed(af, ti)
+    task_process = psutil.Process(_supervisor_pid(app.app_id)).parent()
+    assert task_process is not None
+    supervisor = task_process.parent()  # Airflow's, above the task process
+    task_process.kill()  # SIGKILL, the task process only
+    assert supervisor is not None and supervisor.is_running()
+    af.wait_task(ti, {"failed"}, CRASH_DEADLINE)
+    state = poll_until(
+        lambda: next(a.state.name for a in _apps(ti) if a.app_id == app.app_id),
+        lambda s: s == "CANCELLED",
+        REAPED_WITHIN,
+        0.5,
+    )
+    assert state == "CANCELLED", _scheduler_trace(af, ti)
+    left = poll_until(lambda: _app_pids(app.app_id), lambda pids: not pids, REAPED_WITHIN, 0.5)
+    assert not left, left
 
 
 def test_worker_killed_with_cancel_on_kill_false_keeps_the_app(af: AirflowDeployment) -> None:
@@ -212,11 +253,13 @@ def test_worker_killed_with_cancel_on_kill_false_keeps_the_app(af: AirflowDeploy
     _kill_worker(af, app.app_id)  # SIGKILL: no on_kill runs
     af.wait_task(ti, {"failed"}, HEARTBEAT_TIMEOUT + CRASH_DEADLINE)
     try:
-        poll(
+        kept = poll_until(  # the listener in the scheduler saw the failed task, kept its job
             lambda: f"{handle} outlives its task" in (af.home / "scheduler.log").read_text(),
+            bool,
             REAPED_WITHIN,
-            "the listener in the scheduler saw the failed task and kept its job",
+            0.5,
         )
+        assert kept, _scheduler_trace(af, ti)
         assert [(a.app_id, a.state.name) for a in _apps(ti)] == [(app.app_id, "RUNNING")]
         listed = _reap(af)  # not a dry run
         assert listed.returncode == 0, listed.stderr

@@ -21,6 +21,10 @@ wait (``wait_for_completion=False``, a ``TorchXSensor`` waits later) succeeds wh
 runs, on purpose; a user's "mark success" of a running or deferred task already reaches
 the operator's or the trigger's ``on_kill``. (Airflow 3.3 has no listener hook for
 ``removed``: ``torchx reap`` covers that one.)
+A try can also fail with no task listener called anywhere: the kernel's OOM killer takes
+the task process alone and Airflow's supervisor reports it failed through the execution
+API. So when a DAG run ends (``on_dag_run_failed`` / ``on_dag_run_success``, in the
+scheduler), its failed task instances are reaped by the same rule.
 The job is the one the task pushed as its ``app_handle`` XCom, and it is cancelled only if
 the owner stored with it is this task instance (dag, run, task, map index; any try, as a
 retry re-attaches to the job of an earlier one). One already finished is left alone, and
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
@@ -65,9 +69,8 @@ def _app_handle(ti: Any) -> Optional[str]:
         value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=map_index)
         return str(value) if value else None
     from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
 
-    with create_session() as session:
+    with _own_session() as session:
         query = XComModel.get_many(
             run_id=ti.run_id,
             key=HANDLE_XCOM,
@@ -143,6 +146,56 @@ def _safely(ti: Any) -> None:
 @hookimpl
 def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
     _safely(task_instance)
+
+
+def _own_session() -> Any:
+    """A read-only session of its own. The hooks run inside Airflow's scheduler loop and
+    API requests: the thread's scoped session is theirs, mid-transaction (committing or
+    closing it would end their work; the scheduler even forbids a commit there)."""
+    from airflow import settings
+
+    if settings.NonScopedSession is None:
+        raise RuntimeError("Airflow's metadata database is not configured in this process")
+    return settings.NonScopedSession()  # closed, never committed, by ``with``
+
+
+def _failed_task_instances(dag_run: Any) -> List[Any]:
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    query = select(TaskInstance).where(
+        TaskInstance.dag_id == dag_run.dag_id,
+        TaskInstance.run_id == dag_run.run_id,
+        TaskInstance.state == "failed",
+    )
+    with _own_session() as session:
+        tis = list(session.scalars(query))
+        session.expunge_all()  # read after the session: nothing lazy is left to load
+    return tis
+
+
+def _reap_dag_run(dag_run: Any) -> None:
+    """A try can fail with no task listener called anywhere: when the kernel's OOM killer
+    takes the task process alone, Airflow's supervisor reports it failed through the
+    execution API. Its DAG run then ends, and each of its failed task instances is reaped
+    as ``on_task_instance_failed`` would have (a job already ended is left alone)."""
+    try:
+        tis = _failed_task_instances(dag_run)
+    except Exception:  # a listener must never break the scheduler
+        logger.exception("torchx: could not read the failed tasks of %s", dag_run)
+        return
+    for ti in tis:
+        _safely(ti)
+
+
+@hookimpl
+def on_dag_run_failed(dag_run: Any, msg: str) -> None:
+    _reap_dag_run(dag_run)
+
+
+@hookimpl
+def on_dag_run_success(dag_run: Any, msg: str) -> None:
+    _reap_dag_run(dag_run)  # a failed task under a trigger rule such as all_done
 
 
 class TorchXListenerPlugin(AirflowPlugin):
