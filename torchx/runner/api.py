@@ -244,8 +244,7 @@ class Runner:
         if holder is not None:
             logger.info("re-attaching to %s (idempotency key %r, claimed)", holder, idempotency_key)
             handle = make_app_handle(scheduler, self._name, holder)
-            if opened is not None:  # it launches nothing: its run ends at once
-                self._tracking.supersede(opened, handle)
+            self._tracking.supersede(opened, handle)  # it launches nothing: its run ends
             return handle
         try:
             handle = self._launch(scheduler, info, opened)
