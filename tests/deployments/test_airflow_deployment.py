@@ -181,6 +181,7 @@ def _trigger_started(af: AirflowDeployment, ti: Tuple[str, str, str], times: int
         lambda: len(re.findall(r"trigger .* starting", af.logs_so_far(ti))) >= times,
         DEADLINE,
         f"the triggerer started the trigger of {ti} {times} time(s)",
+        every=0.5,  # each check is 2+ API calls on a loaded machine
     )
 
 

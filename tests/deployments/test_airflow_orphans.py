@@ -223,11 +223,15 @@ def test_task_process_killed_as_by_oom_the_listener_cancels_the_app(af: AirflowD
     af.wait_task(ti, {"running"}, DEADLINE)
     app = _running_app(ti)
     _handle_pushed(af, ti)
-    task_process = psutil.Process(_supervisor_pid(app.app_id)).parent()
-    assert task_process is not None
+    job_supervisor = _supervisor_pid(app.app_id)
+    task_process = psutil.Process(job_supervisor).parent()
+    assert task_process is not None and task_process.pid != af.procs["scheduler"].pid
+    assert "airflow" in " ".join(task_process.cmdline()), task_process.cmdline()
     supervisor = task_process.parent()  # Airflow's, above the task process
+    killed_at = time.monotonic()
     task_process.kill()  # SIGKILL, the task process only
     assert supervisor is not None and supervisor.is_running()
+    assert psutil.pid_exists(job_supervisor)  # the job outlived its task process
     af.wait_task(ti, {"failed"}, CRASH_DEADLINE)
     state = poll_until(
         lambda: next(a.state.name for a in _apps(ti) if a.app_id == app.app_id),
@@ -236,6 +240,9 @@ def test_task_process_killed_as_by_oom_the_listener_cancels_the_app(af: AirflowD
         0.5,
     )
     assert state == "CANCELLED", _scheduler_trace(af, ti)
+    print(f"app CANCELLED {time.monotonic() - killed_at:.1f} s after the task process was killed")
+    log = (af.home / "scheduler.log").read_text(errors="replace")
+    assert f"(run {ti[1]}, map -1) ended failed while local_cwd://torchx/{app.app_id}" in log
     left = poll_until(lambda: _app_pids(app.app_id), lambda pids: not pids, REAPED_WITHIN, 0.5)
     assert not left, left
 

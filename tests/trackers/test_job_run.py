@@ -7,6 +7,7 @@ and ends it in-process when it sees the app end, so every check reads at once.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import os
 import stat
@@ -390,6 +391,12 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
     _no_secret_anywhere(tmp_path / "store")
 
 
+@dataclasses.dataclass
+class _Creds:
+    dsn: str
+    host: str
+
+
 def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> None:
     """Airflow conf, Prefect flow parameters and any caller's ``run_params`` pass one rule:
     a value under a name Airflow treats as sensitive is never recorded."""
@@ -397,6 +404,9 @@ def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> N
         "prefect.param.hf_token": SECRET,
         "prefect.param.config": {"db": {"Password": SECRET, "host": "h"}, "lr": [0.1]},
         "prefect.param.apiToken": SECRET,
+        "prefect.param.HFToken": SECRET,
+        "prefect.param.slack-webhook-url": SECRET,
+        "prefect.param.db": _Creds(dsn=SECRET, host="h"),
         "prefect.param.tokenizer": "bert",  # "token" counts only as a word
         "prefect.param.max_tokens": 512,
         "prefect.param.epochs": 3,
@@ -409,6 +419,9 @@ def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> N
     config = json.loads(recorded["prefect.param.config"])
     assert config == {"db": {"Password": "<redacted>", "host": "h"}, "lr": [0.1]}
     assert recorded["prefect.param.apiToken"] == "<redacted>"
+    assert recorded["prefect.param.HFToken"] == "<redacted>"
+    assert recorded["prefect.param.slack-webhook-url"] == "<redacted>"
+    assert json.loads(recorded["prefect.param.db"]) == {"dsn": "<redacted>", "host": "h"}
     assert recorded["prefect.param.tokenizer"] == "bert"
     assert recorded["prefect.param.max_tokens"] == "512"
     assert recorded["prefect.param.epochs"] == "3"

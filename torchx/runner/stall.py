@@ -3,7 +3,7 @@ stages and the Airflow trigger alike), for schedulers without a supervisor of th
 
 An app submitted with ``stall_timeout=S`` stalls when neither a log line nor a progress
 report came for S seconds. The scheduler tells when the last one came
-(``Scheduler.last_activity``, epoch seconds measured by the job's side, so a waiter that
+(``Scheduler.last_activity``, epoch seconds from what the job's side measured, so a waiter that
 starts late, or a fresh one each poll as the Airflow trigger has, sees the same thing);
 a progress report sent to the job's tracker run (``Runner.progress``) counts as well.
 The waiter then has the scheduler stop the app with that reason, kept with the job

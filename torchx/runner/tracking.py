@@ -7,6 +7,7 @@ resources, the orchestrator's params). Env values never leave: ``--env K=V`` and
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import logging
@@ -44,14 +45,16 @@ MAX_PARAM = 6000  # MLflow's limit on a param value
 REDACTED = "<redacted>"
 _ENV_FLAGS = ("--env", "-env", "--e", "-e")
 # Airflow's default sensitive field names: an orchestrator param whose name contains one
-# (any case; nested keys too) is recorded redacted, as Airflow masks it in logs and the UI.
-# "token" only as a word (``hf_token``, ``authToken``): ``tokenizer`` and ``max_tokens``
-# are an ML pipeline's ordinary params.
+# (any case, camelCase split, ``-`` or ``.`` read as ``_``; nested keys too) is recorded
+# redacted, as Airflow masks it in logs and the UI. "token" only as a word (``hf_token``,
+# ``HFToken``): ``tokenizer`` and ``max_tokens`` are an ML pipeline's ordinary params.
 SENSITIVE_NAMES = (
-    "access_token", "api_key", "apikey", "authorization", "passphrase", "passwd",
-    "password", "private_key", "secret", "keyfile_dict", "service_account",
+    "access_key", "access_token", "api_key", "apikey", "auth_header", "authorization",
+    "bearer", "connection_string", "dsn", "passphrase", "passwd", "password", "private_key",
+    "proxy", "proxies", "secret", "service_account", "service_key", "keyfile_dict",
+    "webhook_url",
 )  # fmt: skip
-_TOKEN_WORD = re.compile(r"(^|[^a-z0-9])token($|[^a-z0-9])")
+_TOKEN_WORD = re.compile(r"(^|_)token($|_)")
 # dist.ddp's placeholder experiment: keep a pipeline's stages with their pipeline run
 _PLACEHOLDER_EXPERIMENT = "default-experiment"
 
@@ -96,10 +99,15 @@ def _redact_pairs(text: str) -> str:
 
 def hide_sensitive(name: str, value: object) -> object:
     """``value`` with what sits under a sensitive name (``SENSITIVE_NAMES``) redacted,
-    in nested mappings and lists too."""
-    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+    in nested mappings, lists, dataclasses and pydantic models too."""
+    words = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    words = re.sub(r"\W+", "_", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", words).lower())
     if any(word in words for word in SENSITIVE_NAMES) or _TOKEN_WORD.search(words):
         return REDACTED
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    elif callable(getattr(value, "model_dump", None)):  # a pydantic model (Prefect's params)
+        value = value.model_dump()  # type: ignore[attr-defined]
     if isinstance(value, Mapping):
         return {k: hide_sensitive(str(k), v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -8,11 +8,12 @@ command as a subprocess in its own session, printing each output line prefixed
 
 For stall detection and progress (``Scheduler.last_activity``, ``progress_path``) the
 driver publishes, every ``PUBLISH_INTERVAL`` s, beside the request file (which the head
-reads, so the submitter sees it too): ``<app>.activity.json``, when a replica last printed,
-reported progress or exited, how many still run (none: the job is ending, not stalled),
-and when the driver last asked its actors (a stale answer means the driver cannot tell);
-and ``<app>.progress.json``, the first replica's last progress report (each actor points
-``TORCHX_PROGRESS_FILE`` at a file on its own node).
+reads, so the submitter sees it too): ``<app>.activity.json``, how long the replicas had
+been silent (no output, progress report or exit) when asked, how many still run (none:
+the job is ending, not stalled), and when the driver last asked its actors (a stale
+answer means the driver cannot tell); and ``<app>.progress.json``, the first replica's
+last progress report (each actor points ``TORCHX_PROGRESS_FILE`` at a file on its own
+node).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def _replica_actor() -> Any:
             self.progress_file = os.path.join(self.progress_dir, "progress.json")
 
         def activity(self) -> Tuple[float, Optional[str], bool]:
-            """When the replica last printed, reported progress or exited, its last report,
-            and whether it still runs."""
+            """How long ago (by this node's clock, as it answers) the replica last printed,
+            reported progress or exited; its last report; whether it still runs."""
             try:
                 with open(self.progress_file) as f:
                     report: Optional[str] = f.read()
@@ -52,7 +53,7 @@ def _replica_actor() -> Any:
             except OSError:
                 report, reported = None, 0.0
             running = self.proc is None or self.proc.poll() is None
-            return max(self.last_output, reported), report, running
+            return time.time() - max(self.last_output, reported), report, running
 
         def node_ip(self) -> str:
             return ray.util.get_node_ip_address()
@@ -107,8 +108,8 @@ def _publish_once(actors: List[Any], base: str) -> None:
     import ray
 
     answers = ray.get([a.activity.remote() for a in actors], timeout=10)
-    record = {
-        "time": max(t for t, _, _ in answers),
+    record = {  # silence as each node measured it: a slow answer or clock skew adds none
+        "silence": max(0.0, min(age for age, _, _ in answers)),
         "checked": time.time(),
         "running": sum(1 for _, _, running in answers if running),
     }

@@ -228,20 +228,20 @@ class RayScheduler(Scheduler[RayJob]):
         it; None before the driver's first round, once it stopped refreshing it, or once no
         replica runs (the job is ending: not a stall).
 
-        Only the silence the driver saw counts: a round published ``d`` s ago moves the
-        answer ``d`` s later, so a driver slow to publish (a loaded node) never makes a job
-        that prints look silent."""
+        Only the silence the replicas' nodes measured counts (``now - silence``): a round
+        published late, an actor slow to answer (a loaded node) or clock skew between
+        nodes never makes a job that prints look silent."""
         try:
             with open(self._beside(app_id, ".activity.json")) as f:
                 record = json.load(f)
-            last, checked = float(record["time"]), float(record["checked"])
+            silence, checked = float(record["silence"]), float(record["checked"])
             running = int(record["running"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
         now = time.time()
         if now - checked > ACTIVITY_STALE_AFTER or running == 0:
             return None
-        return last + max(0.0, now - checked)
+        return now - silence
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
         path = self._beside(app_id, ".stalled")

@@ -108,13 +108,12 @@ def test_a_stall_stop_that_fails_leaves_no_reason_behind_on_ray(
 def test_only_the_silence_the_driver_saw_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, published_ago: float
 ) -> None:
-    """A replica active 1 s before the driver's last round reads 1 s silent however late
+    """Replicas silent for 1 s when the driver last asked read 1 s silent however late
     that round is read (a driver slow to publish on a loaded node, seen as a false stall in
-    CI); a record no longer refreshed reads "cannot tell"."""
+    CI)."""
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
     (tmp_path / "ray").mkdir()
-    checked = time.time() - published_ago
-    record = {"time": checked - 1.0, "checked": checked, "running": 1}
+    record = {"silence": 1.0, "checked": time.time() - published_ago, "running": 1}
     (tmp_path / "ray" / "app-x.activity.json").write_text(json.dumps(record))
     last = create_scheduler("t").last_activity("app-x")
     assert last is not None
@@ -129,9 +128,9 @@ def test_a_stale_or_ended_activity_record_cannot_tell(
     path = tmp_path / "ray" / "app-x.activity.json"
     sched = create_scheduler("t")
     now = time.time()
-    path.write_text(json.dumps({"time": now - 100, "checked": now - 60, "running": 1}))
+    path.write_text(json.dumps({"silence": 100, "checked": now - 60, "running": 1}))
     assert sched.last_activity("app-x") is None  # the driver stopped refreshing it
-    path.write_text(json.dumps({"time": now - 100, "checked": now, "running": 0}))
+    path.write_text(json.dumps({"silence": 100, "checked": now, "running": 0}))
     assert sched.last_activity("app-x") is None  # no replica runs: ending, not stalled
-    path.write_text(json.dumps({"time": now - 100, "checked": now, "running": 1}))
+    path.write_text(json.dumps({"silence": 100, "checked": now, "running": 1}))
     assert sched.last_activity("app-x") == pytest.approx(now - 100, abs=2.0)

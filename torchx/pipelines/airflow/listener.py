@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import TYPE_CHECKING, Any, List, Optional
 
 from airflow.listeners import hookimpl
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # torchx loads when a task fails, not with the plugin
 logger = logging.getLogger(__name__)
 
 FINAL = ("failed",)
+DAG_RUN_REAP_BUDGET = 30.0  # seconds of the scheduler's loop an ended DAG run may take
 HANDLE_XCOM = "app_handle"
 
 
@@ -166,25 +168,30 @@ def _failed_task_instances(dag_run: Any) -> List[Any]:
     query = select(TaskInstance).where(
         TaskInstance.dag_id == dag_run.dag_id,
         TaskInstance.run_id == dag_run.run_id,
-        TaskInstance.state == "failed",
+        TaskInstance.state.in_(FINAL),
     )
     with _own_session() as session:
         tis = list(session.scalars(query))
-        session.expunge_all()  # read after the session: nothing lazy is left to load
+        session.expunge_all()  # detached: only their loaded columns are read later
     return tis
 
 
 def _reap_dag_run(dag_run: Any) -> None:
-    """A try can fail with no task listener called anywhere: when the kernel's OOM killer
-    takes the task process alone, Airflow's supervisor reports it failed through the
-    execution API. Its DAG run then ends, and each of its failed task instances is reaped
-    as ``on_task_instance_failed`` would have (a job already ended is left alone)."""
+    """Reap the run's failed task instances (see the module docstring), within
+    ``DAG_RUN_REAP_BUDGET`` s: this runs in the scheduler's loop, and ``torchx reap``
+    covers what is left."""
+    started = time.monotonic()
     try:
         tis = _failed_task_instances(dag_run)
     except Exception:  # a listener must never break the scheduler
         logger.exception("torchx: could not read the failed tasks of %s", dag_run)
         return
-    for ti in tis:
+    for i, ti in enumerate(tis):
+        if time.monotonic() - started > DAG_RUN_REAP_BUDGET:
+            logger.warning(
+                "torchx: %d failed tasks of %s left to `torchx reap`", len(tis) - i, dag_run
+            )
+            return
         _safely(ti)
 
 
