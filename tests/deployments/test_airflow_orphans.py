@@ -193,7 +193,9 @@ def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployme
     assert len(before) >= 2, before  # the supervisor and the replica's shell at least
     _handle_pushed(af, ti)
     _kill_worker(af, app.app_id)  # SIGKILL: no on_kill runs
-    assert psutil.pid_exists(_supervisor_pid(app.app_id))  # the job outlived its worker
+    # (not "the job is still alive" here: when Airflow's supervisor gets its report out
+    # before its own kill, the listener's DAG-run hook cancels the job within a second;
+    # a job the kill itself took down would not read CANCELLED below)
     af.wait_task(ti, {"failed"}, HEARTBEAT_TIMEOUT + CRASH_DEADLINE)
     failed_at = time.monotonic()
     state = poll_until(
@@ -211,7 +213,8 @@ def test_worker_killed_no_retry_the_listener_cancels_the_app(af: AirflowDeployme
     print(f"app CANCELLED, no process left, {time.monotonic() - failed_at:.1f} s after failed")
     assert state == "CANCELLED", _scheduler_trace(af, ti)
     assert not left, left
-    assert "cancelling" in (af.home / "scheduler.log").read_text()
+    log = (af.home / "scheduler.log").read_text(errors="replace")
+    assert f"(run {ti[1]}, map -1) ended failed while local_cwd://torchx/{app.app_id}" in log
 
 
 def test_task_process_killed_as_by_oom_the_listener_cancels_the_app(af: AirflowDeployment) -> None:
@@ -223,15 +226,13 @@ def test_task_process_killed_as_by_oom_the_listener_cancels_the_app(af: AirflowD
     af.wait_task(ti, {"running"}, DEADLINE)
     app = _running_app(ti)
     _handle_pushed(af, ti)
-    job_supervisor = _supervisor_pid(app.app_id)
-    task_process = psutil.Process(job_supervisor).parent()
+    task_process = psutil.Process(_supervisor_pid(app.app_id)).parent()
     assert task_process is not None and task_process.pid != af.procs["scheduler"].pid
     assert "airflow" in " ".join(task_process.cmdline()), task_process.cmdline()
     supervisor = task_process.parent()  # Airflow's, above the task process
     killed_at = time.monotonic()
     task_process.kill()  # SIGKILL, the task process only
     assert supervisor is not None and supervisor.is_running()
-    assert psutil.pid_exists(job_supervisor)  # the job outlived its task process
     af.wait_task(ti, {"failed"}, CRASH_DEADLINE)
     state = poll_until(
         lambda: next(a.state.name for a in _apps(ti) if a.app_id == app.app_id),
