@@ -12,20 +12,18 @@ import pytest
 
 from tests.polling import poll, poll_until
 from tests.processes import job_processes, wait_for_job_processes
+from tests.schedulers.stalled_job import (
+    DEADLINE,
+    PRINTS,
+    STALLS,
+    assert_every_reader_sees_it_stalled,
+    wait_out_a_silent_tracked_job,
+)
 from tests.schedulers.test_slurm_scheduler import cluster, env  # noqa: F401 (fixtures)
-from tests.trackers.test_job_run import the_run
 from torchx import specs
 from torchx.runner import get_runner
-from torchx.runner.tracking import FAILURE_REASON_TAG
 
 pytestmark = pytest.mark.slurm
-
-DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
-STALLS = (
-    "import time; from torchx.trackers import report_progress\n"
-    "report_progress(1, total=10); print('reported', flush=True); time.sleep(300)\n"
-)
-PRINTS = "import time\nfor i in range(20):\n    print('tick', i, flush=True); time.sleep(1)\n"
 
 
 def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_every_reader(
@@ -33,24 +31,9 @@ def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_eve
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", store)
-    with get_runner() as runner:
-        handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=10)
-        wait_for_job_processes(handle, 1, timeout=120)  # the replica runs
-        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
-    assert status is not None and status.state == specs.AppState.FAILED, status
+    handle, status, store = wait_out_a_silent_tracked_job("slurm", tmp_path, monkeypatch)
     assert status.msg.startswith("stalled: no progress or output for 10 s ("), status.msg
-    with get_runner(trackers={}) as fresh:  # another process: the reason is with the job
-        seen = fresh.status(handle)
-        assert seen is not None and seen.state == specs.AppState.FAILED
-        assert seen.msg == status.msg
-    left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
-    assert left == [], [p.info["cmdline"] for p in left]
-    run = the_run(store, handle)
-    assert run.info.status == "FAILED"
-    assert run.data.tags[FAILURE_REASON_TAG] == status.msg
+    assert_every_reader_sees_it_stalled(handle, status.msg, store)
 
 
 def test_a_slurm_job_that_keeps_printing_is_never_stopped(env: Path) -> None:  # noqa: F811

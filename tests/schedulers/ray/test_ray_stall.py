@@ -13,21 +13,20 @@ from pathlib import Path
 import pytest
 
 from tests.polling import poll_until
-from tests.processes import job_processes, wait_for_job_processes
-from tests.trackers.test_job_run import the_run
+from tests.processes import wait_for_job_processes
+from tests.schedulers.stalled_job import (
+    DEADLINE,
+    PRINTS,
+    STALLS,
+    assert_every_reader_sees_it_stalled,
+    wait_out_a_silent_tracked_job,
+)
 from torchx import specs
 from torchx.runner import get_runner
-from torchx.runner.tracking import FAILURE_REASON_TAG
 from torchx.schedulers.ray_scheduler import create_scheduler
 
 pytestmark = pytest.mark.ray
 
-DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
-STALLS = (
-    "import time; from torchx.trackers import report_progress\n"
-    "report_progress(1, total=10); print('reported', flush=True); time.sleep(300)\n"
-)
-PRINTS = "import time\nfor i in range(20):\n    print('tick', i, flush=True); time.sleep(1)\n"
 REPORTS = (
     "import time; from torchx.trackers import report_progress\n"
     "for i in range(1, 41):\n    report_progress(i, total=40); time.sleep(0.5)\n"
@@ -39,24 +38,10 @@ def test_a_silent_ray_job_is_stopped_by_wait_and_ends_failed_stalled_for_every_r
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", store)
-    with get_runner() as runner:
-        handle = runner.run_component("utils.python", ["--c", STALLS], "ray", stall_timeout=10)
-        wait_for_job_processes(handle, 1, timeout=120)  # the replica runs
-        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
-    assert status is not None and status.state == specs.AppState.FAILED, status
+    handle, status, store = wait_out_a_silent_tracked_job("ray", tmp_path, monkeypatch)
     reason = "stalled: no progress or output for 10 s (last step 1)"
     assert status.msg == reason
-    with get_runner(trackers={}) as fresh:  # another process: the reason is with the job
-        seen = fresh.status(handle)
-        assert seen is not None and seen.state == specs.AppState.FAILED and seen.msg == reason
-    left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
-    assert left == [], [p.info["cmdline"] for p in left]
-    run = the_run(store, handle)
-    assert run.info.status == "FAILED"
-    assert run.data.tags[FAILURE_REASON_TAG] == reason
+    assert_every_reader_sees_it_stalled(handle, reason, store)
 
 
 def test_ray_jobs_that_keep_printing_or_reporting_are_never_stopped(
