@@ -155,7 +155,6 @@ def launch(
         )
         handle = submission.handle
         verb = "re-attached to" if submission.reattached else "launched"
-        print(f"torchx: {verb} {handle}", flush=True)
 
         def on_term(signum: int, _: Any) -> None:
             print(f"torchx: step terminated (signal {signum}); cancelling {handle}", flush=True)
@@ -168,6 +167,8 @@ def launch(
         previous = signal.signal(signal.SIGTERM, on_term) if main else None
         progress: List[Any] = []  # the last report (the Metrics output gets it)
         try:
+            # named once the handler is in: a SIGTERM from then on cancels the app
+            print(f"torchx: {verb} {handle}", flush=True)
             try:
                 core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=_keep(progress))
             except core.StageFailed as e:
