@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -328,6 +329,44 @@ def test_cancelled_or_foreign_jobs_with_the_label_are_not_found(srv: KMockServer
     assert [a.app_id for a in sched.find_by_idempotency_token(token)] == [app_id]
     sched.cancel(app_id)
     assert sched.find_by_idempotency_token(token) == []
+
+
+def test_a_tracked_submit_that_loses_the_race_cancels_its_app_and_names_the_winner(
+    srv: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kubernetes has no atomic claim: each racer submits, then the oldest live app wins.
+    Another submitter's app lands while ours is being submitted; ours is cancelled and its
+    tracker run ends KILLED naming the winner, not FAILED or silently."""
+    from mlflow import MlflowClient
+
+    from torchx.runner.tracker_session import REATTACHED_TO_TAG
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runner = get_runner(trackers={"mlflow": store})
+    sched = runner._scheduler("kubernetes")
+    other_sched = create_scheduler("test")  # the other submitter, as another process
+    token = idempotency_token("dag/train/race")
+    ours_schedule, winner = sched.schedule, []
+
+    def racing_schedule(dryrun_info: Any) -> str:
+        winner.append(other_sched.submit(_keyed(token), {"queue": "q"}))
+        _stamp(srv, VOLCANO_JOBS, winner[0], "2025-01-01T00:00:01Z")  # it was first
+        app_id = ours_schedule(dryrun_info)
+        _stamp(srv, VOLCANO_JOBS, app_id, "2025-01-01T00:00:02Z")
+        return app_id
+
+    monkeypatch.setattr(sched, "schedule", racing_schedule)
+    handle = runner.run(echo_app(), "kubernetes", {"queue": "q"}, idempotency_key="dag/train/race")
+    assert handle == specs.make_app_handle("kubernetes", "torchx", winner[0])
+    live = [a.app_id for a in sched.find_by_idempotency_token(token)]
+    assert live == winner, live  # ours was cancelled (deleted)
+    client = MlflowClient(store)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(exps)
+    assert [(r.info.status, r.data.tags.get(REATTACHED_TO_TAG)) for r in runs] == [
+        ("KILLED", handle)
+    ], runs
+    runner.close()
 
 
 def test_a_token_that_is_not_a_label_value_is_refused(srv: KMockServer) -> None:

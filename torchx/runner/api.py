@@ -211,14 +211,13 @@ class Runner:
         the component, args, scheduler, cfg, resources and ``run_params`` as params; it ends
         with the app when this runner sees it end (``wait``, ``status``, ``cancel``).
 
-        With ``idempotency_key``, at most one live app runs per key on the scheduler:
-        if an app submitted with the same key is pending or running (from any process
-        on any machine that sees the scheduler), its handle is returned and nothing is
-        submitted; a SUCCEEDED one is returned only with ``reattach_succeeded=True``; a
-        FAILED or CANCELLED one is never re-attached. Every caller racing on one key gets
-        the same handle: where the scheduler can, the key is claimed before launching
-        (``local_cwd``: a claim file; Slurm: held until it won), so one app starts its
-        command; elsewhere the oldest live submission wins and newer ones cancel themselves.
+        With ``idempotency_key``, at most one live app runs per key on the scheduler: a
+        pending or running app of the key (submitted from any process or machine) is
+        returned and nothing is submitted; a SUCCEEDED one only with ``reattach_succeeded``;
+        a FAILED or CANCELLED one never. Racing callers get one handle: where the scheduler
+        can, the key is claimed before launching (``local_cwd``: a claim file; Slurm: held
+        until it won); elsewhere the oldest live submission wins, newer ones cancel
+        themselves. A loser's tracker run ends KILLED, tagged with the winner's handle.
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
@@ -237,8 +236,7 @@ class Runner:
         )
         if not token:
             return self.schedule(info)
-        sched = self._scheduler(scheduler)
-        # the claim names the app that launches: the request with its run's env (a new id)
+        sched = self._scheduler(scheduler)  # the claim names the request with its run's env
         info, opened = self._open_job_run(scheduler, info)
         holder = sched.claim_idempotency_token(token, info, reattach_succeeded)
         if holder is not None:
@@ -251,7 +249,7 @@ class Runner:
         except BaseException:
             sched.release_idempotency_claim(token, info)
             raise
-        return self._converge(scheduler, token, handle)
+        return self._converge(scheduler, token, handle, opened)
 
     def find_by_idempotency_key(
         self, scheduler: str, idempotency_key: str, reattach_succeeded: bool = False
@@ -283,25 +281,27 @@ class Runner:
                 return make_app_handle(scheduler, self._name, done[-1].app_id)
         return None
 
-    def _converge(self, scheduler: str, token: str, handle: AppHandle) -> AppHandle:
+    def _converge(
+        self, scheduler: str, token: str, handle: AppHandle, opened: Optional[OpenedJobRun]
+    ) -> AppHandle:
         """After a keyed submission: the oldest live app of the token wins (the order
-        ``_find_reusable`` uses); if it is not ours, cancel ours and return the winner."""
+        ``_find_reusable`` uses); if it is not ours, cancel ours (its run ends KILLED, naming
+        the winner) and return the winner."""
         sched = self._scheduler(scheduler)
         ours = parse_app_handle(handle).app_id
-        live = [
-            a
-            for a in sched.find_by_idempotency_token(token)
-            if not is_terminal(a.state) or a.app_id == ours
-        ]
+        listed = sched.find_by_idempotency_token(token)
+        live = [a for a in listed if not is_terminal(a.state) or a.app_id == ours]
         if not live:  # ours is not listed yet and no other app is live
             return handle
         sched.settle_idempotency_token([a for a in live if not is_terminal(a.state)])
         if live[0].app_id == ours:
             return handle
         logger.info("%s lost a submission race to %s: cancelling it", handle, live[0].app_id)
+        winner = make_app_handle(scheduler, self._name, live[0].app_id)
         sched.cancel(ours)
+        self._tracking.supersede(opened, winner, end=False)
         self._end_job_run(handle, AppState.CANCELLED, [])
-        return make_app_handle(scheduler, self._name, live[0].app_id)
+        return winner
 
     def dryrun(
         self,

@@ -97,14 +97,16 @@ class TrackerSession:
             what = "end the tracker run of a job that was not submitted"
             _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "FAILED")
 
-    def supersede(self, opened: Optional[OpenedJobRun], holder: str) -> None:
+    def supersede(self, opened: Optional[OpenedJobRun], holder: str, end: bool = True) -> None:
         """Another submitter of the same key launched ``holder`` and this submit re-attached:
-        its runs end KILLED (nothing failed) with ``REATTACHED_TO_TAG`` naming the holder."""
+        its runs get ``REATTACHED_TO_TAG`` naming the holder and (``end``) end KILLED, as
+        nothing failed; ``end=False`` when the caller ends them with the app it cancelled."""
         for backend, run in opened.runs if opened is not None else []:
             what = f"mark the tracker run of a submit that re-attached to {holder}"
             tags = {REATTACHED_TO_TAG: holder}
             _warn_on_error(backend, what, backend.log_job_run, run.run_id, {}, 0, tags)
-            _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
+            if end:
+                _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
 
     def close_job_run(
         self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState
