@@ -20,7 +20,7 @@ from typing import Any, Iterator, List, Tuple
 import psutil
 import pytest
 
-from tests.deployments.airflow_deployment import AirflowDeployment, airflow_deployment
+from tests.deployments.airflow_deployment import REST_EVERY, AirflowDeployment, airflow_deployment
 from tests.polling import poll, poll_until
 
 # the deployment's DAGs: one torchx stage whose job waits for dag_run.conf["flag"] to exist,
@@ -181,7 +181,7 @@ def _trigger_started(af: AirflowDeployment, ti: Tuple[str, str, str], times: int
         lambda: len(re.findall(r"trigger .* starting", af.logs_so_far(ti))) >= times,
         DEADLINE,
         f"the triggerer started the trigger of {ti} {times} time(s)",
-        every=0.5,  # each check is 2+ API calls on a loaded machine
+        every=REST_EVERY,
     )
 
 
@@ -214,7 +214,7 @@ def _mark_and_expect_one_cancelled_app(
     assert len(_apps(ti)) == 1
     if deferred:
         ended = re.compile(r"[Tt]rigger (completed|cancelled|failed)")
-        poll_until(lambda: af.logs_so_far(ti), lambda log: bool(ended.search(log)), 60, 0.5)
+        poll_until(lambda: af.logs_so_far(ti), lambda log: bool(ended.search(log)), 60, REST_EVERY)
 
 
 def test_deferred_stage_marked_failed_cancels_the_app(af: AirflowDeployment) -> None:
@@ -280,7 +280,7 @@ def test_worker_killed_while_the_app_runs_the_retry_reattaches(af: AirflowDeploy
     app = _running_app(ti)
     _kill_worker(af, app.app_id)
     af.wait_task(ti, {"running"}, CRASH_DEADLINE, try_number=2)
-    poll(lambda: "re-attaching" in af.log(ti, 2), DEADLINE, "the retry re-attached")
+    poll(lambda: "re-attaching" in af.log(ti, 2), DEADLINE, "the retry re-attached", REST_EVERY)
     assert _app_state(ti) == "RUNNING"
     flag.touch()
     af.wait_task(ti, {"success"}, DEADLINE, try_number=2)
@@ -327,6 +327,7 @@ def test_deferred_stage_streams_its_log_and_progress_while_deferred(af: AirflowD
         lambda: (lambda text: text if "python/0 tick 5" in text else None)(af.log(ti, 1)),
         DEADLINE,
         "tick 5 in the task log",
+        REST_EVERY,
     )
     # read while deferred: the trigger, not execute_complete, wrote it
     assert af.task(ti)["state"] == "deferred"
@@ -335,6 +336,7 @@ def test_deferred_stage_streams_its_log_and_progress_while_deferred(af: AirflowD
         lambda: "progress: step " in af.log(ti, 1) and af.task(ti)["state"] == "deferred",
         DEADLINE,
         "a progress line in the log of the deferred task",
+        REST_EVERY,
     )
     _deferral_reported(af, ti)  # the job ends now, seconds after its task deferred
     flag.touch()

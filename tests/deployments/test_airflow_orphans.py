@@ -20,6 +20,7 @@ import pytest
 
 from tests.deployments.airflow_deployment import (
     HEARTBEAT_TIMEOUT,
+    REST_EVERY,
     AirflowDeployment,
     airflow_deployment,
 )
@@ -140,7 +141,7 @@ def _handle_pushed(af: AirflowDeployment, ti: Any) -> Any:
         except AssertionError:  # 404 until the task pushed it
             return None
 
-    return poll(pushed, DEADLINE, f"the app_handle XCom of {ti}")
+    return poll(pushed, DEADLINE, f"the app_handle XCom of {ti}", REST_EVERY)
 
 
 def _reap(af: AirflowDeployment, *args: str) -> subprocess.CompletedProcess[str]:
@@ -291,7 +292,7 @@ def test_worker_killed_with_a_retry_left_keeps_the_app(af: AirflowDeployment) ->
     assert "state: running" in listed.stdout
     _kill_worker(af, app.app_id)
     af.wait_task(ti, {"running"}, CRASH_DEADLINE, try_number=2)  # failed try 1: up_for_retry
-    poll(lambda: "re-attaching" in af.log(ti, 2), DEADLINE, "the retry re-attached")
+    poll(lambda: "re-attaching" in af.log(ti, 2), DEADLINE, "the retry re-attached", REST_EVERY)
     assert [(a.app_id, a.state.name) for a in _apps(ti)] == [(app.app_id, "RUNNING")]
     flag.touch()
     af.wait_task(ti, {"success"}, DEADLINE, try_number=2)
