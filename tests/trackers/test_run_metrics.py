@@ -19,6 +19,7 @@ from torchx import specs
 from torchx.runner import get_runner
 from torchx.runner.resource_hours import ENV_JOB_START_MS, resource_hours
 from torchx.runner.tracking import FAILURE_REASON_TAG
+from torchx.runtime.progress import PROGRESS_KEYS
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs.api import parse_app_handle
 from torchx.specs.states import is_terminal
@@ -316,7 +317,45 @@ def test_after_a_resume_the_report_is_the_newest_not_the_highest_step(
     store.log_run_metrics(run_id, before, 1_700_000_000_000, 1000)
     after = {"progress_step": 800.0, "progress_total": 2000.0, "loss": 0.7}
     store.log_run_metrics(run_id, after, 1_700_000_600_000, 800)  # ten minutes later
-    report = progress_from_metrics(store.latest_metrics(run_id))
-    assert report is not None
-    assert (report.step, report.total, report.time) == (800, 2000, 1_700_000_600.0), report
-    assert report.metrics == {"loss": 0.7}
+    for by_time in (None, PROGRESS_KEYS):  # every key's history, or the Runner's read
+        report = progress_from_metrics(store.latest_metrics(run_id, by_time))
+        assert report is not None
+        assert (report.step, report.total, report.time) == (800, 2000, 1_700_000_600.0), report
+        assert report.metrics == {"loss": 0.7}
+
+
+def test_a_progress_read_over_rest_downloads_no_per_step_metric_history(
+    mlflow_http_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's own per-step metrics can be millions of points: the Runner's progress read
+    takes the run (MLflow's latest rows) and the progress keys' histories only, and finds
+    the report that reading every history finds."""
+    from torchx.runtime.progress import progress_from_metrics
+    from torchx.trackers.mlflow_rest import API, MlflowRest
+
+    store = MlflowRest(mlflow_http_server)
+    run_id = store.create_run(store.experiment_id("per-step"), "r", {}, {}, 1_000_000)
+    t0 = 1_700_000_000_000
+    rows = [
+        {"key": "loss", "value": 1.0 / step, "timestamp": t0 + step * 1000, "step": step}
+        for step in range(1, 301)
+    ]  # the user's own mlflow.log_metric("loss", ..., step=step) at every step
+    store._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
+    report_metrics = {"progress_step": 300.0, "progress_total": 1000.0, "loss": 0.25}
+    store.log_run_metrics(run_id, report_metrics, t0 + 300_500, 300)
+    every_history = store.latest_metrics(run_id)
+    calls: List[Dict[str, Any]] = []
+    call = store._call
+
+    def spy(method: str, path: str, body: Any = None) -> Any:
+        calls.append({"path": path, **(body or {})})
+        return call(method, path, body)
+
+    monkeypatch.setattr(store, "_call", spy)
+    latest = store.latest_metrics(run_id, PROGRESS_KEYS)
+    histories = [c["metric_key"] for c in calls if c["path"].endswith("/metrics/get-history")]
+    assert histories == ["progress_step", "progress_total"], calls
+    assert latest == every_history, (latest, every_history)
+    report = progress_from_metrics(latest)
+    assert report is not None and (report.step, report.total) == (300, 1000), report
+    assert report.metrics == {"loss": 0.25}

@@ -30,7 +30,7 @@ from typing import (
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
 from torchx.runner.tracker_session import TrackerSession, error_reason
-from torchx.runtime.progress import Progress, progress_from_metrics
+from torchx.runtime.progress import PROGRESS_KEYS, Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
@@ -333,7 +333,8 @@ class JobRecorder:
         _, env, trackers = self._job(handle, app.roles if app is not None else [])
         for backend in self._session.backends(trackers):
             run_id = backend.job_run_id(handle, env)
-            report = progress_from_metrics(backend.job_run_latest(run_id)) if run_id else None
+            latest = backend.job_run_latest(run_id, PROGRESS_KEYS) if run_id else {}
+            report = progress_from_metrics(latest)
             if report is not None:
                 return report
         return None

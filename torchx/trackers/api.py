@@ -27,6 +27,8 @@ from torchx.trackers.env import (  # noqa: F401 (this module's public names)
 
 logger = logging.getLogger(__name__)
 
+Latest = Dict[str, Tuple[float, int]]  # {metric: (value, timestamp ms)}
+
 
 class TrackerConfigError(TorchXError, ValueError):
     """An unknown tracker backend or an unusable tracker config."""
@@ -213,8 +215,8 @@ class TrackerBackend(Protocol):
     def log_job_run(
         self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
     ) -> None: ...
-    # each metric's newest value by time: {key: (value, timestamp ms)}
-    def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]: ...
+    # each metric's newest value by time (keys not in ``by_time``: may be the highest step's)
+    def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest: ...
     def job_run_has(self, run_id: str, metric: str) -> Optional[bool]: ...
     def job_run_status(self, run_id: str) -> Optional[str]: ...  # RUNNING, FINISHED, ...
     # the reading and recording side, built on first use
@@ -262,7 +264,7 @@ class FactoryBackend:
 
     def log_job_run(self, *_: Any) -> None: ...
 
-    def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]:
+    def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         return {}
 
     def job_run_has(self, run_id: str, metric: str) -> Optional[bool]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from torchx.trackers.api import (
     JobRun,
+    Latest,
     OpenedRun,
     TrackerArtifact,
     TrackerBase,
@@ -196,8 +197,8 @@ class MLflowTracker(TrackerBase):
     def run_status(self, run_id: str) -> Optional[str]:
         return str(self.client.get_run(run_id).info.status)
 
-    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """As ``SqliteStore.latest_metrics``."""
+    def latest_metrics(self, run_id: str, *_: object) -> Latest:
+        """As ``SqliteStore.latest_metrics`` (every key: the history is a database query)."""
         out = {}
         for key in self.client.get_run(run_id).data.metrics:
             history = self.client.get_metric_history(run_id, key)
@@ -366,10 +367,7 @@ def _q(value: str) -> str:
 
 
 def create(config: Optional[str] = None) -> MLflowTracker:
-    cfg = parse_config(config)
-    return MLflowTracker(
-        cfg["experiment_name"], cfg["tracking_uri"], cfg["artifact_location"], cfg["ui_url"]
-    )
+    return MLflowTracker(**parse_config(config))
 
 
 class MlflowBackend:
@@ -437,9 +435,8 @@ class MlflowBackend:
         # the job carries its store resolved (not this process's $MLFLOW_TRACKING_URI,
         # $TORCHX_HOME or cwd), so whichever process ends its run ends it there
         file = self.config or ""  # a config file: its absolute path, else the store's URI
-        env[tracker_config_env_var_name(self.name)] = (
-            os.path.abspath(file) if os.path.isfile(file) else self.store
-        )
+        config = os.path.abspath(file) if os.path.isfile(file) else self.store
+        env[tracker_config_env_var_name(self.name)] = config
         return OpenedRun(run_id, env)
 
     def bind_job_run(self, run_id: str, job_id: str) -> None:
@@ -477,8 +474,8 @@ class MlflowBackend:
         if metrics:
             store.log_run_metrics(run_id, metrics, now_ms(), step)
 
-    def job_run_latest(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        return dict(self._store_of(run_id).latest_metrics(run_id))
+    def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
+        return dict(self._store_of(run_id).latest_metrics(run_id, by_time))
 
     def job_run_has(self, run_id: str, metric: str) -> bool:
         return bool(self._store_of(run_id).has_metric(run_id, metric))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from torchx.trackers.api import TrackerConfigError
+from torchx.trackers.api import Latest, TrackerConfigError
 
 API = "/api/2.0/mlflow"
 TIMEOUT = 10.0
@@ -110,29 +110,31 @@ class MlflowRest:
     def run_experiment(self, run_id: str) -> str:
         return str(self._run(run_id)["info"]["experiment_id"])
 
-    def _metric_keys(self, run_id: str) -> List[str]:
-        return [m["key"] for m in self._run(run_id).get("data", {}).get("metrics", [])]
+    def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
+        """As ``SqliteStore.latest_metrics``, from histories: with ``by_time`` only theirs (a
+        job's per-step metrics can be millions of points) and MLflow's latest (highest step)
+        rows for the rest, unless a step went back (a resumed job): then every key's."""
+        highest = {m["key"]: _row(m) for m in self._run(run_id).get("data", {}).get("metrics", [])}
+        keys = list(highest) if by_time is None else [k for k in by_time if k in highest]
+        newest = {k: self._newest(run_id, k) or highest[k] for k in keys}
+        if any(newest[k][1] < highest[k][1] for k in keys):  # a step went back
+            newest = {k: newest.get(k) or self._newest(run_id, k) or highest[k] for k in highest}
+        return {k: (value, ts) for k, (ts, _, value) in {**highest, **newest}.items()}
 
-    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """As ``SqliteStore.latest_metrics``, from each key's history."""
-        out = {}
-        for key in self._metric_keys(run_id):
-            newest: Optional[Tuple[int, int, float]] = None
-            query: Dict[str, str] = {"run_id": run_id, "metric_key": key}
-            while True:
-                page = self._call("GET", API + "/metrics/get-history", query)
-                for m in page.get("metrics", []):
-                    row = (int(m.get("timestamp", 0)), int(m.get("step", 0)), float(m["value"]))
-                    newest = row if newest is None else max(newest, row)
-                if not page.get("next_page_token"):
-                    break
-                query["page_token"] = page["next_page_token"]
-            if newest is not None:
-                out[key] = (newest[2], newest[0])
-        return out
+    def _newest(self, run_id: str, key: str) -> Optional[Tuple[int, int, float]]:
+        """(timestamp, step, value) of ``key``'s newest row by time, paging its history."""
+        newest: Optional[Tuple[int, int, float]] = None
+        query: Dict[str, str] = {"run_id": run_id, "metric_key": key}
+        while True:
+            page = self._call("GET", API + "/metrics/get-history", query)
+            for m in page.get("metrics", []):
+                newest = _row(m) if newest is None else max(newest, _row(m))
+            if not page.get("next_page_token"):
+                return newest
+            query["page_token"] = page["next_page_token"]
 
     def has_metric(self, run_id: str, key: str) -> bool:
-        return key in self._metric_keys(run_id)
+        return any(m["key"] == key for m in self._run(run_id).get("data", {}).get("metrics", []))
 
     def run_status(self, run_id: str) -> Optional[str]:
         return str(self._run(run_id)["info"]["status"])
@@ -166,6 +168,9 @@ class MlflowRest:
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = end_ms if end_ms is not None else int(time.time() * 1000)
-        self._call(
-            "POST", API + "/runs/update", {"run_id": run_id, "status": status, "end_time": end}
-        )
+        body = {"run_id": run_id, "status": status, "end_time": end}
+        self._call("POST", API + "/runs/update", body)
+
+
+def _row(metric: Mapping[str, Any]) -> Tuple[int, int, float]:
+    return (int(metric.get("timestamp", 0)), int(metric.get("step", 0)), float(metric["value"]))

@@ -216,10 +216,9 @@ class SqliteStore:
                 rows,
             )
 
-    def latest_metrics(self, run_id: str) -> Dict[str, Tuple[float, int]]:
-        """``{key: (value, timestamp ms)}``: each key's newest value by time (MLflow's own
-        ``latest_metrics`` row is the highest step's, and steps go back when a job
-        resumes from a checkpoint)."""
+    def latest_metrics(self, run_id: str, *_: object) -> Dict[str, Tuple[float, int]]:
+        """``{key: (value, timestamp ms)}``: each key's newest value by time, in one query
+        (MLflow's ``latest_metrics`` row is the highest step's; steps go back on a resume)."""
         sql = (
             "SELECT key, value, timestamp FROM (SELECT key, value, timestamp, ROW_NUMBER()"
             " OVER (PARTITION BY key ORDER BY timestamp DESC, step DESC, value DESC) AS n"
