@@ -111,9 +111,9 @@ class MlflowRest:
         return str(self._run(run_id)["info"]["experiment_id"])
 
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
-        """As ``SqliteStore.latest_metrics``, from histories: with ``by_time`` only theirs (a
-        job's per-step metrics can be millions of points) and MLflow's latest (highest step)
-        rows for the rest, unless a step went back (a resumed job): then every key's."""
+        """As ``SqliteStore.latest_metrics``, from histories: with ``by_time`` only theirs (per-
+        step metrics can be millions of points), else MLflow's highest-step rows, or every
+        history once a ``by_time`` key's step went back (limits: docs/progress.md)."""
         highest = {m["key"]: _row(m) for m in self._run(run_id).get("data", {}).get("metrics", [])}
         keys = list(highest) if by_time is None else [k for k in by_time if k in highest]
         newest = {k: self._newest(run_id, k) or highest[k] for k in keys}
