@@ -44,6 +44,26 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> str:
     return out
 
 
+def test_datapreproc_reads_sklearns_digits_without_importing_sklearn(tmp_path: Path) -> None:
+    """The stage reads the file scikit-learn ships (importing sklearn costs more CPU than
+    the stage's work): the same rows, in the same order, as ``load_digits``."""
+    code = (
+        "import sys, numpy as np; sys.path.insert(0, sys.argv[1]); import datapreproc\n"
+        "x, y = datapreproc.load_digits()\n"
+        "assert 'sklearn' not in sys.modules, 'sklearn was imported'\n"
+        "np.save(sys.argv[2], np.column_stack([x, y]))"
+    )
+    out = tmp_path / "digits.npy"
+    apps = str(ROOT / "examples" / "apps")
+    done = subprocess.run([sys.executable, "-c", code, apps, str(out)], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    assert np.array_equal(np.load(out), np.column_stack([x, y]))
+
+
 def _workers(handle: str) -> List[psutil.Process]:
     return [p for p in job_processes(handle) if "LOCAL_RANK" in (p.info["environ"] or {})]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, List
 
 import pytest
 
@@ -342,23 +342,26 @@ def test_a_tracked_submit_that_loses_the_race_cancels_its_app_and_names_the_winn
     from torchx.runner.tracker_session import REATTACHED_TO_TAG
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    runner = get_runner(trackers={"mlflow": store})
-    sched = runner._scheduler("kubernetes")
     other_sched = create_scheduler("test")  # the other submitter, as another process
     token = idempotency_token("dag/train/race")
-    ours_schedule, winner = sched.schedule, []
+    winner: List[str] = []
+    with get_runner(trackers={"mlflow": store}) as runner:
+        sched = runner._scheduler("kubernetes")
+        ours_schedule = sched.schedule
 
-    def racing_schedule(dryrun_info: Any) -> str:
-        winner.append(other_sched.submit(_keyed(token), {"queue": "q"}))
-        _stamp(srv, VOLCANO_JOBS, winner[0], "2025-01-01T00:00:01Z")  # it was first
-        app_id = ours_schedule(dryrun_info)
-        _stamp(srv, VOLCANO_JOBS, app_id, "2025-01-01T00:00:02Z")
-        return app_id
+        def racing_schedule(dryrun_info: Any) -> str:
+            winner.append(other_sched.submit(_keyed(token), {"queue": "q"}))
+            _stamp(srv, VOLCANO_JOBS, winner[0], "2025-01-01T00:00:01Z")  # it was first
+            app_id = ours_schedule(dryrun_info)
+            _stamp(srv, VOLCANO_JOBS, app_id, "2025-01-01T00:00:02Z")
+            return app_id
 
-    monkeypatch.setattr(sched, "schedule", racing_schedule)
-    handle = runner.run(echo_app(), "kubernetes", {"queue": "q"}, idempotency_key="dag/train/race")
+        monkeypatch.setattr(sched, "schedule", racing_schedule)
+        handle = runner.run(
+            echo_app(), "kubernetes", {"queue": "q"}, idempotency_key="dag/train/race"
+        )
     assert handle == specs.make_app_handle("kubernetes", "torchx", winner[0])
-    live = [a.app_id for a in sched.find_by_idempotency_token(token)]
+    live = [a.app_id for a in other_sched.find_by_idempotency_token(token)]
     assert live == winner, live  # ours was cancelled (deleted)
     client = MlflowClient(store)
     exps = [e.experiment_id for e in client.search_experiments()]
@@ -366,7 +369,6 @@ def test_a_tracked_submit_that_loses_the_race_cancels_its_app_and_names_the_winn
     assert [(r.info.status, r.data.tags.get(REATTACHED_TO_TAG)) for r in runs] == [
         ("KILLED", handle)
     ], runs
-    runner.close()
 
 
 def test_a_token_that_is_not_a_label_value_is_refused(srv: KMockServer) -> None:
