@@ -5,7 +5,7 @@
         run_id = af.trigger("my_dag")
         af.wait_task(("my_dag", run_id, "job"), {"success"})
 
-``airflow db migrate`` once, then ``api-server``, ``scheduler`` (LocalExecutor),
+A migrated database (``tests.airflow_db``), then ``api-server``, ``scheduler`` (LocalExecutor),
 ``dag-processor`` and ``triggerer`` as separate processes on sqlite, each in its own
 process group, on free loopback ports, with the simple auth manager; driven through the
 REST API v2. ``env`` (torchx's settings: ``TORCHX_HOME``, trackers) goes to every process.
@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
+from tests.airflow_db import copy_migrated_db
 from tests.mlflow_server import free_port
 
 START_TIMEOUT = 240.0  # healthy after 27-38 s on a quiet 2-core machine
@@ -334,15 +335,12 @@ def deployment_env(home: Path, dags: Path, extra: Mapping[str, str]) -> Dict[str
 def airflow_deployment(
     directory: Path, dags: Path, extra_env: Mapping[str, str], cwd: Optional[Path] = None
 ) -> Iterator[AirflowDeployment]:
-    """Migrate a new sqlite db under ``directory``, start the four processes, yield the
+    """Copy a migrated sqlite db under ``directory``, start the four processes, yield the
     deployment once it is healthy; stop every process group at the end."""
     home = directory / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     env = deployment_env(home, dags, extra_env)
-    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    subprocess.run(
-        [airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
-    )
+    copy_migrated_db(home / "airflow.db")
     af = AirflowDeployment(home, env, cwd or directory)
     try:
         for name in PROCESSES:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests.airflow_db import copy_migrated_db
 
 _HOME = Path(tempfile.mkdtemp(prefix="torchx-airflow-"))
 OPENLINEAGE_EVENTS = _HOME / "openlineage.jsonl"
@@ -34,8 +34,7 @@ os.environ["AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD"] = "True"
 @pytest.fixture(scope="session")
 def airflow_db() -> Iterator[Path]:
     (_HOME / "dags").mkdir(exist_ok=True)
-    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    subprocess.run([airflow, "db", "migrate"], check=True, capture_output=True, timeout=300)
+    copy_migrated_db(_HOME / "airflow" / "airflow.db")  # AIRFLOW_HOME's default database
     yield _HOME
     # A DAG run's state change (in dag.test, in this process) starts the OpenLineage
     # listener's process pool (forked workers). An xdist worker exits without atexit, so
