@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import ast
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Callable, List
 
@@ -15,6 +17,7 @@ from torchx.specs.file_linter import (
     TorchXArgumentHelpFormatter,
     TorchxFunctionValidator,
     get_fn_docstring,
+    parse_source,
     validate,
 )
 
@@ -167,3 +170,33 @@ def test_help_formatter_marks_required_and_defaults() -> None:
     assert "--help      show help\n" in text
     assert "--need str  needed (required)" in text
     assert "--n int     count (default: 3)" in text
+
+
+def test_parses_in_threads_at_once_all_succeed() -> None:
+    """CPython 3.11's AST builder shares one depth counter between threads, so ``ast.parse``
+    fails ("recursion depth mismatch") when another thread parses meanwhile, as a Prefect
+    flow's engine does while a TorchXJob block submits; ``parse_source`` parses again."""
+    source = Path(ast.__file__).read_text() * 4
+    errors: List[str] = []
+
+    class Finalized:
+        def __del__(self) -> None:  # Python code run by the collector: a thread switch
+            sum(range(200))
+
+    def parse_for_a_while() -> None:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            for _ in range(50):
+                garbage = Finalized()
+                garbage.cycle = garbage  # type: ignore[attr-defined]
+            try:
+                parse_source(source)
+            except SystemError as e:
+                errors.append(str(e))
+
+    threads = [threading.Thread(target=parse_for_a_while) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

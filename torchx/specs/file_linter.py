@@ -18,8 +18,9 @@ import ast
 import functools
 import inspect
 import os
+import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from torchx.util.io import read_conf_file
 
@@ -107,11 +108,26 @@ def _unwrap_optional(node: ast.expr) -> ast.expr:
     return node
 
 
+def parse_source(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """``ast.parse``, tried again on CPython 3.11's spurious ``SystemError`` ("AST constructor
+    recursion depth mismatch"): its AST builder keeps one depth counter per interpreter, so a
+    parse fails when another thread parses at the same time (a Prefect flow's engine does)."""
+    for attempt in range(1, 6):
+        try:
+            return ast.parse(source, filename=filename, mode=mode)
+        except SystemError as e:
+            if "recursion depth mismatch" not in str(e) or attempt == 5:
+                raise
+            time.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")
+
+
 def _from_string(node: ast.expr) -> ast.expr:
     """The expression of a string annotation (``x: "int"``), else ``node``."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         try:
-            return ast.parse(node.value, mode="eval").body
+            expression = parse_source(node.value, mode="eval")
+            return expression.body if isinstance(expression, ast.Expression) else node
         except SyntaxError:
             return node
     return node
@@ -247,7 +263,7 @@ ComponentFnVisitor = TorchFunctionVisitor
 
 @functools.lru_cache(maxsize=64)
 def _parse_text(path: str, text: str) -> ast.Module:
-    return ast.parse(text, filename=path)
+    return cast(ast.Module, parse_source(text, filename=path))
 
 
 def _parse(path: str) -> ast.Module:
