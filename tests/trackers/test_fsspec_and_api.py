@@ -14,8 +14,8 @@ from torchx.trackers.api import (
     FactoryBackend,
     TrackerConfigError,
     build_trackers,
+    tracker_backend,
     tracker_config_env_var_name,
-    validate_tracker_config,
 )
 
 
@@ -89,13 +89,13 @@ def test_app_run_from_env_in_a_job_process(tmp_path: Path) -> None:
 
 def test_bad_tracker_configs_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(TrackerConfigError, match="unknown tracker 'nope'.*fsspec, mlflow"):
-        validate_tracker_config("nope", None)
+        tracker_backend("nope", None).validate()
     with pytest.raises(TrackerConfigError, match="needs a config"):
-        validate_tracker_config("fsspec", None)
+        tracker_backend("fsspec", None).validate()
     bad = tmp_path / "cfg"
     bad.write_text("protocol=file\n")
     with pytest.raises(TrackerConfigError, match="root_path"):
-        validate_tracker_config("fsspec", str(bad))
+        tracker_backend("fsspec", str(bad)).validate()
 
 
 def test_a_failed_submit_leaves_no_run_and_nothing_pending(

@@ -20,14 +20,14 @@ import pytest
 
 from tests.polling import poll_until
 from torchx import specs
-from torchx.pipelines.core import submit_or_attach
+from torchx.pipelines.core import open_pipeline_run, submit_or_attach
 from torchx.pipelines.kfp.launch import launch
 from torchx.runner import get_runner
 from torchx.runner.tracking import redact_args
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs.api import parse_app_handle
 from torchx.specs.states import is_terminal
-from torchx.trackers.api import start_pipeline_run
+from torchx.trackers.mlflow_backend import MLflowTracker
 
 SECRET = "s3cr3t-value-4711"
 TAIL = "t4il-of-the-s3cr3t-9931"  # after a comma in the same env value
@@ -248,7 +248,6 @@ def test_the_run_is_ended_in_the_jobs_store_not_the_looking_processs(
 def test_ending_a_run_the_sqlite_store_does_not_have_is_one_warning(
     store: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from torchx.trackers.mlflow_backend import MLflowTracker
 
     job_runs(store)  # a whole store
     missing = "0" * 32
@@ -260,8 +259,9 @@ def test_ending_a_run_the_sqlite_store_does_not_have_is_one_warning(
 def test_user_mlflow_code_and_torchx_api_land_in_the_job_run_under_the_pipeline(
     store: str,
 ) -> None:
-    parent = start_pipeline_run("airflow://dag/run-1", {"mlflow": store})[0]
-    parent_id = parent.mlflow_run_id("airflow://dag/run-1")  # type: ignore[attr-defined]
+    open_pipeline_run("airflow://dag/run-1", {"mlflow": store})
+    parent = MLflowTracker(tracking_uri=store)
+    parent_id = parent.mlflow_run_id("airflow://dag/run-1")
     with get_runner() as runner:
         handle = runner.run_component(
             "utils.python",

@@ -16,8 +16,9 @@ import pytest
 
 from tests.mlflow_server import free_port
 from torchx import specs
+from torchx.pipelines.core import open_pipeline_run
 from torchx.runner import get_runner
-from torchx.trackers.api import TrackerConfigError, build_trackers, start_pipeline_run
+from torchx.trackers.api import TrackerConfigError, build_trackers
 
 USER_MLFLOW = (
     "import mlflow; mlflow.start_run(); mlflow.log_metric('m', 1);"
@@ -81,7 +82,8 @@ def test_submitting_and_waiting_never_imports_mlflow_nor_prints(url: str) -> Non
 
 
 def test_user_mlflow_code_lands_in_the_job_run_under_the_pipeline_run(url: str) -> None:
-    parent = start_pipeline_run("prefect://flow/run-7", {"mlflow": url})[0]
+    open_pipeline_run("prefect://flow/run-7", {"mlflow": url})
+    parent = build_trackers({"mlflow": url})[0]
     parent_id = parent.mlflow_run_id("prefect://flow/run-7")  # type: ignore[attr-defined]
     with get_runner() as runner:
         handle = runner.run_component(

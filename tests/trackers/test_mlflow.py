@@ -13,7 +13,7 @@ import pytest
 from tests.mlflow_server import free_port
 from torchx import specs
 from torchx.runner import get_runner
-from torchx.trackers.api import TrackerConfigError, build_trackers, validate_tracker_config
+from torchx.trackers.api import TrackerConfigError, build_trackers, tracker_backend
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -40,9 +40,10 @@ def _run(runner, component: str, args: list, parent: str | None = None) -> specs
 
 @pytest.mark.slow
 def test_pipeline_lineage_with_a_2x2_ddp_job(mlflow_env: str, tmp_path: Path) -> None:
-    from torchx.trackers.api import start_pipeline_run
+    from torchx.pipelines.core import open_pipeline_run
 
-    tracker = start_pipeline_run("pipeline://test/1", {"mlflow": mlflow_env}, name="test")[0]
+    open_pipeline_run("pipeline://test/1", {"mlflow": mlflow_env}, name="test")
+    tracker = build_trackers({"mlflow": mlflow_env})[0]
     d, m, e = (str(tmp_path / x) for x in ("data", "model", "eval"))
     with get_runner() as runner:
         prep, s1 = _run(
@@ -133,18 +134,18 @@ def test_unreachable_server_fails_fast_at_submit(
     with get_runner() as runner, pytest.raises(TrackerConfigError, match="unreachable"):
         runner.run(specs.AppDef("x", [specs.Role("w", ".", entrypoint="true")]), "local_cwd")
     with pytest.raises(TrackerConfigError, match="not writable|does not exist"):
-        validate_tracker_config("mlflow", "sqlite:////nonexistent/dir/mlflow.db")
+        tracker_backend("mlflow", "sqlite:////nonexistent/dir/mlflow.db").validate()
 
 
 def test_lineage_cli_accepts_mlflow_run_ids_and_draws_a_pipeline_with_its_stages(
     mlflow_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Runs written through the tracker API the way stages write them (no jobs needed)."""
-    from torchx.trackers.api import start_pipeline_run
+    from torchx.pipelines.core import open_pipeline_run
 
     monkeypatch.delenv("TORCHX_JOB_ID", raising=False)
     pipeline = "airflow://dag/run-1"
-    start_pipeline_run(pipeline, {"mlflow": mlflow_env}, orchestrator="airflow")
+    open_pipeline_run(pipeline, {"mlflow": mlflow_env}, orchestrator="airflow")
     tracker = build_trackers({"mlflow": mlflow_env})[0]
     tracker.set_parent("local_cwd://torchx/prep-1", pipeline)
     tracker.add_artifact("local_cwd://torchx/prep-1", "dataset", "/data", {"digest": "d1"})

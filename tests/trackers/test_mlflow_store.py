@@ -3,6 +3,7 @@ it as it is (real MLflow: its own store creation, MlflowClient, ``mlflow.search_
 
 from __future__ import annotations
 
+import inspect
 import os
 import sqlite3
 import stat
@@ -14,6 +15,8 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from torchx.trackers.api import AppRun
+from torchx.trackers.mlflow_backend import MLflowTracker
 from torchx.trackers.mlflow_sqlite import SqliteStore, mlflow_head_revision
 
 MAKE = textwrap.dedent("""
@@ -155,8 +158,22 @@ run = app_run_from_env()
 run.add_metadata(stage="train")
 for step, loss in ((1, 2.0), (3, 0.5), (2, 1.0), (4, float("nan")), (5, float("inf"))):
     run.log_metrics({"loss": loss, "acc": step / 10}, step=step)
+lineage(run, sys.argv[2])
 open(sys.argv[1], "w").write(str("mlflow" in sys.modules))
 """
+
+
+def lineage(run: AppRun, data: str) -> None:
+    """What record_output / record_input do: artifacts (a directory and a file), a
+    dataset output, and inputs (the second time: nothing new)."""
+    run.add_artifact("dataset", data, {"type": "dataset", "digest": "d1"})
+    run.add_artifact("model", data + "/sub/w.bin", {"type": "model"})
+    run.add_source("local_cwd://torchx/prep-1", "dataset")
+    run.add_source("local_cwd://torchx/prep-1", "dataset")
+    run.add_source("local_cwd://torchx/eval-1", None)
+
+
+LINEAGE = "from torchx.trackers.api import AppRun\n" + inspect.getsource(lineage)
 
 
 def test_a_ranks_tracker_calls_on_sqlite_write_what_mlflow_writes_without_importing_it(
@@ -174,8 +191,12 @@ def test_a_ranks_tracker_calls_on_sqlite_write_what_mlflow_writes_without_import
     monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", uri)
     for var in ("TORCHX_PARENT_RUN_ID", "TORCHX_JOB_ID", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(var, raising=False)
-    out = tmp_path / "imported"
-    role = specs.Role("w", ".", entrypoint=sys.executable, args=["-c", RANK, str(out)])
+    out, data = tmp_path / "imported", tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "x.csv").write_text("1,2\n")
+    (data / "sub" / "w.bin").write_bytes(b"w" * 100)
+    rank = ["-c", LINEAGE + RANK, str(out), str(data)]
+    role = specs.Role("w", ".", entrypoint=sys.executable, args=rank)
     with get_runner() as runner:
         handle = runner.run(specs.AppDef("rank", [role]), "local_cwd")
         assert runner.wait(handle, wait_interval=1, timeout=240).state == specs.AppState.SUCCEEDED
@@ -201,3 +222,33 @@ def test_a_ranks_tracker_calls_on_sqlite_write_what_mlflow_writes_without_import
     assert metrics(ours) == metrics(theirs)
     assert metrics(ours)[1] == {"loss": str(1.7976931348623157e308), "acc": "0.5"}
     assert client.get_run(ours).data.tags["stage"] == "train"
+
+    # the same lineage calls by MlflowClient (a tracker whose store is itself)
+    by_client = MLflowTracker(tracking_uri=uri)
+    by_client._store = by_client
+    lineage(AppRun("local_cwd://torchx/by-client", [by_client]), str(data))
+    theirs = by_client.mlflow_run_id("local_cwd://torchx/by-client")
+
+    def recorded(run_id: str) -> Tuple[Any, ...]:
+        run = client.get_run(run_id)
+        tags = {
+            k: v
+            for k, v in run.data.tags.items()
+            if k.startswith(("torchx.artifact.", "torchx.source"))
+        }
+        inputs = sorted(
+            (i.dataset.name, i.dataset.digest, i.dataset.source_type, i.dataset.source)
+            + tuple((t.key, t.value) for t in i.tags)
+            for i in run.inputs.dataset_inputs
+        )
+        files = [
+            (f.path, f.is_dir, f.file_size)
+            for d in ("dataset", "dataset/sub", "model")
+            for f in client.list_artifacts(run_id, d)
+        ]
+        return tags, inputs, sorted(files)
+
+    assert recorded(ours) == recorded(theirs)
+    tags, inputs, files = recorded(ours)
+    assert len(inputs) == 3 and ("dataset/sub/w.bin", False, 100) in files, (inputs, files)
+    assert tags["torchx.artifact.dataset.digest"] == "d1"

@@ -25,11 +25,11 @@ def _tracker(spec: str | None) -> Any:
             "no tracker configured;"
             " pass --tracker mlflow[=URI] or set [torchx:tracker] in .torchxconfig"
         )
-    from torchx.trackers.api import validate_tracker_config
+    from torchx.trackers.api import tracker_backend
 
     first = dict(list(trackers.items())[:1])
     for tracker_name, tracker_config in first.items():
-        validate_tracker_config(tracker_name, tracker_config)
+        tracker_backend(tracker_name, tracker_config).validate()
     return build_trackers(first)[0]
 
 

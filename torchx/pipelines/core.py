@@ -140,9 +140,10 @@ def open_pipeline_run(
 ) -> str:
     """Open (idempotently) the tracker run that groups a pipeline run's stages."""
     if trackers:
-        from torchx.trackers.api import start_pipeline_run
+        from torchx.trackers.api import build_trackers
 
-        start_pipeline_run(run_id, trackers, **metadata)
+        for tracker in build_trackers(trackers):
+            tracker.add_metadata(run_id, kind="pipeline", **metadata)
     return run_id
 
 
@@ -155,12 +156,13 @@ def close_pipeline_run(
     if not trackers:
         return None
     from torchx.runner.resource_hours import record_pipeline_hours
-    from torchx.trackers.api import end_run
+    from torchx.trackers.api import build_trackers
 
     hours = None
     try:
         hours = record_pipeline_hours(run_id, trackers)
-        end_run(run_id, state, trackers)
+        for tracker in build_trackers(trackers):
+            tracker.end_run(run_id, state)
     except Exception as e:  # closing a run is never worth failing the pipeline
         logger.warning("could not end pipeline run %s as %s: %s", run_id, state, e)
     return hours

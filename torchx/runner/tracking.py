@@ -302,7 +302,7 @@ class JobRecorder:
         ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
 
         A Runner whose first look finds the app ended (it did not watch it) records the
-        hours only if no watching Runner did (``job_run_has``): the end it knows is now.
+        hours only if no watching Runner did (``job_run_latest``): the end it knows is now.
         Returns whether such a Runner already recorded the end (then it adds nothing; whether
         the run is ended too is ``_run_ended``'s to say)."""
         watch = self._watched.get(handle)
@@ -334,7 +334,7 @@ class JobRecorder:
         for backend in self._session.backends(trackers):
             run_id = backend.job_run_id(handle, env)
             latest = backend.job_run_latest(run_id, PROGRESS_KEYS) if run_id else {}
-            report = progress_from_metrics(latest)
+            report = progress_from_metrics(latest or {})
             if report is not None:
                 return report
         return None
@@ -344,7 +344,8 @@ class JobRecorder:
         for backend in self._session.backends(watch.trackers):
             run_id = backend.job_run_id(handle, watch.env)
             try:
-                if run_id and backend.job_run_has(run_id, metric) is False:
+                latest = backend.job_run_latest(run_id, ()) if run_id else None
+                if latest is not None and metric not in latest:
                     return False
             except Exception as e:  # cannot tell: leave the run as it is
                 logger.warning("could not read the run of %s: %s", handle, e)

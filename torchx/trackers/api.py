@@ -216,8 +216,9 @@ class TrackerBackend(Protocol):
         self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
     ) -> None: ...
     # each metric's newest value by time (keys not in ``by_time``: may be the highest step's)
-    def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest: ...
-    def job_run_has(self, run_id: str, metric: str) -> Optional[bool]: ...
+    def job_run_latest(
+        self, run_id: str, by_time: Optional[Iterable[str]] = None
+    ) -> Optional[Latest]: ...
     def job_run_status(self, run_id: str) -> Optional[str]: ...  # RUNNING, FINISHED, ...
     # the reading and recording side, built on first use
     def tracker(self) -> TrackerBase: ...
@@ -264,10 +265,7 @@ class FactoryBackend:
 
     def log_job_run(self, *_: Any) -> None: ...
 
-    def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
-        return {}
-
-    def job_run_has(self, run_id: str, metric: str) -> Optional[bool]:
+    def job_run_latest(self, *_: Any) -> Optional[Latest]:
         return None
 
     def job_run_status(self, run_id: str) -> Optional[str]:
@@ -316,10 +314,6 @@ def tracker_backend(name: str, config: Optional[str]) -> TrackerBackend:
 def build_trackers(entrypoint_and_config: Mapping[str, Optional[str]]) -> List[TrackerBase]:
     """Instantiate trackers from ``{name or module:fn: config}``."""
     return [_factory(name)(config) for name, config in entrypoint_and_config.items()]
-
-
-def validate_tracker_config(name: str, config: Optional[str]) -> None:
-    tracker_backend(name, config).validate()
 
 
 def trackers_from_environ() -> List[TrackerBase]:
@@ -394,22 +388,3 @@ class AppRun:
 
 def app_run_from_env() -> AppRun:
     return AppRun.run_from_env()
-
-
-# ---------------------------------------------------------------------------- pipelines
-
-
-def start_pipeline_run(
-    run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object
-) -> List[TrackerBase]:
-    """Open (idempotently) the pipeline-level run ``run_id``; stage jobs then get it as parent."""
-    backends = build_trackers(trackers)
-    for b in backends:
-        b.add_metadata(run_id, kind="pipeline", **metadata)
-    return backends
-
-
-def end_run(run_id: str, status: str, trackers: Mapping[str, Optional[str]]) -> None:
-    """Close a run (pipeline or job) as ``FINISHED``, ``FAILED`` or ``KILLED``."""
-    for b in build_trackers(trackers):
-        b.end_run(run_id, status)

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -165,8 +166,9 @@ class MLflowTracker(TrackerBase):
         runs = self._search(f"tags.`{tag}` = '{_q(value)}'", limit=1)
         return (str(runs[0].info.run_id), str(runs[0].info.experiment_id)) if runs else None
 
-    def run_experiment(self, run_id: str) -> str:
-        return str(self.client.get_run(run_id).info.experiment_id)
+    def run_info(self, run_id: str) -> Tuple[str, str, str]:
+        info = self.client.get_run(run_id).info
+        return str(info.experiment_id), str(info.status), str(info.artifact_uri)
 
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
@@ -190,12 +192,6 @@ class MLflowTracker(TrackerBase):
     ) -> None:
         for key, value in metrics.items():
             self.client.log_metric(run_id, key, float(value), timestamp=ts, step=step)
-
-    def has_metric(self, run_id: str, key: str) -> bool:
-        return key in self.client.get_run(run_id).data.metrics
-
-    def run_status(self, run_id: str) -> Optional[str]:
-        return str(self.client.get_run(run_id).info.status)
 
     def latest_metrics(self, run_id: str, *_: object) -> Latest:
         """As ``SqliteStore.latest_metrics`` (every key: the history is a database query)."""
@@ -237,8 +233,12 @@ class MLflowTracker(TrackerBase):
             self.store.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
 
     def _tags(self, job_id: str) -> Mapping[str, str]:
-        rid = self._run(job_id, create=False)
-        return self.client.get_run(rid).data.tags if rid else {}
+        rid, sql = self._run(job_id, create=False), self._sql()
+        return {} if not rid else sql.run_tags(rid) if sql else self.client.get_run(rid).data.tags
+
+    def _sql(self) -> Optional[SqliteStore]:
+        """The sqlite store that writes tags, inputs and artifacts too (else MlflowClient)."""
+        return self.store if isinstance(self.store, SqliteStore) else None
 
     def _search(self, flt: str = "", limit: int = 1000) -> List[Any]:
         """Runs matching ``flt`` in any experiment, oldest first."""
@@ -262,15 +262,27 @@ class MLflowTracker(TrackerBase):
         rid = self._ensure(run_id)
         meta = {"path": path, **(metadata or {})}
         for k, v in meta.items():
-            self.client.set_tag(rid, f"{ARTIFACT_PREFIX}{name}.{k}", str(v))
+            self.store.tag_run(rid, f"{ARTIFACT_PREFIX}{name}.{k}", str(v))
         local = path[len("file://") :] if path.startswith("file://") else path
         if "://" not in local and os.path.exists(local):
-            if os.path.isdir(local):
-                self.client.log_artifacts(rid, local, artifact_path=name)
-            else:
-                self.client.log_artifact(rid, local, artifact_path=name)
+            self._copy_artifact(rid, local, name)
         if (metadata or {}).get("type") == "dataset":
             self._log_dataset(rid, name, path, meta, context="output")
+
+    def _copy_artifact(self, rid: str, local: str, name: str) -> None:
+        """Into a local artifact location as MLflow's local repository copies (``import
+        mlflow`` costs a stage seconds of CPU); elsewhere by MlflowClient."""
+        sql = self._sql()
+        dest = (sql.run_info(rid) or ("", "", ""))[2].removeprefix("file://") if sql else ""
+        to = os.path.normpath(os.path.join(dest, name))  # a name outside it: MLflow's error
+        if not os.path.isabs(dest) or not to.startswith(dest.rstrip("/") + "/"):
+            log = self.client.log_artifacts if os.path.isdir(local) else self.client.log_artifact
+            return log(rid, local, artifact_path=name)  # type: ignore[no-any-return]
+        os.makedirs(to, exist_ok=True)
+        if os.path.isdir(local):
+            shutil.copytree(local, to, dirs_exist_ok=True)
+        else:
+            shutil.copy2(local, to)
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         grouped: Dict[str, Dict[str, object]] = {}
@@ -283,28 +295,26 @@ class MLflowTracker(TrackerBase):
     def _log_dataset(
         self, rid: str, name: str, source: str, meta: Mapping[str, object], context: str
     ) -> None:
+        digest = str(meta.get("digest") or hashlib.sha256(source.encode()).hexdigest())[:36]
+        dataset, sql = (name, digest, "torchx", json.dumps({"uri": source})), self._sql()
+        if sql:
+            return sql.log_dataset(rid, dataset, context)
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        digest = str(meta.get("digest") or hashlib.sha256(source.encode()).hexdigest())[:36]
-        dataset = Dataset(
-            name=name, digest=digest, source_type="torchx", source=json.dumps({"uri": source})
-        )
-        self.client.log_inputs(
-            rid, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
-        )
+        tags = [InputTag("mlflow.data.context", context)]
+        self.client.log_inputs(rid, datasets=[DatasetInput(Dataset(*dataset), tags=tags)])
 
     def add_source(self, run_id: str, source_id: str, artifact_name: Optional[str] = None) -> None:
         rid = self._ensure(run_id)
-        tags = self.client.get_run(rid).data.tags
-        sources = json.loads(tags.get(TAG_SOURCES, "[]"))
+        sources = json.loads(self._tags(run_id).get(TAG_SOURCES, "[]"))
         entry = {"run": source_id, "artifact": artifact_name}
         if entry not in sources:
             sources.append(entry)
-            self.client.set_tag(rid, TAG_SOURCES, json.dumps(sources))
+            self.store.tag_run(rid, TAG_SOURCES, json.dumps(sources))
         producer = self._run(source_id, create=False)
         meta = self.artifacts(source_id).get(artifact_name or "") if producer else None
         where = f"runs:/{producer}/{artifact_name or ''}" if producer else source_id
-        self.client.set_tag(rid, f"torchx.source.{artifact_name or 'run'}", where)
+        self.store.tag_run(rid, f"torchx.source.{artifact_name or 'run'}", where)
         metadata: Dict[str, object] = dict(meta.metadata or {}) if meta else {}
         self._log_dataset(rid, artifact_name or "run", where, metadata, context="input")
 
@@ -354,7 +364,7 @@ class MLflowTracker(TrackerBase):
         rid = self._run(run_id, create=False) if self.ui_url else None
         if rid is None:
             return None
-        return f"{self.ui_url}/#/experiments/{self.store.run_experiment(rid)}/runs/{rid}"
+        return f"{self.ui_url}/#/experiments/{self.store.run_info(rid)[0]}/runs/{rid}"
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent = kwargs.get("parent_run_id")
@@ -385,12 +395,10 @@ class MlflowBackend:
     def _store_of(self, run_id: str) -> Any:
         """The store of a job's run: the one its job's env names (``job_run_id``)."""
         uri = self._job_stores.get(run_id, self.store)
-        if uri == self.store:
-            return self.tracker().store
         with self._lock:
-            if uri not in self._others:
+            if uri != self.store and uri not in self._others:
                 self._others[uri] = MLflowTracker(tracking_uri=uri)
-            return self._others[uri].store
+            return (self._others[uri] if uri != self.store else self.tracker()).store
 
     def tracker(self) -> MLflowTracker:
         with self._lock:
@@ -421,7 +429,7 @@ class MlflowBackend:
             tags[TAG_PARENT] = job.parent_run_id
             pid = job.parent_run_id  # a pipeline run's torchx id, or an MLflow id (KFP's run)
             parent = (
-                (pid, store.run_experiment(pid))
+                (pid, store.run_info(pid)[0])
                 if _MLFLOW_ID.fullmatch(pid)
                 else store.find_run(TAG_JOB_ID, pid)
             )
@@ -477,11 +485,9 @@ class MlflowBackend:
     def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         return dict(self._store_of(run_id).latest_metrics(run_id, by_time))
 
-    def job_run_has(self, run_id: str, metric: str) -> bool:
-        return bool(self._store_of(run_id).has_metric(run_id, metric))
-
     def job_run_status(self, run_id: str) -> Optional[str]:  # None: no such run
-        return self._store_of(run_id).run_status(run_id)  # type: ignore[no-any-return]
+        info = self._store_of(run_id).run_info(run_id)
+        return str(info[1]) if info else None
 
     def close(self) -> None:
         with self._lock:
@@ -489,10 +495,7 @@ class MlflowBackend:
             self._others.clear()
 
 
-if TYPE_CHECKING:  # mypy checks that both keep the Runner's contract
-    from torchx.trackers.api import FactoryBackend, TrackerBackend
+if TYPE_CHECKING:  # mypy checks that it keeps the Runner's contract (as FactoryBackend's
+    from torchx.trackers.api import TrackerBackend  # is checked by ``tracker_backend``)
 
-    _contract: List[TrackerBackend] = [
-        MlflowBackend("mlflow", None),
-        FactoryBackend("", None, create),
-    ]
+    _contract: TrackerBackend = MlflowBackend("mlflow", None)

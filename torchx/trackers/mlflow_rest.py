@@ -107,8 +107,9 @@ class MlflowRest:
     def _run(self, run_id: str) -> Dict[str, Any]:
         return dict(self._call("GET", API + "/runs/get", {"run_id": run_id})["run"])
 
-    def run_experiment(self, run_id: str) -> str:
-        return str(self._run(run_id)["info"]["experiment_id"])
+    def run_info(self, run_id: str) -> Tuple[str, str, str]:
+        info = self._run(run_id)["info"]
+        return str(info["experiment_id"]), str(info["status"]), str(info.get("artifact_uri"))
 
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         """As ``SqliteStore.latest_metrics``, from histories: with ``by_time`` only theirs (per-
@@ -132,12 +133,6 @@ class MlflowRest:
             if not page.get("next_page_token"):
                 return newest
             query["page_token"] = page["next_page_token"]
-
-    def has_metric(self, run_id: str, key: str) -> bool:
-        return any(m["key"] == key for m in self._run(run_id).get("data", {}).get("metrics", []))
-
-    def run_status(self, run_id: str) -> Optional[str]:
-        return str(self._run(run_id)["info"]["status"])
 
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
@@ -167,8 +162,7 @@ class MlflowRest:
         self._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        end = end_ms if end_ms is not None else int(time.time() * 1000)
-        body = {"run_id": run_id, "status": status, "end_time": end}
+        body = {"run_id": run_id, "status": status, "end_time": end_ms or int(time.time() * 1000)}
         self._call("POST", API + "/runs/update", body)
 
 

@@ -170,8 +170,12 @@ class SqliteStore:
         )
         return (str(row[0]), str(row[1])) if row else None
 
-    def run_experiment(self, run_id: str) -> str:
-        return str(self._one("SELECT experiment_id FROM runs WHERE run_uuid = ?", run_id)[0])
+    def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
+        """(experiment id, status, artifact URI); None: no such run."""
+        row = self._one(
+            "SELECT experiment_id, status, artifact_uri FROM runs WHERE run_uuid = ?", run_id
+        )
+        return (str(row[0]), str(row[1]), str(row[2])) if row else None
 
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
@@ -227,13 +231,29 @@ class SqliteStore:
         with self._db() as db:
             return {k: (float(v), int(t)) for k, v, t in db.execute(sql, (run_id,))}
 
-    def has_metric(self, run_id: str, key: str) -> bool:
-        sql = "SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?"
-        return self._one(sql, run_id, key) is not None
+    def run_tags(self, run_id: str) -> Dict[str, str]:
+        with self._db() as db:
+            return dict(db.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run_id,)))
 
-    def run_status(self, run_id: str) -> Optional[str]:
-        row = self._one("SELECT status FROM runs WHERE run_uuid = ?", run_id)
-        return str(row[0]) if row else None
+    def log_dataset(self, run_id: str, dataset: Tuple[str, str, str, str], context: str) -> None:
+        """A run's input ``(name, digest, source type, source)`` as MLflow's ``log_inputs``
+        writes it: one dataset per experiment, name and digest; one edge per run."""
+        edge, cols = uuid.uuid4().hex, "name, digest, dataset_source_type, dataset_source"
+        with self._db() as db:
+            db.execute(
+                f"INSERT OR IGNORE INTO datasets (dataset_uuid, experiment_id, {cols}) SELECT ?,"
+                " experiment_id, ?, ?, ?, ? FROM runs WHERE run_uuid = ?",
+                (uuid.uuid4().hex, *dataset, run_id),
+            )
+            if db.execute(
+                "INSERT OR IGNORE INTO inputs (input_uuid, source_type, source_id,"
+                " destination_type, destination_id) SELECT ?, 'DATASET', dataset_uuid, 'RUN',"
+                " run_uuid FROM runs JOIN datasets USING (experiment_id) WHERE run_uuid = ?"
+                " AND datasets.name = ? AND digest = ?",
+                (edge, run_id, *dataset[:2]),
+            ).rowcount:
+                tag = "INSERT INTO input_tags (input_uuid, name, value) VALUES (?, ?, ?)"
+                db.execute(tag, (edge, "mlflow.data.context", context))
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         end = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"

@@ -166,15 +166,13 @@ def start_pipeline_run(pipeline_name: str, job_id: str) -> str:
     """Open the tracker run of this pipeline run (stages are nested under it); returns its id."""
     import uuid
 
+    from torchx.pipelines import core
     from torchx.pipelines.kfp.launch import pipeline_run_id
     from torchx.runner.config import get_configured_trackers
-    from torchx.trackers.api import start_pipeline_run as start
 
     run_id = pipeline_run_id(pipeline_name, job_id) or f"kfp://{pipeline_name}/{uuid.uuid4().hex}"
     trackers = get_configured_trackers()
-    if trackers:
-        start(run_id, trackers, orchestrator="kfp", pipeline=pipeline_name)
-    return run_id
+    return core.open_pipeline_run(run_id, trackers, orchestrator="kfp", pipeline=pipeline_name)
 
 
 @_torchx_component()
