@@ -371,6 +371,75 @@ def test_a_tracked_submit_that_loses_the_race_cancels_its_app_and_names_the_winn
     ], runs
 
 
+def test_a_loser_whose_submitter_died_is_cancelled_by_the_next_caller(
+    srv: KMockServer, tmp_path: Path
+) -> None:
+    """Two tracked submitters raced and the second died after its launch, before it
+    converged: its app runs on as a duplicate. The next caller with the key gets the oldest
+    app and cancels the other, whose run ends KILLED; the winner's run goes on."""
+    from mlflow import MlflowClient
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    token = idempotency_token("dag/train/died")
+    with get_runner(trackers={"mlflow": store}) as died:  # launches, never converges
+        first, second = (
+            died.schedule(died.dryrun(_keyed(token), "kubernetes", {"queue": "q"}))
+            for _ in range(2)
+        )
+    ids = [specs.parse_app_handle(h).app_id for h in (first, second)]
+    _stamp(srv, VOLCANO_JOBS, ids[0], "2025-01-01T00:00:01Z")
+    _stamp(srv, VOLCANO_JOBS, ids[1], "2025-01-01T00:00:02Z")
+    with get_runner(trackers={"mlflow": store}) as runner:
+        handle = runner.run(
+            echo_app(), "kubernetes", {"queue": "q"}, idempotency_key="dag/train/died"
+        )
+    assert handle == first
+    found = create_scheduler("test").find_by_idempotency_token(token)
+    assert [a.app_id for a in found] == ids[:1]
+    client = MlflowClient(store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    status = {r.data.tags.get("torchx.job_id"): r.info.status for r in runs}
+    assert status == {first: "RUNNING", second: "KILLED"}, status
+
+
+def test_a_loser_that_cannot_be_cancelled_is_a_warning_and_the_caller_gets_the_winner(
+    srv: KMockServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API server refuses us our losing app (403 on reading it, so it cannot be
+    cancelled): the caller still gets the winner, and one warning names the duplicate and
+    how to cancel it."""
+    other_sched = create_scheduler("test")
+    token = idempotency_token("dag/train/refused")
+    winner: List[str] = []
+    cfg = {"queue": "q"}
+    with get_runner() as runner:
+        sched = runner._scheduler("kubernetes")
+        ours_schedule = sched.schedule
+
+        def racing_schedule(dryrun_info: Any) -> str:
+            winner.append(other_sched.submit(_keyed(token), cfg))
+            _stamp(srv, VOLCANO_JOBS, winner[0], "2025-01-01T00:00:01Z")
+            app_id = ours_schedule(dryrun_info)
+            _stamp(srv, VOLCANO_JOBS, app_id, "2025-01-01T00:00:02Z")
+            ns, name = app_id.split(":")  # from now on (a rule of this server: a fresh name)
+            ours = re.compile(f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/{name}")
+            srv.call(lambda: srv.km["get", ours] << 403)
+            return app_id
+
+        monkeypatch.setattr(sched, "schedule", racing_schedule)
+        handle = runner.run(echo_app(), "kubernetes", cfg, idempotency_key="dag/train/refused")
+    assert handle == specs.make_app_handle("kubernetes", "torchx", winner[0])
+    live = [a.app_id for a in other_sched.find_by_idempotency_token(token)]
+    assert live[0] == winner[0] and len(live) == 2, live
+    ours = specs.make_app_handle("kubernetes", "torchx", live[1])
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(
+        w.startswith(f"could not cancel {ours}, a duplicate of {handle}")
+        and w.endswith(f"cancel it with: torchx cancel {ours}")
+        for w in warnings
+    ), warnings
+
+
 def test_a_token_that_is_not_a_label_value_is_refused(srv: KMockServer) -> None:
     with pytest.raises(InvalidAppError, match="not a valid Kubernetes label value"):
         get_runner().dryrun(_keyed("has spaces/and slashes"), "kubernetes", {"queue": "q"})

@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
+from torchx.runner import idempotency
 from torchx.runner.compat import (  # noqa: F401 (upstream's names in this module)
     NONE,
     get_component,
@@ -216,8 +217,9 @@ class Runner:
         returned and nothing is submitted; a SUCCEEDED one only with ``reattach_succeeded``;
         a FAILED or CANCELLED one never. Racing callers get one handle: where the scheduler
         can, the key is claimed before launching (``local_cwd``: a claim file; Slurm: held
-        until it won); elsewhere the oldest live submission wins, newer ones cancel
-        themselves. A loser's tracker run ends KILLED, tagged with the winner's handle.
+        until it won); elsewhere the oldest live submission wins, newer ones are cancelled
+        (by their submitter, else by the next caller that finds them live). A loser's
+        tracker run ends KILLED, tagged with the winner's handle (``idempotency``).
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
@@ -225,7 +227,7 @@ class Runner:
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if token:
-            existing = self._find_reusable(scheduler, token, reattach_succeeded)
+            existing = idempotency.reusable_app(self, scheduler, token, reattach_succeeded)
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
                 return existing
@@ -249,59 +251,15 @@ class Runner:
         except BaseException:
             sched.release_idempotency_claim(token, info)
             raise
-        return self._converge(scheduler, token, handle, opened)
+        return idempotency.converge(self, scheduler, token, handle, opened)
 
     def find_by_idempotency_key(
         self, scheduler: str, idempotency_key: str, reattach_succeeded: bool = False
     ) -> Optional[AppHandle]:
-        """The app :meth:`run` would re-attach to for this key (None: it would submit, or wait)."""
+        """The app :meth:`run` would re-attach to for this key (None: it would submit, or
+        wait); as :meth:`run`, it cancels the key's newer live apps (a race's losers)."""
         token = idempotency_token(idempotency_key)
-        return self._find_reusable(scheduler, token, reattach_succeeded)
-
-    def _find_reusable(
-        self, scheduler: str, token: str, reattach_succeeded: bool
-    ) -> Optional[AppHandle]:
-        """The app with ``token`` to re-attach to: the oldest live one, which is the one
-        convergence keeps (so a re-attached app is never cancelled as a race's loser),
-        else with ``reattach_succeeded`` the newest SUCCEEDED one."""
-        sched = self._scheduler(scheduler)
-        apps = sched.find_by_idempotency_token(token)
-        for app in (a for a in apps if is_terminal(a.state)):  # a run its waiter never ended
-            try:  # is ended as status() would; never worth failing a re-attach or a submit
-                self.status(make_app_handle(scheduler, self._name, app.app_id))
-            except Exception as e:
-                logger.warning("could not end the tracker run of %s: %s", app.app_id, e)
-        live = [a for a in apps if not is_terminal(a.state)]
-        if live:
-            sched.settle_idempotency_token(live)
-            return make_app_handle(scheduler, self._name, live[0].app_id)
-        if reattach_succeeded:
-            done = [a for a in apps if a.state == AppState.SUCCEEDED]
-            if done:
-                return make_app_handle(scheduler, self._name, done[-1].app_id)
-        return None
-
-    def _converge(
-        self, scheduler: str, token: str, handle: AppHandle, opened: Optional[OpenedJobRun]
-    ) -> AppHandle:
-        """After a keyed submission: the oldest live app of the token wins (the order
-        ``_find_reusable`` uses); if it is not ours, cancel ours (its run ends KILLED, naming
-        the winner) and return the winner."""
-        sched = self._scheduler(scheduler)
-        ours = parse_app_handle(handle).app_id
-        listed = sched.find_by_idempotency_token(token)
-        live = [a for a in listed if not is_terminal(a.state) or a.app_id == ours]
-        if not live:  # ours is not listed yet and no other app is live
-            return handle
-        sched.settle_idempotency_token([a for a in live if not is_terminal(a.state)])
-        if live[0].app_id == ours:
-            return handle
-        logger.info("%s lost a submission race to %s: cancelling it", handle, live[0].app_id)
-        winner = make_app_handle(scheduler, self._name, live[0].app_id)
-        sched.cancel(ours)
-        self._tracking.supersede(opened, winner, end=False)
-        self._end_job_run(handle, AppState.CANCELLED, [])
-        return winner
+        return idempotency.reusable_app(self, scheduler, token, reattach_succeeded)
 
     def dryrun(
         self,
