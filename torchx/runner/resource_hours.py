@@ -74,15 +74,16 @@ def job_start(env: Mapping[str, str]) -> Optional[float]:
 def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours]:
     """The sum of ``cpu_hours`` / ``gpu_hours`` over the stage runs of a pipeline run in
     one tracker (None: the tracker keeps no metrics, or no stage recorded any)."""
-    client = getattr(tracker, "client", None)
+    store = getattr(tracker, "store", None)  # an MLflow tracker's: SQL, REST or MlflowClient
     run_of = getattr(tracker, "mlflow_run_id", None)
     run_ids = getattr(tracker, "run_ids", None)
-    if client is None or not callable(run_of) or not callable(run_ids):
+    if store is None or not callable(run_of) or not callable(run_ids):
         return None
     total: Optional[ResourceHours] = None
     for stage in run_ids(parent_run_id=pipeline_run_id):
         rid = run_of(stage)
-        metrics = client.get_run(rid).data.metrics if rid else {}
+        latest = store.latest_metrics(rid, (CPU_HOURS, GPU_HOURS)) if rid else {}
+        metrics = {key: value for key, (value, _) in latest.items()}
         if CPU_HOURS in metrics or GPU_HOURS in metrics:
             part = ResourceHours(metrics.get(CPU_HOURS, 0.0), metrics.get(GPU_HOURS, 0.0))
             total = part if total is None else total + part

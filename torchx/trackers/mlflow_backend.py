@@ -89,14 +89,6 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     return out
 
 
-def ui_url_for(tracking_uri: str, ui_url: Optional[str] = None) -> Optional[str]:
-    """The MLflow UI base: ``ui_url`` (or ``$TORCHX_MLFLOW_UI_URL``), else the tracking URI
-    when it is an http(s) server; None for a store without a UI (a link would be fake)."""
-    base = ui_url or os.environ.get("TORCHX_MLFLOW_UI_URL")
-    base = base or (tracking_uri if is_http(tracking_uri) else None)
-    return base.rstrip("/") if base else None
-
-
 class MLflowTracker(TrackerBase):
     """Records and reads runs: runs, tags and metrics by ``store``; the rest with
     ``MlflowClient``, imported at its first use (seconds of CPU)."""
@@ -112,7 +104,10 @@ class MLflowTracker(TrackerBase):
         self._client: Any = None
         self._store: Any = None
         self.experiment_name, self.artifact_location = experiment_name, artifact_location
-        self.ui_url = ui_url_for(self.tracking_uri, ui_url)
+        # the UI: configured, else an http store's own (a store without one gets no links)
+        ui_url = ui_url or os.environ.get("TORCHX_MLFLOW_UI_URL")
+        ui_url = ui_url or (self.tracking_uri if is_http(self.tracking_uri) else None)
+        self.ui_url = ui_url.rstrip("/") if ui_url else None
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
         self._lock = threading.RLock()
         job_id, run_id = os.environ.get("TORCHX_JOB_ID"), os.environ.get(ENV_RUN_ID)
@@ -246,6 +241,14 @@ class MLflowTracker(TrackerBase):
         order = ["attributes.start_time ASC"]
         return list(self.client.search_runs(exp_ids, flt, max_results=limit, order_by=order))
 
+    def _tagged(self, key: str, value: str, like: bool = False) -> List[Mapping[str, str]]:
+        """The tags of each run whose tag ``key`` is ``value`` (``like``: a LIKE pattern)."""
+        sql = self._sql()
+        if sql:
+            return list(sql.tagged_runs(key, value, like).values())
+        flt = f"tags.`{key}` {'LIKE' if like else '='} '{_q(value)}'"
+        return [run.data.tags for run in self._search(flt)]
+
     def metadata(self, run_id: str) -> Mapping[str, object]:
         out: Dict[str, object] = {
             k: v
@@ -328,10 +331,10 @@ class MLflowTracker(TrackerBase):
 
     def descendants(self, run_id: str) -> Iterable[TrackerSource]:
         out = []
-        for run in self._search(f"tags.`{TAG_SOURCES}` LIKE '%\"{_q(run_id)}\"%'"):
-            for s in json.loads(run.data.tags.get(TAG_SOURCES, "[]")):
+        for tags in self._tagged(TAG_SOURCES, f'%"{run_id}"%', like=True):
+            for s in json.loads(tags.get(TAG_SOURCES, "[]")):
                 if s["run"] == run_id:
-                    out.append(TrackerSource(run.data.tags[TAG_JOB_ID], s["artifact"]))
+                    out.append(TrackerSource(tags[TAG_JOB_ID], s["artifact"]))
         return out
 
     def log_metrics(
@@ -368,8 +371,8 @@ class MLflowTracker(TrackerBase):
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent = kwargs.get("parent_run_id")
-        runs = self._search(f"tags.`{TAG_PARENT}` = '{_q(parent)}'" if parent else "")
-        return [r.data.tags[TAG_JOB_ID] for r in runs if TAG_JOB_ID in r.data.tags]
+        runs = self._tagged(TAG_PARENT, parent) if parent else self._tagged(TAG_JOB_ID, "%", True)
+        return [tags[TAG_JOB_ID] for tags in runs if TAG_JOB_ID in tags]
 
 
 def _q(value: str) -> str:

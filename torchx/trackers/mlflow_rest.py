@@ -38,7 +38,6 @@ class MlflowRest:
     def __init__(self, tracking_uri: str, timeout: float = TIMEOUT) -> None:
         self.root = tracking_uri.rstrip("/")
         self.timeout = timeout
-        self._experiments: Dict[str, str] = {}  # experiment name -> id, on this server
 
     def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
         import urllib.error  # at the first request: http.client and email are not cheap
@@ -75,24 +74,23 @@ class MlflowRest:
             ) from None
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
+        """Looked up on every call (one GET): a cached id would outlive its experiment."""
         get = ("GET", API + "/experiments/get-by-name", {"experiment_name": name})
-        if name not in self._experiments:
-            body: Dict[str, Any] = {"name": name}
-            if artifact_location:
-                body["artifact_location"] = f"{artifact_location}/{name}"
+        body: Dict[str, Any] = {"name": name}
+        if artifact_location:
+            body["artifact_location"] = f"{artifact_location}/{name}"
+        try:
+            found = self._call(*get)["experiment"]
+        except MlflowRestError as e:
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
             try:
+                found = self._call("POST", API + "/experiments/create", body)
+            except MlflowRestError:  # created concurrently
                 found = self._call(*get)["experiment"]
-            except MlflowRestError as e:
-                if e.error_code != "RESOURCE_DOES_NOT_EXIST":
-                    raise
-                try:
-                    found = self._call("POST", API + "/experiments/create", body)
-                except MlflowRestError:  # created concurrently
-                    found = self._call(*get)["experiment"]
-            if found.get("lifecycle_stage") == "deleted":
-                raise DeletedExperimentError(name, found["experiment_id"])
-            self._experiments[name] = str(found["experiment_id"])
-        return self._experiments[name]
+        if found.get("lifecycle_stage") == "deleted":
+            raise DeletedExperimentError(name, found["experiment_id"])
+        return str(found["experiment_id"])
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
@@ -104,18 +102,16 @@ class MlflowRest:
         info = runs[0]["info"] if runs else None
         return (str(info["run_id"]), str(info["experiment_id"])) if info else None
 
-    def _run(self, run_id: str) -> Dict[str, Any]:
-        return dict(self._call("GET", API + "/runs/get", {"run_id": run_id})["run"])
-
     def run_info(self, run_id: str) -> Tuple[str, str, str]:
-        info = self._run(run_id)["info"]
+        info = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]["info"]
         return str(info["experiment_id"]), str(info["status"]), str(info.get("artifact_uri"))
 
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         """As ``SqliteStore.latest_metrics``, from histories: with ``by_time`` only theirs (per-
         step metrics can be millions of points), else MLflow's highest-step rows, or every
         history once a ``by_time`` key's step went back (limits: docs/progress.md)."""
-        highest = {m["key"]: _row(m) for m in self._run(run_id).get("data", {}).get("metrics", [])}
+        run = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]
+        highest = {m["key"]: _row(m) for m in run.get("data", {}).get("metrics", [])}
         keys = list(highest) if by_time is None else [k for k in by_time if k in highest]
         newest = {k: self._newest(run_id, k) or highest[k] for k in keys}
         if any(newest[k][1] < highest[k][1] for k in keys):  # a step went back
@@ -139,11 +135,7 @@ class MlflowRest:
     ) -> str:
         pairs = [{"key": k, "value": v} for k, v in tags.items()]
         body = {"experiment_id": exp_id, "run_name": name, "start_time": start, "tags": pairs}
-        try:
-            run_id = str(self._call("POST", API + "/runs/create", body)["run"]["info"]["run_id"])
-        except MlflowRestError:  # e.g. deleted since: look the experiment up again next time
-            self._experiments = {k: v for k, v in self._experiments.items() if v != exp_id}
-            raise
+        run_id = str(self._call("POST", API + "/runs/create", body)["run"]["info"]["run_id"])
         items = [{"key": k, "value": v} for k, v in params.items()]
         for i in range(0, len(items), BATCH):
             batch = {"run_id": run_id, "params": items[i : i + BATCH]}

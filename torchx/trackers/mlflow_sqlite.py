@@ -163,12 +163,24 @@ class SqliteStore:
         return str(row[0]) if row else str(self._client().experiment_id(name, artifact_location))
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
-        row = self._one(
-            "SELECT r.run_uuid, r.experiment_id FROM tags t JOIN runs r USING (run_uuid) WHERE"
-            " t.key = ? AND t.value = ? AND r.lifecycle_stage = 'active' ORDER BY r.start_time",
-            *(tag, value),
+        run_id = next(iter(self.tagged_runs(tag, value)), None)
+        info = self.run_info(run_id) if run_id else None
+        return (str(run_id), info[0]) if info else None
+
+    def tagged_runs(self, key: str, value: str, like: bool = False) -> Dict[str, Dict[str, str]]:
+        """{run id: its tags} of each run whose tag ``key`` is ``value`` (``like``: a LIKE
+        pattern), oldest first: the runs ``search_runs`` finds in the active experiments."""
+        sql = (
+            "SELECT r.run_uuid, a.key, a.value FROM runs r JOIN experiments e USING"
+            " (experiment_id) JOIN tags t ON t.run_uuid = r.run_uuid JOIN tags a ON a.run_uuid"
+            " = r.run_uuid WHERE r.lifecycle_stage = 'active' AND e.lifecycle_stage = 'active'"
+            f" AND t.key = ? AND t.value {'LIKE' if like else '='} ? ORDER BY r.start_time"
         )
-        return (str(row[0]), str(row[1])) if row else None
+        runs: Dict[str, Dict[str, str]] = {}
+        with self._db() as db:
+            for run_id, k, v in db.execute(sql, (key, value)):
+                runs.setdefault(run_id, {})[k] = v
+        return runs
 
     def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
         """(experiment id, status, artifact URI); None: no such run."""
