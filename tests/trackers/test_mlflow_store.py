@@ -272,21 +272,24 @@ PIPELINE = textwrap.dedent("""
     tracker.add_source("local_cwd://torchx/eval-1", "local_cwd://torchx/prep-1", "dataset")
     tracker.add_source("local_cwd://torchx/eval-1", "local_cwd://torchx/train-1", "model")
     hours = close_pipeline_run(pipeline, store, "FINISHED")
-    print(json.dumps([hours.cpu_hours, "mlflow" in sys.modules]))
+    from torchx.runner.resource_hours import recorded_hours  # a stage's, as Airflow reads it
+
+    train = recorded_hours(tracker, tracker.mlflow_run_id("local_cwd://torchx/train-1"))
+    print(json.dumps([hours.cpu_hours, train, "mlflow" in sys.modules]))
 """)
 
 
 def test_a_pipelines_stage_reads_on_sqlite_are_mlflows_and_import_no_mlflow(
     tmp_path: Path,
 ) -> None:
-    """Closing a pipeline run sums its stages' hours: on sqlite its stage runs, lineage and
-    metrics are read by SQL, no ``import mlflow`` (2.2 s of CPU per pipeline), and those
-    reads equal MlflowClient's (its search_runs and its runs' metrics)."""
+    """Closing a pipeline run sums its stages' hours (and Airflow reads each stage's): on
+    sqlite its stage runs, lineage and metrics are read by SQL, no ``import mlflow`` (2.2 s
+    of CPU per pipeline), and those reads equal MlflowClient's (search_runs, metrics)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = subprocess.run(
         [sys.executable, "-c", PIPELINE, uri], capture_output=True, text=True, check=True
     ).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == [1.75, False], out
+    assert json.loads(out.strip().splitlines()[-1]) == [1.75, {"cpu_hours": 1.5}, False], out
     by_sql, by_client = MLflowTracker(tracking_uri=uri), MLflowTracker(tracking_uri=uri)
     by_client._store = by_client
     for reads in (

@@ -71,20 +71,27 @@ def job_start(env: Mapping[str, str]) -> Optional[float]:
     return value if math.isfinite(value) and value > 0 else None
 
 
+def recorded_hours(tracker: object, run_id: str) -> Dict[str, float]:
+    """``cpu_hours`` / ``gpu_hours`` as recorded on the tracker run ``run_id`` (an MLflow
+    run id) by the Runner that saw its app end; {} in a tracker without metrics."""
+    store = getattr(tracker, "store", None)  # an MLflow tracker's: SQL, REST or MlflowClient
+    read = getattr(store, "latest_metrics", None)
+    latest = read(run_id, (CPU_HOURS, GPU_HOURS)) if callable(read) else {}
+    return {k: float(v) for k, (v, _) in latest.items() if k in (CPU_HOURS, GPU_HOURS)}
+
+
 def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours]:
     """The sum of ``cpu_hours`` / ``gpu_hours`` over the stage runs of a pipeline run in
     one tracker (None: the tracker keeps no metrics, or no stage recorded any)."""
-    store = getattr(tracker, "store", None)  # an MLflow tracker's: SQL, REST or MlflowClient
     run_of = getattr(tracker, "mlflow_run_id", None)
     run_ids = getattr(tracker, "run_ids", None)
-    if store is None or not callable(run_of) or not callable(run_ids):
+    if not callable(run_of) or not callable(run_ids):
         return None
     total: Optional[ResourceHours] = None
     for stage in run_ids(parent_run_id=pipeline_run_id):
         rid = run_of(stage)
-        latest = store.latest_metrics(rid, (CPU_HOURS, GPU_HOURS)) if rid else {}
-        metrics = {key: value for key, (value, _) in latest.items()}
-        if CPU_HOURS in metrics or GPU_HOURS in metrics:
+        metrics = recorded_hours(tracker, rid) if rid else {}
+        if metrics:
             part = ResourceHours(metrics.get(CPU_HOURS, 0.0), metrics.get(GPU_HOURS, 0.0))
             total = part if total is None else total + part
     return total

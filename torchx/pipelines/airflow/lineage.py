@@ -133,10 +133,7 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
 
 def _read_hours(lineage: StageLineage, tracker: object, run_id: str) -> None:
     """``cpu_hours`` / ``gpu_hours`` as the Runner that saw the app end logged them."""
-    client = getattr(tracker, "client", None)
-    if client is None:
-        return
-    from torchx.runner.resource_hours import CPU_HOURS, GPU_HOURS
+    from torchx.runner.resource_hours import CPU_HOURS, GPU_HOURS, recorded_hours
 
-    metrics = client.get_run(run_id).data.metrics
+    metrics = recorded_hours(tracker, run_id)
     lineage.cpu_hours, lineage.gpu_hours = metrics.get(CPU_HOURS), metrics.get(GPU_HOURS)
