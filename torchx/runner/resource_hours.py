@@ -71,13 +71,19 @@ def job_start(env: Mapping[str, str]) -> Optional[float]:
     return value if math.isfinite(value) and value > 0 else None
 
 
+def run_metrics(tracker: object, run_id: str, by_time: Sequence[str] = ()) -> Dict[str, float]:
+    """The last value of each metric of the tracker run ``run_id`` (an MLflow run id) as its
+    store reads it (SQL, REST or MlflowClient: no ``import mlflow`` on sqlite or http), the
+    ``by_time`` keys surely by time; {} in a tracker without metrics."""
+    read = getattr(getattr(tracker, "store", None), "latest_metrics", None)
+    latest = read(run_id, tuple(by_time)) if callable(read) else {}
+    return {key: float(value) for key, (value, _) in latest.items()}
+
+
 def recorded_hours(tracker: object, run_id: str) -> Dict[str, float]:
-    """``cpu_hours`` / ``gpu_hours`` as recorded on the tracker run ``run_id`` (an MLflow
-    run id) by the Runner that saw its app end; {} in a tracker without metrics."""
-    store = getattr(tracker, "store", None)  # an MLflow tracker's: SQL, REST or MlflowClient
-    read = getattr(store, "latest_metrics", None)
-    latest = read(run_id, (CPU_HOURS, GPU_HOURS)) if callable(read) else {}
-    return {k: float(v) for k, (v, _) in latest.items() if k in (CPU_HOURS, GPU_HOURS)}
+    """``cpu_hours`` / ``gpu_hours`` as the Runner that saw the app end recorded them."""
+    metrics = run_metrics(tracker, run_id, (CPU_HOURS, GPU_HOURS))
+    return {k: v for k, v in metrics.items() if k in (CPU_HOURS, GPU_HOURS)}
 
 
 def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours]:

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
+from torchx.runner.resource_hours import run_metrics
 from torchx.trackers.api import TrackerArtifact, TrackerBase, build_trackers
 
 logger = logging.getLogger(__name__)
@@ -39,14 +40,6 @@ def _backend_run_id(tracker: TrackerBase, handle: str) -> Optional[str]:
     return handle if list(tracker.metadata(handle) or {}) else None
 
 
-def _metrics(tracker: TrackerBase, run_id: str) -> Dict[str, float]:
-    """The last value of each metric (backends without metrics have none)."""
-    client = getattr(tracker, "client", None)
-    if client is None or not hasattr(client, "get_run"):
-        return {}
-    return {k: float(v) for k, v in client.get_run(run_id).data.metrics.items()}
-
-
 def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecord:
     """The app's run in the first tracker that has one; failures to read are logged (a
     stage that succeeded never fails on its outputs)."""
@@ -65,7 +58,7 @@ def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecor
             return StageRecord(
                 run_id=run_id,
                 run_url=tracker.run_url(handle) or "",
-                metrics=_metrics(tracker, run_id),
+                metrics=run_metrics(tracker, run_id),
                 artifacts=dict(tracker.artifacts(handle)),
             )
         except Exception as e:
