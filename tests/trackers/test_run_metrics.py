@@ -324,6 +324,24 @@ def test_after_a_resume_the_report_is_the_newest_not_the_highest_step(
         assert report.metrics == {"loss": 0.7}
 
 
+@pytest.mark.parametrize("path", ["sqlite", "rest"])
+def test_a_read_that_asks_no_key_by_time_reads_mlflows_rows_not_the_histories(
+    tmp_path: Path, mlflow_http_server: str, path: str
+) -> None:
+    """``latest_metrics(run, ())`` (whether a run has a metric: the Runner's hours check,
+    KFP's outputs) reads MLflow's own row per key, the highest step's, in one indexed read
+    or one request, not every history: after a resume it is the step before it."""
+    from torchx.trackers.mlflow_backend import MLflowTracker
+
+    uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = MLflowTracker(tracking_uri=uri).store
+    run_id = store.create_run(store.experiment_id("rows"), "r", {}, {}, 1_000_000)
+    store.log_run_metrics(run_id, {"progress_step": 1000.0}, 1_700_000_000_000, 1000)
+    store.log_run_metrics(run_id, {"progress_step": 800.0}, 1_700_000_600_000, 800)
+    assert store.latest_metrics(run_id, ()) == {"progress_step": (1000.0, 1_700_000_000_000)}
+    assert store.latest_metrics(run_id)["progress_step"] == (800.0, 1_700_000_600_000)
+
+
 def test_a_progress_read_over_rest_downloads_no_per_step_metric_history(
     mlflow_http_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,9 +72,10 @@ def job_start(env: Mapping[str, str]) -> Optional[float]:
 
 
 def run_metrics(tracker: object, run_id: str, by_time: Sequence[str] = ()) -> Dict[str, float]:
-    """The last value of each metric of the tracker run ``run_id`` (an MLflow run id) as its
-    store reads it (SQL, REST or MlflowClient: no ``import mlflow`` on sqlite or http), the
-    ``by_time`` keys surely by time; {} in a tracker without metrics."""
+    """The latest value of each metric of the tracker run ``run_id`` (an MLflow run id) as
+    MLflow keeps it (its highest step's), the ``by_time`` keys' newest by time; read by the
+    store (SQL, REST or MlflowClient: no ``import mlflow`` on sqlite or http). {} in a
+    tracker without metrics."""
     read = getattr(getattr(tracker, "store", None), "latest_metrics", None)
     latest = read(run_id, tuple(by_time)) if callable(read) else {}
     return {key: float(value) for key, (value, _) in latest.items()}

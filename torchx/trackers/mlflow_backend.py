@@ -243,8 +243,7 @@ class MLflowTracker(TrackerBase):
 
     def _tagged(self, key: str, value: str, like: bool = False) -> List[Mapping[str, str]]:
         """The tags of each run whose tag ``key`` is ``value`` (``like``: a LIKE pattern)."""
-        sql = self._sql()
-        if sql:
+        if sql := self._sql():
             return list(sql.tagged_runs(key, value, like).values())
         flt = f"tags.`{key}` {'LIKE' if like else '='} '{_q(value)}'"
         return [run.data.tags for run in self._search(flt)]

@@ -22,8 +22,9 @@ import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
+from torchx.trackers.api import Latest
 from torchx.trackers.mlflow_rest import DeletedExperimentError
 
 logger = logging.getLogger(__name__)
@@ -163,9 +164,8 @@ class SqliteStore:
         return str(row[0]) if row else str(self._client().experiment_id(name, artifact_location))
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
-        run_id = next(iter(self.tagged_runs(tag, value)), None)
-        info = self.run_info(run_id) if run_id else None
-        return (str(run_id), info[0]) if info else None
+        run_id = next(iter(self.tagged_runs(tag, value)), "")  # the oldest
+        return (run_id, info[0]) if run_id and (info := self.run_info(run_id)) else None
 
     def tagged_runs(self, key: str, value: str, like: bool = False) -> Dict[str, Dict[str, str]]:
         """{run id: its tags} of each run whose tag ``key`` is ``value`` (``like``: a LIKE
@@ -232,14 +232,16 @@ class SqliteStore:
                 rows,
             )
 
-    def latest_metrics(self, run_id: str, *_: object) -> Dict[str, Tuple[float, int]]:
-        """``{key: (value, timestamp ms)}``: each key's newest value by time, in one query
-        (MLflow's ``latest_metrics`` row is the highest step's; steps go back on a resume)."""
+    def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
+        """``{key: (value, timestamp ms)}``: each key's newest by time, in one query (steps go
+        back on a resume); ``by_time=()``: MLflow's ``latest_metrics`` rows (highest step's)."""
         sql = (
             "SELECT key, value, timestamp FROM (SELECT key, value, timestamp, ROW_NUMBER()"
             " OVER (PARTITION BY key ORDER BY timestamp DESC, step DESC, value DESC) AS n"
             " FROM metrics WHERE run_uuid = ?) WHERE n = 1"
         )
+        if by_time is not None and not tuple(by_time):
+            sql = "SELECT key, value, timestamp FROM latest_metrics WHERE run_uuid = ?"
         with self._db() as db:
             return {k: (float(v), int(t)) for k, v, t in db.execute(sql, (run_id,))}
 
