@@ -14,12 +14,16 @@ the job is ending, not stalled), and when the driver last asked its actors (a st
 answer means the driver cannot tell); and ``<app>.progress.json``, the first replica's
 last progress report (each actor points ``TORCHX_PROGRESS_FILE`` at a file on its own
 node).
+
+A driver whose job Ray already ended (a stop while the job was PENDING can miss a driver
+not started yet) runs nothing, or stops its replicas within ``ORPHAN_CHECK_ROUNDS`` rounds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -27,9 +31,11 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 PUBLISH_INTERVAL = 1.0
+ORPHAN_CHECK_ROUNDS = 10  # a driver asks Ray whether its job still runs every 10 s
 
 
 def _replica_actor() -> Any:
@@ -53,6 +59,8 @@ def _replica_actor() -> Any:
             except OSError:
                 report, reported = None, 0.0
             running = self.proc is None or self.proc.poll() is None
+            if running and self.proc is not None and output_waiting(self.proc.stdout):
+                self.last_output = time.time()  # printed, not yet read: activity now
             return time.time() - max(self.last_output, reported), report, running
 
         def node_ip(self) -> str:
@@ -91,6 +99,16 @@ def _replica_actor() -> Any:
     return Replica
 
 
+def output_waiting(stream: Any) -> bool:
+    """Whether a replica printed what its actor's reading thread has not read yet: a loaded
+    node can leave that thread unscheduled for seconds, and output counts as activity from
+    when it was written, not from when it was read."""
+    try:
+        return stream is not None and bool(select.select([stream], [], [], 0)[0])
+    except (OSError, ValueError):  # closed as the replica ends
+        return False
+
+
 def _write_atomic(path: str, text: str) -> None:
     """Write ``path`` (0600: it sits beside the private request file) by renaming a temp."""
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -120,15 +138,51 @@ def _publish_once(actors: List[Any], base: str) -> None:
             _write_atomic(f"{base}.progress.json", report)
 
 
-def _publish(actors: List[Any], base: str) -> None:
+def _publish(actors: List[Any], base: str, req: Dict[str, Any]) -> None:
     """``_publish_once`` every ``PUBLISH_INTERVAL`` s. A round whose actors do not answer
-    publishes nothing, so the record goes stale (cannot tell) rather than wrong."""
+    publishes nothing, so the record goes stale (cannot tell) rather than wrong. Every
+    ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended stops its replicas
+    and exits (see ``ended_by_ray``)."""
+    rounds = 0
     while True:
         try:
             _publish_once(actors, base)
         except Exception as e:  # a slow round or a stopping job: try again
             print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
+        rounds += 1
+        if rounds % ORPHAN_CHECK_ROUNDS == 0 and ended_by_ray(req, base):
+            _stop_replicas(actors, "its job ended in Ray but this driver ran on")
         time.sleep(PUBLISH_INTERVAL)
+
+
+def ended_by_ray(req: Dict[str, Any], base: str) -> bool:
+    """Whether Ray already holds this driver's job ended (STOPPED, FAILED, SUCCEEDED).
+
+    Ray stops a job by signalling the entrypoint's processes it sees then; a stop that
+    comes while the job is PENDING can kill the entrypoint's shell before it started this
+    driver, which then runs on, an orphan holding its replicas' CPUs (seen in CI: the next
+    job waited for them forever). Doubt (the dashboard not answering) is not an end."""
+    address = str(req.get("address") or "")
+    url = address if "://" in address else f"http://{address}"
+    job_id = os.path.basename(base)
+    try:
+        with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=10) as r:
+            status = json.load(r).get("status")
+    except Exception:
+        return False
+    return status in ("STOPPED", "FAILED", "SUCCEEDED")
+
+
+def _stop_replicas(actors: List[Any], why: str, code: int = 128 + signal.SIGTERM) -> None:
+    """Kill every replica's process tree, then exit at once (Ray gives a stopped job's
+    driver a few seconds)."""
+    print(f"torchx: {why}; stopping replicas", flush=True)
+    try:
+        import ray
+
+        ray.get([a.stop.remote() for a in actors], timeout=2)
+    finally:
+        os._exit(code)
 
 
 def _kill_tree(pid: int) -> None:
@@ -183,6 +237,10 @@ def main() -> int:
 
     with open(sys.argv[1]) as f:
         req = json.load(f)
+    base = sys.argv[1][: -len(".json")] if sys.argv[1].endswith(".json") else sys.argv[1]
+    if ended_by_ray(req, base):
+        print("torchx: Ray already ended this job; not starting its replicas", flush=True)
+        return 128 + signal.SIGTERM
     ray.init(address="auto", log_to_driver=True)
     replicas = req["replicas"]
     pg = placement_group(
@@ -203,11 +261,7 @@ def main() -> int:
     rank0 = ray.get(actors[0].node_ip.remote())
 
     def stop(signum: int, _: Any) -> None:
-        print(f"torchx: job stopped (signal {signum}); stopping replicas", flush=True)
-        try:
-            ray.get([a.stop.remote() for a in actors], timeout=2)
-        finally:
-            os._exit(128 + signum)
+        _stop_replicas(actors, f"job stopped (signal {signum})", 128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -219,8 +273,7 @@ def main() -> int:
                 f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir", "")
             )
         )
-    base = sys.argv[1][: -len(".json")] if sys.argv[1].endswith(".json") else sys.argv[1]
-    threading.Thread(target=_publish, args=(actors, base), daemon=True).start()
+    threading.Thread(target=_publish, args=(actors, base, req), daemon=True).start()
     mins: Dict[str, int] = {}
     for r in replicas:
         mins[r["role"]] = int(r.get("min_replicas") or 0)

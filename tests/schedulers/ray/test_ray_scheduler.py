@@ -75,6 +75,22 @@ def test_cancel_stops_every_replica_process(env: Path) -> None:
     _, alive = psutil.wait_procs(sleeps, timeout=60)
     assert alive == []
     assert "CANCELLED" in _tx("status", handle).stdout
+    # A driver that starts after Ray stopped its job (a stop while the job was PENDING
+    # can kill the entrypoint's shell just before it starts the driver: seen in CI, the
+    # orphan held the head's CPUs) runs no replica.
+    request = env / "home" / "ray" / f"{specs.parse_app_handle(handle).app_id}.json"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "torchx.schedulers.ray_driver", str(request)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, 9)
+    assert driver.returncode == 143 and "already ended this job" in out, out
 
 
 def _true_app(token: str) -> specs.AppDef:

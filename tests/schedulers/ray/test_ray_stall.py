@@ -7,6 +7,8 @@ keeps printing or reporting is never stopped."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from tests.schedulers.stalled_job import (
 )
 from torchx import specs
 from torchx.runner import get_runner
+from torchx.schedulers.ray_driver import output_waiting
 from torchx.schedulers.ray_scheduler import create_scheduler
 
 pytestmark = pytest.mark.ray
@@ -119,3 +122,22 @@ def test_a_stale_or_ended_activity_record_cannot_tell(
     assert sched.last_activity("app-x") is None  # no replica runs: ending, not stalled
     path.write_text(json.dumps({"silence": 100, "checked": now, "running": 1}))
     assert sched.last_activity("app-x") == pytest.approx(now - 100, abs=2.0)
+
+
+def test_output_the_actor_has_not_read_yet_counts_as_activity() -> None:
+    """A replica's line still in the pipe (the actor's reading thread not scheduled yet, on
+    a loaded node) is activity: the actor is asked about output that was written, not read."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "print('tick', flush=True); import time; time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert poll_until(lambda: output_waiting(proc.stdout), bool, timeout=60)
+        assert proc.stdout is not None and proc.stdout.readline() == b"tick\n"
+        assert not output_waiting(proc.stdout)  # read: the next line is the news
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert not output_waiting(proc.stdout) and not output_waiting(None)
