@@ -2,7 +2,7 @@
 
 - ``$TORCHX_HOME`` defaults to a fresh directory per test process, so a run never reads or
   leaves apps in the developer's ``~/.torchx`` and parallel workers never share one.
-- Under pytest-xdist (``scripts/test.sh`` runs four workers) a module's tests run on one
+- Under pytest-xdist (``scripts/test.sh`` runs five workers) a module's tests run on one
   worker, so module fixtures (a reference DAG run, a server) are set up once; and tests
   that share one machine-wide resource run on one worker, one after another: the local
   Slurm cluster (two nodes) and the Ray head (a fixed port, stopped with
