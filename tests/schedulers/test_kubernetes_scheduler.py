@@ -298,6 +298,28 @@ def test_token_is_a_label_and_found_oldest_first(srv: KMockServer) -> None:
     assert [a.app_id for a in sched.find_by_idempotency_token(t1)] == [second, first]
 
 
+def test_a_keyed_app_in_another_namespace_is_found_by_its_retry(srv: KMockServer) -> None:
+    """A keyed run submitted with ``-cfg namespace=team-b`` is found by its retry, whose
+    scheduler's namespace is the kube context's (``default``): one app, not two. A caller
+    who may not list cluster-wide (403) is looked up in its scheduler's namespace."""
+    cfg = {"queue": "q", "namespace": "team-b"}
+    with get_runner() as runner:
+        first = runner.run(echo_app(), "kubernetes", cfg, idempotency_key="dag/train/ns")
+    with get_runner() as retry:  # another worker's retry
+        again = retry.run(echo_app(), "kubernetes", cfg, idempotency_key="dag/train/ns")
+    ns, name = specs.parse_app_handle(first).app_id.split(":")
+    assert again == first and ns == "team-b"
+    assert srv.names(VOLCANO_JOBS, "team-b") == [name] and srv.names(VOLCANO_JOBS, NS) == []
+    stored = srv.get(VOLCANO_JOBS, ns, name)
+    assert stored is not None
+    token = stored["metadata"]["labels"][LABEL_IDEMPOTENCY_TOKEN]
+    cluster_wide = re.compile(r"/apis/(batch/v1|batch\.volcano\.sh/v1alpha1)/jobs")
+    srv.call(lambda: srv.km["get", cluster_wide] << 403)
+    assert create_scheduler("s").find_by_idempotency_token(token) == []
+    found = create_scheduler("s", namespace="team-b").find_by_idempotency_token(token)
+    assert [a.app_id for a in found] == [f"{ns}:{name}"]
+
+
 def test_equal_creation_times_order_by_submit_time_then_app_id(srv: KMockServer) -> None:
     sched = create_scheduler("test")
     token = idempotency_token("same-second")

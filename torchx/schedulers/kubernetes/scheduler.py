@@ -64,12 +64,11 @@ from torchx.schedulers.kubernetes.api import (
     load_api_client,
     status_message,
 )
+from torchx.schedulers.kubernetes.listing import created, find_apps, labels_of
 from torchx.schedulers.kubernetes.manifests import (
-    ANNOTATION_SUBMITTED_AT,
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
     JOB_TYPES,
-    LABEL_APP_NAME,
     LABEL_IDEMPOTENCY_TOKEN,
     LABEL_ORGANIZATION,
     LABEL_UNIQUE_NAME,
@@ -364,13 +363,13 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
         items = self._list_json(
             self._batch().list_namespaced_job, namespace, f"{LABEL_UNIQUE_NAME}={name}"
         )
-        return [j for j in items if _labels(j).get(LABEL_UNIQUE_NAME) == name]
+        return [j for j in items if labels_of(j).get(LABEL_UNIQUE_NAME) == name]
 
     def _pods(self, namespace: str, name: str) -> List[Dict[str, Any]]:
         items = self._list_json(
             self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}"
         )
-        return [p for p in items if _labels(p).get(LABEL_UNIQUE_NAME) == name]
+        return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
 
     @staticmethod
     def _list_json(method: Any, namespace: str, selector: str) -> List[Dict[str, Any]]:
@@ -433,7 +432,9 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
 
     @api_errors
     def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
-        """Apps labelled with ``token`` in the scheduler's namespace, oldest first.
+        """Apps labelled with ``token``, oldest first: in every namespace the caller may
+        list (a keyed app submitted to another namespace than this scheduler's is found by
+        its retry), else (403) in the scheduler's namespace. See ``listing``.
 
         The API server filters by label selector. Order: creationTimestamp (whole
         seconds), then the submitter's submit time, then the app id.
@@ -443,46 +444,21 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
         pods may start. Within one second the order rests on submitters' clocks, so two
         submissions that see each other late may both be kept.
         """
-        found = self._apps({LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token})
-        found.sort(key=lambda pair: (*_created(pair[0]), pair[1].app_id))
+        from kubernetes.client.rest import ApiException
+
+        labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
+        try:
+            found = find_apps(self._custom(), self._batch(), None, labels)
+        except ApiException as e:
+            if e.status != 403:
+                raise
+            found = self._apps(labels)
+        found.sort(key=lambda pair: (*created(pair[0]), pair[1].app_id))
         return [app for _, app in found]
 
     def _apps(self, labels: Dict[str, str]) -> List[Tuple[Dict[str, Any], ListAppResponse]]:
-        """(oldest object, entry) of each app whose objects carry ``labels``."""
-        from kubernetes.client.rest import ApiException
-
-        namespace = self.default_namespace()
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
-
-        def matches(obj: Dict[str, Any]) -> bool:  # also when a server ignores the selector
-            return all(_labels(obj).get(k) == v for k, v in labels.items())
-
-        apps: List[Tuple[Dict[str, Any], ListAppResponse]] = []
-        try:
-            resp = self._custom().list_namespaced_custom_object(
-                VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, label_selector=selector
-            )
-        except ApiException as e:
-            if e.status != 404:  # 404: Volcano not installed
-                raise
-            resp = {}
-        for job in resp.get("items") or []:
-            if matches(job):
-                app_id = f"{namespace}:{job['metadata']['name']}"
-                apps.append(
-                    (job, ListAppResponse(app_id, ks.volcano_state(job), name=_app_name(job)))
-                )
-        groups: Dict[str, List[Dict[str, Any]]] = {}
-        for job in self._list_json(self._batch().list_namespaced_job, namespace, selector):
-            if matches(job) and _labels(job).get(LABEL_UNIQUE_NAME):
-                groups.setdefault(_labels(job)[LABEL_UNIQUE_NAME], []).append(job)
-        for name, jobs in groups.items():
-            state = ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])
-            oldest = min(jobs, key=_created)
-            apps.append(
-                (oldest, ListAppResponse(f"{namespace}:{name}", state, name=_app_name(oldest)))
-            )
-        return apps
+        """(oldest object, entry) of each app in the scheduler's namespace with ``labels``."""
+        return find_apps(self._custom(), self._batch(), self.default_namespace(), labels)
 
     @api_errors
     def _cancel_existing(self, app_id: str) -> None:
@@ -553,24 +529,6 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
     def _ended(self, app_id: str) -> bool:
         desc = self.describe(app_id)
         return desc is None or is_terminal(desc.state)
-
-
-def _labels(obj: Dict[str, Any]) -> Dict[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}
-
-
-def _created(obj: Dict[str, Any]) -> Tuple[str, int]:
-    """(creationTimestamp, submit time in ns): RFC 3339 UTC stamps sort as strings."""
-    meta = obj.get("metadata") or {}
-    submitted = str((meta.get("annotations") or {}).get(ANNOTATION_SUBMITTED_AT) or "")
-    return str(meta.get("creationTimestamp") or ""), int(submitted) if submitted.isdigit() else 0
-
-
-def _app_name(obj: Dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return (meta.get("annotations") or {}).get("torchx.pytorch.org/app-name") or _labels(obj).get(
-        LABEL_APP_NAME, ""
-    )
 
 
 def app_to_resource(
