@@ -299,25 +299,25 @@ def test_token_is_a_label_and_found_oldest_first(srv: KMockServer) -> None:
 
 
 def test_a_keyed_app_in_another_namespace_is_found_by_its_retry(srv: KMockServer) -> None:
-    """A keyed run submitted with ``-cfg namespace=team-b`` is found by its retry, whose
-    scheduler's namespace is the kube context's (``default``): one app, not two. A caller
-    who may not list cluster-wide (403) is looked up in its scheduler's namespace."""
+    """A keyed run submitted with ``-cfg namespace=team-b`` is found by its retry (with
+    the same cfg), whose scheduler's namespace is the kube context's (``default``): one
+    app, not two. The lookup stays in the run's namespace: the same key in another
+    namespace (another team's DAG of the same name) is not re-attached to."""
     cfg = {"queue": "q", "namespace": "team-b"}
+    key = "dag/train/ns"
     with get_runner() as runner:
-        first = runner.run(echo_app(), "kubernetes", cfg, idempotency_key="dag/train/ns")
+        first = runner.run(echo_app(), "kubernetes", cfg, idempotency_key=key)
     with get_runner() as retry:  # another worker's retry
-        again = retry.run(echo_app(), "kubernetes", cfg, idempotency_key="dag/train/ns")
+        assert retry.find_by_idempotency_key("kubernetes", key, cfg=cfg) == first
+        again = retry.run(echo_app(), "kubernetes", cfg, idempotency_key=key)
+        assert retry.find_by_idempotency_key("kubernetes", key) is None  # not in default
+        other_team = retry.run(echo_app(), "kubernetes", {"queue": "q"}, idempotency_key=key)
     ns, name = specs.parse_app_handle(first).app_id.split(":")
     assert again == first and ns == "team-b"
-    assert srv.names(VOLCANO_JOBS, "team-b") == [name] and srv.names(VOLCANO_JOBS, NS) == []
-    stored = srv.get(VOLCANO_JOBS, ns, name)
-    assert stored is not None
-    token = stored["metadata"]["labels"][LABEL_IDEMPOTENCY_TOKEN]
-    cluster_wide = re.compile(r"/apis/(batch/v1|batch\.volcano\.sh/v1alpha1)/jobs")
-    srv.call(lambda: srv.km["get", cluster_wide] << 403)
-    assert create_scheduler("s").find_by_idempotency_token(token) == []
-    found = create_scheduler("s", namespace="team-b").find_by_idempotency_token(token)
-    assert [a.app_id for a in found] == [f"{ns}:{name}"]
+    assert srv.names(VOLCANO_JOBS, "team-b") == [name]
+    assert [f"{NS}:{n}" for n in srv.names(VOLCANO_JOBS, NS)] == [
+        specs.parse_app_handle(other_team).app_id
+    ]
 
 
 def test_equal_creation_times_order_by_submit_time_then_app_id(srv: KMockServer) -> None:

@@ -193,7 +193,7 @@ def submit_or_attach(
     it neither prints nor reports progress for that long.
     """
     if key:
-        found = runner.find_by_idempotency_key(scheduler, key, reattach_succeeded)
+        found = runner.find_by_idempotency_key(scheduler, key, reattach_succeeded, cfg)
         if found is not None:
             return Submission(found, reattached=True)
     cfg = dict(cfg or {})

@@ -227,7 +227,7 @@ class Runner:
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if token:
-            existing = idempotency.reusable_app(self, scheduler, token, reattach_succeeded)
+            existing = idempotency.reusable_app(self, scheduler, token, reattach_succeeded, cfg)
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
                 return existing
@@ -251,15 +251,20 @@ class Runner:
         except BaseException:
             sched.release_idempotency_claim(token, info)
             raise
-        return idempotency.converge(self, scheduler, token, handle, opened)
+        return idempotency.converge(self, scheduler, token, handle, opened, cfg)
 
     def find_by_idempotency_key(
-        self, scheduler: str, idempotency_key: str, reattach_succeeded: bool = False
+        self,
+        scheduler: str,
+        idempotency_key: str,
+        reattach_succeeded: bool = False,
+        cfg: Optional[Mapping[str, CfgVal]] = None,
     ) -> Optional[AppHandle]:
-        """The app :meth:`run` would re-attach to for this key (None: it would submit, or
-        wait); as :meth:`run`, it cancels the key's newer live apps (a race's losers)."""
+        """The app :meth:`run` (with ``cfg``: e.g. the Kubernetes namespace it looks in)
+        would re-attach to for this key (None: it would submit, or wait); as :meth:`run`,
+        it cancels the key's newer live apps (a race's losers)."""
         token = idempotency_token(idempotency_key)
-        return idempotency.reusable_app(self, scheduler, token, reattach_succeeded)
+        return idempotency.reusable_app(self, scheduler, token, reattach_succeeded, cfg)
 
     def dryrun(
         self,

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from torchx.specs.api import (
     AppHandle,
     AppState,
+    CfgVal,
     UnknownAppException,
     is_terminal,
     make_app_handle,
@@ -32,12 +33,17 @@ logger = logging.getLogger(__name__)
 
 
 def reusable_app(
-    runner: Runner, scheduler: str, token: str, reattach_succeeded: bool
+    runner: Runner,
+    scheduler: str,
+    token: str,
+    reattach_succeeded: bool,
+    cfg: Optional[Mapping[str, CfgVal]] = None,
 ) -> Optional[AppHandle]:
-    """The app with ``token`` to re-attach to: the oldest live one, which is the one
-    convergence keeps (so a re-attached app is never cancelled as a race's loser), else
-    with ``reattach_succeeded`` the newest SUCCEEDED one. Newer live ones are cancelled."""
-    sched = runner._scheduler(scheduler)
+    """The app with ``token`` (submitted with ``cfg``) to re-attach to: the oldest live
+    one, which is the one convergence keeps (so a re-attached app is never cancelled as a
+    race's loser), else with ``reattach_succeeded`` the newest SUCCEEDED one. Newer live
+    ones are cancelled."""
+    sched = runner._scheduler(scheduler).scoped(cfg or {})
     apps = sched.find_by_idempotency_token(token)
     for app in (a for a in apps if is_terminal(a.state)):  # a run its waiter never ended
         try:  # is ended as status() would; never worth failing a re-attach or a submit
@@ -60,11 +66,16 @@ def reusable_app(
 
 
 def converge(
-    runner: Runner, scheduler: str, token: str, handle: AppHandle, opened: Optional[OpenedJobRun]
+    runner: Runner,
+    scheduler: str,
+    token: str,
+    handle: AppHandle,
+    opened: Optional[OpenedJobRun],
+    cfg: Optional[Mapping[str, CfgVal]] = None,
 ) -> AppHandle:
-    """After a keyed submission: if the token's oldest live app is not ours, cancel ours
-    (its run ends KILLED, naming the winner) and return the winner."""
-    sched = runner._scheduler(scheduler)
+    """After a keyed submission (with ``cfg``): if the token's oldest live app is not
+    ours, cancel ours (its run ends KILLED, naming the winner) and return the winner."""
+    sched = runner._scheduler(scheduler).scoped(cfg or {})
     ours = parse_app_handle(handle).app_id
     listed = sched.find_by_idempotency_token(token)
     live = [a for a in listed if not is_terminal(a.state) or a.app_id == ours]

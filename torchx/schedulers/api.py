@@ -214,6 +214,12 @@ class Scheduler(abc.ABC, Generic[T]):
     def list(self) -> List[ListAppResponse]:
         """Apps this scheduler knows about."""
 
+    def scoped(self, cfg: Mapping[str, CfgVal]) -> Scheduler[T]:
+        """This scheduler as it finds the apps submitted with ``cfg``
+        (``find_by_idempotency_token``): a scheduler whose lookups depend on a run option
+        returns one bound to it (Kubernetes: the namespace). Default: itself."""
+        return self
+
     def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
         """Apps submitted with ``token`` (see ``idempotency_token``), oldest first.
 

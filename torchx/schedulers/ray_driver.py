@@ -161,12 +161,13 @@ def ended_by_ray(req: Dict[str, Any], base: str) -> bool:
     Ray stops a job by signalling the entrypoint's processes it sees then; a stop that
     comes while the job is PENDING can kill the entrypoint's shell before it started this
     driver, which then runs on, an orphan holding its replicas' CPUs (seen in CI: the next
-    job waited for them forever). Doubt (the dashboard not answering) is not an end."""
+    job waited for them forever). Doubt (the dashboard not answering within 2 s, e.g. an
+    address only the submitter can reach) is not an end."""
     address = str(req.get("address") or "")
     url = address if "://" in address else f"http://{address}"
     job_id = os.path.basename(base)
     try:
-        with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=10) as r:
+        with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=2) as r:
             status = json.load(r).get("status")
     except Exception:
         return False

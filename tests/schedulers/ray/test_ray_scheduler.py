@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.mlflow_server import free_port
 from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, idempotency_token
@@ -91,6 +92,15 @@ def test_cancel_stops_every_replica_process(env: Path) -> None:
         if driver.poll() is None:
             os.killpg(driver.pid, 9)
     assert driver.returncode == 143 and "already ended this job" in out, out
+
+
+def test_a_driver_that_cannot_ask_ray_runs_its_job() -> None:
+    """Doubt is not an end: a dashboard the driver cannot reach (an address only the
+    submitter can reach) leaves the job to run."""
+    from torchx.schedulers.ray_driver import ended_by_ray
+
+    assert not ended_by_ray({"address": f"127.0.0.1:{free_port()}"}, "/home/ray/app-1")
+    assert not ended_by_ray({}, "/home/ray/app-1")
 
 
 def _true_app(token: str) -> specs.AppDef:

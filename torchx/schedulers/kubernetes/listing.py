@@ -1,16 +1,15 @@
-"""torchx's apps on a Kubernetes cluster, found by their labels: Volcano Jobs, and the
+"""torchx's apps in one Kubernetes namespace, found by their labels: Volcano Jobs, and the
 Indexed Jobs of one app grouped by its unique-name label.
 
-An idempotency token is looked up in every namespace the caller may list, so a retry
-finds a keyed app submitted with ``-cfg namespace=...`` (or a ``.torchxconfig``
-namespace) while the retrying scheduler's own namespace is another; a user who may not
-list cluster-wide (403) is looked up in the scheduler's namespace, as upstream lists.
+Only one namespace, the run's (``KubernetesScheduler.scoped``), never the cluster: two
+teams' keys can be equal (the same DAG, task and run id), and a cluster-wide lookup would
+re-attach to, or cancel as a race's loser, another team's app.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from torchx.schedulers.api import ListAppResponse
 from torchx.schedulers.kubernetes import status as ks
@@ -44,9 +43,8 @@ def app_name(obj: Dict[str, Any]) -> str:
     )
 
 
-def find_apps(custom: Any, batch: Any, namespace: Optional[str], labels: Dict[str, str]) -> Found:
-    """(oldest object, entry) of each app whose objects carry ``labels``, in ``namespace``
-    (None: every namespace). Raises the client's ``ApiException`` (a 403 among them)."""
+def find_apps(custom: Any, batch: Any, namespace: str, labels: Dict[str, str]) -> Found:
+    """(oldest object, entry) of each app in ``namespace`` whose objects carry ``labels``."""
     from kubernetes.client.rest import ApiException
 
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
@@ -54,38 +52,26 @@ def find_apps(custom: Any, batch: Any, namespace: Optional[str], labels: Dict[st
     def matches(obj: Dict[str, Any]) -> bool:  # also when a server ignores the selector
         return all(labels_of(obj).get(k) == v for k, v in labels.items())
 
-    def where(obj: Dict[str, Any]) -> str:
-        return namespace or str((obj.get("metadata") or {}).get("namespace") or "default")
-
     apps: Found = []
-    volcano = (VOLCANO_GROUP, VOLCANO_VERSION)
     try:
-        if namespace is None:
-            resp = custom.list_cluster_custom_object(
-                *volcano, VOLCANO_PLURAL, label_selector=selector
-            )
-        else:
-            resp = custom.list_namespaced_custom_object(
-                *volcano, namespace, VOLCANO_PLURAL, label_selector=selector
-            )
+        resp = custom.list_namespaced_custom_object(
+            VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, label_selector=selector
+        )
     except ApiException as e:
         if e.status != 404:  # 404: Volcano not installed
             raise
         resp = {}
     for job in resp.get("items") or []:
         if matches(job):
-            app_id = f"{where(job)}:{job['metadata']['name']}"
+            app_id = f"{namespace}:{job['metadata']['name']}"
             apps.append((job, ListAppResponse(app_id, ks.volcano_state(job), name=app_name(job))))
-    if namespace is None:
-        raw = batch.list_job_for_all_namespaces(label_selector=selector, _preload_content=False)
-    else:
-        raw = batch.list_namespaced_job(namespace, label_selector=selector, _preload_content=False)
-    groups: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    raw = batch.list_namespaced_job(namespace, label_selector=selector, _preload_content=False)
+    groups: Dict[str, List[Dict[str, Any]]] = {}
     for job in json.loads(raw.data).get("items") or []:
         if matches(job) and labels_of(job).get(LABEL_UNIQUE_NAME):
-            groups.setdefault((where(job), labels_of(job)[LABEL_UNIQUE_NAME]), []).append(job)
-    for (ns, name), jobs in groups.items():
+            groups.setdefault(labels_of(job)[LABEL_UNIQUE_NAME], []).append(job)
+    for name, jobs in groups.items():
         state = ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])
         oldest = min(jobs, key=created)
-        apps.append((oldest, ListAppResponse(f"{ns}:{name}", state, name=app_name(oldest))))
+        apps.append((oldest, ListAppResponse(f"{namespace}:{name}", state, name=app_name(oldest))))
     return apps

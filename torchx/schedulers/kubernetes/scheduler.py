@@ -430,11 +430,18 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
         return [app for _, app in self._apps({LABEL_ORGANIZATION: ORGANIZATION})]
 
+    def scoped(self, cfg: Mapping[str, CfgVal]) -> KubernetesScheduler:
+        """This scheduler in ``cfg``'s namespace (a keyed app submitted with
+        ``-cfg namespace=...`` is found there by its retry), sharing its API client."""
+        namespace = cfg.get("namespace")
+        if not namespace or str(namespace) == self.default_namespace():
+            return self
+        return KubernetesScheduler(self.session_name, self._api_client(), namespace=str(namespace))
+
     @api_errors
     def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
-        """Apps labelled with ``token``, oldest first: in every namespace the caller may
-        list (a keyed app submitted to another namespace than this scheduler's is found by
-        its retry), else (403) in the scheduler's namespace. See ``listing``.
+        """Apps labelled with ``token`` in the scheduler's namespace (``scoped``: the
+        run's), oldest first.
 
         The API server filters by label selector. Order: creationTimestamp (whole
         seconds), then the submitter's submit time, then the app id.
@@ -444,15 +451,7 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
         pods may start. Within one second the order rests on submitters' clocks, so two
         submissions that see each other late may both be kept.
         """
-        from kubernetes.client.rest import ApiException
-
-        labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
-        try:
-            found = find_apps(self._custom(), self._batch(), None, labels)
-        except ApiException as e:
-            if e.status != 403:
-                raise
-            found = self._apps(labels)
+        found = self._apps({LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token})
         found.sort(key=lambda pair: (*created(pair[0]), pair[1].app_id))
         return [app for _, app in found]
 
