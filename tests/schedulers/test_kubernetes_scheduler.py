@@ -4,6 +4,7 @@ the kubelet by writing job status, pods and pod logs into the emulator."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, List
@@ -11,6 +12,7 @@ from typing import Any, List
 import pytest
 
 from torchx import specs
+from torchx.pipelines.prefect import stages
 from torchx.runner import get_runner
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, idempotency_token
 from torchx.schedulers.kubernetes.api import KubernetesError
@@ -318,6 +320,10 @@ def test_a_keyed_app_in_another_namespace_is_found_by_its_retry(srv: KMockServer
     assert [f"{NS}:{n}" for n in srv.names(VOLCANO_JOBS, NS)] == [
         specs.parse_app_handle(other_team).app_id
     ]
+    # a cancelled Prefect flow run's hook reaches the stage's app with its recorded cfg
+    record = stages.here("kubernetes", key, {}, cfg)
+    stages.cancel_stages([record], "", logging.getLogger("hook"), {})
+    assert srv.names(VOLCANO_JOBS, "team-b") == [] and len(srv.names(VOLCANO_JOBS, NS)) == 1
 
 
 def test_equal_creation_times_order_by_submit_time_then_app_id(srv: KMockServer) -> None:

@@ -46,17 +46,24 @@ class StageRecord:
     key: str
     torchx_home: str
     trackers: Dict[str, Optional[str]] = field(default_factory=dict)
+    cfg: Dict[str, Any] = field(default_factory=dict)  # where the scheduler looks (namespace)
 
     def where(self) -> str:
         """The settings the app is reached with (stages sharing them are handled together)."""
         return json.dumps([self.torchx_home, self.trackers], sort_keys=True)
 
 
-def here(scheduler: str, key: str, trackers: Dict[str, Optional[str]]) -> StageRecord:
-    """The record of a stage submitted by this process (its ``TORCHX_HOME``); a tracker
-    URI's user and password are left out (labels are visible to every Prefect user)."""
+def here(
+    scheduler: str,
+    key: str,
+    trackers: Dict[str, Optional[str]],
+    cfg: Optional[Dict[str, Any]] = None,
+) -> StageRecord:
+    """The record of a stage submitted by this process (its ``TORCHX_HOME``) with ``cfg``
+    (its run options); a tracker URI's user and password are left out (labels are visible
+    to every Prefect user)."""
     public = {name: _without_userinfo(config) for name, config in trackers.items()}
-    return StageRecord(scheduler, key, str(torchx_home()), public)
+    return StageRecord(scheduler, key, str(torchx_home()), public, dict(cfg or {}))
 
 
 def _without_userinfo(config: Optional[str]) -> Optional[str]:
@@ -128,7 +135,7 @@ def _cancel_here(
 ) -> None:
     with core.runner_for(trackers) as runner:
         for r in records:
-            handle = runner.find_by_idempotency_key(r.scheduler, r.key)  # a live app, if any
+            handle = runner.find_by_idempotency_key(r.scheduler, r.key, cfg=r.cfg)  # live
             if handle is not None:
                 log.info("cancelling %s (stage %s)", handle, r.key)
                 core.cancel_quietly(runner, handle, log)

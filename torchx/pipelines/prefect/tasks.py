@@ -79,16 +79,18 @@ def pipeline_run_id() -> str:
     return f"prefect://{name}/{fid}"
 
 
-def record_flow_run_stage(scheduler: str, key: Optional[str], runner: Any) -> None:
-    """Label the current flow run with what reaches the stage's app (scheduler, key, this
-    process's ``TORCHX_HOME`` and trackers), *before* it is submitted, for
+def record_flow_run_stage(
+    scheduler: str, key: Optional[str], runner: Any, cfg: Optional[Dict[str, Any]] = None
+) -> None:
+    """Label the current flow run with what reaches the stage's app (scheduler, key, run
+    options, this process's ``TORCHX_HOME`` and trackers), *before* it is submitted, for
     ``cancel_flow_run_apps``, which Prefect runs in the worker (see ``stages``)."""
     from prefect.runtime import flow_run
 
     fid = flow_run.get_id()
     if not fid or not key:  # not inside a flow run: there is nothing that could cancel it
         return
-    stages.record_stage(str(fid), stages.here(scheduler, key, runner.trackers()))
+    stages.record_stage(str(fid), stages.here(scheduler, key, runner.trackers(), cfg))
 
 
 def _open_pipeline_run(runner: Any) -> Optional[str]:
@@ -173,7 +175,7 @@ def submit_stage(
     name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     with _runner() as runner:
-        record_flow_run_stage(scheduler, idempotency_key, runner)
+        record_flow_run_stage(scheduler, idempotency_key, runner, dict(cfg or {}))
         submission = core.submit_or_attach(
             runner,
             component,
