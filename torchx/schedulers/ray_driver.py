@@ -155,6 +155,11 @@ def _publish(actors: List[Any], base: str, req: Dict[str, Any]) -> None:
         time.sleep(PUBLISH_INTERVAL)
 
 
+def dashboard_url(address: str) -> str:
+    """The Ray dashboard's URL from an address given with or without its scheme."""
+    return address if "://" in address else f"http://{address}"
+
+
 def ended_by_ray(req: Dict[str, Any], base: str) -> bool:
     """Whether Ray already holds this driver's job ended (STOPPED, FAILED, SUCCEEDED).
 
@@ -163,8 +168,7 @@ def ended_by_ray(req: Dict[str, Any], base: str) -> bool:
     driver, which then runs on, an orphan holding its replicas' CPUs (seen in CI: the next
     job waited for them forever). Doubt (the dashboard not answering within 2 s, e.g. an
     address only the submitter can reach) is not an end."""
-    address = str(req.get("address") or "")
-    url = address if "://" in address else f"http://{address}"
+    url = dashboard_url(str(req.get("address") or ""))
     job_id = os.path.basename(base)
     try:
         with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=2) as r:

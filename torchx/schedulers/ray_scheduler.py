@@ -44,7 +44,7 @@ from torchx.schedulers.api import (
     filter_regex,
 )
 from torchx.schedulers.ids import unique_name
-from torchx.schedulers.ray_driver import PUBLISH_INTERVAL
+from torchx.schedulers.ray_driver import PUBLISH_INTERVAL, dashboard_url
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -138,7 +138,7 @@ class RayScheduler(Scheduler[RayJob]):
 
     def _client(self, address: str) -> Any:
         js = import_optional("ray.job_submission", "ray")
-        url = address if "://" in address else f"http://{address}"
+        url = dashboard_url(address)
         # Ray prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS over the argument: make them agree
         saved = {
             k: os.environ.pop(k)

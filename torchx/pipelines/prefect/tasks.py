@@ -175,7 +175,7 @@ def submit_stage(
     name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     with _runner() as runner:
-        record_flow_run_stage(scheduler, idempotency_key, runner, dict(cfg or {}))
+        record_flow_run_stage(scheduler, idempotency_key, runner, cfg)
         submission = core.submit_or_attach(
             runner,
             component,

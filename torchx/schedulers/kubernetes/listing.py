@@ -43,6 +43,13 @@ def app_name(obj: Dict[str, Any]) -> str:
     )
 
 
+def list_json(method: Any, namespace: str, selector: str) -> List[Dict[str, Any]]:
+    """The items a namespaced list call returns, as plain dicts (as the API sent them)
+    rather than models: the same shape as custom objects."""
+    resp = method(namespace, label_selector=selector, _preload_content=False)
+    return list(json.loads(resp.data).get("items") or [])
+
+
 def find_apps(custom: Any, batch: Any, namespace: str, labels: Dict[str, str]) -> Found:
     """(oldest object, entry) of each app in ``namespace`` whose objects carry ``labels``."""
     from kubernetes.client.rest import ApiException
@@ -65,9 +72,8 @@ def find_apps(custom: Any, batch: Any, namespace: str, labels: Dict[str, str]) -
         if matches(job):
             app_id = f"{namespace}:{job['metadata']['name']}"
             apps.append((job, ListAppResponse(app_id, ks.volcano_state(job), name=app_name(job))))
-    raw = batch.list_namespaced_job(namespace, label_selector=selector, _preload_content=False)
     groups: Dict[str, List[Dict[str, Any]]] = {}
-    for job in json.loads(raw.data).get("items") or []:
+    for job in list_json(batch.list_namespaced_job, namespace, selector):
         if matches(job) and labels_of(job).get(LABEL_UNIQUE_NAME):
             groups.setdefault(labels_of(job)[LABEL_UNIQUE_NAME], []).append(job)
     for name, jobs in groups.items():

@@ -28,7 +28,6 @@ daemon the submission fails in one line naming ``--workspace ""`` (run the image
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime
 from typing import (
@@ -64,7 +63,7 @@ from torchx.schedulers.kubernetes.api import (
     load_api_client,
     status_message,
 )
-from torchx.schedulers.kubernetes.listing import created, find_apps, labels_of
+from torchx.schedulers.kubernetes.listing import created, find_apps, labels_of, list_json
 from torchx.schedulers.kubernetes.manifests import (
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
@@ -360,22 +359,16 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
             raise
 
     def _indexed_jobs(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = self._list_json(
+        items = list_json(
             self._batch().list_namespaced_job, namespace, f"{LABEL_UNIQUE_NAME}={name}"
         )
         return [j for j in items if labels_of(j).get(LABEL_UNIQUE_NAME) == name]
 
     def _pods(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = self._list_json(
+        items = list_json(
             self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}"
         )
         return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
-
-    @staticmethod
-    def _list_json(method: Any, namespace: str, selector: str) -> List[Dict[str, Any]]:
-        # Plain dicts (as the API sent them) rather than models: same shape as custom objects.
-        resp = method(namespace, label_selector=selector, _preload_content=False)
-        return list(json.loads(resp.data).get("items") or [])
 
     @api_errors
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
