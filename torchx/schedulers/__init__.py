@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from torchx.schedulers.api import Scheduler
 
 DEFAULT_SCHEDULER_MODULES: Dict[str, str] = {
+    "local_docker": "torchx.schedulers.docker_scheduler",
     "local_cwd": "torchx.schedulers.local.scheduler",
     "slurm": "torchx.schedulers.slurm.scheduler",
     "kubernetes": "torchx.schedulers.kubernetes.scheduler",

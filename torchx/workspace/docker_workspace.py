@@ -171,7 +171,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
     def _docker_client(self) -> DockerClient:
         client = getattr(self, "_DockerWorkspaceMixin__docker_client", None)
         if client is None:
-            client = _connect()
+            client = connect_docker(f"build the workspace image; or {DISABLE_HINT}")
             self.__docker_client = client
         return client
 
@@ -263,10 +263,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
         if build is None:
             return image
         base = self._build(client, build.base_image)
-        try:
-            client.images.pull(base)
-        except Exception as e:  # a local-only base image is fine
-            log.warning("failed to pull image %s, falling back to local: %s", base, e)
+        ensure_image(client, base)
         log.info("Building workspace docker image (this may take a while)...")
         import torchx
 
@@ -299,25 +296,51 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
         return image_id
 
 
-def _connect() -> DockerClient:
+def connect_docker(purpose: str = "run containers") -> DockerClient:
+    """A client of the Docker engine ``DOCKER_HOST`` names (else the default socket);
+    ``DockerUnavailableError`` saying what it was needed ``purpose`` for if none answers."""
     try:
         import docker
     except ImportError:
         raise DockerUnavailableError(
-            "building the workspace image needs the Docker SDK (pip install docker)"
-            f" and a Docker daemon; or {DISABLE_HINT}"
+            f"the Docker SDK is not installed (pip install 'torchx[docker]'): needed to {purpose}"
         ) from None
     try:
         client = docker.from_env()
         client.ping()
-    except Exception as e:
+    except Exception as e:  # the SDK raises several types for an engine it cannot reach
         reason = " ".join(str(e).split())
         reason = reason if len(reason) <= 160 else reason[:157] + "..."
         raise DockerUnavailableError(
-            f"cannot reach a Docker daemon to build the workspace image ({reason});"
-            f" start Docker or set DOCKER_HOST, or {DISABLE_HINT}"
+            f"cannot reach a Docker engine ({reason}): start Docker or set DOCKER_HOST;"
+            f" needed to {purpose}"
         ) from None
     return client
+
+
+class MissingImageError(WorkspaceError):
+    """An image is neither on the Docker engine nor pullable."""
+
+
+def ensure_image(client: DockerClient, image: str) -> None:
+    """Use ``image`` as the engine has it, else pull it (a build's base, a job's image);
+    ``MissingImageError`` in one line if neither works."""
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(image)
+        return
+    except ImageNotFound:
+        pass
+    log.info("Pulling container image: %s (this may take a while)", image)
+    try:
+        client.images.pull(image)
+    except Exception as e:  # any pull failure (no registry, auth, no such tag) is the same
+        reason = " ".join(str(e).split())[:200]
+        raise MissingImageError(
+            f"image {image} is not on the Docker engine and cannot be pulled ({reason}):"
+            " build it (torchx's image: the Dockerfile in torchx's repository) or pass --image"
+        ) from None
 
 
 def _check_push(events: Iterable[Dict[str, Any]]) -> None:

@@ -1,0 +1,547 @@
+"""``local_docker``: each replica of an app is a container of the local Docker engine.
+
+Containers run on the host network (``TORCHX_RANK0_HOST=localhost``), so a ``dist.ddp``
+rendezvous works across them as it does across ``local_cwd`` processes. What any shell needs
+to find and read an app lives with the engine, in the containers' labels: app id, role,
+replica, the AppDef (for ``describe``), the idempotency token and the owner. Containers are
+never removed by torchx, so a failed or cancelled app's logs stay readable (``docker rm`` or
+``docker container prune`` them).
+
+Beside the labels, each app has a state directory on the engine's host
+(``$TORCHX_HOME/docker/<app id>``, its path in a label), bind-mounted into every replica at
+``/var/run/torchx``: the job's progress reports and torchelastic error files go there, and a
+cancel or a stall is recorded there before the containers are stopped, so ``describe`` from
+any process tells CANCELLED and a stall's reason from an ordinary failure.
+
+As upstream: the run options ``copy_env``, ``env`` and ``privileged`` (plus the workspace's
+``image_repo`` and ``quiet``), bind, volume and device mounts, GPUs as device requests,
+``max_retries`` as Docker's ``on-failure`` restart policy, and a Docker workspace: a run from
+a directory builds an image of that directory on top of the role's image. An image the
+engine already has is used as is; any other is pulled.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import torchx
+from torchx.schedulers.api import (
+    IDEMPOTENCY_TOKEN,
+    OWNER,
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    split_lines_iterator,
+)
+from torchx.schedulers.devices import get_device_mounts
+from torchx.schedulers.ids import make_unique
+from torchx.specs.api import (
+    NONE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    BindMount,
+    CfgVal,
+    DeviceMount,
+    ReplicaStatus,
+    RoleStatus,
+    TorchXError,
+    VolumeMount,
+    is_terminal,
+    macros,
+    runopts,
+)
+from torchx.specs.serialize import appdef_from_dict, appdef_to_dict
+from torchx.util.paths import torchx_home
+from torchx.workspace.docker_workspace import (
+    HASH_PREFIX,
+    DockerWorkspaceMixin,
+    connect_docker,
+    ensure_image,
+)
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container
+
+log: logging.Logger = logging.getLogger(__name__)
+
+LABEL_VERSION: str = DockerWorkspaceMixin.LABEL_VERSION
+LABEL_APP_ID = "torchx.pytorch.org/app-id"
+LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
+LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
+LABEL_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
+LABEL_OWNER = "torchx.pytorch.org/owner"
+LABEL_APP = "torchx.pytorch.org/app"  # the submitted AppDef, JSON
+LABEL_STATE_DIR = "torchx.pytorch.org/state-dir"
+
+NETWORK = "host"
+RANK0_ENV = "TORCHX_RANK0_HOST"
+STATE_MOUNT = "/var/run/torchx"  # the app's state directory inside each container
+PROGRESS_FILE = "progress.json"
+CANCELLED_FILE = "cancelled"
+STALLED_FILE = "stalled"
+STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL on cancel, as `docker stop`
+
+CONTAINER_STATE: Dict[str, AppState] = {
+    "created": AppState.SUBMITTED,
+    "restarting": AppState.PENDING,
+    "running": AppState.RUNNING,
+    "paused": AppState.PENDING,
+    "removing": AppState.PENDING,
+    "dead": AppState.FAILED,
+}
+
+
+@dataclass
+class DockerContainer:
+    """One replica: ``docker run IMAGE COMMAND`` with ``kwargs`` (the SDK's ``containers.run``)."""
+
+    image: str
+    command: List[str]
+    kwargs: Dict[str, Any]
+
+
+@dataclass
+class DockerJob:
+    app_id: str
+    containers: List[DockerContainer]
+    state_dir: str = ""
+    images_to_build: List[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        import yaml
+
+        shown = [{"image": c.image, "command": c.command, **c.kwargs} for c in self.containers]
+        for c in shown:  # the AppDef label repeats the request: shown once, in the request
+            c["labels"] = {k: v for k, v in c["labels"].items() if k != LABEL_APP}
+        return yaml.safe_dump(shown, sort_keys=False, default_flow_style=False)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def has_docker() -> bool:
+    """Whether the Docker SDK is installed and an engine answers."""
+    try:
+        connect_docker()
+        return True
+    except TorchXError:
+        return False
+
+
+class DockerScheduler(DockerWorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+    """Runs each replica as a container of the local Docker engine (``local_docker``).
+
+    Docker has no gang scheduling: a failed replica is restarted alone (``max_retries``).
+    """
+
+    def __init__(self, session_name: str, docker_client: Optional[DockerClient] = None) -> None:
+        super().__init__("local_docker", session_name, docker_client=docker_client)
+
+    # ------------------------------------------------------------------ options
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "copy_env",
+            type_=List[str],
+            default=None,
+            help="glob patterns of environment variables to copy into the containers if the"
+            " AppDef does not set them. Ex: FOO_*",
+        )
+        opts.add(
+            "env",
+            type_=Dict[str, str],
+            default=None,
+            help="environment variables for the containers, K1:v1,K2:v2 (or ; separated);"
+            " applied over copy_env",
+        )
+        opts.add(
+            "privileged",
+            type_=bool,
+            default=False,
+            help="run the containers with elevated permissions (docker run --privileged)",
+        )
+        return opts
+
+    # ------------------------------------------------------------------ submit
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
+        from docker.types import DeviceRequest, Mount
+
+        default_env: Dict[str, str] = {}
+        for pattern in _str_list(cfg.get("copy_env")):
+            for key in fnmatch.filter(os.environ.keys(), pattern):
+                default_env[key] = os.environ[key]
+        env_opt = cfg.get("env")
+        if isinstance(env_opt, dict):
+            default_env.update({str(k): str(v) for k, v in env_opt.items()})
+
+        app_id = make_unique(app.name)
+        state_dir = str(torchx_home() / "docker" / app_id)
+        app_json = json.dumps(appdef_to_dict(app), separators=(",", ":"))
+        req = DockerJob(app_id=app_id, containers=[], state_dir=state_dir)
+        # every replica's host name resolves to the host (all share its network)
+        hosts = {
+            _container_name(app_id, role.name, i): "127.0.0.1"
+            for role in app.roles
+            for i in range(role.num_replicas)
+        }
+        for role in app.roles:
+            mounts = [Mount(target=STATE_MOUNT, source=state_dir, type="bind")]
+            devices: List[str] = []
+            for mount in list(role.mounts) + get_device_mounts(role.resource.devices):
+                if isinstance(mount, BindMount):
+                    mounts.append(Mount(mount.dst_path, mount.src_path, "bind", mount.read_only))
+                elif isinstance(mount, VolumeMount):
+                    mounts.append(Mount(mount.dst_path, mount.src, "volume", mount.read_only))
+                elif isinstance(mount, DeviceMount):
+                    devices.append(f"{mount.src_path}:{mount.dst_path}:{mount.permissions}")
+                else:
+                    raise TypeError(f"unknown mount type {mount}")
+            if role.image.startswith(HASH_PREFIX) and role.image not in req.images_to_build:
+                req.images_to_build.append(role.image)
+            for replica_id in range(role.num_replicas):
+                values = macros.Values(
+                    img_root="",
+                    app_id=app_id,
+                    replica_id=str(replica_id),
+                    rank0_env=RANK0_ENV,
+                )
+                replica = values.apply(role)
+                env = dict(default_env)
+                env.update(replica.env)
+                env.update(
+                    {
+                        RANK0_ENV: "localhost",
+                        "TORCHX_IMAGE": role.image,
+                        "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
+                        "TORCHX_PROGRESS_FILE": f"{STATE_MOUNT}/{PROGRESS_FILE}",
+                        "TORCHELASTIC_ERROR_FILE": (
+                            f"{STATE_MOUNT}/{role.name}-{replica_id}-error.json"
+                        ),
+                    }
+                )
+                labels = {
+                    LABEL_VERSION: torchx.__version__,
+                    LABEL_APP_ID: app_id,
+                    LABEL_ROLE_NAME: role.name,
+                    LABEL_REPLICA_ID: str(replica_id),
+                    LABEL_STATE_DIR: state_dir,
+                    LABEL_APP: app_json,
+                }
+                if app.metadata.get(IDEMPOTENCY_TOKEN):
+                    labels[LABEL_IDEMPOTENCY_TOKEN] = app.metadata[IDEMPOTENCY_TOKEN]
+                if app.metadata.get(OWNER):
+                    labels[LABEL_OWNER] = app.metadata[OWNER]
+                name = _container_name(app_id, role.name, replica_id)
+                kwargs: Dict[str, Any] = {
+                    "name": name,
+                    # a host name of its own: torchrun tells nodes apart by host name and pid
+                    "hostname": name,
+                    "extra_hosts": hosts,
+                    "environment": env,
+                    "labels": labels,
+                    "network_mode": NETWORK,
+                    "privileged": bool(cfg.get("privileged")),
+                    "mounts": mounts,
+                    "devices": devices,
+                    "init": True,  # PID 1 forwards signals: a cancel's SIGTERM reaches the job
+                }
+                if replica.max_retries > 0:
+                    kwargs["restart_policy"] = {
+                        "Name": "on-failure",
+                        "MaximumRetryCount": replica.max_retries,
+                    }
+                resource = replica.resource
+                if resource.memMB > 0:
+                    # PyTorch's data loaders need a /dev/shm larger than Docker's 64 MB
+                    kwargs["mem_limit"] = kwargs["shm_size"] = f"{int(resource.memMB)}m"
+                if resource.cpu > 0:
+                    kwargs["nano_cpus"] = int(resource.cpu * 1e9)
+                if resource.gpu > 0:
+                    kwargs["device_requests"] = [
+                        DeviceRequest(count=resource.gpu, capabilities=[["compute", "utility"]])
+                    ]
+                command = [replica.entrypoint] + list(replica.args)
+                req.containers.append(DockerContainer(replica.image, command, kwargs))
+        return AppDryRunInfo(req, repr)
+
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> None:
+        """Any resource runs on Docker (none means no limit), as upstream."""
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        req: DockerJob = dryrun_info.request
+        client = self._docker_client
+        built = {image: self._build(client, image) for image in req.images_to_build}
+        cpus = _engine_cpus(client)
+        Path(req.state_dir).mkdir(parents=True, exist_ok=True)
+        for image in {built.get(c.image, c.image) for c in req.containers}:
+            ensure_image(client, image)
+        started: List[Container] = []
+        for c in req.containers:
+            kwargs = dict(c.kwargs)
+            if cpus and kwargs.get("nano_cpus", 0) > cpus * 1e9:
+                log.warning(
+                    "%s asks for %g CPUs; the engine has %d: limiting it to %d",
+                    kwargs["name"],
+                    kwargs["nano_cpus"] / 1e9,
+                    cpus,
+                    cpus,
+                )
+                kwargs["nano_cpus"] = int(cpus * 1e9)
+            image = built.get(c.image, c.image)
+            try:
+                started.append(client.containers.run(image, c.command, detach=True, **kwargs))
+            except Exception:  # a half-started app must not run on: stop what started
+                for container in started:
+                    container.kill()
+                raise
+        return req.app_id
+
+    # ------------------------------------------------------------------ reading
+
+    def _containers(self, app_id: Optional[str] = None, **labels: str) -> List[Container]:
+        selectors = [f"{LABEL_APP_ID}={app_id}" if app_id else LABEL_APP_ID]
+        selectors += [f"{k}={v}" for k, v in labels.items()]
+        return self._docker_client.containers.list(all=True, filters={"label": selectors})
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        containers = self._containers(app_id)
+        if not containers:
+            return None
+        app = _stored_app(containers)
+        state_dir = Path(containers[0].labels.get(LABEL_STATE_DIR, ""))
+        roles_statuses: Dict[str, RoleStatus] = {}
+        replica_states: List[AppState] = []
+        for c in sorted(containers, key=_replica_key):
+            role = c.labels[LABEL_ROLE_NAME]
+            state = _container_state(c)
+            replica_states.append(state)
+            roles_statuses.setdefault(role, RoleStatus(role, [])).replicas.append(
+                ReplicaStatus(
+                    id=int(c.labels[LABEL_REPLICA_ID]), role=role, state=state, hostname=c.name
+                )
+            )
+        state, msg = _app_state(replica_states, state_dir)
+        error = _first_error(state_dir) if state == AppState.FAILED else NONE
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            msg=msg,
+            structured_error_msg=error,
+            roles=app.roles if app else [],
+            roles_statuses=list(roles_statuses.values()),
+            metadata=dict(app.metadata) if app else {},
+            num_restarts=max((c.attrs.get("RestartCount", 0) for c in containers), default=0),
+        )
+
+    def list(self) -> List[ListAppResponse]:
+        return self._listing(self._containers())
+
+    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+        return self._listing(self._containers(**{LABEL_IDEMPOTENCY_TOKEN: token}))
+
+    def _listing(self, containers: List[Container]) -> List[ListAppResponse]:
+        """One entry per app, oldest first (the engine's creation time, then the app id)."""
+        apps: Dict[str, List[Container]] = {}
+        for c in containers:
+            apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)
+        listed: List[Tuple[str, str, ListAppResponse]] = []
+        for app_id, members in apps.items():
+            state_dir = Path(members[0].labels.get(LABEL_STATE_DIR, ""))
+            state, _ = _app_state([_container_state(c) for c in members], state_dir)
+            app = _stored_app(members)
+            created = min(str(c.attrs.get("Created", "")) for c in members)
+            name = app.name if app else app_id
+            listed.append((created, app_id, ListAppResponse(app_id, state, name=name)))
+        return [entry for _, _, entry in sorted(listed, key=lambda e: (e[0], e[1]))]
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        found = self._containers(app_id, **{LABEL_ROLE_NAME: role_name, LABEL_REPLICA_ID: str(k)})
+        if not found:
+            raise ValueError(f"no container for {app_id}/{role_name}/{k}")
+        chunks = found[0].logs(
+            stdout=streams != Stream.STDERR,
+            stderr=streams != Stream.STDOUT,
+            stream=True,
+            follow=should_tail,
+            since=since,
+            until=until,
+        )
+        lines = split_lines_iterator(chunk.decode("utf-8", "replace") for chunk in chunks)
+        return filter_regex(regex, lines) if regex else lines
+
+    def wait_for_change(self, app_id: str, timeout: float) -> None:
+        """Returns when a running replica exits (or after ``timeout``)."""
+        running = [c for c in self._containers(app_id) if c.status == "running"]
+        if not running:
+            time.sleep(timeout)
+            return
+        try:
+            running[0].wait(timeout=max(timeout, 0.1))
+        except Exception:  # the SDK's read timeout (requests' or urllib3's): no change yet
+            return
+
+    def progress_path(self, app_id: str) -> Optional[str]:
+        containers = self._containers(app_id)
+        if not containers:
+            return None
+        return str(Path(containers[0].labels.get(LABEL_STATE_DIR, "")) / PROGRESS_FILE)
+
+    def last_activity(self, app_id: str) -> Optional[float]:
+        """The newest log line's time of any replica, or its last progress report."""
+        containers = self._containers(app_id)
+        if not containers:
+            return None
+        times: List[float] = []
+        for c in containers:
+            started = _parse_time(str(c.attrs.get("State", {}).get("StartedAt", "")))
+            if started:
+                times.append(started)
+            tail = c.logs(timestamps=True, tail=1)
+            stamp = _parse_time(tail.decode("utf-8", "replace").split(" ", 1)[0])
+            if stamp:
+                times.append(stamp)
+        progress = Path(containers[0].labels.get(LABEL_STATE_DIR, "")) / PROGRESS_FILE
+        if progress.is_file():
+            times.append(progress.stat().st_mtime)
+        return max(times) if times else None
+
+    # ------------------------------------------------------------------ stopping
+
+    def _cancel_existing(self, app_id: str) -> None:
+        self._stop(app_id, CANCELLED_FILE, "cancelled")
+
+    def stop_stalled(self, app_id: str, reason: str) -> None:
+        self._stop(app_id, STALLED_FILE, reason)
+
+    def _stop(self, app_id: str, marker: str, text: str) -> None:
+        """Record why the app ends (unless it already ended), then stop every replica: SIGTERM,
+        SIGKILL after ``STOP_GRACE`` s. A restart policy does not restart a stopped container."""
+        containers = self._containers(app_id)
+        states = [_container_state(c) for c in containers]
+        if not containers or all(is_terminal(s) for s in states):
+            return
+        state_dir = Path(containers[0].labels.get(LABEL_STATE_DIR, ""))
+        if not (state_dir / CANCELLED_FILE).exists() and not (state_dir / STALLED_FILE).exists():
+            state_dir.mkdir(parents=True, exist_ok=True)
+            (state_dir / marker).write_text(text)
+        from docker.errors import APIError
+
+        client = self._docker_client
+        live = [c for c in containers if c.status in ("running", "restarting", "paused")]
+        for c in live:  # all at once, so the replicas stop together
+            try:
+                client.api.kill(c.id, signal="SIGTERM")
+            except APIError as e:  # it exited meanwhile: nothing to stop
+                log.debug("%s: %s", c.name, e)
+        for c in live:  # `docker stop`: waits up to STOP_GRACE s, then SIGKILLs
+            client.api.stop(c.id, timeout=int(STOP_GRACE))
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _str_list(value: object) -> List[str]:
+    if isinstance(value, str):
+        return [v for v in value.split(",") if v]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return []
+
+
+def _container_name(app_id: str, role: str, replica_id: int) -> str:
+    """Unique per engine; app id and role trimmed as upstream (a host name is <= 64 chars)."""
+    return f"{app_id[-30:]}-{role[:30]}-{replica_id}"
+
+
+def _replica_key(c: Container) -> Tuple[str, int]:
+    return c.labels.get(LABEL_ROLE_NAME, ""), int(c.labels.get(LABEL_REPLICA_ID, "0"))
+
+
+def _stored_app(containers: List[Container]) -> Optional[AppDef]:
+    for c in containers:
+        raw = c.labels.get(LABEL_APP)
+        if raw:
+            return appdef_from_dict(json.loads(raw))
+    return None
+
+
+def _container_state(c: Container) -> AppState:
+    if c.status == "exited":
+        code = c.attrs.get("State", {}).get("ExitCode", 1)
+        return AppState.SUCCEEDED if code == 0 else AppState.FAILED
+    return CONTAINER_STATE.get(c.status, AppState.UNKNOWN)
+
+
+def _app_state(replicas: List[AppState], state_dir: Path) -> Tuple[AppState, str]:
+    """The app's state from its replicas' and the reason recorded when it was stopped (a
+    replica created but never started does not keep a stopped app alive)."""
+    cancelled = (state_dir / CANCELLED_FILE).exists()
+    stalled = state_dir / STALLED_FILE
+    stopped = cancelled or stalled.exists()
+    live = [s for s in replicas if not is_terminal(s) and not (stopped and s == AppState.SUBMITTED)]
+    if live:
+        return live[0], NONE
+    if cancelled:
+        return AppState.CANCELLED, NONE
+    if stalled.exists():
+        return AppState.FAILED, stalled.read_text()
+    if all(s == AppState.SUCCEEDED for s in replicas):
+        return AppState.SUCCEEDED, NONE
+    return AppState.FAILED, NONE
+
+
+def _first_error(state_dir: Path) -> str:
+    """The earliest torchelastic error file of the app's replicas, as ``local_cwd`` reports."""
+    files = sorted(state_dir.glob("*-error.json"), key=lambda p: p.stat().st_mtime)
+    return files[0].read_text() if files else NONE
+
+
+def _parse_time(text: str) -> Optional[float]:
+    """Docker's RFC 3339 time (nanoseconds) as epoch seconds; None for none or zero."""
+    if not text or text.startswith("0001-"):
+        return None
+    head, _, frac = text.rstrip("Z").partition(".")
+    try:
+        stamp = datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return stamp.timestamp() + (float("0." + frac[:9]) if frac.isdigit() else 0.0)
+
+
+def _engine_cpus(client: DockerClient) -> int:
+    try:
+        return int(client.info().get("NCPU", 0))
+    except Exception:  # an engine that does not say: no limit is adjusted
+        return 0
+
+
+def create_scheduler(
+    session_name: str, docker_client: Optional[DockerClient] = None, **kwargs: Any
+) -> DockerScheduler:
+    return DockerScheduler(session_name=session_name, docker_client=docker_client)
