@@ -12,11 +12,30 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null && [ -x scripts/slurm_c
     if bash scripts/slurm_cluster.sh install; then
         bash scripts/slurm_cluster.sh start &
         slurm=$!
-        trap 'wait "$slurm" 2>/dev/null; bash scripts/slurm_cluster.sh stop || true' EXIT
     else
         echo "test: Slurm packages unavailable; Slurm tests will be skipped" >&2
     fi
 fi
+# A private Docker engine for the container tests (local_docker, Docker workspaces, KFP's
+# DockerRunner): Debian's docker.io, its own dockerd, a loopback registry, base images made
+# from Debian's packages once per machine, and torchx's image built from this tree
+# (scripts/docker_engine.sh; root + apt only; skipped otherwise). Also while the linters run.
+docker=""
+engine=""
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null && bash scripts/docker_engine.sh install; then
+    engine=1
+    mkdir -p .test-logs
+    (bash scripts/docker_engine.sh start && bash scripts/docker_engine.sh images) \
+        >.test-logs/docker_engine.log 2>&1 &
+    docker=$!
+else
+    echo "test: Docker packages unavailable; container tests will be skipped" >&2
+fi
+cleanup() {
+    [ -n "$slurm" ] && { wait "$slurm" 2>/dev/null; bash scripts/slurm_cluster.sh stop || true; }
+    [ -n "$engine" ] && { wait "$docker" 2>/dev/null; bash scripts/docker_engine.sh stop || true; }
+}
+trap cleanup EXIT
 if [ $# -eq 0 ]; then
     .venv/bin/ruff check torchx tests examples benchmarks
     .venv/bin/ruff format --check --quiet torchx tests examples benchmarks
@@ -27,6 +46,16 @@ if [ -n "$slurm" ]; then
         eval "$(bash scripts/slurm_cluster.sh env)"
     else
         echo "test: local Slurm cluster unavailable; Slurm tests will be skipped" >&2
+    fi
+fi
+if [ -n "$docker" ]; then
+    if wait "$docker"; then
+        eval "$(bash scripts/docker_engine.sh env)"
+        export TORCHX_TEST_DOCKER=1   # the container tests fail, not skip, without the engine
+        echo "test: Docker engine ready ($(tail -n 1 .test-logs/docker_engine.log))" >&2
+    else
+        cat .test-logs/docker_engine.log >&2
+        echo "test: Docker engine unavailable; container tests will be skipped" >&2
     fi
 fi
 # Five workers on 2 CPUs: half the suite waits on processes, Slurm or servers; two workers

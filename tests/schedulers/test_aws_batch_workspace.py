@@ -1,8 +1,8 @@
 """aws_batch with a docker workspace (``DockerWorkspaceMixin``), against moto.
 
-No Docker engine here: the dry run's rewritten image is real; at schedule time either no
-daemon is reachable (one line naming ``--workspace ""``, nothing registered or
-submitted) or ``FakeDockerClient`` plays the daemon to show the push happens first.
+The dry run's rewritten image; at schedule time either no engine is reachable (one line
+naming ``--workspace ""``, nothing registered or submitted), or the test Docker engine
+builds the image and pushes it to the test registry before the job is registered.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torchx.runner import get_runner
 from torchx.schedulers.aws_batch_scheduler import AWSBatchScheduler
 from torchx.workspace.docker_workspace import DockerUnavailableError, MissingImageRepoError
 
-from .docker_sdk_fake import BUILT_ID, FakeDockerClient
+from ..docker_engine import BASE_IMAGE, engine_or_skip, registry_or_skip, registry_tags
 from .moto_server import REGION, MotoBatchServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +84,9 @@ def test_dryrun_names_the_pushed_image_in_the_job_definition(
 
 
 def test_image_repo_and_quiet_come_from_the_workspace_mixin() -> None:
-    docker = FakeDockerClient()
+    import docker as docker_sdk
+
+    docker = docker_sdk.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
     assert AWSBatchScheduler("t", None, None, docker)._docker_client is docker  # upstream's order
     opts = AWSBatchScheduler("t").run_opts()
     assert str(opts.get("image_repo").help).startswith("(remote jobs) the image repository")
@@ -108,7 +110,7 @@ def test_schedule_without_docker_daemon_submits_nothing(
     with pytest.raises(DockerUnavailableError) as e:
         runner.schedule(info)
     msg = str(e.value)
-    assert msg.startswith("cannot reach a Docker daemon") and "\n" not in msg
+    assert msg.startswith("cannot reach a Docker engine") and "\n" not in msg
     assert msg.endswith(
         'pass --workspace "" (workspace=None in Python) to run without the workspace'
     )
@@ -116,22 +118,20 @@ def test_schedule_without_docker_daemon_submits_nothing(
 
 
 def test_schedule_pushes_before_registering(moto: MotoBatchServer, ws: Path) -> None:
-    seen_at_push: List[List[str]] = []
-    docker = FakeDockerClient(
-        on_push=lambda: seen_at_push.append(moto.job_ids() + moto.job_definition_names())
-    )
+    docker = engine_or_skip()
+    registry = registry_or_skip()
+    repo = f"torchx-test/batch-{os.getpid()}"
+    app = _app()
+    app.roles[0].image = BASE_IMAGE
     runner = get_runner(docker_client=docker)
-    handle = runner.run(_app(), "aws_batch", {"queue": QUEUE, "image_repo": IMAGE_REPO}, str(ws))
-    (build,) = docker.builds
-    assert build.members == ["Dockerfile.torchx", ".dockerignore", "train.py"]
-    assert build.buildargs == {"IMAGE": "python:3.11", "WORKSPACE": str(ws)}
-    ((_, tag),) = docker.pushes
-    assert docker.tags == [(BUILT_ID, IMAGE_REPO, tag)]
-    assert seen_at_push == [[]]  # pushed before anything reached Batch
+    handle = runner.run(
+        app, "aws_batch", {"queue": QUEUE, "image_repo": f"{registry}/{repo}"}, str(ws)
+    )
+    (tag,) = registry_tags(registry, repo)
     status = runner.status(handle)
     assert status is not None
     (job,) = moto.client("batch").describe_jobs(jobs=moto.job_ids())["jobs"]
-    assert _images(job) == [f"{IMAGE_REPO}:{tag}", "busybox"]
+    assert _images(job) == [f"{registry}/{repo}:{tag}", "busybox"]
 
 
 def test_no_workspace_needs_no_docker(

@@ -1,8 +1,9 @@
 """kubernetes with a docker workspace (``DockerWorkspaceMixin``), against kmock.
 
-No Docker engine here: the dry run's rewritten image and build context are real; at
-schedule time either no daemon is reachable (one line naming ``--workspace ""``, nothing
-created) or ``FakeDockerClient`` plays the daemon to show the push happens first.
+The dry run's rewritten image and build context; at schedule time either no engine is
+reachable (one line naming ``--workspace ""``, nothing created), or the test Docker engine
+builds the image and pushes it to the test registry before the job is created, and a
+refused push creates nothing.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from torchx import specs
 from torchx.runner import get_runner
 from torchx.schedulers.kubernetes.scheduler import KubernetesScheduler
 from torchx.workspace.docker_workspace import (
-    DEFAULT_DOCKERFILE,
     DockerUnavailableError,
     ImagePushError,
     MissingImageRepoError,
 )
 
-from .docker_sdk_fake import BUILT_ID, FakeDockerClient
+from ..docker_engine import BASE_IMAGE, engine_or_skip, registry_or_skip, registry_tags
 from .kmock_server import (
     BATCH_JOBS,
     SERVICES,
@@ -107,7 +107,9 @@ def test_indexed_dryrun_rewrites_only_the_first_role(srv: KMockServer, ws: Path)
 
 
 def test_image_repo_and_quiet_come_from_the_workspace_mixin() -> None:
-    docker = FakeDockerClient()
+    import docker as docker_sdk
+
+    docker = docker_sdk.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
     assert KubernetesScheduler("t", None, docker)._docker_client is docker  # upstream's order
     opts = KubernetesScheduler("t").run_opts()
     assert str(opts.get("image_repo").help).startswith("(remote jobs) the image repository")
@@ -136,7 +138,7 @@ def test_schedule_without_docker_daemon_creates_nothing(
     with pytest.raises(DockerUnavailableError) as e:
         runner.schedule(info)
     msg = str(e.value)
-    assert msg.startswith("cannot reach a Docker daemon") and "\n" not in msg
+    assert msg.startswith("cannot reach a Docker engine") and "\n" not in msg
     assert msg.endswith(
         'pass --workspace "" (workspace=None in Python) to run without the workspace'
     )
@@ -159,35 +161,43 @@ def test_no_workspace_needs_no_docker(srv: KMockServer, monkeypatch: pytest.Monk
 
 
 def test_schedule_builds_and_pushes_before_creating_the_job(srv: KMockServer, ws: Path) -> None:
-    seen_at_push: List[List[str]] = []
-    docker = FakeDockerClient(on_push=lambda: seen_at_push.append(srv.names(VOLCANO_JOBS)))
+    docker = engine_or_skip()
+    registry = registry_or_skip()
+    repo = f"torchx-test/k8s-{os.getpid()}"
+    app = ddp_app()
+    app.roles[0].image = BASE_IMAGE
     runner = get_runner(docker_client=docker)
-    cfg = {"queue": "q", "image_repo": IMAGE_REPO}
-    handle = runner.run(ddp_app(), "kubernetes", cfg, workspace=str(ws))
-    (build,) = docker.builds
-    assert build.members == FILES and build.dockerfile == DEFAULT_DOCKERFILE
-    assert build.buildargs == {"IMAGE": ddp_app().roles[0].image, "WORKSPACE": str(ws)}
-    ((_, tag),) = docker.pushes
-    assert docker.tags == [(BUILT_ID, IMAGE_REPO, tag)] and docker.pushes == [(IMAGE_REPO, tag)]
-    assert seen_at_push == [[]]  # pushed before the job existed
+    handle = runner.run(
+        app, "kubernetes", {"queue": "q", "image_repo": f"{registry}/{repo}"}, str(ws)
+    )
+    (tag,) = registry_tags(registry, repo)
     ns, name = specs.parse_app_handle(handle).app_id.split(":")
     job = srv.get(VOLCANO_JOBS, ns, name)
     assert job is not None
     assert {container(t["template"])["image"] for t in job["spec"]["tasks"]} == {
-        f"{IMAGE_REPO}:{tag}"
+        f"{registry}/{repo}:{tag}"
     }
+    # the pushed image is the workspace on the base: exactly the files .dockerignore lets in
+    pushed = docker.images.get(f"{registry}/{repo}:{tag}")
+    ls = docker.containers.run(pushed.id, ["ls", "-A"], working_dir="/", remove=True)
+    assert {"train.py", ".dockerignore", "Dockerfile.torchx"} <= set(ls.decode().split())
+    assert "data" not in ls.decode().split()
 
 
 def test_refused_push_creates_nothing(srv: KMockServer, ws: Path) -> None:
-    docker = FakeDockerClient(push_error="denied: requested access to the resource is denied")
+    from ..mlflow_server import free_port
+
+    docker = engine_or_skip()
+    app = echo_app()
+    app.roles[0].image = BASE_IMAGE
     runner = get_runner(docker_client=docker)
-    cfg = {"job_type": "indexed", "image_repo": IMAGE_REPO}
+    refusing = f"127.0.0.1:{free_port()}/team/app"  # nothing listens there
+    cfg = {"job_type": "indexed", "image_repo": refusing}
     with pytest.raises(ImagePushError) as e:
-        runner.run(echo_app(), "kubernetes", cfg, workspace=str(ws))
-    assert str(e.value) == (
-        "failed to push docker image: denied: requested access to the resource is denied;"
-        f" check `docker login` for {IMAGE_REPO}"
-    )
+        runner.run(app, "kubernetes", cfg, workspace=str(ws))
+    msg = str(e.value)
+    assert msg.startswith("failed to push docker image: ") and "\n" not in msg
+    assert msg.endswith(f"check `docker login` for {refusing}")
     assert _nothing_created(srv)
 
 

@@ -129,7 +129,7 @@ def test_dryrun_prints_the_workspace_section(
     CmdRun()._print_dryrun(info)
     out = capsys.readouterr().out
     section = out.split("=== WORKSPACE ===\n", 1)[1]
-    assert section.startswith(f"workspace {ws} -> role sh: ghcr.io/pytorch/torchx:")
+    assert section.startswith(f"workspace {ws} -> role sh: torchx:")
     assert section.rstrip().endswith("1 file(s):\n  job.sh")
 
 
@@ -200,5 +200,5 @@ def test_kubernetes_dryrun_shows_the_pushed_image_and_run_needs_docker(tmp_path:
     assert p.returncode == 1
     (line,) = p.stderr.strip().splitlines()
     assert (
-        line.startswith("torchx: error: cannot reach a Docker daemon") and '--workspace ""' in line
+        line.startswith("torchx: error: cannot reach a Docker engine") and '--workspace ""' in line
     )

@@ -171,7 +171,8 @@ def test_push_without_daemon_names_the_way_out(
     with pytest.raises(DockerUnavailableError) as e:
         sched.push_images(to_push)
     msg = str(e.value)
-    assert msg.startswith("cannot reach a Docker daemon to build the workspace image (")
+    assert msg.startswith("cannot reach a Docker engine (")
+    assert "needed to build the workspace image" in msg
     assert msg.endswith(
         'pass --workspace "" (workspace=None in Python) to run without the workspace'
     )
@@ -183,7 +184,9 @@ def test_push_without_docker_sdk(ws: Path, monkeypatch: pytest.MonkeyPatch) -> N
     sched = _DockerWs()
     app = _app()
     apply_workspace(sched, app, str(ws), {})
-    with pytest.raises(DockerUnavailableError, match=r"pip install docker.*--workspace \"\""):
+    with pytest.raises(
+        DockerUnavailableError, match=r"pip install 'torchx\[docker\]'.*--workspace \"\""
+    ):
         sched.push_images(sched.dryrun_push_images(app, {"image_repo": "r"}))
 
 

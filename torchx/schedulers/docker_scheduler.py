@@ -122,7 +122,10 @@ class DockerJob:
     def __str__(self) -> str:
         import yaml
 
-        shown = [{"image": c.image, "command": c.command, **c.kwargs} for c in self.containers]
+        shown = [
+            json.loads(json.dumps({"image": c.image, "command": c.command, **c.kwargs}))
+            for c in self.containers
+        ]  # the SDK's Mount and DeviceRequest are dicts: plain ones for YAML
         for c in shown:  # the AppDef label repeats the request: shown once, in the request
             c["labels"] = {k: v for k, v in c["labels"].items() if k != LABEL_APP}
         return yaml.safe_dump(shown, sort_keys=False, default_flow_style=False)
@@ -192,12 +195,15 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         state_dir = str(torchx_home() / "docker" / app_id)
         app_json = json.dumps(appdef_to_dict(app), separators=(",", ":"))
         req = DockerJob(app_id=app_id, containers=[], state_dir=state_dir)
-        # every replica's host name resolves to the host (all share its network)
-        hosts = {
-            _container_name(app_id, role.name, i): "127.0.0.1"
+        # Every replica's host name resolves to a loopback address of its own (all share the
+        # host's network): torchrun tells nodes apart by fully qualified host name and pid, and
+        # names that all resolved to 127.0.0.1 would all read back as "localhost".
+        names = [
+            _container_name(app_id, role.name, i)
             for role in app.roles
             for i in range(role.num_replicas)
-        }
+        ]
+        hosts = {name: f"127.0.{2 + n // 250}.{2 + n % 250}" for n, name in enumerate(names)}
         for role in app.roles:
             mounts = [Mount(target=STATE_MOUNT, source=state_dir, type="bind")]
             devices: List[str] = []
