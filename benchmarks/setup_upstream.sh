@@ -23,6 +23,6 @@ if [ ! -f .venvs/upstream/.compiled ]; then  # installed before --compile-byteco
     touch .venvs/upstream/.compiled
 fi
 # ours: always reinstalled from the checkout, so the benchmark measures this tree
-make_venv .venvs/ours --reinstall-package torchx "$ROOT"
+make_venv .venvs/ours --reinstall-package torchx "$ROOT[docker]"
 echo "upstream: $(.venvs/upstream/bin/python -c 'import torchx; print("torchx", torchx.__version__, torchx.__file__)')"
 echo "ours:     $(.venvs/ours/bin/python -c 'import torchx; print("torchx", torchx.__version__, torchx.__file__)')"

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict
 
 import torchx
 from torchx.schedulers.api import (
@@ -65,6 +65,7 @@ from torchx.specs.serialize import appdef_from_dict, appdef_to_dict
 from torchx.util.paths import torchx_home
 from torchx.workspace.docker_workspace import (
     HASH_PREFIX,
+    DockerUnavailableError,
     DockerWorkspaceMixin,
     connect_docker,
     ensure_image,
@@ -101,6 +102,14 @@ CONTAINER_STATE: Dict[str, AppState] = {
     "removing": AppState.PENDING,
     "dead": AppState.FAILED,
 }
+
+
+class DockerOpts(TypedDict, total=False):
+    """``local_docker``'s run options (upstream's name)."""
+
+    copy_env: Optional[List[str]]
+    env: Optional[Dict[str, str]]
+    privileged: bool
 
 
 @dataclass
@@ -143,7 +152,7 @@ def has_docker() -> bool:
         return False
 
 
-class DockerScheduler(DockerWorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     """Runs each replica as a container of the local Docker engine (``local_docker``).
 
     Docker has no gang scheduling: a failed replica is restarted alone (``max_retries``).
@@ -180,8 +189,13 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
 
     # ------------------------------------------------------------------ submit
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
-        from docker.types import DeviceRequest, Mount
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
+        try:
+            from docker.types import DeviceRequest, Mount
+        except ImportError:
+            raise DockerUnavailableError(
+                "local_docker needs the Docker SDK: pip install 'torchx[docker]'"
+            ) from None
 
         default_env: Dict[str, str] = {}
         for pattern in _str_list(cfg.get("copy_env")):
@@ -289,8 +303,8 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
     ) -> None:
         """Any resource runs on Docker (none means no limit), as upstream."""
 
-    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        req: DockerJob = dryrun_info.request
+    def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
+        req = dryrun_info.request
         client = self._docker_client
         built = {image: self._build(client, image) for image in req.images_to_build}
         cpus = _engine_cpus(client)
