@@ -3,7 +3,8 @@
 Run after ``bash benchmarks/setup_upstream.sh`` with the test engine up
 (``bash scripts/docker_engine.sh start && bash scripts/docker_engine.sh images``):
 
-    DOCKER_HOST=unix:///var/tmp/torchx-docker/docker.sock .venv/bin/python benchmarks/bench_docker.py
+    eval "$(bash scripts/docker_engine.sh env)"
+    .venv/bin/python benchmarks/bench_docker.py
 
 Cases, each implementation interleaved, medians of N runs (wall seconds):
 - ``torchx run -s local_docker --workspace "" utils.echo``: the CLI, submit to the line printed
