@@ -220,6 +220,8 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         hosts = {name: f"127.0.{2 + n // 250}.{2 + n % 250}" for n, name in enumerate(names)}
         for role in app.roles:
             mounts = [Mount(target=STATE_MOUNT, source=state_dir, type="bind")]
+            for path in _host_stores(role.env):
+                mounts.append(Mount(target=path, source=path, type="bind"))
             devices: List[str] = []
             for mount in list(role.mounts) + get_device_mounts(role.resource.devices):
                 if isinstance(mount, BindMount):
@@ -484,6 +486,16 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _host_stores(env: Mapping[str, str]) -> List[str]:
+    """The host directory of a tracking store the job's env names by file (MLflow's sqlite
+    store, ``sqlite:////abs/path.db``), mounted at its own path so a rank's tracker calls
+    reach the job's run as on ``local_cwd``; its artifacts sit beside it by default."""
+    uri = env.get("MLFLOW_TRACKING_URI", "")
+    if uri.startswith("sqlite:////"):
+        return [os.path.dirname(uri[len("sqlite:///") :])]
+    return []
 
 
 def _str_list(value: object) -> List[str]:

@@ -259,3 +259,33 @@ def test_a_missing_image_is_one_line(docker_client: Any) -> None:
     assert run.returncode == 1
     (line,) = run.stderr.strip().splitlines()
     assert line.startswith("torchx: error: image 127.0.0.1:1/no/such:image is not on the Docker")
+
+
+def test_tracked_job_lands_in_the_hosts_sqlite_store(
+    docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    script = (
+        "import os\n"
+        "from torchx.trackers import record_output\n"
+        "open('/tmp/model.txt', 'w').write('weights')\n"
+        "record_output('/tmp/model.txt', 'model')\n"
+    )
+    with get_runner() as runner:
+        handle = runner.run(utils.python(c=script), "local_docker", workspace=None)
+        status = runner.wait(handle, wait_interval=1)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        hours = runner.resource_hours(handle)
+    assert hours is not None and hours.cpu_hours > 0
+    store = tmp_path / "home" / "mlflow"
+    with sqlite3.connect(store / "mlflow.db") as db:
+        (run_id,) = db.execute(
+            "select run_uuid from tags where key = 'torchx.artifact.model.path'"
+        ).fetchone()
+        (state,) = db.execute("select status from runs where run_uuid = ?", (run_id,)).fetchone()
+    assert state == "FINISHED"
+    copied = list(store.glob(f"artifacts/*/{run_id}/artifacts/model/model.txt"))
+    assert [p.read_text() for p in copied] == ["weights"]
