@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any, List
 
+import pytest
+
 import torchx
 from torchx import specs
 from torchx.components import dist, utils
