@@ -144,6 +144,10 @@ EOF
 }
 
 stop() {
+    if alive "$DIR/dockerd.pid"; then  # what the tests left: torchx's containers, dangling images
+        docker_ container prune -f --filter label=torchx.pytorch.org/app-id >/dev/null 2>&1 || true
+        docker_ image prune -f >/dev/null 2>&1 || true
+    fi
     for name in registry dockerd; do
         if alive "$DIR/$name.pid"; then
             local pid

@@ -69,6 +69,8 @@ LONG_SCOPES = (
     # 2026-11-27, four workers: these two, started last, made the run's last 28 s
     "tests/pipelines/kfp/test_kfp_tracking.py",  # 30
     "tests/trackers/test_job_run.py",  # 28
+    # 2026-11-27: real containers (a DDP job across two), about a minute
+    "tests/schedulers/docker/test_docker_scheduler.py",
 )
 
 # scopes that mostly wait (on Slurm, Ray, a server, a stall timeout: under a fifth of their
