@@ -291,3 +291,16 @@ def test_tracked_job_lands_in_the_hosts_sqlite_store(
     assert state == "FINISHED"
     copied = list(store.glob(f"artifacts/*/{run_id}/artifacts/model/model.txt"))
     assert [p.read_text() for p in copied] == ["weights"]
+
+
+def test_torchx_image_holds_this_torchx_and_the_kfp_step(docker_client: Any) -> None:
+    """``torchx.IMAGE`` is built from the repository's Dockerfile (``scripts/docker_engine.sh``)."""
+    out = docker_client.containers.run(
+        torchx.IMAGE,
+        ["python", "-c", "import torchx, torchx.pipelines.kfp.launch; print(torchx.__version__)"],
+        network_mode="host",
+        remove=True,
+    )
+    assert out.decode().strip() == torchx.__version__
+    labels = docker_client.images.get(torchx.IMAGE).labels or {}
+    assert not any("ghcr.io" in v for v in labels.values())
