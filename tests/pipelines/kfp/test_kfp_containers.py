@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
 
 import pytest
 import yaml
@@ -17,6 +17,10 @@ ROOT = Path(__file__).resolve().parents[3]
 PIPELINE = ROOT / "examples" / "pipelines" / "kfp" / "reference_pipeline.py"
 RUN_LOCAL = ROOT / "examples" / "pipelines" / "kfp" / "run_local.py"
 STAGES = ("datapreproc", "trainer", "evaluate")
+
+
+def _without(env: Mapping[str, str], *names: str) -> Dict[str, str]:
+    return {k: v for k, v in env.items() if k not in names}
 
 
 def _compile(tmp_path: Path, **env: str) -> str:
@@ -28,7 +32,7 @@ def _compile(tmp_path: Path, **env: str) -> str:
         capture_output=True,
         timeout=120,
         cwd=tmp_path,
-        env={**os.environ, **env},
+        env={**_without(os.environ, "TORCHX_KFP_BASE_IMAGE", "TORCHX_EXAMPLE_COMPONENTS"), **env},
     )
     return out.read_text()
 
@@ -133,9 +137,7 @@ def _engine_with_image() -> str:
 @pytest.mark.slow
 def test_reference_pipeline_runs_in_containers_with_docker_runner(tmp_path: Path) -> None:
     image = _engine_with_image()
-    env = dict(os.environ)
-    for name in ("TORCHXCONFIG", "TORCHX_TRACKERS", "TORCHX_TRACKER_MLFLOW_CONFIG"):
-        env.pop(name, None)
+    env = _without(os.environ, "TORCHXCONFIG", "TORCHX_TRACKERS", "TORCHX_TRACKER_MLFLOW_CONFIG")
     run = subprocess.run(
         [sys.executable, str(RUN_LOCAL), "--runner", "docker", "--out", str(tmp_path)]
         + ["--epochs", "3", "--limit", "500", "--j", "1x2"],

@@ -104,8 +104,8 @@ def torchx_launcher(
     pipeline job, the task and these inputs as params.
 
     Args:
-        component: component name (``dist.ddp``, ``utils.sh``) or ``path/file.py:function``
-            as the launcher's image sees it
+        component: component name (``dist.ddp``, ``utils.sh``), ``package.module:function``
+            or ``path/file.py:function``, as the launcher's image sees it
         component_args: the component's arguments, as on the ``torchx run`` command line
             (``["-j", "2x4", "--script", "train.py", "--", "--lr", "0.1"]``)
         task_config: filled by KFP (do not pass): the resources, node selector,
