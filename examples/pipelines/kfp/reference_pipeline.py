@@ -16,6 +16,8 @@ has the components elsewhere: ``$TORCHX_EXAMPLE_COMPONENTS`` (``module`` or
 Compile:  python -m torchx.pipelines.kfp.compile \
 examples/pipelines/kfp/reference_pipeline.py:reference_pipeline pipeline.yaml
 Run here: python examples/pipelines/kfp/run_local.py --out ./out-kfp
+In containers of torchx's image: python examples/pipelines/kfp/run_local.py --runner docker
+Cluster settings (image, env, scheduler, RBAC): docs/deploying_kfp.md
 """
 
 import os

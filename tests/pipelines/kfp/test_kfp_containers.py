@@ -144,7 +144,7 @@ def test_reference_pipeline_runs_in_containers_with_docker_runner(tmp_path: Path
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=540,  # fails here, before pytest-timeout (600 s) stops the test
         cwd=tmp_path,
     )
     log = run.stdout + run.stderr
