@@ -57,6 +57,7 @@ LONG_SCOPES = (
     "slurm",  # 182
     "ray",  # 147
     "prefect_server",  # 133: tests/pipelines/prefect/
+    "tests/pipelines/kfp/test_kfp_containers.py",  # 138 alone at a load of 10 (DockerRunner)
     "tests/deployments/test_airflow_orphans.py",  # 82 (early: its 90 s promises want a calm CPU)
     "tests/examples/test_stages.py",  # 98
     "tests/deployments/test_airflow_deployment.py",  # 92

@@ -84,6 +84,19 @@ def test_custom_finder_and_file_components(tmp_path: Path) -> None:
         get_component(f"{tmp_path}/missing.py:good")
 
 
+def test_module_path_components_are_imported(pkg: str) -> None:
+    # a name that holds wherever the package is installed (a KFP step's image), no file path
+    c = get_component(f"{pkg}.sub.mod:good")
+    assert (c.name, c.validation_errors) == ("fpkg.sub.mod:good", [])
+    assert c.fn().roles[0].args == ["hi"]
+    with pytest.raises(ComponentValidationException, match="Arg msg missing type annotation"):
+        get_component(f"{pkg}.sub.mod:untyped")
+    with pytest.raises(ComponentNotFoundException, match="module fpkg.sub.mod has no function"):
+        get_component(f"{pkg}.sub.mod:nope")
+    with pytest.raises(ComponentNotFoundException, match="'fpkg.nomod' cannot be imported"):
+        get_component(f"{pkg}.nomod:good")
+
+
 def test_a_broken_file_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def comp(:\n")

@@ -1,4 +1,5 @@
-"""Find components: builtins, the ``torchx.components`` entry points, and ``file.py:fn``.
+"""Find components: builtins, the ``torchx.components`` entry points, ``file.py:fn`` and
+``package.module:fn``.
 
 Every component is checked by the linter (:mod:`torchx.specs.file_linter`) before it
 is used, so an unannotated or undecodable parameter is reported, with upstream's
@@ -14,6 +15,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -204,6 +206,35 @@ class CustomComponentsFinder(ComponentsFinder):
         return _Component(f"{path}:{fn_name}", desc, fn_name, fn, errors)
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _is_module_name(where: str) -> bool:
+    """``pkg.module`` rather than a file: a dotted name, no ``.py``, no such file here."""
+    return (
+        bool(_MODULE_NAME.fullmatch(where))
+        and not where.endswith(".py")
+        and not os.path.exists(where)
+    )
+
+
+def _module_component(module_name: str, fn_name: str) -> _Component:
+    """The component ``fn_name`` of an importable module (``examples.components:trainer``):
+    a name that holds on any machine where the module is installed, e.g. inside an image."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise ComponentNotFoundException(
+            f"component module {module_name!r} cannot be imported ({e});"
+            " a file component is path/to/file.py:function"
+        ) from None
+    fn = getattr(module, fn_name, None)
+    if not inspect.isfunction(fn):
+        raise ComponentNotFoundException(f"module {module_name} has no function {fn_name!r}")
+    errors = _lint(os.path.abspath(module.__file__ or ""), fn_name)
+    return _Component(f"{module_name}:{fn_name}", _short_description(fn), fn_name, fn, errors)
+
+
 def _raise_if_invalid(component: _Component) -> _Component:
     if component.validation_errors:
         raise ComponentValidationException(
@@ -263,13 +294,16 @@ def _builtin_component(name: str) -> Optional[_Component]:
 
 
 def get_component(name: str) -> _Component:
-    """A component by builtin/plugin name (``dist.ddp``) or ``path/to/file.py:fn``.
+    """A component by builtin/plugin name (``dist.ddp``), ``path/to/file.py:fn`` or
+    ``package.module:fn`` (a dotted name that is not a file here: imported).
 
     Raises :class:`ComponentNotFoundException` or, when the linter finds problems,
     :class:`ComponentValidationException` listing them on one line.
     """
     if ":" in name:
         path, _, fn_name = name.rpartition(":")
+        if _is_module_name(path):
+            return _raise_if_invalid(_module_component(path, fn_name))
         return _raise_if_invalid(CustomComponentsFinder(path, fn_name)._find(False))
     builtin = _builtin_component(name)
     if builtin is not None:  # builtins are never hidden by plugins: no entry-point scan needed

@@ -5,17 +5,23 @@ elastic job on any scheduler (``kubernetes``, ``slurm``, ``local_cwd``). Data mo
 URLs under ``base_dir``; lineage is recorded under one tracker run per pipeline run, and
 each launcher returns its stage's MLflow run id and typed ``Model``/``Dataset``/``Metrics``.
 
-The component file is fixed when the pipeline is built (``$TORCHX_EXAMPLE_COMPONENTS``,
-default ``examples/components.py`` here), so each task's resources (one node's cpu and
-memory) are in the compiled IR. For a cluster, build with the path the launcher's image
-has (``TORCHX_KFP_BASE_IMAGE`` names that image).
+The launchers name the stage components by module path, ``examples.components``: the
+same name on the compiling machine (where it gives each task its resources, one node's cpu
+and memory, in the compiled IR) and in torchx's image, which installs the ``examples``
+package, so the compiled pipeline holds no path of the compiling machine. An image that
+has the components elsewhere: ``$TORCHX_EXAMPLE_COMPONENTS`` (``module`` or
+``/path/in/image/components.py``) when building; the resources still come from
+``examples.components`` here. ``TORCHX_KFP_BASE_IMAGE`` names the launchers' image.
 
 Compile:  python -m torchx.pipelines.kfp.compile \
 examples/pipelines/kfp/reference_pipeline.py:reference_pipeline pipeline.yaml
 Run here: python examples/pipelines/kfp/run_local.py --out ./out-kfp
+In containers of torchx's image: python examples/pipelines/kfp/run_local.py --runner docker
+Cluster settings (image, env, scheduler, RBAC): docs/deploying_kfp.md
 """
 
 import os
+from typing import Any, List
 
 from kfp import dsl
 
@@ -24,10 +30,26 @@ from torchx.pipelines.kfp.components import (
     start_pipeline_run,
     torchx_launcher,
 )
+from torchx.pipelines.kfp.resources import launcher_resources, set_task_resources
 
-COMPONENTS = os.environ.get("TORCHX_EXAMPLE_COMPONENTS") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "components.py")
-)
+# what the compiling machine imports to know each stage's resources
+LOCAL_COMPONENTS = "examples.components"
+
+
+def components() -> str:
+    """How the launcher's image finds the stage components (read when the pipeline is built)."""
+    return os.environ.get("TORCHX_EXAMPLE_COMPONENTS", "").strip() or LOCAL_COMPONENTS
+
+
+def launch_stage(stage: str, component_args: List[Any], **kwargs: Any) -> Any:
+    """A ``torchx_launcher`` task running ``stage`` of the components, with its resources."""
+    where = components()
+    task = torchx_launcher(component=f"{where}:{stage}", component_args=component_args, **kwargs)
+    if where != LOCAL_COMPONENTS:  # not found here under the image's name: use the local copy
+        found = launcher_resources(f"{LOCAL_COMPONENTS}:{stage}", component_args)
+        set_task_resources(task, found)
+    task.set_caching_options(False)
+    return task
 
 
 @dsl.pipeline(
@@ -42,7 +64,6 @@ def reference_pipeline(
     limit: str = "0",
     train_cfg: dict = {},  # noqa: B006
 ) -> None:
-    components = COMPONENTS
     run = start_pipeline_run(
         pipeline_name="torchx-reference", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
     )
@@ -58,16 +79,16 @@ def reference_pipeline(
     )
     close.set_caching_options(False)
     with dsl.ExitHandler(close):
-        prep = torchx_launcher(
-            component=f"{components}:datapreproc",
-            component_args=["--output_path", data, "--limit", limit],
+        prep = launch_stage(
+            "datapreproc",
+            ["--output_path", data, "--limit", limit],
             scheduler=scheduler,
             parent_run_id=run.output,
             **identity,
         )
-        train = torchx_launcher(
-            component=f"{components}:trainer",
-            component_args=[
+        train = launch_stage(
+            "trainer",
+            [
                 "--data_path",
                 data,
                 "--output_path",
@@ -84,9 +105,9 @@ def reference_pipeline(
             parent_run_id=run.output,
             **identity,
         ).after(prep)
-        evaluate = torchx_launcher(
-            component=f"{components}:evaluate",
-            component_args=[
+        launch_stage(
+            "evaluate",
+            [
                 "--model_path",
                 model,
                 "--data_path",
@@ -98,5 +119,3 @@ def reference_pipeline(
             parent_run_id=run.output,
             **identity,
         ).after(train)
-    for task in (prep, train, evaluate):
-        task.set_caching_options(False)

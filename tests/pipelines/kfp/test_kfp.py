@@ -11,6 +11,7 @@ import psutil
 import pytest
 import yaml
 
+import torchx
 from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.components import dist, utils
@@ -49,7 +50,7 @@ def test_reference_pipeline_compiles_to_ir_with_dag_edges(tmp_path: Path) -> Non
     assert params["task_name"]["runtimeValue"]["constant"] == "{{$.pipeline_task_name}}"
     executors = ir["deploymentSpec"]["executors"]
     launcher = executors["exec-torchx-launcher"]["container"]
-    assert launcher["image"].startswith("ghcr.io/pytorch/torchx:")
+    assert launcher["image"] == torchx.IMAGE
     assert "torchx.pipelines.kfp.launch" in " ".join(launcher["command"])
     params = ir["root"]["inputDefinitions"]["parameters"]
     assert {"base_dir", "scheduler", "j", "epochs", "train_cfg"} <= set(params)

@@ -16,9 +16,12 @@ from torchx.util.modules import import_optional
 dsl = import_optional("kfp.dsl", "kfp")
 _python_component = import_optional("kfp.dsl.python_component", "kfp")
 
+# the app gets the task's resources, node selector, tolerations and volumes instead of the
+# launcher's pod; env set on the task (task.set_env_variable) reaches both: the launcher
+# needs the tracking URI, credentials and scheduler settings as much as the app does
 _PASSTHROUGH = [
     dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.RESOURCES, apply_to_task=False),
-    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=False),
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
     dsl.TaskConfigPassthrough(
         field=dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR, apply_to_task=False
     ),
@@ -101,13 +104,14 @@ def torchx_launcher(
     pipeline job, the task and these inputs as params.
 
     Args:
-        component: component name (``dist.ddp``, ``utils.sh``) or ``path/file.py:function``
-            as the launcher's image sees it
+        component: component name (``dist.ddp``, ``utils.sh``), ``package.module:function``
+            or ``path/file.py:function``, as the launcher's image sees it
         component_args: the component's arguments, as on the ``torchx run`` command line
             (``["-j", "2x4", "--script", "train.py", "--", "--lr", "0.1"]``)
-        task_config: filled by KFP (do not pass): the resources, env, node selector,
+        task_config: filled by KFP (do not pass): the resources, node selector,
             tolerations and volumes set on this task go to the launched app, not to the
-            launcher's pod
+            launcher's pod; env set on this task (``task.set_env_variable``) goes to both
+            the launcher's own container and the app
         metrics: the last value of every metric rank 0 logged, and the last progress report
             (``report_progress``): ``step``, ``total`` and its metrics, and the app's
             requested ``cpu_hours`` / ``gpu_hours`` (filled after the app ends)
