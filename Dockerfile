@@ -9,8 +9,9 @@
 # image (or one with torch) for jobs that need it.
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
-# torchx's extras to install (comma-separated): kfp and mlflow serve KFP steps and tracking
-ARG EXTRAS=kfp,mlflow
+# torchx's extras to install (comma-separated): kfp and mlflow serve KFP steps and tracking,
+# kubernetes lets a KFP step submit its stage to the cluster
+ARG EXTRAS=kfp,mlflow,kubernetes
 WORKDIR /opt/torchx
 # dependencies first (pinned by constraints.txt), so a change of torchx's code rebuilds one layer
 COPY pyproject.toml constraints.txt README.md ./
