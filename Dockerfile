@@ -3,7 +3,7 @@
 #
 #   docker build -t "$(python -c 'import torchx; print(torchx.IMAGE)')" .
 #   docker build --build-arg BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime \
-#       --build-arg EXTRAS=kfp,mlflow,examples -t registry.example.com/team/torchx:0.8.0 .
+#       --build-arg EXTRAS=kfp,mlflow,kubernetes,examples -t registry.example.com/team/torchx:0.8.0 .
 #
 # BASE_IMAGE needs Python >= 3.10 with pip. torch is not installed here: build from a PyTorch
 # image (or one with torch) for jobs that need it.
