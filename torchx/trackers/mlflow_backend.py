@@ -34,6 +34,7 @@ from torchx.trackers.api import (
     read_config_file,
     tracker_config_env_var_name,
 )
+from torchx.trackers.mlflow_http import client_env, redact
 from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest
 from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_current, now_ms
 from torchx.util.modules import MissingExtraError, import_optional
@@ -106,7 +107,7 @@ class MLflowTracker(TrackerBase):
         self.experiment_name, self.artifact_location = experiment_name, artifact_location
         # the UI: configured, else an http store's own (a store without one gets no links)
         ui_url = ui_url or os.environ.get("TORCHX_MLFLOW_UI_URL")
-        ui_url = ui_url or (self.tracking_uri if is_http(self.tracking_uri) else None)
+        ui_url = ui_url or (redact(self.tracking_uri) if is_http(self.tracking_uri) else None)
         self.ui_url = ui_url.rstrip("/") if ui_url else None
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
         self._lock = threading.RLock()
@@ -364,9 +365,8 @@ class MLflowTracker(TrackerBase):
         """``<ui>/#/experiments/<exp>/runs/<run>`` in the run's own experiment; None without
         a UI (an embedded sqlite store has none unless ``ui_url`` is configured)."""
         rid = self._run(run_id, create=False) if self.ui_url else None
-        if rid is None:
-            return None
-        return f"{self.ui_url}/#/experiments/{self.store.run_info(rid)[0]}/runs/{rid}"
+        info = self.store.run_info(rid) if rid is not None else None
+        return f"{self.ui_url}/#/experiments/{info[0]}/runs/{rid}" if info else None
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent = kwargs.get("parent_run_id")
@@ -388,7 +388,8 @@ class MlflowBackend:
     def __init__(self, name: str, config: Optional[str]) -> None:
         self.name, self.config = name, config
         self._cfg = parse_config(config)
-        self.store = str(self._cfg["tracking_uri"])
+        self.uri = str(self._cfg["tracking_uri"])
+        self.store = redact(self.uri)  # for messages: no credentials
         self._tracker: Optional[MLflowTracker] = None
         self._lock = threading.RLock()
         self._job_stores: Dict[str, str] = {}  # run id -> the store its job's env names
@@ -396,11 +397,11 @@ class MlflowBackend:
 
     def _store_of(self, run_id: str) -> Any:
         """The store of a job's run: the one its job's env names (``job_run_id``)."""
-        uri = self._job_stores.get(run_id, self.store)
+        uri = self._job_stores.get(run_id, self.uri)
         with self._lock:
-            if uri != self.store and uri not in self._others:
+            if uri != self.uri and uri not in self._others:
                 self._others[uri] = MLflowTracker(tracking_uri=uri)
-            return (self._others[uri] if uri != self.store else self.tracker()).store
+            return (self._others[uri] if uri != self.uri else self.tracker()).store
 
     def tracker(self) -> MLflowTracker:
         with self._lock:
@@ -412,7 +413,7 @@ class MlflowBackend:
         (a server answers) or creatable (a writable directory)."""
         if importlib.util.find_spec("mlflow") is None:
             raise MissingExtraError("mlflow", "mlflow")
-        uri, db = self.store, _sqlite_file(self.store)
+        uri, db = self.uri, _sqlite_file(self.uri)
         if is_http(uri):
             MlflowRest(uri).health()
         elif db is not None and not os.access(os.path.dirname(os.path.abspath(db)), os.W_OK):
@@ -430,22 +431,20 @@ class MlflowBackend:
         if job.parent_run_id:
             tags[TAG_PARENT] = job.parent_run_id
             pid = job.parent_run_id  # a pipeline run's torchx id, or an MLflow id (KFP's run)
-            parent = (
-                (pid, store.run_info(pid)[0])
-                if _MLFLOW_ID.fullmatch(pid)
-                else store.find_run(TAG_JOB_ID, pid)
-            )
+            info = store.run_info(pid) if _MLFLOW_ID.fullmatch(pid) else None
+            parent = (pid, info[0]) if info else store.find_run(TAG_JOB_ID, pid)
             if parent is not None:  # stages live with their pipeline run, nested under it
                 tags[TAG_NESTED], exp_id = parent
         if exp_id is None:
             name = self._cfg["experiment_name"] or job.experiment_name or DEFAULT_EXPERIMENT
             exp_id = store.experiment_id(name, self._cfg["artifact_location"])
         run_id = store.create_run(exp_id, job.name, tags, job.params, job.start_ms or now_ms())
-        env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.store, ENV_EXPERIMENT_ID: exp_id}
+        env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.uri, ENV_EXPERIMENT_ID: exp_id}
+        env.update(client_env())  # credentials, TLS: as MLflow's own client reads them
         # the job carries its store resolved (not this process's $MLFLOW_TRACKING_URI,
         # $TORCHX_HOME or cwd), so whichever process ends its run ends it there
         file = self.config or ""  # a config file: its absolute path, else the store's URI
-        config = os.path.abspath(file) if os.path.isfile(file) else self.store
+        config = os.path.abspath(file) if os.path.isfile(file) else self.uri
         env[tracker_config_env_var_name(self.name)] = config
         return OpenedRun(run_id, env)
 
@@ -458,7 +457,7 @@ class MlflowBackend:
         run_id, uri = env.get(ENV_RUN_ID) or None, env.get(ENV_TRACKING_URI)
         if run_id is None or uri is None:
             return None
-        if uri != self.store:
+        if uri != self.uri:
             if tracker_config_env_var_name(self.name) not in env:
                 return None  # not a run torchx opened: leave it alone
             self._job_stores[run_id] = uri
