@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple, Union
 
 from torchx.trackers.api import TrackerConfigError
+from torchx.util.modules import import_optional
 
 if TYPE_CHECKING:
     import requests
@@ -101,7 +102,7 @@ class HttpSettings:
         """A session retrying transient failures as MLflow's client does. ``preflight``:
         a refused connection or a TLS failure fails at once (the server is not there, or
         not trusted: minutes of retries would not change it)."""
-        import requests
+        requests = import_optional("requests", "mlflow")  # MLflow's client depends on it
         from urllib3.util import Retry
 
         n = self.max_retries

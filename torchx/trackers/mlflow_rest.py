@@ -5,6 +5,7 @@ methods as ``SqliteStore`` and ``MLflowTracker``, so ``MlflowBackend`` is writte
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
@@ -43,7 +44,8 @@ class MlflowRest:
         self.uri = tracking_uri.rstrip("/")
         self.root = redact(self.uri)  # what messages show
         self.settings = settings or HttpSettings.from_env()
-        self._sessions: Dict[bool, Any] = {}
+        self._sessions: Dict[Tuple[int, bool], Any] = {}  # per process: a forked child
+        # must not share its parent's connections (MLflow's client keys them by pid too)
 
     def _call(
         self,
@@ -55,11 +57,12 @@ class MlflowRest:
         import requests  # at the first request: not cheap
 
         s = self.settings
-        if preflight not in self._sessions:
-            self._sessions[preflight] = s.session(preflight)
+        key = (os.getpid(), preflight)
+        if key not in self._sessions:
+            self._sessions[key] = s.session(preflight)
         payload = {"params": body} if method == "GET" else {"json": body}
         try:
-            response = self._sessions[preflight].request(
+            response = self._sessions[key].request(
                 method,
                 self.uri + path,
                 headers=s.headers(),
@@ -190,10 +193,11 @@ def _row(metric: Mapping[str, Any]) -> Tuple[int, int, float]:
 
 
 def _reason(e: BaseException) -> str:
-    """The innermost cause's words (requests nests urllib3's), on one line."""
-    while e.__context__ is not None and not str(e):
-        e = e.__context__
-    return " ".join(str(e).split())[:200]
+    """What urllib3 says went wrong (requests wraps it twice), on one line, without the
+    connection's repr."""
+    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e
+    text = str(getattr(inner, "reason", None) or inner)
+    return " ".join(re.sub(r"^\w*Connection\(.*?\): ", "", text).split())[:200]
 
 
 _HINTS = {
