@@ -91,6 +91,11 @@ def test_a_tracked_job_and_its_ranks_lineage_land_in_the_server(url: str, tmp_pa
     tracker = build_trackers({"mlflow": url})[0]
     assert [s.source_run_id for s in tracker.sources(consumer)] == [producer]
     assert PASSWORD not in recorded(made) + recorded(used)
+    described = subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", "describe", producer],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "MLFLOW_TRACKING_PASSWORD: <redacted>" in described and PASSWORD not in described
 
 
 def test_the_job_env_carries_mlflows_own_settings(url: str) -> None:

@@ -366,7 +366,8 @@ class MlflowBackend:
             exp_id = store.experiment_id(name, self._cfg["artifact_location"])
         run_id = store.create_run(exp_id, job.name, tags, job.params, job.start_ms or now_ms())
         env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.uri, ENV_EXPERIMENT_ID: exp_id}
-        env.update(client_env())  # credentials, TLS: as MLflow's own client reads them
+        if sqlite_file(self.uri) is None:  # a server's credentials, TLS: as MLflow's own
+            env.update(client_env())  # client reads them, in the job's env
         # the job carries its store resolved (not this process's $MLFLOW_TRACKING_URI,
         # $TORCHX_HOME or cwd), so whichever process ends its run ends it there
         file = self.config or ""  # a config file: its absolute path, else the store's URI
