@@ -67,6 +67,9 @@ LONG_SCOPES = (
     "tests/pipelines/kfp/test_kfp.py",  # 46
     "tests/pipelines/airflow/test_operator.py",  # 41
     "tests/trackers/test_mlflow.py",  # 39
+    # issue 37: an mlflow server each (basic-auth; https), one worker, load 12 (2026-11-27)
+    "tests/trackers/test_mlflow_auth.py",  # 38
+    "tests/trackers/test_mlflow_tls.py",  # 32
     # 2026-11-27, four workers: these two, started last, made the run's last 28 s
     "tests/pipelines/kfp/test_kfp_tracking.py",  # 30
     "tests/trackers/test_job_run.py",  # 28

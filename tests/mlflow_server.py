@@ -5,6 +5,8 @@
 
 The server keeps its runs in ``<dir>/mlflow.db`` (sqlite) and artifacts in
 ``<dir>/artifacts``; it is stopped (its whole process group) when the block ends.
+``admin=(user, password)``: MLflow's ``basic-auth`` app, every call needs credentials.
+``tls=True``: https with a self-signed certificate for 127.0.0.1, ``<dir>/cert.pem``.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Dict, Iterator, Optional, Tuple, Union
 
 START_TIMEOUT = 240.0  # a cold start on a loaded 2-core machine takes 15-60 s
 
@@ -30,23 +33,69 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def answers_health(url: str) -> bool:
-    """Whether ``url/health`` answers 200 (an MLflow or Prefect server is up)."""
+def answers_health(url: str, ca: Optional[Path] = None) -> bool:
+    """Whether ``url/health`` answers 200 (an MLflow or Prefect server is up); ``ca``: the
+    certificate an https server is trusted by."""
+    context = ssl.create_default_context(cafile=str(ca)) if ca else None
     try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+        with urllib.request.urlopen(url + "/health", timeout=2, context=context) as r:
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 
 
+def self_signed_cert(directory: Path) -> Tuple[Path, Path]:
+    """A certificate (and its key) for 127.0.0.1 and localhost, made by ``openssl``."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def _auth_env(directory: Path, admin: Tuple[str, str]) -> Dict[str, str]:
+    """MLflow's basic-auth app: its ini file (users in ``<dir>/auth.db``), a secret key."""
+    ini = directory / "auth.ini"
+    ini.write_text(
+        "[mlflow]\ndefault_permission = READ\n"
+        f"database_uri = sqlite:///{directory / 'auth.db'}\n"
+        f"admin_username = {admin[0]}\nadmin_password = {admin[1]}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    return {
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": os.urandom(16).hex(),
+    }
+
+
 @contextlib.contextmanager
-def mlflow_server(directory: Union[str, Path], timeout: float = START_TIMEOUT) -> Iterator[str]:
-    """Start ``mlflow server`` storing under ``directory``; yield its http URL once it answers."""
+def mlflow_server(
+    directory: Union[str, Path],
+    timeout: float = START_TIMEOUT,
+    admin: Optional[Tuple[str, str]] = None,
+    tls: bool = False,
+) -> Iterator[str]:
+    """Start ``mlflow server`` storing under ``directory``; yield its URL once it answers."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    for var in [v for v in env if v.startswith("MLFLOW_TRACKING_")]:
+        del env[var]  # the server's own calls are not a client's
+    extra, ca = [], None
+    if admin is not None:
+        env.update(_auth_env(directory, admin))
+        extra += ["--app-name", "basic-auth"]
+    if tls:
+        ca, key = self_signed_cert(directory)
+        extra += [
+            "--uvicorn-opts",
+            f"--ssl-certfile {ca} --ssl-keyfile {key} --timeout-graceful-shutdown 2",
+        ]
     with open(directory / "server.log", "ab") as log:
         server = subprocess.Popen(
             [
@@ -62,16 +111,17 @@ def mlflow_server(directory: Union[str, Path], timeout: float = START_TIMEOUT) -
                 str(directory / "artifacts"),
                 "--workers",
                 "1",
+                *extra,
             ],
             env=env,
             start_new_session=True,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
-        while not answers_health(url):
+        while not answers_health(url, ca):
             if server.poll() is not None:
                 raise RuntimeError(
                     f"mlflow server exited with {server.returncode}; see {directory}/server.log"

@@ -139,10 +139,11 @@ def test_a_deleted_experiment_takes_no_runs_and_says_what_to_do(
     from mlflow import MlflowClient
 
     from torchx.trackers.mlflow_backend import MLflowTracker
+    from torchx.trackers.mlflow_store import ClientStore
 
     uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = MLflowTracker(tracking_uri=uri)
-    store = tracker if path == "mlflow_client" else tracker.store
+    store = ClientStore(lambda: tracker.client) if path == "mlflow_client" else tracker.store
     name = f"gone-{tmp_path.name}"
     exp_id = store.experiment_id(name)
     store.create_run(exp_id, "before", {}, {}, 1)

@@ -19,6 +19,7 @@ import pytest
 from torchx.trackers.api import AppRun
 from torchx.trackers.mlflow_backend import MLflowTracker
 from torchx.trackers.mlflow_sqlite import SqliteStore, mlflow_head_revision
+from torchx.trackers.mlflow_store import ClientStore
 
 MAKE = textwrap.dedent("""
     import sys
@@ -139,6 +140,44 @@ def test_another_mlflow_schema_head_falls_back_to_mlflow_itself(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fast.db", "slow.db"]
 
 
+def test_a_schema_revision_no_test_checked_goes_through_mlflows_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are written only on revisions listed in ``mlflow_schema_checked.txt``; on
+    any other (a newer MLflow), MLflow's own client records the same run."""
+    from mlflow import MlflowClient
+
+    from torchx.trackers import mlflow_sqlite
+
+    checked = tmp_path / "checked.txt"
+    checked.write_text("0" * 12 + "  # a revision that is not the installed MLflow's\n")
+    monkeypatch.setattr(mlflow_sqlite, "CHECKED", str(checked))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri)
+    assert isinstance(tracker.store, ClientStore)
+    tracker.add_metadata("job-1", stage="s")
+    tracker.log_metrics("job-1", {"loss": 0.5}, step=2)
+    tracker.end_run("job-1", "FINISHED")
+    run = MlflowClient(uri).get_run(str(tracker.mlflow_run_id("job-1")))
+    assert run.data.tags["stage"] == "s" and run.data.metrics == {"loss": 0.5}
+    assert run.info.status == "FINISHED"
+    monkeypatch.undo()  # the installed (pinned) MLflow's revision is listed: rows again
+    assert isinstance(MLflowTracker(tracking_uri=uri).store, SqliteStore)
+
+
+def test_the_pinned_mlflows_schema_revision_is_checked() -> None:
+    """A newer MLflow's revision is not listed until these tests pass with it (then add it
+    to torchx/trackers/mlflow_schema_checked.txt); until then its stores go by MLflow."""
+    from importlib.metadata import version
+
+    from torchx.trackers.mlflow_sqlite import checked_revisions
+
+    pins = (Path(__file__).parents[2] / "constraints.txt").read_text().splitlines()
+    if f"mlflow=={version('mlflow')}" not in pins:
+        pytest.skip(f"mlflow {version('mlflow')} is not the pinned one: its rows go by MLflow")
+    assert mlflow_head_revision() in checked_revisions()
+
+
 def test_a_store_made_meanwhile_by_mlflow_itself_is_kept(tmp_path: Path) -> None:
     """``create_store`` never replaces a store another process (``mlflow ui``) made."""
     path = tmp_path / "mlflow.db"
@@ -224,9 +263,9 @@ def test_a_ranks_tracker_calls_on_sqlite_write_what_mlflow_writes_without_import
     assert metrics(ours)[1] == {"loss": str(1.7976931348623157e308), "acc": "0.5"}
     assert client.get_run(ours).data.tags["stage"] == "train"
 
-    # the same lineage calls by MlflowClient (a tracker whose store is itself)
+    # the same lineage calls by MlflowClient (a tracker whose store is MLflow's client)
     by_client = MLflowTracker(tracking_uri=uri)
-    by_client._store = by_client
+    by_client._store = ClientStore(lambda: by_client.client)
     lineage(AppRun("local_cwd://torchx/by-client", [by_client]), str(data))
     theirs = by_client.mlflow_run_id("local_cwd://torchx/by-client")
 
@@ -291,7 +330,7 @@ def test_a_pipelines_stage_reads_on_sqlite_are_mlflows_and_import_no_mlflow(
     ).stdout
     assert json.loads(out.strip().splitlines()[-1]) == [1.75, {"cpu_hours": 1.5}, False], out
     by_sql, by_client = MLflowTracker(tracking_uri=uri), MLflowTracker(tracking_uri=uri)
-    by_client._store = by_client
+    by_client._store = ClientStore(lambda: by_client.client)
     for reads in (
         lambda t: list(t.run_ids(parent_run_id="airflow://dag/run-1")),
         lambda t: list(t.run_ids()),

@@ -305,12 +305,13 @@ def test_after_a_resume_the_report_is_the_newest_not_the_highest_step(
     through the sqlite store, REST and the MlflowClient fallback."""
     from torchx.runtime.progress import progress_from_metrics
     from torchx.trackers.mlflow_backend import MLflowTracker
+    from torchx.trackers.mlflow_store import ClientStore
 
     uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = MLflowTracker(tracking_uri=uri)
-    store = tracker if path == "mlflow_client" else tracker.store
+    store = ClientStore(lambda: tracker.client) if path == "mlflow_client" else tracker.store
     assert type(store).__name__ == {"sqlite": "SqliteStore", "rest": "MlflowRest"}.get(
-        path, "MLflowTracker"
+        path, "ClientStore"
     )
     run_id = store.create_run(store.experiment_id("resume"), "r", {}, {}, 1_000_000)
     before = {"progress_step": 1000.0, "progress_total": 2000.0, "loss": 0.5}

@@ -1,5 +1,6 @@
 """Size limits that keep the code one can hold in one's head (DESIGN: files under ~600
-lines; issue 24: tracking in at most 1,600)."""
+lines; issue 24: tracking in at most 1,600; issue 37 added MLflow's client settings, its
+typed store protocol and the checked schema revisions: 1,900)."""
 
 from __future__ import annotations
 
@@ -17,5 +18,5 @@ def test_no_module_is_over_600_lines() -> None:
     assert over == {}
 
 
-def test_tracking_is_at_most_1600_lines() -> None:
-    assert sum(lines(p) for p in (TORCHX / "trackers").glob("*.py")) <= 1600
+def test_tracking_is_at_most_1900_lines() -> None:
+    assert sum(lines(p) for p in (TORCHX / "trackers").glob("*.py")) <= 1900

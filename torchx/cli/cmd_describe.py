@@ -23,4 +23,8 @@ class CmdDescribe(SubCommand):
             raise CommandError(
                 f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)"
             )
+        from torchx.runner.tracking import hide_sensitive
+
+        for role in app.roles:  # a job's env may carry credentials (MLFLOW_TRACKING_PASSWORD)
+            role.env = {k: str(hide_sensitive(k, v)) for k, v in role.env.items()}
         print(yaml.safe_dump(appdef_to_dict(app), sort_keys=False, width=100).rstrip())

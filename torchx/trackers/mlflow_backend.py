@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
 
 from torchx.trackers.api import (
     JobRun,
@@ -34,8 +34,18 @@ from torchx.trackers.api import (
     read_config_file,
     tracker_config_env_var_name,
 )
-from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest
-from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_current, now_ms
+from torchx.trackers.mlflow_http import client_env, redact
+from torchx.trackers.mlflow_rest import MlflowRest
+from torchx.trackers.mlflow_sqlite import SqliteStore, now_ms
+from torchx.trackers.mlflow_store import (
+    SQLITE,
+    RunStore,
+    is_http,
+    open_store,
+    quote,
+    search_runs,
+    sqlite_file,
+)
 from torchx.util.modules import MissingExtraError, import_optional
 from torchx.util.paths import torchx_home
 
@@ -51,7 +61,6 @@ DEFAULT_EXPERIMENT = "torchx"
 ENV_RUN_ID = "MLFLOW_RUN_ID"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
-SQLITE = "sqlite:///"
 _MLFLOW_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -59,15 +68,6 @@ def default_tracking_uri() -> str:
     d = torchx_home() / "mlflow"
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     return f"sqlite:///{d / 'mlflow.db'}"
-
-
-def _sqlite_file(uri: str) -> Optional[str]:
-    """The database file of a ``sqlite:///`` URI (None for any other store)."""
-    return uri[len(SQLITE) :].split("?", 1)[0] if uri.startswith(SQLITE) else None
-
-
-def is_http(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
 
 
 def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
@@ -78,7 +78,7 @@ def parse_config(config: Optional[str]) -> Dict[str, Optional[str]]:
     elif config:
         out["tracking_uri"] = config
     uri = out["tracking_uri"] or os.environ.get(ENV_TRACKING_URI) or default_tracking_uri()
-    db = _sqlite_file(uri)
+    db = sqlite_file(uri)
     if db is not None:  # made absolute: a job and whoever ends its run name the same file
         uri, db = SQLITE + os.path.abspath(db) + uri[len(SQLITE + db) :], os.path.abspath(db)
         out["artifact_location"] = out["artifact_location"] or f"{os.path.dirname(db)}/artifacts"
@@ -102,11 +102,11 @@ class MLflowTracker(TrackerBase):
     ) -> None:
         self.tracking_uri = tracking_uri or default_tracking_uri()
         self._client: Any = None
-        self._store: Any = None
+        self._store: Optional[RunStore] = None
         self.experiment_name, self.artifact_location = experiment_name, artifact_location
         # the UI: configured, else an http store's own (a store without one gets no links)
         ui_url = ui_url or os.environ.get("TORCHX_MLFLOW_UI_URL")
-        ui_url = ui_url or (self.tracking_uri if is_http(self.tracking_uri) else None)
+        ui_url = ui_url or (redact(self.tracking_uri) if is_http(self.tracking_uri) else None)
         self.ui_url = ui_url.rstrip("/") if ui_url else None
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
         self._lock = threading.RLock()
@@ -126,76 +126,12 @@ class MLflowTracker(TrackerBase):
             return self._client
 
     @property
-    def store(self) -> Any:
-        """REST over http, SQL on a sqlite store of the installed MLflow's schema (a missing
-        one is created): no ``import mlflow``. Else this tracker, by MlflowClient."""
+    def store(self) -> RunStore:
+        """Runs, tags and metrics (``open_store``: REST, rows, else MLflow's client)."""
         with self._lock:
             if self._store is None:
-                self._store, db = self, _sqlite_file(self.tracking_uri)
-                if is_http(self.tracking_uri):
-                    self._store = MlflowRest(self.tracking_uri)
-                elif db is not None:
-                    ensure_store(db)
-                    if is_current(db):
-                        self._store = SqliteStore(db, lambda: self)
+                self._store = open_store(self.tracking_uri, lambda: self.client)
             return self._store
-
-    # -------------------------------------------------------------- the store, by MLflow id
-
-    def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
-        exp = self.client.get_experiment_by_name(name)
-        if exp is None:
-            try:
-                location = f"{artifact_location}/{name}" if artifact_location else None
-                return str(self.client.create_experiment(name, artifact_location=location))
-            except Exception:  # created concurrently by another process
-                exp = self.client.get_experiment_by_name(name)
-                if exp is None:
-                    raise
-        if exp.lifecycle_stage == "deleted":  # MLflow refuses runs in it
-            raise DeletedExperimentError(name, exp.experiment_id)
-        return str(exp.experiment_id)
-
-    def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
-        """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
-        runs = self._search(f"tags.`{tag}` = '{_q(value)}'", limit=1)
-        return (str(runs[0].info.run_id), str(runs[0].info.experiment_id)) if runs else None
-
-    def run_info(self, run_id: str) -> Tuple[str, str, str]:
-        info = self.client.get_run(run_id).info
-        return str(info.experiment_id), str(info.status), str(info.artifact_uri)
-
-    def create_run(
-        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
-    ) -> str:
-        from mlflow.entities import Param
-
-        run = self.client.create_run(exp_id, start_time=start, tags=dict(tags), run_name=name)
-        items = [Param(k, v) for k, v in params.items()]
-        for i in range(0, len(items), 100):
-            self.client.log_batch(run.info.run_id, params=items[i : i + 100])
-        return str(run.info.run_id)
-
-    def tag_run(self, run_id: str, key: str, value: str) -> None:
-        self.client.set_tag(run_id, key, value)
-
-    def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
-        self.client.set_terminated(run_id, status, end_time=end_ms)
-
-    def log_run_metrics(
-        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
-    ) -> None:
-        for key, value in metrics.items():
-            self.client.log_metric(run_id, key, float(value), timestamp=ts, step=step)
-
-    def latest_metrics(self, run_id: str, *_: object) -> Latest:
-        """As ``SqliteStore.latest_metrics`` (every key: the history is a database query)."""
-        out = {}
-        for key in self.client.get_run(run_id).data.metrics:
-            history = self.client.get_metric_history(run_id, key)
-            last = max(history, key=lambda m: (m.timestamp, m.step, m.value))
-            out[key] = (float(last.value), int(last.timestamp))
-        return out
 
     # -------------------------------------------------------------- runs by torchx id
 
@@ -233,20 +169,15 @@ class MLflowTracker(TrackerBase):
 
     def _sql(self) -> Optional[SqliteStore]:
         """The sqlite store that writes tags, inputs and artifacts too (else MlflowClient)."""
-        return self.store if isinstance(self.store, SqliteStore) else None
-
-    def _search(self, flt: str = "", limit: int = 1000) -> List[Any]:
-        """Runs matching ``flt`` in any experiment, oldest first."""
-        exp_ids = [e.experiment_id for e in self.client.search_experiments()]
-        order = ["attributes.start_time ASC"]
-        return list(self.client.search_runs(exp_ids, flt, max_results=limit, order_by=order))
+        store = self.store
+        return store if isinstance(store, SqliteStore) else None
 
     def _tagged(self, key: str, value: str, like: bool = False) -> List[Mapping[str, str]]:
         """The tags of each run whose tag ``key`` is ``value`` (``like``: a LIKE pattern)."""
         if sql := self._sql():
             return list(sql.tagged_runs(key, value, like).values())
-        flt = f"tags.`{key}` {'LIKE' if like else '='} '{_q(value)}'"
-        return [run.data.tags for run in self._search(flt)]
+        flt = f"tags.`{key}` {'LIKE' if like else '='} '{quote(value)}'"
+        return [run.data.tags for run in search_runs(self.client, flt)]
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         out: Dict[str, object] = {
@@ -364,18 +295,13 @@ class MLflowTracker(TrackerBase):
         """``<ui>/#/experiments/<exp>/runs/<run>`` in the run's own experiment; None without
         a UI (an embedded sqlite store has none unless ``ui_url`` is configured)."""
         rid = self._run(run_id, create=False) if self.ui_url else None
-        if rid is None:
-            return None
-        return f"{self.ui_url}/#/experiments/{self.store.run_info(rid)[0]}/runs/{rid}"
+        info = self.store.run_info(rid) if rid is not None else None
+        return f"{self.ui_url}/#/experiments/{info[0]}/runs/{rid}" if info else None
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent = kwargs.get("parent_run_id")
         runs = self._tagged(TAG_PARENT, parent) if parent else self._tagged(TAG_JOB_ID, "%", True)
         return [tags[TAG_JOB_ID] for tags in runs if TAG_JOB_ID in tags]
-
-
-def _q(value: str) -> str:
-    return value.replace("'", "\\'")
 
 
 def create(config: Optional[str] = None) -> MLflowTracker:
@@ -388,19 +314,20 @@ class MlflowBackend:
     def __init__(self, name: str, config: Optional[str]) -> None:
         self.name, self.config = name, config
         self._cfg = parse_config(config)
-        self.store = str(self._cfg["tracking_uri"])
+        self.uri = str(self._cfg["tracking_uri"])
+        self.store = redact(self.uri)  # for messages: no credentials
         self._tracker: Optional[MLflowTracker] = None
         self._lock = threading.RLock()
         self._job_stores: Dict[str, str] = {}  # run id -> the store its job's env names
         self._others: Dict[str, MLflowTracker] = {}  # those stores, when not this one
 
-    def _store_of(self, run_id: str) -> Any:
+    def _store_of(self, run_id: str) -> RunStore:
         """The store of a job's run: the one its job's env names (``job_run_id``)."""
-        uri = self._job_stores.get(run_id, self.store)
+        uri = self._job_stores.get(run_id, self.uri)
         with self._lock:
-            if uri != self.store and uri not in self._others:
+            if uri != self.uri and uri not in self._others:
                 self._others[uri] = MLflowTracker(tracking_uri=uri)
-            return (self._others[uri] if uri != self.store else self.tracker()).store
+            return (self._others[uri] if uri != self.uri else self.tracker()).store
 
     def tracker(self) -> MLflowTracker:
         with self._lock:
@@ -412,7 +339,7 @@ class MlflowBackend:
         (a server answers) or creatable (a writable directory)."""
         if importlib.util.find_spec("mlflow") is None:
             raise MissingExtraError("mlflow", "mlflow")
-        uri, db = self.store, _sqlite_file(self.store)
+        uri, db = self.uri, sqlite_file(self.uri)
         if is_http(uri):
             MlflowRest(uri).health()
         elif db is not None and not os.access(os.path.dirname(os.path.abspath(db)), os.W_OK):
@@ -430,22 +357,21 @@ class MlflowBackend:
         if job.parent_run_id:
             tags[TAG_PARENT] = job.parent_run_id
             pid = job.parent_run_id  # a pipeline run's torchx id, or an MLflow id (KFP's run)
-            parent = (
-                (pid, store.run_info(pid)[0])
-                if _MLFLOW_ID.fullmatch(pid)
-                else store.find_run(TAG_JOB_ID, pid)
-            )
+            info = store.run_info(pid) if _MLFLOW_ID.fullmatch(pid) else None
+            parent = (pid, info[0]) if info else store.find_run(TAG_JOB_ID, pid)
             if parent is not None:  # stages live with their pipeline run, nested under it
                 tags[TAG_NESTED], exp_id = parent
         if exp_id is None:
             name = self._cfg["experiment_name"] or job.experiment_name or DEFAULT_EXPERIMENT
             exp_id = store.experiment_id(name, self._cfg["artifact_location"])
         run_id = store.create_run(exp_id, job.name, tags, job.params, job.start_ms or now_ms())
-        env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.store, ENV_EXPERIMENT_ID: exp_id}
+        env = {ENV_RUN_ID: run_id, ENV_TRACKING_URI: self.uri, ENV_EXPERIMENT_ID: exp_id}
+        if sqlite_file(self.uri) is None:  # a server's credentials, TLS: as MLflow's own
+            env.update(client_env())  # client reads them, in the job's env
         # the job carries its store resolved (not this process's $MLFLOW_TRACKING_URI,
         # $TORCHX_HOME or cwd), so whichever process ends its run ends it there
         file = self.config or ""  # a config file: its absolute path, else the store's URI
-        config = os.path.abspath(file) if os.path.isfile(file) else self.store
+        config = os.path.abspath(file) if os.path.isfile(file) else self.uri
         env[tracker_config_env_var_name(self.name)] = config
         return OpenedRun(run_id, env)
 
@@ -458,7 +384,7 @@ class MlflowBackend:
         run_id, uri = env.get(ENV_RUN_ID) or None, env.get(ENV_TRACKING_URI)
         if run_id is None or uri is None:
             return None
-        if uri != self.store:
+        if uri != self.uri:
             if tracker_config_env_var_name(self.name) not in env:
                 return None  # not a run torchx opened: leave it alone
             self._job_stores[run_id] = uri

@@ -5,14 +5,15 @@ methods as ``SqliteStore`` and ``MLflowTracker``, so ``MlflowBackend`` is writte
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from torchx.trackers.api import Latest, TrackerConfigError
+from torchx.trackers.mlflow_http import HttpSettings, redact
 
 API = "/api/2.0/mlflow"
-TIMEOUT = 10.0
 BATCH = 100  # params per log-batch request (the server's limit)
 
 
@@ -20,6 +21,7 @@ class MlflowRestError(TrackerConfigError):
     """The tracking server refused a request (its ``error_code``), or did not answer."""
 
     error_code = ""
+    status = 0  # the HTTP status; 0: no answer
 
 
 class DeletedExperimentError(TrackerConfigError):
@@ -35,43 +37,65 @@ class DeletedExperimentError(TrackerConfigError):
 
 
 class MlflowRest:
-    def __init__(self, tracking_uri: str, timeout: float = TIMEOUT) -> None:
-        self.root = tracking_uri.rstrip("/")
-        self.timeout = timeout
+    """The server at ``tracking_uri``, reached with MLflow's client settings (``settings``,
+    else this process's env): credentials, TLS, retries and timeout as MLflow's own."""
 
-    def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
-        import urllib.error  # at the first request: http.client and email are not cheap
-        import urllib.parse
-        import urllib.request
+    def __init__(self, tracking_uri: str, settings: Optional[HttpSettings] = None) -> None:
+        self.uri = tracking_uri.rstrip("/")
+        self.root = redact(self.uri)  # what messages show
+        self.settings = settings or HttpSettings.from_env()
+        self._sessions: Dict[Tuple[int, bool], Any] = {}  # per process: a forked child
+        # must not share its parent's connections (MLflow's client keys them by pid too)
 
-        url, data = self.root + path, None
-        if method == "GET" and body:
-            url += "?" + urllib.parse.urlencode(body)
-        elif body is not None:
-            data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Optional[Mapping[str, Any]] = None,
+        preflight: bool = False,
+    ) -> Any:
+        import requests  # at the first request: not cheap
+
+        s = self.settings
+        key = (os.getpid(), preflight)
+        if key not in self._sessions:
+            self._sessions[key] = s.session(preflight)
+        payload = {"params": body} if method == "GET" else {"json": body}
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                text = response.read()
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode(errors="replace")
-            code = re.search(r'"error_code":\s*"(\w+)"', detail)
-            error = MlflowRestError(f"{path} failed ({e.code}): {detail[:300]}")
-            error.error_code = code.group(1) if code else ""
-            raise error from None
-        except (urllib.error.URLError, OSError) as e:
-            raise MlflowRestError(f"unreachable ({getattr(e, 'reason', e)})") from None
+            response = self._sessions[key].request(
+                method,
+                self.uri + path,
+                headers=s.headers(),
+                verify=s.verify,
+                cert=s.client_cert,
+                timeout=s.timeout,
+                allow_redirects=s.allow_redirects,
+                **payload,
+            )
+        except requests.exceptions.SSLError as e:
+            raise MlflowRestError(
+                f"not trusted over TLS ({_reason(e)}); set MLFLOW_TRACKING_SERVER_CERT_PATH to"
+                " its CA certificate (or MLFLOW_TRACKING_INSECURE_TLS=true)"
+            ) from None
+        except requests.exceptions.Timeout:
+            raise MlflowRestError(
+                f"not answering within {s.timeout:g} s (MLFLOW_HTTP_REQUEST_TIMEOUT)"
+            ) from None
+        except requests.exceptions.RequestException as e:
+            raise MlflowRestError(f"unreachable ({_reason(e)})") from None
+        if response.status_code >= 400:
+            raise _refused(path, response.status_code, response.reason, response.text)
+        text = response.content
         return json.loads(text) if text.strip().startswith(b"{") else {}
 
     def health(self) -> None:
-        """Raise ``TrackerConfigError`` (one line) unless the server answers."""
+        """Raise ``TrackerConfigError`` (one line) unless the server answers this process's
+        credentials (a refused connection or an untrusted certificate is not retried)."""
         try:
-            self._call("GET", "/health")
+            self._call("GET", API + "/experiments/search", {"max_results": 1}, preflight=True)
         except MlflowRestError as e:
-            raise TrackerConfigError(
-                f"MLflow tracking server {self.root} is {e}; start it or fix the tracker config"
-            ) from None
+            fix = "" if e.status in (401, 403) else "; start it or fix the tracker config"
+            raise TrackerConfigError(f"MLflow tracking server {self.root}: {e}{fix}") from None
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
         """Looked up on every call (one GET): a cached id would outlive its experiment."""
@@ -102,8 +126,14 @@ class MlflowRest:
         info = runs[0]["info"] if runs else None
         return (str(info["run_id"]), str(info["experiment_id"])) if info else None
 
-    def run_info(self, run_id: str) -> Tuple[str, str, str]:
-        info = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]["info"]
+    def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
+        """(experiment id, status, artifact URI); None: no such run."""
+        try:
+            info = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]["info"]
+        except MlflowRestError as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            raise
         return str(info["experiment_id"]), str(info["status"]), str(info.get("artifact_uri"))
 
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
@@ -160,3 +190,26 @@ class MlflowRest:
 
 def _row(metric: Mapping[str, Any]) -> Tuple[int, int, float]:
     return (int(metric.get("timestamp", 0)), int(metric.get("step", 0)), float(metric["value"]))
+
+
+def _reason(e: BaseException) -> str:
+    """What urllib3 says went wrong (requests wraps it twice), on one line, without the
+    connection's repr."""
+    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e
+    text = str(getattr(inner, "reason", None) or inner)
+    return " ".join(re.sub(r"^\w*Connection\(.*?\): ", "", text).split())[:200]
+
+
+_HINTS = {
+    401: "; set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+    " to an account of that server",
+    403: "; the account needs a permission on it (MLflow's auth: READ, EDIT, MANAGE)",
+}
+
+
+def _refused(path: str, status: int, reason: str, detail: str) -> MlflowRestError:
+    code = re.search(r'"error_code":\s*"(\w+)"', detail)
+    words = " ".join(detail.split())[:300]
+    error = MlflowRestError(f"refused {path} ({status} {reason}): {words}{_HINTS.get(status, '')}")
+    error.error_code, error.status = (code.group(1) if code else ""), status
+    return error

@@ -1,7 +1,8 @@
 """MLflow on a sqlite store without ``import mlflow`` (seconds of CPU): rows with ``sqlite3``.
 
 Only on a store whose schema revision is the installed MLflow's head (read from its
-migration scripts, not imported), with rows as MLflow's own store writes them. A missing
+migration scripts, not imported) and one the tests have checked these rows against
+(``mlflow_schema_checked.txt``), with rows as MLflow's own store writes them. A missing
 store is created whole, under its lock, from a snapshot of what MLflow creates for that head
 (``mlflow_schema.json``, made by ``scripts/mlflow_schema.py``), else by MLflow itself.
 """
@@ -22,13 +23,15 @@ import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Set, Tuple
 
 from torchx.trackers.api import Latest
 from torchx.trackers.mlflow_rest import DeletedExperimentError
 
 logger = logging.getLogger(__name__)
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
+# the schema revisions tests/trackers checked these rows on, one a line (``#``: a comment)
+CHECKED = os.path.join(os.path.dirname(SNAPSHOT), "mlflow_schema_checked.txt")
 _MAX = 1.7976931348623157e308  # a float's largest
 _REVISION = re.compile(r'^(down_)?revision\s*=\s*"([0-9a-f]+)"', re.M)
 
@@ -49,9 +52,18 @@ def mlflow_head_revision() -> Optional[str]:
     return heads.pop() if len(heads) == 1 else None
 
 
-def is_current(path: str) -> bool:
-    """The store exists and its schema is the installed MLflow's head."""
+def checked_revisions() -> Set[str]:
+    with contextlib.suppress(OSError), open(CHECKED) as f:
+        return {line.split("#")[0].strip() for line in f} - {""}
+    return set()
+
+
+def is_checked(path: str) -> bool:
+    """The store exists, its schema is the installed MLflow's head, and the tests checked
+    the rows on that revision (else MLflow's own client writes them)."""
     head, uri = mlflow_head_revision(), f"file:{path}?mode=ro"  # ro: nothing is created
+    if head not in checked_revisions():
+        return False
     try:
         with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
             row = db.execute("SELECT version_num FROM alembic_version").fetchone()
@@ -128,7 +140,7 @@ def _replay(path: str, snap: Dict[str, Any]) -> None:
 
 class SqliteStore:
     """Experiments, runs, tags, params and metrics, written as MLflow's sqlalchemy store
-    writes them; ``client()`` (an ``MLflowTracker``) for anything else."""
+    writes them; ``client()`` (a ``ClientStore``) creates an experiment elsewhere."""
 
     def __init__(self, path: str, client: Callable[[], Any]) -> None:
         self.path, self._client = path, client

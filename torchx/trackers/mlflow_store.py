@@ -1,0 +1,145 @@
+"""Where an MLflow run's rows go: one typed ``RunStore``, chosen by ``open_store`` from the
+tracking URI. REST over http(s) and rows on a sqlite store of a checked schema (no
+``import mlflow``: seconds of CPU); any other store (another schema, ``databricks``, a
+plugin's scheme) through MLflow's own client."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Protocol, Tuple
+
+from torchx.trackers.api import Latest
+from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest
+from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_checked
+
+logger = logging.getLogger(__name__)
+SQLITE = "sqlite:///"
+
+
+class RunStore(Protocol):
+    """Experiments, runs, tags and metrics by MLflow id."""
+
+    # found, or created (``artifact_location``: the parent of its artifacts)
+    def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str: ...
+    # (run id, experiment id) of the oldest run whose ``tag`` is ``value``
+    def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]: ...
+    # (experiment id, status, artifact URI); None: no such run
+    def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]: ...
+    def create_run(
+        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
+    ) -> str: ...
+    def tag_run(self, run_id: str, key: str, value: str) -> None: ...
+    def log_run_metrics(
+        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
+    ) -> None: ...
+    # ``{key: (value, timestamp ms)}``, each key's newest by time (see SqliteStore's)
+    def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest: ...
+    def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None: ...
+
+
+def sqlite_file(uri: str) -> Optional[str]:
+    """The database file of a ``sqlite:///`` URI (None for any other store)."""
+    return uri[len(SQLITE) :].split("?", 1)[0] if uri.startswith(SQLITE) else None
+
+
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def open_store(uri: str, client: Callable[[], Any]) -> RunStore:
+    """The store of ``uri``; ``client`` gives an ``MlflowClient`` for it (imported late)."""
+    db = sqlite_file(uri)
+    if is_http(uri):
+        return MlflowRest(uri)
+    if db is not None:
+        ensure_store(db)  # a missing one is created whole (MLflow creates one without a lock)
+        if is_checked(db):
+            return SqliteStore(db, lambda: ClientStore(client))
+        logger.debug("%s: a schema torchx has not checked; through MLflow's client", uri)
+    return ClientStore(client)
+
+
+def search_runs(client: Any, flt: str = "", limit: int = 1000) -> List[Any]:
+    """Runs matching ``flt`` in any experiment, oldest first."""
+    exp_ids = [e.experiment_id for e in client.search_experiments()]
+    order = ["attributes.start_time ASC"]
+    return list(client.search_runs(exp_ids, flt, max_results=limit, order_by=order))
+
+
+def quote(value: str) -> str:
+    """``value`` inside single quotes of an MLflow search filter."""
+    return value.replace("'", "\\'")
+
+
+class ClientStore:
+    """By MLflow's own ``MlflowClient`` (any store MLflow knows)."""
+
+    def __init__(self, client: Callable[[], Any]) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        return self._client()
+
+    def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is None:
+            try:
+                location = f"{artifact_location}/{name}" if artifact_location else None
+                return str(self.client.create_experiment(name, artifact_location=location))
+            except Exception:  # created concurrently by another process
+                exp = self.client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+        if exp.lifecycle_stage == "deleted":  # MLflow refuses runs in it
+            raise DeletedExperimentError(name, exp.experiment_id)
+        return str(exp.experiment_id)
+
+    def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
+        runs = search_runs(self.client, f"tags.`{tag}` = '{quote(value)}'", limit=1)
+        return (str(runs[0].info.run_id), str(runs[0].info.experiment_id)) if runs else None
+
+    def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            info = self.client.get_run(run_id).info
+        except MlflowException as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            raise
+        return str(info.experiment_id), str(info.status), str(info.artifact_uri)
+
+    def create_run(
+        self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
+    ) -> str:
+        from mlflow.entities import Param
+
+        run = self.client.create_run(exp_id, start_time=start, tags=dict(tags), run_name=name)
+        items = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run.info.run_id, params=items[i : i + 100])
+        return str(run.info.run_id)
+
+    def tag_run(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
+        self.client.set_terminated(run_id, status, end_time=end_ms)
+
+    def log_run_metrics(
+        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
+    ) -> None:
+        from mlflow.entities import Metric
+
+        rows = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
+        self.client.log_batch(run_id, metrics=rows)
+
+    def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
+        """Every key's newest by time (its history is a database query)."""
+        out = {}
+        for key in self.client.get_run(run_id).data.metrics:
+            history = self.client.get_metric_history(run_id, key)
+            last = max(history, key=lambda m: (m.timestamp, m.step, m.value))
+            out[key] = (float(last.value), int(last.timestamp))
+        return out
