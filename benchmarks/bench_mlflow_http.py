@@ -1,5 +1,5 @@
 """What talking to an MLflow server as MLflow's client does (``requests`` with urllib3's
-retries, issue 37) costs a process over the standard library's ``urllib`` that the REST path
+retries) costs a process over the standard library's ``urllib`` that the REST path
 used before: the CPU (user+sys) of a fresh interpreter that imports each, interleaved,
 medians. The submitting CLI and each rank that makes a tracker call over http pay it once.
 

@@ -1,4 +1,4 @@
-"""What MLflow tracking costs a job, side by side with tracking off (issue 24's budgets:
+"""What MLflow tracking costs a job, side by side with tracking off (the budgets:
 at most +0.3 s per ``torchx run`` over http, at most +2.5 s on the embedded sqlite store).
 
 1. ``torchx run -s local_cwd utils.python --c "print('hi')"``: wall time of the CLI (it
