@@ -161,7 +161,9 @@ def test_tracked_racers_that_re_attach_end_their_runs_killed_naming_the_winner(
     superseded: List[Any] = []
     for round_no in range(6):
         key = f"tracked-race-{round_no}"
-        handles, _ = race(tmp_path, "local_cwd", key, 8, seconds=1, tracked=True)
+        # the app outlives the race: a racer slowed past the app's end (each racer opens its
+        # run on one sqlite store first) would rightly start the key again, not re-attach
+        handles, _ = race(tmp_path, "local_cwd", key, 8, seconds=10, tracked=True)
         assert len(set(handles)) == 1, sorted(set(handles))
         with get_runner() as runner:  # ends the winner's run
             status = runner.wait(handles[0], wait_interval=0.2, timeout=120)
