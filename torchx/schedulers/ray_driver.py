@@ -306,7 +306,7 @@ def main() -> int:
     ray.init(address="auto", log_to_driver=True)
     replicas = req["replicas"]
     pg = placement_group(
-        [_bundle(r) for r in replicas],
+        [bundle(r) for r in replicas],
         strategy="SPREAD" if req.get("spread") else "PACK",
     )
     ray.get(pg.ready(), timeout=600)
@@ -376,7 +376,7 @@ def main() -> int:
     return 1 if failed or not all(role_can_succeed(role) for role in mins) else 0
 
 
-def _bundle(replica: Dict[str, Any]) -> Dict[str, float]:
+def bundle(replica: Dict[str, Any]) -> Dict[str, float]:
     """A replica's placement-group bundle: its CPUs and, if it asks for them, GPUs."""
     bundle = {"CPU": float(replica["cpu"])}
     if replica.get("gpu"):

@@ -6,15 +6,11 @@ free ephemeral ones, so it runs beside the other Ray tests' head."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Dict, Iterator, List
 
@@ -24,20 +20,10 @@ import pytest
 from tests.mlflow_server import free_port
 from tests.polling import poll_until
 from tests.processes import wait_for_job_processes
+from tests.schedulers.ray.head import ray_head
 
 ROOT = Path(__file__).resolve().parents[3]
 TORCHX = os.path.join(os.path.dirname(sys.executable), "torchx")
-HEAD_PORTS = (
-    "port",
-    "dashboard-port",
-    "ray-client-server-port",
-    "dashboard-agent-listen-port",
-    "dashboard-agent-grpc-port",
-    "node-manager-port",
-    "object-manager-port",
-    "metrics-export-port",
-    "runtime-env-agent-port",
-)
 UPLOAD_LIMIT = 4_000_000
 TRAIN = """\
 import os, sys
@@ -55,14 +41,6 @@ dist.destroy_process_group()
 """
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def remote_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, str]]:
     """The head's dashboard URL and its venv (built on the first run on a machine)."""
@@ -77,67 +55,17 @@ def remote_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, 
         timeout=1800,
         check=True,
     ).stdout.strip()
-    mine = [str(ROOT), sys.prefix, str(tmp_path_factory.getbasetemp()), os.environ["TORCHX_HOME"]]
-    hidden = [  # what only the submitter has (a directory once: inside a hidden one it is gone)
-        d for d in mine if not any(d != o and d.startswith(o + os.sep) for o in mine)
-    ]
-    ports = {name: free_port() for name in HEAD_PORTS}
-    temp_dir = f"/tmp/rh{ports['dashboard-port']}"
-    start = [
-        f"{venv}/bin/ray",
-        "start",
-        "--head",
-        "--block",
-        "--num-cpus=8",
-        "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1",
-        "--disable-usage-stats",
-        f"--temp-dir={temp_dir}",
-        *(f"--{name}={port}" for name, port in ports.items()),
-    ]
-    script = (
-        f'for d in {shlex.join(hidden)}; do mount -t tmpfs none "$d" || exit 3; done; '
-        f"exec {shlex.join(start)}"
-    )
-    env = {  # the cluster's own environment: its venv first on PATH, nothing of ours
-        "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
+    # what only the submitter has: its tree and venv, its temp dirs, its $TORCHX_HOME
+    hide = [str(ROOT), sys.prefix, str(tmp_path_factory.getbasetemp()), os.environ["TORCHX_HOME"]]
+    env = {  # the cluster's own environment: nothing of ours
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "LANG": "C.UTF-8",
         "RAY_max_grpc_message_size": str(UPLOAD_LIMIT),  # Ray's upload limit, made small
     }
-    log = open(tmp_path_factory.mktemp("head") / "head.log", "w")
-    head = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
-        env=env,
-        cwd="/",
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{ports['dashboard-port']}"
-    try:
-        up = poll_until(
-            lambda: head.poll() is None and _answers(url),
-            lambda answered: answered or head.poll() is not None,
-            300,
-            every=1,
-        )
-        assert up, f"no Ray head at {url}: {Path(log.name).read_text()[-3000:]}"
+    log = tmp_path_factory.mktemp("remote-head") / "head.log"
+    with ray_head(f"{venv}/bin", log, env, num_cpus=8, hide=hide) as url:
         yield {"url": url, "venv": venv}
-    finally:
-        # at once: a SIGTERM'd head drains for 30 s; nothing of a test head needs keeping
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGKILL)
-        head.wait(timeout=60)
-        for p in psutil.process_iter(["cmdline"]):  # raylet, gcs, workers: all of its temp
-            try:
-                if any(temp_dir in arg for arg in p.info["cmdline"] or []):
-                    p.kill()
-            except psutil.Error:
-                pass
-        log.close()
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture()
