@@ -21,6 +21,7 @@ from tests.mlflow_server import free_port
 from tests.polling import poll_until
 from tests.processes import wait_for_job_processes
 from tests.schedulers.ray.head import ray_head
+from torchx import specs
 
 ROOT = Path(__file__).resolve().parents[3]
 TORCHX = os.path.join(os.path.dirname(sys.executable), "torchx")
@@ -140,3 +141,24 @@ def test_cancel_from_the_submitter_stops_the_replicas(submitter: Path) -> None:
     assert alive == []
     status = poll_until(lambda: _tx("status", handle).stdout, lambda s: "CANCELLED" in s, 60)
     assert "State: CANCELLED" in status, status
+
+
+def test_progress_and_a_stall_reach_the_submitter_through_the_dashboard(submitter: Path) -> None:
+    """Rank 0 reports a step, then hangs: the waiter stops it as stalled from the activity
+    records in the job's log, and another process (the CLI) reads it FAILED with the reason
+    and the report, through the dashboard alone."""
+    from torchx.runner import get_runner
+
+    hangs = (
+        "from torchx.trackers import report_progress\n"
+        "report_progress(3, total=10)\nimport time; time.sleep(600)\n"
+    )
+    with get_runner(trackers={}) as runner:
+        handle = runner.run_component("utils.python", ["--c", hangs], "ray", stall_timeout=5)
+        status = runner.wait(handle, wait_interval=1, timeout=300)
+        assert status is not None and status.state == specs.AppState.FAILED, status
+        assert status.msg.startswith("stalled: no progress or output for 5 s"), status.msg
+        report = runner.progress(handle)
+        assert report is not None and (report.step, report.total) == (3, 10)
+    status_line = _tx("status", handle).stdout
+    assert "State: FAILED" in status_line and "stalled: no progress" in status_line
