@@ -34,6 +34,8 @@ import shlex
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -267,23 +269,26 @@ class RayScheduler(Scheduler[RayJob]):
         return job.app_id
 
     def _job_log_tail(self, app_id: str) -> List[str]:
-        """The job log's last ``TAIL_LINES`` lines, through the dashboard's log API (the
-        whole log if that API does not answer)."""
-        state = import_optional("ray.util.state", "ray")
-        url = dashboard_url(self._address())
+        """The job log's last ``TAIL_LINES`` lines, from the dashboard's log API (Ray's
+        ``get_log`` over HTTP; its Python function wants the GCS address); the whole log,
+        through the job client, if that API does not answer (e.g. a cluster with auth)."""
+        query = urllib.parse.urlencode(
+            {"submission_id": app_id, "lines": TAIL_LINES, "timeout": 10}
+        )
+        url = f"{dashboard_url(self._address())}/api/v0/logs/file?{query}"
         try:
-            chunks = state.get_log(address=url, submission_id=app_id, tail=TAIL_LINES, timeout=10)
-            return "".join(chunks).splitlines()
-        except Exception:  # the state API missing or refusing (Ray's own exception types)
+            with urllib.request.urlopen(url, timeout=15) as r:
+                return r.read().decode(errors="replace").splitlines()
+        except OSError:  # URLError, HTTPError, timeouts
             return self._logs(app_id).splitlines()[-TAIL_LINES:]
 
     def progress_path(self, app_id: str) -> Optional[str]:
         """The first replica's last report, from the job's log, cached in this process's
         ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
         lines = self._job_log_tail(app_id)
-        report = ray_activity.last_progress(lines) or ray_activity.last_progress(
-            self._logs(app_id).splitlines()
-        )
+        if ray_activity.last_record(lines) is None:  # chatty replicas: each record has it
+            lines = self._logs(app_id).splitlines()
+        report = ray_activity.last_progress(lines)
         if not report:
             return None
         path = str(torchx_home() / "ray" / f"{app_id}.progress.json")
