@@ -41,6 +41,7 @@ FORWARD_INTERVAL = 0.2
 # set once every replica ended: the loops stop asking the actors (a thread asking Ray as
 # the driver exits would connect it again)
 ENDING = threading.Event()
+OUTPUT_LOCK = threading.Lock()  # whole lines: replicas' and records never share one
 ORPHAN_CHECK_ROUNDS = 10  # a driver asks Ray whether its job still runs every 10 s
 
 
@@ -153,9 +154,10 @@ class Forwarder:
 
         with self.lock:
             taken = ray.get([a.take_output.remote() for a in self.actors], timeout=30)
-            for lines in taken:
-                sys.stdout.writelines(lines)
-            sys.stdout.flush()
+            with OUTPUT_LOCK:
+                for lines in taken:
+                    sys.stdout.writelines(lines)
+                sys.stdout.flush()
 
     def loop(self) -> None:
         while not ENDING.wait(FORWARD_INTERVAL):
@@ -185,7 +187,8 @@ class Publisher:
         )
         with self.lock:
             if final or due(now, self.last):
-                print(now.line(), flush=True)
+                with OUTPUT_LOCK:
+                    print(now.line(), flush=True)
                 self.last = now
 
     def loop(self, req: Dict[str, Any]) -> None:

@@ -20,13 +20,13 @@ nothing from the submitter's disk or Python.
 Stalls (``Runner.run(stall_timeout=...)``) are detected by whoever waits, from the activity
 records the driver prints into the job's log (``ray_activity``). Ray's job metadata is fixed
 at submission and ``stop_job`` takes no message, so a waiter that stops a stalled job
-(``stop_stalled``) first submits a marker job ``<app>-stalled`` whose metadata holds the
-reason: a STOPPED job with a marker is FAILED with its reason for every reader.
+(``stop_stalled``) first submits a marker job ``<app>-stalled-<id>`` (entrypoint ``true``)
+whose metadata holds the reason: a STOPPED job with a marker is FAILED with its reason for
+every reader. A marker whose stop failed is voided by a second one (``<marker>-void``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -76,6 +76,7 @@ META_IDEMPOTENCY_TOKEN = "idempotency_token"
 META_OWNER = "owner"
 META_STALLED_OF = "torchx_stalled_of"  # a stall marker job's metadata: the app it stopped
 META_REASON = "reason"
+META_VOIDS = "voids"  # a void marker's metadata: the marker whose stop failed
 DRIVER = "python -m torchx.schedulers.ray_driver"
 NO_TORCHX_ON_CLUSTER = (
     "the Ray cluster's Python has no torchx: install torchx on the cluster"
@@ -303,7 +304,7 @@ class RayScheduler(Scheduler[RayJob]):
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
         client = self._client(self._address())
-        marker = _stall_marker(app_id)
+        marker = f"{app_id}-stalled-{os.urandom(4).hex()}"  # one per attempt
         client.submit_job(  # first: seen as soon as the job is stopped
             entrypoint="true",
             submission_id=marker,
@@ -313,25 +314,29 @@ class RayScheduler(Scheduler[RayJob]):
         try:
             self.cancel(app_id)
         except Exception:  # the job runs on: a later stop is not a stall
-            self._forget_marker(client, marker)
+            # voided by a second marker: Ray deletes a job only once it ended, and the
+            # first one's `true` may take seconds to end on a busy head
+            client.submit_job(
+                entrypoint="true",
+                submission_id=f"{marker}-void",
+                entrypoint_num_cpus=0,
+                metadata={META_STALLED_OF: app_id, META_VOIDS: marker},
+            )
             raise
 
-    @staticmethod
-    def _forget_marker(client: Any, marker: str) -> None:
-        """Delete a stall marker (Ray deletes only an ended job: its ``true`` ends at once)."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(RuntimeError):  # not ended yet
-                if client.delete_job(marker):
-                    return
-            time.sleep(0.5)
-
     def _stall(self, client: Any, app_id: str) -> Optional[str]:
-        try:
-            info = client.get_job_info(_stall_marker(app_id))
-        except RuntimeError:  # no marker: not stopped as stalled
-            return None
-        return (info.metadata or {}).get(META_REASON) or None
+        """The reason of the newest stall marker of ``app_id`` no marker voids."""
+        markers = [
+            j for j in client.list_jobs() if (j.metadata or {}).get(META_STALLED_OF) == app_id
+        ]
+        voided = {(j.metadata or {}).get(META_VOIDS) for j in markers}
+        markers.sort(key=lambda j: j.start_time or 0)
+        reasons = [
+            (j.metadata or {}).get(META_REASON)
+            for j in markers
+            if j.submission_id not in voided and (j.metadata or {}).get(META_REASON)
+        ]
+        return reasons[-1] if reasons else None
 
     def _address(self) -> str:
         """The dashboard this process reaches (the run option's default: its env)."""
@@ -497,10 +502,6 @@ def _request_of(info: Any) -> Optional[Dict[str, Any]]:
         return decode_request(env[REQUEST_ENV]) if env and env.get(REQUEST_ENV) else None
     except (ValueError, TypeError, zlib.error):  # not one of ours
         return None
-
-
-def _stall_marker(app_id: str) -> str:
-    return f"{app_id}-stalled"
 
 
 def _resources(replica: Mapping[str, Any]) -> str:
