@@ -104,10 +104,13 @@ def ray_head(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=60)
+            left = []
             for p in psutil.process_iter(["cmdline"]):
                 try:
                     if any(temp_dir in arg for arg in p.info["cmdline"] or []):
                         p.kill()
+                        left.append(p)
                 except psutil.Error:
                     pass
+            psutil.wait_procs(left, timeout=30)  # none writes into its temp dir any more
             shutil.rmtree(temp_dir, ignore_errors=True)
