@@ -5,8 +5,8 @@
 - Under pytest-xdist (``scripts/test.sh`` runs five workers) a module's tests run on one
   worker, so module fixtures (a reference DAG run, a server) are set up once; and tests
   that share one machine-wide resource run on one worker, one after another: the local
-  Slurm cluster (two nodes) and the Ray head (a fixed port, stopped with
-  ``ray stop --force``). The scheduler only sees test ids, so such a test carries the
+  Slurm cluster (two nodes) and the Ray head of tests/schedulers/ray (one start for its
+  modules). The scheduler only sees test ids, so such a test carries the
   resource's name as a word of its file or test name (``test_slurm_scheduler.py``,
   ``..._on_slurm``); collection fails on a marked test that does not.
   (xdist's own ``loadgroup`` cannot do this under pytest 9: its group suffix is lost.)
@@ -56,6 +56,7 @@ SHARED_FIXTURES = (
 LONG_SCOPES = (
     "slurm",  # 182
     "ray",  # 147
+    "tests/schedulers/ray/test_remote_head.py",  # 100-170 (its own head; + its venv once)
     "prefect_server",  # 133: tests/pipelines/prefect/
     "tests/pipelines/kfp/test_kfp_containers.py",  # 138 alone at a load of 10 (DockerRunner)
     "tests/deployments/test_airflow_orphans.py",  # 82 (early: its 90 s promises want a calm CPU)
@@ -83,6 +84,7 @@ LONG_SCOPES = (
 WAITING_SCOPES = (
     "slurm",  # 12 s of CPU in 182 s
     "ray",  # 22 in 147
+    "tests/schedulers/ray/test_remote_head.py",  # waits on its head's jobs
     "mlflow_http_server",  # 10 in 91
     "tests/schedulers/test_aws_batch_stall.py",  # 2 in 18
     "tests/cli/test_progress_cli.py",  # 1 in 14

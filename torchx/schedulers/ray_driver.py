@@ -1,19 +1,17 @@
 """The entrypoint of a torchx job on Ray: runs an app's replicas as actors in a placement group.
 
-``python -m torchx.schedulers.ray_driver REQUEST_JSON`` (the Ray job's entrypoint) reserves
-one bundle per replica, starts one actor per bundle, and each actor runs its replica's
-command as a subprocess in its own session, printing each output line prefixed
-``role/replica``. The rank-0 host is the node of replica 0. When the job is stopped
-(SIGTERM), every actor kills its replica's process tree before the driver exits.
+``python -m torchx.schedulers.ray_driver``, run by the cluster's own Python (torchx must be
+installed on the cluster: ``pip install 'torchx[ray]'`` in its image or environment), reads
+its request from the job's ``runtime_env`` (``TORCHX_RAY_REQUEST``, see ``encode_request``):
+nothing comes from the submitter's disk. It reserves one bundle per replica (its CPUs and
+GPUs), starts one actor per bundle, and each actor runs its replica's command as a
+subprocess in its own session, in the job's working directory (uploaded with the job, or a
+path on the cluster), with the cluster's Python first on ``PATH``, printing each output
+line prefixed ``role/replica``. The rank-0 host is the node of replica 0. When the job is
+stopped (SIGTERM), every actor kills its replica's process tree before the driver exits.
 
-For stall detection and progress (``Scheduler.last_activity``, ``progress_path``) the
-driver publishes, every ``PUBLISH_INTERVAL`` s, beside the request file (which the head
-reads, so the submitter sees it too): ``<app>.activity.json``, how long the replicas had
-been silent (no output, progress report or exit) when asked, how many still run (none:
-the job is ending, not stalled), and when the driver last asked its actors (a stale
-answer means the driver cannot tell); and ``<app>.progress.json``, the first replica's
-last progress report (each actor points ``TORCHX_PROGRESS_FILE`` at a file on its own
-node).
+For stall detection and progress the driver prints activity records into the job's log
+(``ray_activity``), which any process that reaches the dashboard reads.
 
 A driver whose job Ray already ended (a stop while the job was PENDING can miss a driver
 not started yet) runs nothing, or stops its replicas within ``ORPHAN_CHECK_ROUNDS`` rounds.
@@ -21,6 +19,7 @@ not started yet) runs nothing, or stops its replicas within ``ORPHAN_CHECK_ROUND
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
@@ -32,9 +31,17 @@ import tempfile
 import threading
 import time
 import urllib.request
+import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
-PUBLISH_INTERVAL = 1.0
+from torchx.schedulers.ray_activity import PUBLISH_INTERVAL, Activity, due
+
+REQUEST_ENV = "TORCHX_RAY_REQUEST"
+FORWARD_INTERVAL = 0.2
+# set once every replica ended: the loops stop asking the actors (a thread asking Ray as
+# the driver exits would connect it again)
+ENDING = threading.Event()
+OUTPUT_LOCK = threading.Lock()  # whole lines: replicas' and records never share one
 ORPHAN_CHECK_ROUNDS = 10  # a driver asks Ray whether its job still runs every 10 s
 
 
@@ -48,6 +55,8 @@ def _replica_actor() -> Any:
             self.last_output = time.time()
             self.progress_dir = tempfile.mkdtemp(prefix="torchx-progress-")
             self.progress_file = os.path.join(self.progress_dir, "progress.json")
+            self.output: List[str] = []  # lines read, not yet taken by the driver
+            self.output_lock = threading.Lock()
 
         def activity(self) -> Tuple[float, Optional[str], bool]:
             """How long ago (by this node's clock, as it answers) the replica last printed,
@@ -67,7 +76,10 @@ def _replica_actor() -> Any:
             return ray.util.get_node_ip_address()
 
         def run(self, prefix: str, args: List[str], env: Dict[str, str], cwd: str) -> int:
-            full_env = dict(os.environ)
+            full_env = {k: v for k, v in os.environ.items() if k != REQUEST_ENV}
+            # the cluster's Python (this actor's) first: `python`, `torchrun` are its own
+            bindir = os.path.dirname(sys.executable)
+            full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
             full_env.update(env)
             full_env["TORCHX_PROGRESS_FILE"] = self.progress_file
             self.last_output = time.time()  # a start is activity: silence counts from here
@@ -82,11 +94,19 @@ def _replica_actor() -> Any:
             assert self.proc.stdout is not None
             for raw in iter(self.proc.stdout.readline, b""):
                 self.last_output = time.time()
-                sys.stdout.write(f"{prefix} {raw.decode(errors='replace')}")
-                sys.stdout.flush()
+                text = raw.decode(errors="replace")
+                with self.output_lock:
+                    self.output.append(f"{prefix} {text}" + ("" if text.endswith("\n") else "\n"))
             code = self.proc.wait()
             self.last_output = time.time()  # an exit is activity: the job is ending
             return code  # the progress file stays for the driver's last round (cleanup)
+
+        def take_output(self) -> List[str]:
+            """The lines read since the last call (the driver prints them: an actor's own
+            stdout reaches the job's log asynchronously, and a job could end without it)."""
+            with self.output_lock:
+                lines, self.output = self.output, []
+            return lines
 
         def cleanup(self) -> None:
             shutil.rmtree(self.progress_dir, ignore_errors=True)
@@ -109,50 +129,83 @@ def output_waiting(stream: Any) -> bool:
         return False
 
 
-def _write_atomic(path: str, text: str) -> None:
-    """Write ``path`` (0600: it sits beside the private request file) by renaming a temp."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def encode_request(request: Dict[str, Any]) -> str:
+    """The request as one ``runtime_env`` env var: compressed (replicas of a role repeat
+    their env) and base64, so a wide job stays far below the OS's limit on one variable."""
+    raw = zlib.compress(json.dumps(request, separators=(",", ":")).encode(), 9)
+    return base64.b64encode(raw).decode()
 
 
-_PUBLISH_LOCK = threading.Lock()  # the loop and the final round write the same files
+def decode_request(text: str) -> Dict[str, Any]:
+    return json.loads(zlib.decompress(base64.b64decode(text)))
 
 
-def _publish_once(actors: List[Any], base: str) -> None:
-    """The replicas' last activity and the first replica's progress report, beside the
-    request file (see the module's docstring)."""
-    import ray
+class Forwarder:
+    """Prints the replicas' lines into the job's log, taking them from their actors every
+    ``FORWARD_INTERVAL`` s and once more after every replica ended, so a job that ends has
+    every line of its replicas in its log."""
 
-    answers = ray.get([a.activity.remote() for a in actors], timeout=10)
-    record = {  # silence as each node measured it: a slow answer or clock skew adds none
-        "silence": max(0.0, min(age for age, _, _ in answers)),
-        "checked": time.time(),
-        "running": sum(1 for _, _, running in answers if running),
-    }
-    report = next((r for _, r, _ in answers if r), None)
-    with _PUBLISH_LOCK:
-        _write_atomic(f"{base}.activity.json", json.dumps(record))
-        if report:
-            _write_atomic(f"{base}.progress.json", report)
+    def __init__(self, actors: List[Any]) -> None:
+        self.actors = actors
+        self.lock = threading.Lock()  # the loop and the final round
+
+    def once(self) -> None:
+        import ray
+
+        with self.lock:
+            taken = ray.get([a.take_output.remote() for a in self.actors], timeout=30)
+            with OUTPUT_LOCK:
+                for lines in taken:
+                    sys.stdout.writelines(lines)
+                sys.stdout.flush()
+
+    def loop(self) -> None:
+        while not ENDING.wait(FORWARD_INTERVAL):
+            try:
+                self.once()
+            except Exception as e:  # a slow round or a stopping job: the next one takes them
+                print(f"torchx: could not forward output: {e}", file=sys.stderr, flush=True)
 
 
-def _publish(actors: List[Any], base: str, req: Dict[str, Any]) -> None:
-    """``_publish_once`` every ``PUBLISH_INTERVAL`` s. A round whose actors do not answer
-    publishes nothing, so the record goes stale (cannot tell) rather than wrong. Every
-    ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended stops its replicas
-    and exits (see ``ended_by_ray``)."""
-    rounds = 0
-    while True:
-        try:
-            _publish_once(actors, base)
-        except Exception as e:  # a slow round or a stopping job: try again
-            print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
-        rounds += 1
-        if rounds % ORPHAN_CHECK_ROUNDS == 0 and ended_by_ray(req, base):
-            _stop_replicas(actors, "its job ended in Ray but this driver ran on")
-        time.sleep(PUBLISH_INTERVAL)
+class Publisher:
+    """Prints the replicas' activity records into the job's log (``ray_activity``)."""
+
+    def __init__(self, actors: List[Any]) -> None:
+        self.actors = actors
+        self.last: Optional[Activity] = None
+        self.lock = threading.Lock()  # the loop and the final round
+
+    def once(self, final: bool = False) -> None:
+        import ray
+
+        answers = ray.get([a.activity.remote() for a in self.actors], timeout=10)
+        now = Activity(  # silence as each node measured it: a slow answer or skew adds none
+            silence=max(0.0, min(age for age, _, _ in answers)),
+            checked=time.time(),
+            running=sum(1 for _, _, running in answers if running),
+            progress=next((r for _, r, _ in answers if r), None),
+        )
+        with self.lock:
+            if final or due(now, self.last):
+                with OUTPUT_LOCK:
+                    print(now.line(), flush=True)
+                self.last = now
+
+    def loop(self, req: Dict[str, Any]) -> None:
+        """``once`` every ``PUBLISH_INTERVAL`` s. A round whose actors do not answer prints
+        nothing, so the last record goes stale (cannot tell) rather than wrong. Every
+        ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended stops its
+        replicas and exits (see ``ended_by_ray``)."""
+        rounds = 0
+        while not ENDING.is_set():
+            try:
+                self.once()
+            except Exception as e:  # a slow round or a stopping job: try again
+                print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
+            rounds += 1
+            if rounds % ORPHAN_CHECK_ROUNDS == 0 and ended_by_ray(req):
+                _stop_replicas(self.actors, "its job ended in Ray but this driver ran on")
+            ENDING.wait(PUBLISH_INTERVAL)
 
 
 def dashboard_url(address: str) -> str:
@@ -160,7 +213,7 @@ def dashboard_url(address: str) -> str:
     return address if "://" in address else f"http://{address}"
 
 
-def ended_by_ray(req: Dict[str, Any], base: str) -> bool:
+def ended_by_ray(req: Dict[str, Any]) -> bool:
     """Whether Ray already holds this driver's job ended (STOPPED, FAILED, SUCCEEDED).
 
     Ray stops a job by signalling the entrypoint's processes it sees then; a stop that
@@ -169,7 +222,9 @@ def ended_by_ray(req: Dict[str, Any], base: str) -> bool:
     job waited for them forever). Doubt (the dashboard not answering within 2 s, e.g. an
     address only the submitter can reach) is not an end."""
     url = dashboard_url(str(req.get("address") or ""))
-    job_id = os.path.basename(base)
+    job_id = req.get("app_id")
+    if not job_id:
+        return False
     try:
         with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=2) as r:
             status = json.load(r).get("status")
@@ -240,25 +295,31 @@ def main() -> int:
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    with open(sys.argv[1]) as f:
-        req = json.load(f)
-    base = sys.argv[1][: -len(".json")] if sys.argv[1].endswith(".json") else sys.argv[1]
-    if ended_by_ray(req, base):
+    if not os.environ.get(REQUEST_ENV):
+        print(
+            f"torchx: no {REQUEST_ENV} in this job's runtime_env: submit it with"
+            " `torchx run -s ray`",
+            file=sys.stderr,
+        )
+        return 2
+    req = decode_request(os.environ[REQUEST_ENV])
+    if ended_by_ray(req):
         print("torchx: Ray already ended this job; not starting its replicas", flush=True)
         return 128 + signal.SIGTERM
     ray.init(address="auto", log_to_driver=True)
     replicas = req["replicas"]
     pg = placement_group(
-        [{"CPU": float(r["cpu"])} for r in replicas],
+        [bundle(r) for r in replicas],
         strategy="SPREAD" if req.get("spread") else "PACK",
     )
     ray.get(pg.ready(), timeout=600)
     Replica = _replica_actor()
     actors = [
-        # max_concurrency=3: stop() and activity() must run while run() is still blocked
+        # max_concurrency=4: stop(), activity(), take_output() run while run() blocks
         Replica.options(
             num_cpus=float(r["cpu"]),
-            max_concurrency=3,
+            num_gpus=float(r.get("gpu") or 0),
+            max_concurrency=4,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
         ).remote()
         for i, r in enumerate(replicas)
@@ -275,10 +336,12 @@ def main() -> int:
         env = dict(r["env"], TORCHX_RANK0_HOST=rank0)
         runs.append(
             actor.run.remote(
-                f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir", "")
+                f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir") or ""
             )
         )
-    threading.Thread(target=_publish, args=(actors, base, req), daemon=True).start()
+    forwarder, publisher = Forwarder(actors), Publisher(actors)
+    threading.Thread(target=forwarder.loop, daemon=True).start()
+    threading.Thread(target=publisher.loop, args=(req,), daemon=True).start()
     mins: Dict[str, int] = {}
     for r in replicas:
         mins[r["role"]] = int(r.get("min_replicas") or 0)
@@ -304,14 +367,24 @@ def main() -> int:
             if not role_can_succeed(r["role"]) and not failed:
                 failed = True
                 ray.get([a.stop.remote() for a in actors], timeout=30)
-    try:  # the last reports (a final step) land before the job is seen to end
-        _publish_once(actors, base)
+    ENDING.set()
+    try:  # the last lines and reports (a final step) land before the job is seen to end
+        forwarder.once()
+        publisher.once(final=True)
         ray.get([a.cleanup.remote() for a in actors], timeout=10)
-    except Exception as e:
+    except Exception as e:  # the replicas ended: their records are a nicety
         print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
     print("torchx-exit-codes " + json.dumps(summary), flush=True)
     return 1 if failed or not all(role_can_succeed(role) for role in mins) else 0
+
+
+def bundle(replica: Dict[str, Any]) -> Dict[str, float]:
+    """A replica's placement-group bundle: its CPUs and, if it asks for them, GPUs."""
+    bundle = {"CPU": float(replica["cpu"])}
+    if replica.get("gpu"):
+        bundle["GPU"] = float(replica["gpu"])
+    return bundle
 
 
 if __name__ == "__main__":

@@ -1,38 +1,47 @@
-"""``ray``: submit an app through Ray's Job Submission API to a Ray cluster.
+"""``ray``: submit an app through Ray's Job Submission API to a Ray cluster, as Ray is
+deployed (KubeRay, Anyscale, a head reached through its dashboard address): the job needs
+nothing from the submitter's disk or Python.
 
-The job's entrypoint is ``torchx.schedulers.ray_driver`` run by the same Python that
-submitted it (Ray's own entrypoint would use the ``PATH`` of ``ray start``), which places
-one actor per replica in a placement group and runs the replica's command there. Logs are
-the job's logs, each line prefixed ``role/replica``. ``cancel`` stops the job; the driver
-then ends every replica's process tree. The request file is written under
-``$TORCHX_HOME/ray`` and must be readable by the cluster's head (a local or shared-FS
-cluster running as the submitting user): it holds the replicas' environment, which may
-carry secrets, so it is private to its owner (0600, in a 0700 directory). A keyed
-submission (``Runner.run(idempotency_key=...)``) puts its token in the Ray job's metadata,
-and ``Runner.run(owner=...)`` its owner; ``describe`` returns both.
+- The job's entrypoint is ``python -m torchx.schedulers.ray_driver``, run by the cluster's
+  own Python: torchx must be installed on the cluster (``pip install 'torchx[ray]'`` in its
+  image). The driver places one actor per replica (its CPUs and GPUs) in a placement group
+  and runs the replica's command there.
+- The request (replicas, their env, the AppDef) travels in the job's ``runtime_env`` env
+  vars, which Ray treats as secrets (the dashboard hides their values from browsers) but
+  shows to any client of the dashboard, like every Ray job's env.
+- The submitter's working directory (less what ``.torchxignore`` excludes) is uploaded
+  with the job (``runtime_env`` ``working_dir``, Ray's size limit applies); the run option
+  ``working_dir`` names a directory already on the cluster instead.
+- Status, logs, ``describe`` (the AppDef included), progress and stalls come from the
+  dashboard alone: job info, metadata and logs. A keyed submission
+  (``Runner.run(idempotency_key=...)``) puts its token in the job's metadata, and
+  ``Runner.run(owner=...)`` its owner; ``describe`` returns both.
 
-Stalls (``Runner.run(stall_timeout=...)``) are detected by whoever waits: the driver
-publishes the replicas' last output or progress report beside the request file
-(``last_activity``, see ``ray_driver``), and a waiter that stops a stalled job
-(``stop_stalled``) first writes ``<app>.stalled`` there. Ray's job metadata is fixed at
-submission and ``stop_job`` takes no message, so that file, in the directory the job's
-own request lives in (which ``describe`` already reads for the AppDef), is where the
-reason stays with the job: a STOPPED job with it is FAILED with it for every reader.
+Stalls (``Runner.run(stall_timeout=...)``) are detected by whoever waits, from the activity
+records the driver prints into the job's log (``ray_activity``). Ray's job metadata is fixed
+at submission and ``stop_job`` takes no message, so a waiter that stops a stalled job
+(``stop_stalled``) first submits a marker job ``<app>-stalled-<id>`` (entrypoint ``true``)
+whose metadata holds the reason: a STOPPED job with a marker is FAILED with its reason for
+every reader. A marker whose stop failed is voided by a second one (``<marker>-void``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shlex
-import sys
+import tempfile
+import threading
 import time
+import urllib.parse
+import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
+from torchx.schedulers import ray_activity
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
     OWNER,
@@ -44,7 +53,7 @@ from torchx.schedulers.api import (
     filter_regex,
 )
 from torchx.schedulers.ids import unique_name
-from torchx.schedulers.ray_driver import PUBLISH_INTERVAL, dashboard_url
+from torchx.schedulers.ray_driver import REQUEST_ENV, dashboard_url, decode_request, encode_request
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -53,6 +62,7 @@ from torchx.specs.api import (
     CfgVal,
     ReplicaStatus,
     RoleStatus,
+    TorchXError,
     is_terminal,
     macros,
     runopts,
@@ -60,11 +70,21 @@ from torchx.specs.api import (
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home
 
-_ACTOR_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*m)?\s")
 META_TORCHX = "torchx"
 META_APP_NAME = "app_name"
 META_IDEMPOTENCY_TOKEN = "idempotency_token"
 META_OWNER = "owner"
+META_STALLED_OF = "torchx_stalled_of"  # a stall marker job's metadata: the app it stopped
+META_REASON = "reason"
+META_VOIDS = "voids"  # a void marker's metadata: the marker whose stop failed
+DRIVER = "python -m torchx.schedulers.ray_driver"
+NO_TORCHX_ON_CLUSTER = (
+    "the Ray cluster's Python has no torchx: install torchx on the cluster"
+    " (pip install 'torchx[ray]' in its image or runtime environment); the job runs"
+    f" `{DRIVER}` with the cluster's own Python"
+)
+_ENV_LOCK = threading.Lock()
+TAIL_LINES = 400  # the log lines read for the last activity record
 RAY_STATES = {
     "PENDING": AppState.PENDING,
     "RUNNING": AppState.RUNNING,
@@ -72,8 +92,10 @@ RAY_STATES = {
     "FAILED": AppState.FAILED,
     "STOPPED": AppState.CANCELLED,
 }
-# an activity record the driver has not refreshed for this long is stale: cannot tell
-ACTIVITY_STALE_AFTER = 30 * PUBLISH_INTERVAL
+
+
+class WorkingDirTooLargeError(TorchXError, ValueError):
+    """The working directory to upload is past Ray's package size limit."""
 
 
 @dataclass
@@ -81,7 +103,8 @@ class RayJob:
     app_id: str
     address: str
     replicas: List[Dict[str, Any]]
-    working_dir: str
+    upload_dir: Optional[str]  # the submitter's directory uploaded with the job
+    working_dir: Optional[str]  # else: a directory on the cluster
     spread: bool = False
     app: Dict[str, Any] = field(default_factory=dict)
     idempotency_token: Optional[str] = None
@@ -98,17 +121,30 @@ class RayJob:
             meta[META_OWNER] = self.owner
         return meta
 
-    def entrypoint(self, request_path: str) -> str:
-        driver = "torchx.schedulers.ray_driver"
-        return f"{shlex.quote(sys.executable)} -m {driver} {shlex.quote(request_path)}"
+    @property
+    def request(self) -> Dict[str, Any]:
+        """What the driver reads from the job's runtime_env."""
+        return {
+            "app_id": self.app_id,
+            "replicas": self.replicas,
+            "working_dir": self.working_dir or "",
+            "spread": self.spread,
+            "address": self.address,
+            "app": self.app,
+        }
 
     def __repr__(self) -> str:
-        lines = [f"ray job {self.app_id} on {self.address} (cwd {self.working_dir})"]
+        where = (
+            f"cwd {self.working_dir} on the cluster"
+            if self.working_dir
+            else f"uploads {self.upload_dir}"
+        )
+        lines = [f"ray job {self.app_id} on {self.address} ({where}): {DRIVER}"]
         if self.idempotency_token:
             lines.append(f"  idempotency token: {self.idempotency_token}")
         for r in self.replicas:
             lines.append(
-                f"  {r['role']}/{r['replica_id']} [{r['cpu']} cpu]: {shlex.join(r['args'])}"
+                f"  {r['role']}/{r['replica_id']} [{_resources(r)}]: {shlex.join(r['args'])}"
             )
         return "\n".join(lines)
 
@@ -127,7 +163,12 @@ class RayScheduler(Scheduler[RayJob]):
             or "127.0.0.1:8265",
             help="Ray dashboard (job submission) address ($RAY_API_SERVER_ADDRESS or $RAY_ADDRESS)",
         )
-        opts.add("working_dir", type_=str, help="directory the replicas run in (default: cwd)")
+        opts.add(
+            "working_dir",
+            type_=str,
+            help="a directory on the cluster the replicas run in (default: upload the"
+            " current directory with the job, less what .torchxignore excludes)",
+        )
         opts.add(
             "spread",
             type_=bool,
@@ -139,27 +180,34 @@ class RayScheduler(Scheduler[RayJob]):
     def _client(self, address: str) -> Any:
         js = import_optional("ray.job_submission", "ray")
         url = dashboard_url(address)
-        # Ray prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS over the argument: make them agree
-        saved = {
-            k: os.environ.pop(k)
-            for k in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-            if k in os.environ
-        }
-        try:
+        from_env = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+        if not from_env or dashboard_url(from_env) == url:  # the usual case: env untouched
             return js.JobSubmissionClient(url)
-        finally:
-            os.environ.update(saved)
+        # Ray prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS over the argument: hide them while
+        # the client is made for another address (a run option); the lock keeps this
+        # process's other threads (`torchx log` reads replicas concurrently) from seeing it
+        with _ENV_LOCK:
+            saved = {
+                k: os.environ.pop(k)
+                for k in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+                if k in os.environ
+            }
+            try:
+                return js.JobSubmissionClient(url)
+            finally:
+                os.environ.update(saved)
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
         from torchx.specs.serialize import appdef_to_dict
 
         app_id = unique_name(app.name, max_base=40, suffix_length=8)
+        working_dir = str(cfg.get("working_dir") or "") or None
         replicas = []
         for role in app.roles:
             elastic = role.min_replicas is not None and role.min_replicas < role.num_replicas
             for i in range(role.num_replicas):
                 values = macros.Values(
-                    img_root=str(cfg.get("working_dir") or os.getcwd()),
+                    img_root=working_dir or ".",
                     app_id=app_id,
                     replica_id=str(i),
                     rank0_env="TORCHX_RANK0_HOST",
@@ -167,9 +215,6 @@ class RayScheduler(Scheduler[RayJob]):
                 r = values.apply(role)
                 env = dict(r.env)
                 env.setdefault("PYTHONUNBUFFERED", "1")
-                env["PATH"] = (
-                    os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-                )
                 replicas.append(
                     {
                         "role": role.name,
@@ -177,6 +222,7 @@ class RayScheduler(Scheduler[RayJob]):
                         "args": [r.entrypoint, *r.args],
                         "env": env,
                         "cpu": max(r.resource.cpu, 1) if r.resource.cpu > 0 else 1,
+                        "gpu": max(r.resource.gpu, 0),
                         "elastic": elastic,
                         "min_replicas": role.min_replicas or role.num_replicas,
                     }
@@ -185,7 +231,8 @@ class RayScheduler(Scheduler[RayJob]):
             app_id,
             str(cfg.get("dashboard_address")),
             replicas,
-            str(cfg.get("working_dir") or os.getcwd()),
+            None if working_dir else os.getcwd(),
+            working_dir,
             bool(cfg.get("spread")),
             appdef_to_dict(app),
             app_idempotency_token(app),
@@ -193,91 +240,115 @@ class RayScheduler(Scheduler[RayJob]):
         )
         return AppDryRunInfo(job, repr)
 
-    def _request_path(self, app_id: str) -> str:
-        return str(torchx_home() / "ray" / f"{app_id}.json")
-
     def schedule(self, dryrun_info: AppDryRunInfo[RayJob]) -> str:
         job = dryrun_info.request
-        path = self._request_path(job.app_id)
-        request = {
-            "replicas": job.replicas,
-            "working_dir": job.working_dir,
-            "spread": job.spread,
-            "address": job.address,
-            "app": job.app,
-        }
-        _write_private(path, json.dumps(request))
+        runtime_env: Dict[str, Any] = {"env_vars": {REQUEST_ENV: encode_request(job.request)}}
         client = self._client(job.address)
-        client.submit_job(
-            entrypoint=job.entrypoint(path),
-            submission_id=job.app_id,
-            entrypoint_num_cpus=0,
-            metadata=job.metadata,
-        )
+        with tempfile.TemporaryDirectory(prefix="torchx-ray-upload-") as upload:
+            if job.upload_dir:  # the files .torchxignore lets through, uploaded by Ray
+                from torchx.workspace.dir_workspace import copy_workspace
+
+                copy_workspace(job.upload_dir, upload)
+                runtime_env["working_dir"] = upload
+            try:
+                client.submit_job(
+                    entrypoint=DRIVER,
+                    submission_id=job.app_id,
+                    entrypoint_num_cpus=0,
+                    runtime_env=runtime_env,
+                    metadata=job.metadata,
+                )
+            except (ValueError, RuntimeError) as e:  # Ray's client, or its dashboard (500)
+                limit = re.search(r"Package size \(.*?\) exceeds the maximum size of \S+", str(e))
+                if not limit:
+                    raise
+                raise WorkingDirTooLargeError(
+                    f"the working directory {job.upload_dir} is too large for Ray to upload"
+                    f" ({limit.group(0).rstrip('.')}): exclude files with .torchxignore, or run"
+                    " in a directory on the cluster (-cfg working_dir=<path on the cluster>)"
+                ) from None
         return job.app_id
 
-    def _beside(self, app_id: str, suffix: str) -> str:
-        """A file of the job beside its request (``<app>.json`` -> ``<app><suffix>``)."""
-        return self._request_path(app_id)[: -len(".json")] + suffix
+    def _job_log_tail(self, app_id: str) -> List[str]:
+        """The job log's last ``TAIL_LINES`` lines, from the dashboard's log API (Ray's
+        ``get_log`` over HTTP; its Python function wants the GCS address); the whole log,
+        through the job client, if that API does not answer (e.g. a cluster with auth)."""
+        query = urllib.parse.urlencode(
+            {"submission_id": app_id, "lines": TAIL_LINES, "timeout": 10}
+        )
+        url = f"{dashboard_url(self._address())}/api/v0/logs/file?{query}"
+        try:
+            with urllib.request.urlopen(url, timeout=15) as r:
+                return r.read().decode(errors="replace").splitlines()
+        except OSError:  # URLError, HTTPError, timeouts
+            return self._logs(app_id).splitlines()[-TAIL_LINES:]
 
     def progress_path(self, app_id: str) -> Optional[str]:
-        return self._beside(app_id, ".progress.json")
+        """The first replica's last report, from the job's log, cached in this process's
+        ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
+        lines = self._job_log_tail(app_id)
+        if ray_activity.last_record(lines) is None:  # chatty replicas: each record has it
+            lines = self._logs(app_id).splitlines()
+        report = ray_activity.last_progress(lines)
+        if not report:
+            return None
+        path = str(torchx_home() / "ray" / f"{app_id}.progress.json")
+        _write_private(path, report)
+        return path
 
     def last_activity(self, app_id: str) -> Optional[float]:
-        """When a replica last printed or reported progress, as the driver last published
-        it; None before the driver's first round, once it stopped refreshing it, or once no
-        replica runs (the job is ending: not a stall).
-
-        Only the silence the replicas' nodes measured counts (``now - silence``): a round
-        published late, an actor slow to answer (a loaded node) or clock skew between
-        nodes never makes a job that prints look silent."""
-        try:
-            with open(self._beside(app_id, ".activity.json")) as f:
-                record = json.load(f)
-            silence, checked = float(record["silence"]), float(record["checked"])
-            running = int(record["running"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        now = time.time()
-        if now - checked > ACTIVITY_STALE_AFTER or running == 0:
-            return None
-        return now - silence
+        """When a replica last printed or reported progress, from the activity records in
+        the job's log (see ``ray_activity.last_activity``)."""
+        found = ray_activity.last_record(self._job_log_tail(app_id))
+        return ray_activity.last_activity(found, time.time())
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
-        path = self._beside(app_id, ".stalled")
-        _write_private(path, reason)  # first: seen when stopped
+        client = self._client(self._address())
+        marker = f"{app_id}-stalled-{os.urandom(4).hex()}"  # one per attempt
+        client.submit_job(  # first: seen as soon as the job is stopped
+            entrypoint="true",
+            submission_id=marker,
+            entrypoint_num_cpus=0,
+            metadata={META_STALLED_OF: app_id, META_REASON: reason},
+        )
         try:
             self.cancel(app_id)
         except Exception:  # the job runs on: a later stop is not a stall
-            with contextlib.suppress(OSError):
-                os.remove(path)
+            # voided by a second marker: Ray deletes a job only once it ended, and the
+            # first one's `true` may take seconds to end on a busy head
+            client.submit_job(
+                entrypoint="true",
+                submission_id=f"{marker}-void",
+                entrypoint_num_cpus=0,
+                metadata={META_STALLED_OF: app_id, META_VOIDS: marker},
+            )
             raise
 
-    def _stall(self, app_id: str) -> Optional[str]:
-        try:
-            with open(self._beside(app_id, ".stalled")) as f:
-                return f.read().strip() or None
-        except OSError:
-            return None
+    def _stall(self, client: Any, app_id: str) -> Optional[str]:
+        """The reason of the newest stall marker of ``app_id`` no marker voids."""
+        markers = [
+            j for j in client.list_jobs() if (j.metadata or {}).get(META_STALLED_OF) == app_id
+        ]
+        voided = {(j.metadata or {}).get(META_VOIDS) for j in markers}
+        markers.sort(key=lambda j: j.start_time or 0)
+        reasons = [
+            (j.metadata or {}).get(META_REASON)
+            for j in markers
+            if j.submission_id not in voided and (j.metadata or {}).get(META_REASON)
+        ]
+        return reasons[-1] if reasons else None
 
-    def _request(self, app_id: str) -> Optional[Dict[str, Any]]:
-        try:
-            with open(self._request_path(app_id)) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
-
-    def _address(self, app_id: str) -> str:
-        req = self._request(app_id)
-        return req["address"] if req else str(self.run_opts().get("dashboard_address").default)  # type: ignore[union-attr]
+    def _address(self) -> str:
+        """The dashboard this process reaches (the run option's default: its env)."""
+        return str(self.run_opts().get("dashboard_address").default)  # type: ignore[union-attr]
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        req = self._request(app_id)
-        client = self._client(self._address(app_id))
+        client = self._client(self._address())
         try:
             info = client.get_job_info(app_id)
         except RuntimeError:
             return None
+        req = _request_of(info)
         state = RAY_STATES.get(
             str(info.status.value if hasattr(info.status, "value") else info.status),
             AppState.UNKNOWN,
@@ -286,13 +357,16 @@ class RayScheduler(Scheduler[RayJob]):
 
         app = appdef_from_dict(req["app"]) if req else None
         msg = info.message or NONE
-        stalled = self._stall(app_id) if state == AppState.CANCELLED else None
+        stalled = self._stall(client, app_id) if state == AppState.CANCELLED else None
         if stalled:  # stopped by a waiter as stalled: FAILED, with why
             state, msg = AppState.FAILED, stalled
         codes: Dict[str, Optional[int]] = {}
         if is_terminal(state):
-            m = re.findall(r"torchx-exit-codes (\{.*\})", client.get_job_logs(app_id))
+            logs = client.get_job_logs(app_id)
+            m = re.findall(r"torchx-exit-codes (\{.*\})", logs)
             codes = json.loads(m[-1]) if m else {}
+            if state == AppState.FAILED and "No module named torchx" in logs:
+                msg = NO_TORCHX_ON_CLUSTER
         roles = []
         for role in app.roles if app else []:
             reps = []
@@ -318,7 +392,7 @@ class RayScheduler(Scheduler[RayJob]):
                 **_app_metadata(info.metadata or {}),
             },
             roles=app.roles if app else [],
-            ui_url=f"http://{self._address(app_id).split('://')[-1]}/#/jobs/{app_id}",
+            ui_url=f"{dashboard_url(self._address())}/#/jobs/{app_id}",
         )
 
     def list(self) -> List[ListAppResponse]:
@@ -338,7 +412,7 @@ class RayScheduler(Scheduler[RayJob]):
         return [self._entry(job) for job in jobs]
 
     def _torchx_jobs(self) -> List[Any]:
-        client = self._client(str(self.run_opts().get("dashboard_address").default))  # type: ignore[union-attr]
+        client = self._client(self._address())
         return [
             job
             for job in client.list_jobs()
@@ -355,7 +429,7 @@ class RayScheduler(Scheduler[RayJob]):
         )
 
     def _cancel_existing(self, app_id: str) -> None:
-        self._client(self._address(app_id)).stop_job(app_id)
+        self._client(self._address()).stop_job(app_id)
 
     def log_iter(
         self,
@@ -377,12 +451,14 @@ class RayScheduler(Scheduler[RayJob]):
         return filter_regex(regex, lines)
 
     def _logs(self, app_id: str) -> str:
-        return self._client(self._address(app_id)).get_job_logs(app_id)
+        return self._client(self._address()).get_job_logs(app_id)
 
     @staticmethod
     def _select(text: str, prefix: str, skip: int = 0) -> Iterator[str]:
         for line in text.splitlines(keepends=True)[skip:]:
-            line = _ACTOR_PREFIX.sub("", line)  # Ray prefixes actor output with "(Replica pid=N)"
+            line = ray_activity.ACTOR_PREFIX.sub(
+                "", line
+            )  # Ray prefixes actor output with "(Replica pid=N)"
             if line.startswith(prefix):
                 yield line[len(prefix) :]
 
@@ -417,6 +493,20 @@ def _write_private(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _request_of(info: Any) -> Optional[Dict[str, Any]]:
+    """The request a torchx job carries in its runtime_env (None: not torchx's)."""
+    env = ((info.runtime_env or {}) if hasattr(info, "runtime_env") else {}).get("env_vars")
+    try:
+        return decode_request(env[REQUEST_ENV]) if env and env.get(REQUEST_ENV) else None
+    except (ValueError, TypeError, zlib.error):  # not one of ours
+        return None
+
+
+def _resources(replica: Mapping[str, Any]) -> str:
+    gpu = replica.get("gpu") or 0
+    return f"{replica['cpu']} cpu" + (f", {gpu} gpu" if gpu else "")
 
 
 def _app_metadata(meta: Mapping[str, str]) -> Dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from tests.mlflow_server import free_port
 from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, idempotency_token
+from torchx.schedulers.ray_driver import REQUEST_ENV
 from torchx.schedulers.ray_scheduler import create_scheduler
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,6 +68,8 @@ def test_logs_status_list_and_failure(env: Path) -> None:
 
 
 def test_cancel_stops_every_replica_process(env: Path) -> None:
+    from ray.job_submission import JobSubmissionClient
+
     handle = _tx(
         "run", "-s", "ray", "utils.sh", "--num_replicas", "2", "sleep", "600"
     ).stdout.splitlines()[0]
@@ -78,13 +80,15 @@ def test_cancel_stops_every_replica_process(env: Path) -> None:
     assert "CANCELLED" in _tx("status", handle).stdout
     # A driver that starts after Ray stopped its job (a stop while the job was PENDING
     # can kill the entrypoint's shell just before it starts the driver: seen in CI, the
-    # orphan held the head's CPUs) runs no replica.
-    request = env / "home" / "ray" / f"{specs.parse_app_handle(handle).app_id}.json"
+    # orphan held the head's CPUs) runs no replica. Its request is the job's, from Ray.
+    app_id = specs.parse_app_handle(handle).app_id
+    info = JobSubmissionClient(os.environ["RAY_API_SERVER_ADDRESS"]).get_job_info(app_id)
     driver = subprocess.Popen(
-        [sys.executable, "-m", "torchx.schedulers.ray_driver", str(request)],
+        [sys.executable, "-m", "torchx.schedulers.ray_driver"],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=dict(os.environ, **{REQUEST_ENV: info.runtime_env["env_vars"][REQUEST_ENV]}),
     )
     try:
         out, _ = driver.communicate(timeout=60)
@@ -99,8 +103,8 @@ def test_a_driver_that_cannot_ask_ray_runs_its_job() -> None:
     submitter can reach) leaves the job to run."""
     from torchx.schedulers.ray_driver import ended_by_ray
 
-    assert not ended_by_ray({"address": f"127.0.0.1:{free_port()}"}, "/home/ray/app-1")
-    assert not ended_by_ray({}, "/home/ray/app-1")
+    assert not ended_by_ray({"address": f"127.0.0.1:{free_port()}", "app_id": "app-1"})
+    assert not ended_by_ray({"app_id": "app-1"})
 
 
 def _true_app(token: str) -> specs.AppDef:
@@ -124,10 +128,8 @@ def test_token_in_job_metadata_found_oldest_first_from_any_home(
         assert [a.app_id for a in sched.find_by_idempotency_token(t2)] == [other]
         assert sched.find_by_idempotency_token(idempotency_token("never used")) == []
         assert {first, second, other} <= {a.app_id for a in sched.list()}
-        # The request holds the replicas' environment: private to its owner.
-        request = env / "home" / "ray" / f"{first}.json"
-        assert stat.S_IMODE(request.stat().st_mode) == 0o600
-        assert stat.S_IMODE(request.parent.stat().st_mode) == 0o700
+        # Nothing is written to the submitter's disk: the request travels with the job.
+        assert not (env / "home" / "ray").exists()
         # Another process with its own $TORCHX_HOME finds the same apps, through Ray alone.
         monkeypatch.setenv("TORCHX_HOME", str(env / "other-home"))
         elsewhere = create_scheduler("elsewhere")

@@ -2,15 +2,17 @@
 neither prints nor reports progress for its ``stall_timeout``, every later reader sees it
 FAILED ``stalled: ...`` (the reason lives beside the job's request, which the head reads),
 its MLflow run (real sqlite store) ends FAILED with the reason as a tag, and a job that
-keeps printing or reporting is never stopped."""
+keeps printing or reporting is never stopped. Activity and the reason come from Ray alone
+(the job's log, a marker job), never from the submitter's disk."""
 
 from __future__ import annotations
 
-import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -25,8 +27,9 @@ from tests.schedulers.stalled_job import (
 )
 from torchx import specs
 from torchx.runner import get_runner
+from torchx.schedulers import ray_activity
+from torchx.schedulers.ray_activity import HEARTBEAT, Activity, due
 from torchx.schedulers.ray_driver import output_waiting
-from torchx.schedulers.ray_scheduler import create_scheduler
 
 pytestmark = pytest.mark.ray
 
@@ -82,7 +85,12 @@ def test_a_stall_stop_that_fails_leaves_no_reason_behind_on_ray(
                 patched.setattr(JobSubmissionClient, "stop_job", refuse)
                 status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
             assert status is not None and status.state == specs.AppState.RUNNING, status
-            assert not (env / "home" / "ray" / f"{app_id}.stalled").exists()
+            client = JobSubmissionClient(os.environ["RAY_API_SERVER_ADDRESS"])
+            markers = {j.submission_id for j in client.list_jobs()}
+            tried = {m for m in markers if m.startswith(f"{app_id}-stalled-")}
+            assert tried and {m for m in tried if not m.endswith("-void")} == {
+                m[: -len("-void")] for m in tried if m.endswith("-void")
+            }  # every attempt's reason taken back
         finally:
             runner.cancel(handle)
         # polled, not waited on: a waiter would now stop the (still stalled) job itself
@@ -93,35 +101,50 @@ def test_a_stall_stop_that_fails_leaves_no_reason_behind_on_ray(
 
 
 @pytest.mark.parametrize("published_ago", [0.0, 8.0, 20.0])
-def test_only_the_silence_the_driver_saw_counts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, published_ago: float
-) -> None:
+def test_only_the_silence_the_driver_saw_counts(published_ago: float) -> None:
     """Replicas silent for 1 s when the driver last asked read 1 s silent however late
-    that round is read (a driver slow to publish on a loaded node, seen as a false stall in
+    that record is read (a driver slow to publish on a loaded node, seen as a false stall in
     CI)."""
-    monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
-    (tmp_path / "ray").mkdir()
-    record = {"silence": 1.0, "checked": time.time() - published_ago, "running": 1}
-    (tmp_path / "ray" / "app-x.activity.json").write_text(json.dumps(record))
-    last = create_scheduler("t").last_activity("app-x")
-    assert last is not None
-    assert 0.9 <= time.time() - last < 3.0, time.time() - last
-
-
-def test_a_stale_or_ended_activity_record_cannot_tell(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TORCHX_HOME", str(tmp_path))
-    (tmp_path / "ray").mkdir()
-    path = tmp_path / "ray" / "app-x.activity.json"
-    sched = create_scheduler("t")
     now = time.time()
-    path.write_text(json.dumps({"silence": 100, "checked": now - 60, "running": 1}))
-    assert sched.last_activity("app-x") is None  # the driver stopped refreshing it
-    path.write_text(json.dumps({"silence": 100, "checked": now, "running": 0}))
-    assert sched.last_activity("app-x") is None  # no replica runs: ending, not stalled
-    path.write_text(json.dumps({"silence": 100, "checked": now, "running": 1}))
-    assert sched.last_activity("app-x") == pytest.approx(now - 100, abs=2.0)
+    record = Activity(silence=1.0, checked=now - published_ago, running=1)
+    last = ray_activity.last_activity(ray_activity.last_record([record.line()]), now)
+    assert last == pytest.approx(now - 1.0)
+
+
+def test_a_stale_ended_or_missing_record_cannot_tell_and_later_output_is_activity() -> None:
+    now = time.time()
+
+    def last(*lines: str) -> Optional[float]:
+        return ray_activity.last_activity(ray_activity.last_record(list(lines)), now)
+
+    assert last("r/0 hi") is None  # no record yet
+    stale = Activity(silence=100, checked=now - ray_activity.STALE_AFTER - 1, running=1)
+    assert last(stale.line()) is None  # the driver stopped printing records
+    assert last(Activity(silence=100, checked=now, running=0).line()) is None  # ending
+    silent = Activity(silence=100, checked=now, running=1)
+    # Ray's actor prefix, and lines that are not a replica's, change nothing
+    assert last(f"(Replica pid=7) {silent.line()}", "torchx: x") == pytest.approx(now - 100)
+    assert last(silent.line(), "(Replica pid=7) r/1 tick") == now  # printed since
+
+
+def test_records_come_when_something_changed_or_the_silence_grew_by_a_tenth() -> None:
+    first = Activity(silence=0.0, checked=1000.0, running=2)
+    assert due(first, None)
+    busy = Activity(silence=0.2, checked=1001.0, running=2)
+    assert not due(busy, first)  # printing replicas: their lines say it
+    assert due(Activity(0.2, 1001.0, 2, '{"step": 1}'), first)  # a new report
+    assert due(Activity(0.2, 1001.0, 1), first)  # a replica ended
+    assert due(Activity(0.2, 1000.0 + HEARTBEAT, 2), first)  # the heartbeat
+    assert due(Activity(1.5, 1001.0, 2), first)  # silent: every round at first
+    long = Activity(silence=300.0, checked=2000.0, running=2)
+    assert not due(Activity(320.0, 2020.0, 2), long)  # then every tenth of the silence
+    assert due(Activity(335.0, 2035.0, 2), long)
+    assert (
+        ray_activity.last_progress(
+            [Activity(1, 1, 1, '{"step": 3}').line(), Activity(1, 2, 1).line(), "r/0 x"]
+        )
+        == '{"step": 3}'
+    )
 
 
 def test_output_the_actor_has_not_read_yet_counts_as_activity() -> None:

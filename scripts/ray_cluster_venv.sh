@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Print the path of a venv for a Ray cluster "on another host": torch, ray and a
+# non-editable copy of this tree's torchx (torchx[ray]), as a Ray cluster has its own
+# Python with torchx installed. It lives outside the tree (the tests hide the tree from
+# the cluster) and is reused: built once per pyproject/constraints/this script (torch and
+# ray: a few minutes on a fresh machine), torchx reinstalled (no deps, ~2 s) whenever its
+# source changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TREE=$(pwd)
+PY=${PYTHON:-python3}
+KEY=$(cat pyproject.toml constraints.txt scripts/ray_cluster_venv.sh <(echo "$TREE") |
+    sha256sum | cut -c1-12)
+V=${TORCHX_RAY_CLUSTER_VENV:-/tmp/torchx-ray-cluster-$KEY}
+exec 9>"$V.lock"
+flock 9 # one builder at a time (parallel test runs on one machine)
+SRC=$(find torchx pyproject.toml -name '*.py' -o -name '*.toml' | LC_ALL=C sort |
+    xargs cat | sha256sum | cut -c1-12)
+if [ ! -f "$V/.deps-ready" ]; then
+    rm -rf "$V"
+    "$PY" -m venv "$V"
+    "$V/bin/pip" install --quiet --disable-pip-version-check torch==2.13.0 uv >&2
+    "$V/bin/uv" pip install --quiet --python "$V/bin/python" --compile-bytecode \
+        -c constraints.txt torch==2.13.0 "$TREE[ray]" >&2
+    echo "$SRC" >"$V/.torchx-src"
+    touch "$V/.deps-ready"
+fi
+if [ "$(cat "$V/.torchx-src" 2>/dev/null)" != "$SRC" ]; then
+    # this tree's torchx changed: rebuild it (uv would reuse its cached build otherwise)
+    "$V/bin/uv" pip install --quiet --python "$V/bin/python" --compile-bytecode --no-deps --refresh-package torchx \
+        --reinstall-package torchx "$TREE" >&2
+    echo "$SRC" >"$V/.torchx-src"
+fi
+rm -rf "$TREE/torchx.egg-info" # the build's leftover (see setup.sh)
+echo "$V"
