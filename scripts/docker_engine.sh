@@ -146,6 +146,8 @@ EOF
 stop() {
     if alive "$DIR/dockerd.pid"; then  # what the tests left: torchx's containers, dangling images
         docker_ container prune -f --filter label=torchx.pytorch.org/app-id >/dev/null 2>&1 || true
+        docker_ images --format '{{.Repository}}:{{.Tag}}' | grep '^127\.0\.0\.1:' \
+            | xargs -r /usr/bin/docker rmi >/dev/null 2>&1 || true   # pushed to loopback registries
         docker_ image prune -f >/dev/null 2>&1 || true
     fi
     for name in registry dockerd; do
