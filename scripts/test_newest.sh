@@ -13,9 +13,9 @@
 # from its cache into each venv: 2 s a venv, where pip took 80 s each on a loaded machine.)
 # The extras' tests run in parallel, one pytest per venv; a failing extra fails the script.
 # Measured 2026-11-27 on a 2-core machine shared with three other test runs (load average
-# 13-19): 6:53 with the venvs kept (2 min of CPU in all), and about 4 min more to create the
-# three venvs (uv's cache warm). Resolved then: prefect 3.9.1, kfp 2.17.3, mlflow 3.17.2
-# (3.18.0's mlflow-skinny is not on this machine's index, so uv took 3.17.2).
+# 12-19): 3:03 from nothing (no .venvs, an empty uv cache: 108 s to resolve and create the
+# three venvs), 2:30 the next run (venvs kept: 9 s). Resolved then: prefect 3.9.1, kfp 2.17.3,
+# mlflow 3.17.2 (3.18.0's mlflow-skinny is not on this machine's index; uv took 3.17.2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
