@@ -10,7 +10,7 @@
 # torch: pip fetches the CPU wheel first, from the machine's local wheels (pip's config, as
 # scripts/setup.sh installs it); uv resolves the rest with torch excluded, then installs that
 # wheel file with it, so no resolver ever picks a CUDA build. (uv links the unpacked wheel
-# from its cache into each venv: 2 s a venv, where pip took 80 s each on a loaded machine.)
+# from its cache into each venv; pip unpacked it anew, 80 s a venv on a loaded machine.)
 # The extras' tests run in parallel, one pytest per venv; a failing extra fails the script.
 # Measured 2026-11-27 on a 2-core machine shared with three other test runs (load average
 # 12-19): 3:03 from nothing (no .venvs, an empty uv cache: 108 s to resolve and create the
