@@ -2,7 +2,8 @@
 # A throwaway local Slurm cluster (Debian's Slurm 22.05) for tests and for trying torchx on Slurm:
 # its own munged, slurmctld and two slurmd "nodes" (node1, node2) on 127.0.0.1 with their own ports,
 # and job accounting as production clusters keep it: slurmdbd over its own MariaDB server, so `sacct`
-# answers for jobs that slurmctld has forgotten (MinJobAge). Everything (config, munge key and
+# answers for jobs that slurmctld has forgotten (MinJobAge), and enforced accounts and QOS (root:
+# accounts torchx (default) and research, QOS normal (default) and high). Everything (config, munge key and
 # socket, database, state, spool, logs, pids) lives in $SLURM_CLUSTER_DIR (default
 # /tmp/torchx-slurm); nothing is written to /etc. Needs root, no systemd.
 #
@@ -128,6 +129,8 @@ AccountingStoragePort=${DBD_PORT}
 # with MUNGE, the "password" of the slurmdbd connection is the munge socket to authenticate with
 AccountingStoragePass=${MUNGE_SOCKET}
 AccountingStoreFlags=job_comment
+# jobs need a known account and QOS: sbatch refuses others (sacctmgr adds them at start)
+AccountingStorageEnforce=associations,qos
 JobCompType=jobcomp/none
 CONF
     fi
@@ -220,6 +223,14 @@ CONF
     /usr/sbin/slurmdbd 9>&- || fail "slurmdbd did not start: $(tail -n 5 "$DIR/log/slurmdbd.log")"
     until_ok timeout 10 sacctmgr -n list cluster || fail "slurmdbd does not answer: $(tail -n 5 "$DIR/log/slurmdbd.log")"
     sacctmgr -i -Q add cluster torchx >/dev/null || fail "sacctmgr could not add the cluster"
+    # associations as on a production cluster (AccountingStorageEnforce): jobs run under an
+    # account the user belongs to, with a QOS it may use; root defaults to "torchx" and may
+    # also charge "research", with QOS "normal" (the default) or "high"
+    sacctmgr -i -Q add account torchx,research cluster=torchx >/dev/null \
+        && sacctmgr -i -Q add qos high >/dev/null \
+        && sacctmgr -i -Q add user root account=torchx,research defaultaccount=torchx \
+            qos=normal,high defaultqos=normal >/dev/null \
+        || fail "sacctmgr could not add the accounts"
 }
 
 wait_idle() {

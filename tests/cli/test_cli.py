@@ -303,3 +303,17 @@ def test_a_role_name_the_user_gives_is_still_checked(env: dict, tmp_path: Path) 
     lines = p.stderr.strip().splitlines()
     assert p.returncode != 0
     assert len(lines) == 1 and "role name 'my role' is not allowed" in lines[0], p.stderr
+
+
+def test_slurm_account_and_qos_in_runopts_and_dryrun(env: dict, tmp_path: Path) -> None:
+    opts = tx(["runopts", "slurm"], env, tmp_path).stdout
+    assert "account=ACCOUNT (str, None)" in opts and "qos=QOS (str, None)" in opts
+    cfg = "account=research,qos=high"
+    p = tx(
+        ["run", "--dryrun", "-s", "slurm", "-cfg", cfg, "utils.sh", "--num_replicas", "2", "true"],
+        env,
+        tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    groups = [line for line in p.stdout.splitlines() if line.startswith("#SBATCH --job-name")]
+    assert len(groups) == 2 and all("--account=research --qos=high" in g for g in groups), p.stdout

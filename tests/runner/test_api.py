@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -104,6 +105,35 @@ def test_component_defaults_from_torchxconfig(tmp_path: Path) -> None:
     with get_runner() as runner:
         info = runner.dryrun_component("utils.echo", [], "local_cwd")
         assert info._app is not None and "from-config" in info._app.roles[0].args
+
+
+@pytest.mark.parametrize("key", [None, "stage-1"])
+def test_a_misspelled_run_option_is_an_error_and_launches_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, key: Optional[str]
+) -> None:
+    """Through the Python API (keyed or not) as through the CLI. A .torchxconfig shared by
+    several schedulers keeps working: other schedulers' sections are not read, and an
+    unknown key in this scheduler's own section stays a warning, as before."""
+    logs = tmp_path / "logs"
+    (tmp_path / ".torchxconfig").write_text(
+        f"[local_cwd]\nlog_dir = {logs}\nlog_dri = stale\n[slurm]\npartition = gpu\n"
+    )
+    app = _sh("echo ran")
+    want = (
+        r"Unknown run option 'log_dri' \(did you mean 'log_dir'\?\); valid options of the"
+        r" local_cwd scheduler are: auto_set_cuda_visible_devices, log_dir, prepend_cwd\."
+    )
+    with get_runner() as runner:
+        with pytest.raises(specs.InvalidRunConfigException, match=want):
+            runner.run(app, "local_cwd", cfg={"log_dri": "x"}, idempotency_key=key)
+        with pytest.raises(specs.InvalidRunConfigException, match=want):
+            runner.dryrun(app, "local_cwd", cfg={"log_dri": "x"})
+        assert runner.list("local_cwd") == []
+        handle = runner.run(app, "local_cwd", idempotency_key=key)
+        status = runner.wait(handle, wait_interval=0.1, timeout=60)
+    assert status is not None and status.state == specs.AppState.SUCCEEDED
+    assert list(logs.rglob("*")), "the config's log_dir was not used"
+    assert "`log_dri = stale` in [local_cwd] is not a run option" in caplog.text
 
 
 def test_bad_inputs() -> None:

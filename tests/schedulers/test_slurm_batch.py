@@ -168,6 +168,7 @@ def test_upstream_sbatch_option_sets_say_where_each_cfg_key_goes() -> None:
         "partition": "debug",
         "time": "5",
         "constraint": "cpu",
+        "account": "research",
         "qos": "normal",
         "exclusive": True,
     }

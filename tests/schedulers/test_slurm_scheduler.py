@@ -7,6 +7,7 @@ Dry runs and parsers are tested without a cluster in test_slurm_batch / test_slu
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -116,6 +117,15 @@ def _has_accounting() -> bool:
         ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
     ).stdout
     return "accounting_storage/slurmdbd" in config
+
+
+def _enforces_accounts() -> bool:
+    """The local cluster checks accounts and QOS (scripts/slurm_cluster.sh since issue 37);
+    one started before, or without slurmdbd, takes any account."""
+    config = subprocess.run(
+        ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return bool(re.search(r"AccountingStorageEnforce\s*=\s*\S*associations", config))
 
 
 def _run_ordered_failure() -> str:
@@ -268,6 +278,47 @@ def test_single_replica_job(env: Path) -> None:
     p = _tx("run", "-s", "slurm", "--wait", "--log", "utils.echo", "--msg", "one")
     assert p.returncode == 0, p.stderr
     assert "echo/0 one" in p.stdout
+
+
+def test_account_and_qos_reach_the_job(env: Path) -> None:
+    """The local cluster enforces associations (scripts/slurm_cluster.sh): root may charge
+    "research" with QOS "high", besides its defaults (torchx, normal)."""
+    if not _enforces_accounts():
+        pytest.skip("this Slurm cluster does not enforce accounts (restart slurm_cluster.sh)")
+    p = _tx(
+        "run", "-s", "slurm", "-cfg", "account=research,qos=high", "--wait", "--log",
+        "utils.sh", "--num_replicas", "2", "echo", "charged",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("charged") == 2, p.stdout
+    job_id = p.stdout.splitlines()[0].rsplit("/", 1)[1]
+    deadline = time.monotonic() + 60  # accounting records the job shortly after it ends
+    while True:
+        out = subprocess.run(
+            ["sacct", "-P", "-n", "-j", job_id, "-o", "JobID,Account,QOS"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout  # fmt: skip
+        groups = {line for line in out.splitlines() if "." not in line.split("|")[0]}
+        if len(groups) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert {g.split("|", 1)[1] for g in groups} == {"research|high"}, out
+
+
+@pytest.mark.parametrize(
+    "cfg, slurm_says",
+    [("account=nosuch", "Invalid account"), ("qos=nosuch", "Invalid qos specification")],
+)
+def test_an_account_or_qos_slurm_does_not_know_is_its_error_in_one_line(
+    env: Path, cfg: str, slurm_says: str
+) -> None:
+    if not _enforces_accounts():
+        pytest.skip("this Slurm cluster does not enforce accounts (restart slurm_cluster.sh)")
+    p = _tx("run", "-s", "slurm", "-cfg", cfg, "utils.sh", "touch", str(env / "ran"))
+    assert p.returncode == 1, p
+    assert p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("torchx: error: sbatch") and slurm_says in p.stderr, p.stderr
+    assert not (env / "ran").exists()
 
 
 def test_cancel_leaves_no_process(env: Path) -> None:

@@ -100,12 +100,7 @@ def test_resolve_fills_defaults_and_checks_types() -> None:
     opts.add("queue", str, "the queue", required=True)
     opts.add("n", int, "count", default=1)
     opts.add("rate", float, "rate", default=0.5)
-    assert opts.resolve({"queue": "q", "extra": "kept"}) == {
-        "queue": "q",
-        "n": 1,
-        "rate": 0.5,
-        "extra": "kept",
-    }
+    assert opts.resolve({"queue": "q"}) == {"queue": "q", "n": 1, "rate": 0.5}
     assert opts.resolve({"queue": "q", "rate": 2})["rate"] == 2.0
     with pytest.raises(specs.InvalidRunConfigException, match="Required run option 'queue'"):
         opts.resolve({})
@@ -133,3 +128,20 @@ def test_repr_is_the_runopts_help_upstream_prints() -> None:
     )
     assert specs.get_type_name(List[str]) == "typing.List[str]"
     assert specs.get_type_name(int) == "int"
+
+
+def test_resolve_rejects_an_unknown_key_naming_it_and_the_valid_ones() -> None:
+    """Upstream kept unknown keys, so a typo in a Python caller's cfg was dropped without a
+    word; every submission path resolves its cfg, so this one check covers them all."""
+    opts = specs.runopts()
+    opts.add("partition", str, "where")
+    opts.add("time", str, "how long")
+    with pytest.raises(specs.InvalidRunConfigException) as e:
+        opts.resolve({"partion": "gpu"}, "slurm")
+    assert e.value.cfg_key == "partion"
+    assert e.value.invalid_reason == (
+        "Unknown run option 'partion' (did you mean 'partition'?); valid options of the slurm"
+        " scheduler are: partition, time"
+    )
+    with pytest.raises(specs.InvalidRunConfigException, match="'zzz'; valid options are"):
+        opts.resolve({"zzz": "1"})

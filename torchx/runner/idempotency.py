@@ -43,7 +43,9 @@ def reusable_app(
     one, which is the one convergence keeps (so a re-attached app is never cancelled as a
     race's loser), else with ``reattach_succeeded`` the newest SUCCEEDED one. Newer live
     ones are cancelled."""
-    sched = runner._scheduler(scheduler).scoped(cfg or {})
+    base = runner._scheduler(scheduler)
+    base.run_opts().check_known(cfg or {}, scheduler)  # a typo never re-attaches either
+    sched = base.scoped(cfg or {})
     apps = sched.find_by_idempotency_token(token)
     for app in (a for a in apps if is_terminal(a.state)):  # a run its waiter never ended
         try:  # is ended as status() would; never worth failing a re-attach or a submit

@@ -172,7 +172,7 @@ class Scheduler(abc.ABC, Generic[T]):
     ) -> str:
         """Build ``workspace`` (if any) into ``roles[0]``, dry-run, then schedule ``app``;
         returns the scheduler's app id. Meant for tests and scripts (the Runner does more)."""
-        resolved = self.run_opts().resolve(cfg)
+        resolved = self.run_opts().resolve(cfg, self.backend)
         apply_workspace(self, app, workspace, resolved)
         return self.schedule(self.submit_dryrun(app, resolved))
 
@@ -182,7 +182,7 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[T]:
         """The exact request ``schedule`` would submit, without submitting it."""
-        resolved = self.run_opts().resolve(cfg)
+        resolved = self.run_opts().resolve(cfg, self.backend)
         validate_app_names(app)
         _call_validate(self, app, resolved)
         info = self._submit_dryrun(app, resolved)

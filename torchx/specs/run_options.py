@@ -2,13 +2,16 @@
 
 Parsing follows upstream TorchX so the same ``-cfg`` string yields the same config:
 pairs are separated by ``,`` or ``;`` (the last one before ``key=``), list values by
-``,``/``;`` and dict values are ``k:v`` items. Unknown keys are dropped with a
-warning, as upstream does, unless the caller asks for ``strict`` parsing (the CLI
-does, so a typo is an error there).
+``,``/``;`` and dict values are ``k:v`` items. A string with unknown keys has them
+dropped with a warning, as upstream does, unless the caller asks for ``strict`` parsing
+(the CLI does). Unlike upstream, :meth:`runopts.resolve` rejects unknown keys, so a typo
+(``cfg={"partion": "gpu"}``) is an error on every path that submits: the CLI, ``Runner``,
+``Scheduler.submit`` and the pipeline adapters.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from dataclasses import dataclass
@@ -141,8 +144,10 @@ class runopts:
     def update(self, other: runopts) -> None:
         self._opts.update(other._opts)
 
-    def resolve(self, cfg: Mapping[str, CfgVal]) -> Dict[str, CfgVal]:
-        """``cfg`` with defaults filled in; raises on a missing required key or a wrong type."""
+    def resolve(self, cfg: Mapping[str, CfgVal], scheduler: str = "") -> Dict[str, CfgVal]:
+        """``cfg`` with defaults filled in; raises on an unknown key, a missing required key
+        or a wrong type (``scheduler`` names the options' owner in the message)."""
+        self.check_known(cfg, scheduler)
         resolved: Dict[str, CfgVal] = dict(cfg)
         for key, opt in self._opts.items():
             val = resolved.get(key)
@@ -170,12 +175,26 @@ class runopts:
     def unknown_keys(self, cfg: Mapping[str, CfgVal]) -> List[str]:
         return [k for k in cfg if k not in self._opts]
 
-    def _unknown(self, key: str, given: str, strict: bool) -> None:
-        known = ", ".join(sorted(self._opts)) or "(none)"
-        if strict:
+    def check_known(self, cfg: Mapping[str, CfgVal], scheduler: str = "") -> None:
+        """Raise :class:`InvalidRunConfigException` naming the first key of ``cfg`` that
+        is not one of these options (a typo would otherwise be dropped without a word)."""
+        unknown = self.unknown_keys(cfg)
+        if unknown:
             raise InvalidRunConfigException(
-                f"Unknown run option {key!r}; valid options are: {known}", key, given
+                self._unknown_message(unknown[0], scheduler), unknown[0], dict(cfg)
             )
+
+    def _unknown_message(self, key: str, scheduler: str = "") -> str:
+        known = ", ".join(sorted(self._opts)) or "(none)"
+        close = difflib.get_close_matches(key, list(self._opts), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        owner = f" of the {scheduler} scheduler" if scheduler else ""
+        return f"Unknown run option {key!r}{hint}; valid options{owner} are: {known}"
+
+    def _unknown(self, key: str, given: str, strict: bool) -> None:
+        if strict:
+            raise InvalidRunConfigException(self._unknown_message(key), key, given)
+        known = ", ".join(sorted(self._opts)) or "(none)"
         logger.warning("ignoring unknown run option %r (valid options: %s)", key, known)
 
     def cfg_from_str(self, cfg_str: str, strict: bool = False) -> Dict[str, CfgVal]:

@@ -310,7 +310,8 @@ def apply_workspace(
     if not workspace or not isinstance(scheduler, WorkspaceMixin) or not app.roles:
         return None
     run_opts = getattr(scheduler, "run_opts", None)
-    resolved = run_opts().resolve(cfg) if callable(run_opts) else dict(cfg)
+    backend = str(getattr(scheduler, "backend", ""))
+    resolved = run_opts().resolve(cfg, backend) if callable(run_opts) else dict(cfg)
     role = app.roles[0]
     old_image = role.image
     log.info("Checking for changes in workspace `%s`...", workspace)

@@ -111,6 +111,26 @@ def test_failing_stage_fails_task_with_worker_error(
     assert _pipeline_status(dag_run) == "FAILED"  # the DAG's failure callback ended it
 
 
+def test_misspelled_run_option_fails_the_task_naming_it(
+    torchx_env: Path, capfd: pytest.CaptureFixture
+) -> None:
+    """A typo in ``cfg`` fails the task with the key and the valid options; nothing runs."""
+    dag = _dag(
+        "misspelled_cfg",
+        component="utils.sh",
+        component_args=["touch", str(torchx_env / "ran")],
+        cfg={"log_dri": str(torchx_env / "logs")},
+    )
+    dag_run = dag.test()
+    assert _states(dag_run)["job"] == "failed"
+    out, err = capfd.readouterr()
+    assert (
+        "Unknown run option 'log_dri' (did you mean 'log_dir'?); valid options of the local_cwd"
+        " scheduler are: auto_set_cuda_visible_devices, log_dir, prepend_cwd" in out + err
+    )
+    assert not (torchx_env / "ran").exists()
+
+
 def test_stalled_stage_fails_with_the_reason(
     torchx_env: Path, capfd: pytest.CaptureFixture
 ) -> None:

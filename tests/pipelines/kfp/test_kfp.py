@@ -350,6 +350,25 @@ def test_the_launcher_puts_the_callers_sigterm_handler_back(
         signal.signal(signal.SIGTERM, before)
 
 
+def test_the_launcher_refuses_a_misspelled_run_option_but_not_the_task_configs_selector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's cfg is checked like any other; the launcher task's node selector goes
+    only where the scheduler has one (local_cwd does not)."""
+    from torchx.pipelines.kfp.launch import launch
+    from torchx.specs import InvalidRunConfigException
+
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidRunConfigException, match="Unknown run option 'log_dri'"):
+        launch("utils.sh", ["touch", "ran"], cfg={"log_dri": str(tmp_path)})
+    assert not (tmp_path / "ran").exists()
+    launch("utils.sh", ["touch", "ran"], task_config={"node_selector": {"pool": "gpu"}})
+    assert (tmp_path / "ran").exists()
+
+
 def test_task_config_is_forwarded_to_the_app() -> None:
     from torchx.pipelines.kfp.launch import apply_task_config
 

@@ -105,6 +105,26 @@ def test_failing_stage_fails_the_flow_with_the_workers_error(env: Path) -> None:
     assert tracker.client.get_run(rid).info.status == "FAILED"  # type: ignore[attr-defined]
 
 
+def test_a_misspelled_run_option_fails_the_stage_and_records_nothing(env: Path) -> None:
+    """The error names the key; the flow run holds no stage record for its cancel hook."""
+    from prefect import flow
+
+    from torchx.pipelines.prefect import submit
+    from torchx.pipelines.prefect.stages import read_stages
+    from torchx.specs import InvalidRunConfigException
+
+    @flow
+    def misspelled() -> str:
+        return submit("utils.sh", ["touch", str(env / "ran")], cfg={"log_dri": str(env)})
+
+    state = misspelled(return_state=True)
+    want = r"Unknown run option 'log_dri' \(did you mean 'log_dir'\?\)"
+    with pytest.raises(InvalidRunConfigException, match=want):
+        state.result()
+    assert not (env / "ran").exists()
+    assert read_stages(str(state.state_details.flow_run_id)) == []
+
+
 def test_distinct_stages_get_their_own_apps(env: Path) -> None:
     from prefect import flow
 

@@ -132,13 +132,11 @@ def launch(
     )
     with core.runner_for(trackers) as runner:
         app = runner.materialize_component(component, list(component_args))
+        given = set(cfg)  # the caller's keys: the runner rejects any its scheduler lacks
         apply_task_config(app, cfg, task_config)
+        # the task's node selector and tolerations go where the scheduler has them (kubernetes)
         opts = runner.scheduler_run_opts(scheduler)
-        cfg = {
-            k: v
-            for k, v in cfg.items()
-            if opts.get(k) is not None or k in cfg and k not in ("node_selector", "tolerations")
-        }
+        cfg = {k: v for k, v in cfg.items() if k in given or k in opts}
         submission = core.submit_or_attach(
             runner,
             app,

@@ -175,6 +175,9 @@ def submit_stage(
     name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     with _runner() as runner:
+        # a misspelled cfg key fails here, before the flow run records a stage the cancel
+        # hook could not look up
+        runner.scheduler_run_opts(scheduler).check_known(cfg or {}, scheduler)
         record_flow_run_stage(scheduler, idempotency_key, runner, cfg)
         submission = core.submit_or_attach(
             runner,

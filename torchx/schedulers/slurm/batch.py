@@ -26,7 +26,7 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 SBATCH_JOB_OPTIONS = {"comment", "mail-user", "mail-type"}
 # cfg keys repeated on every het group's ``#SBATCH`` line (each group is scheduled on its own);
 # a bool key (``exclusive``) becomes a bare flag when true
-SBATCH_GROUP_OPTIONS = {"partition", "time", "constraint", "qos", "exclusive"}
+SBATCH_GROUP_OPTIONS = {"partition", "time", "constraint", "account", "qos", "exclusive"}
 
 # The idempotency token rides in the job comment, after the user's own comment, and the
 # owner (``Runner.run(owner=...)``) before the token: ``[comment] [OWNER=o] [TOKEN=t]``. The
@@ -52,6 +52,7 @@ SlurmOpts = TypedDict(
         "mail-user": Optional[str],
         "mail-type": Optional[str],
         "job_dir": Optional[str],
+        "account": Optional[str],
         "qos": Optional[str],
         "exclusive": Optional[bool],
     },

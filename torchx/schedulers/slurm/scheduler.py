@@ -142,7 +142,16 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             type_=str,
             help="directory the job runs in and writes its logs to (default: cwd)",
         )
-        opts.add("qos", type_=str, help="quality of service")
+        opts.add(
+            "account",
+            type_=str,
+            help="account to charge the job to (sbatch --account; default: the user's default)",
+        )
+        opts.add(
+            "qos",
+            type_=str,
+            help="quality of service (sbatch --qos; default: the association's default)",
+        )
         opts.add("exclusive", type_=bool, default=False, help="whole nodes per replica")
         return opts
 
