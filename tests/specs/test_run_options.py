@@ -132,7 +132,8 @@ def test_repr_is_the_runopts_help_upstream_prints() -> None:
 
 def test_resolve_rejects_an_unknown_key_naming_it_and_the_valid_ones() -> None:
     """Upstream kept unknown keys, so a typo in a Python caller's cfg was dropped without a
-    word; every submission path resolves its cfg, so this one check covers them all."""
+    word; every submission path resolves its cfg with the scheduler's name, so this one check
+    covers them all."""
     opts = specs.runopts()
     opts.add("partition", str, "where")
     opts.add("time", str, "how long")
@@ -144,4 +145,6 @@ def test_resolve_rejects_an_unknown_key_naming_it_and_the_valid_ones() -> None:
         " scheduler are: partition, time"
     )
     with pytest.raises(specs.InvalidRunConfigException, match="'zzz'; valid options are"):
-        opts.resolve({"zzz": "1"})
+        opts.check_known({"zzz": "1"})
+    # without a scheduler's name, as upstream: a cfg may hold several schedulers' options
+    assert opts.resolve({"zzz": "1"})["zzz"] == "1"

@@ -145,9 +145,13 @@ class runopts:
         self._opts.update(other._opts)
 
     def resolve(self, cfg: Mapping[str, CfgVal], scheduler: str = "") -> Dict[str, CfgVal]:
-        """``cfg`` with defaults filled in; raises on an unknown key, a missing required key
-        or a wrong type (``scheduler`` names the options' owner in the message)."""
-        self.check_known(cfg, scheduler)
+        """``cfg`` with defaults filled in; raises on a missing required key or a wrong type.
+
+        With ``scheduler`` (every submission path passes the scheduler's name), an unknown
+        key is an error naming it; without, unknown keys pass through as upstream's
+        ``resolve`` lets them (a cfg may be the union of several schedulers' options)."""
+        if scheduler:
+            self.check_known(cfg, scheduler)
         resolved: Dict[str, CfgVal] = dict(cfg)
         for key, opt in self._opts.items():
             val = resolved.get(key)
