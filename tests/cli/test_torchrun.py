@@ -64,7 +64,8 @@ def test_both_ranks_get_the_scripts_args_prefixed(env: dict, tmp_path: Path) -> 
 
 def test_a_failing_rank_exits_as_plain_torchrun(env: dict, tmp_path: Path) -> None:
     (tmp_path / "fail.py").write_text(FAILING_SCRIPT)
-    argv = ["--nproc_per_node", "2", "fail.py"]
+    # --standalone: a free port for plain torchrun's store (its default, 29500, may be taken)
+    argv = ["--standalone", "--nproc_per_node", "2", "fail.py"]
     plain = _run([TORCHRUN, *argv], env, tmp_path)
     ours = _run([TORCHX, "torchrun", *argv], env, tmp_path)
     assert plain.returncode != 0 and ours.returncode == plain.returncode, (plain, ours)

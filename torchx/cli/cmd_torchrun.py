@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from torchx.cli.cmd_base import CommandError
 from torchx.cli.cmd_run import CmdRun, check_script_exists, resolve_workspace
 
 LOCAL = "local_cwd"
@@ -61,7 +62,6 @@ class CmdTorchrun(CmdRun):
         torchrun.add_arguments(subparser)
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.cli.cmd_base import CommandError
         from torchx.components.torchrun import COMPONENT, request_from_args
         from torchx.runner import config
         from torchx.runner.api import get_runner
