@@ -175,7 +175,7 @@ def test_submits_to_slurm(cluster: None, env: dict, tmp_path: Path) -> None:  # 
     p = _run(
         [TORCHX, "torchrun", "-s", "slurm", "--nnodes", "2", "--nproc_per_node", "1"]
         + ["--rdzv_endpoint", f"localhost:{free_port()}", "train.py", "--x", "1"],
-        dict(env, SLURM_CONF=os.environ.get("SLURM_CONF", "")),
+        env,
         tmp_path,
     )
     assert p.returncode == 0, p.stderr
