@@ -2,7 +2,6 @@
 
 # no `from __future__ import annotations`: KFP reads the pipeline function's annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,6 @@ def test_a_line_or_a_list_with_or_without_torchrun() -> None:
     assert torchrun_stage(argv) == want
     with pytest.raises(InvalidArgumentError, match="unrecognized arguments: --bogus"):
         torchrun_stage("torchrun --bogus train.py")
-
-
-def test_fields_are_the_adapters_parameter_names() -> None:
-    from torchx.pipelines.airflow import TorchXOperator
-    from torchx.pipelines.kfp.components import torchx_launcher
-    from torchx.pipelines.prefect import tasks
-
-    for fn in (tasks.run.fn, tasks.submit.fn):  # run(*torchrun_stage(...)): positional
-        assert list(inspect.signature(fn).parameters)[:2] == list(TorchrunStage._fields)
-    launcher = torchx_launcher.python_func
-    assert set(TorchrunStage._fields) <= set(inspect.signature(launcher).parameters)
-    assert {"torchrun", "component_args"} <= set(inspect.signature(TorchXOperator).parameters)
 
 
 def test_kfp_launcher_task_from_a_torchrun_line(tmp_path: Path) -> None:
