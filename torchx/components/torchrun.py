@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, List, NoReturn, Optional, Sequence
 
 from torchx.components.torchrun_flags import Flag, add_flags, torchrun_flags
 from torchx.specs.errors import InvalidArgumentError
@@ -132,7 +132,7 @@ def request_from_args(args: argparse.Namespace) -> TorchrunRequest:
             ignored.append(f"{flag.option_strings[-1]} {value}: {_SET_BY_JOB[dest]} is used")
         else:
             env.append(f"{flag.env_name}={_env_value(flag, value)}")
-    component_args = _ddp_args(args, flags)
+    component_args = _ddp_args(args)
     for dest in _ROLE_DESTS:
         value = getattr(args, dest)
         if value is not None:
@@ -155,7 +155,7 @@ def _env_value(flag: Flag, value: Any) -> str:
     return "1" if value is True else str(value)
 
 
-def _ddp_args(args: argparse.Namespace, flags: Dict[str, Flag]) -> List[str]:
+def _ddp_args(args: argparse.Namespace) -> List[str]:
     if args.module and args.no_python:
         raise InvalidArgumentError(
             "torchrun: don't use both the '--no-python' flag and the '--module' flag"
