@@ -126,8 +126,9 @@ def main(pairs: int) -> None:
             f"Wall time **{ratio:.2f}x** torchrun's, the median of the {pairs} back-to-back"
             f" pairs' ratios (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'NOT met'});"
             f" the ratio of the medians: {ours / plain:.2f}x. CPU {cpu_ours / cpu_plain:.2f}x"
-            f" ({cpu_ours - cpu_plain:+.2f} s: the CLI, the local_cwd supervisor and the log"
-            " streaming). On a machine shared with other work the wall times move with its"
+            f" ({cpu_ours - cpu_plain:+.2f} s: torchx's CLI, local_cwd supervisor and log"
+            " streaming, and the job's c10d rendezvous and `--tee 3` where plain torchrun uses"
+            " static and no tee). On a machine shared with other work the wall times move with its"
             " load, the CPU times much less.",
             f"The first `torchx torchrun` with a new `$TORCHX_HOME` reads torchrun's flags from"
             f" torch's parser (`import torch` in the CLI): {first[0]:.2f} s wall,"
