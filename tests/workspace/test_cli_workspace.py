@@ -135,15 +135,15 @@ def test_dryrun_prints_the_workspace_section(
 
 def test_missing_script_is_looked_up_in_the_workspace(tmp_path: Path) -> None:
     from torchx.cli.cmd_base import CommandError
-    from torchx.cli.cmd_run import _check_script_exists
+    from torchx.cli.cmd_run import check_script_exists
 
     ws = tmp_path / "proj"
     ws.mkdir()
     (ws / "train.py").write_text("")
-    _check_script_exists("utils.python", ["--script", "train.py"], str(ws))
-    _check_script_exists("utils.python", ["--script", "train.py"], f"file://{ws}")
+    check_script_exists("utils.python", ["--script", "train.py"], str(ws))
+    check_script_exists("utils.python", ["--script", "train.py"], f"file://{ws}")
     with pytest.raises(CommandError, match=f"no such file in {tmp_path}"):
-        _check_script_exists("utils.python", ["--script", "train.py"], None)
+        check_script_exists("utils.python", ["--script", "train.py"], None)
 
 
 # --------------------------------------------------------------------------- end to end

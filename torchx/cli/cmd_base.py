@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+from typing import ClassVar
 
 
 class SubCommand(abc.ABC):
@@ -12,6 +13,10 @@ class SubCommand(abc.ABC):
     ``run`` may raise any exception derived from ``torchx.specs.TorchXError``
     (user errors: printed as one line, exit 1) or ``CommandError``.
     """
+
+    #: False: the verb declares its own help flag (``torchx torchrun`` takes ``-h`` as the
+    #: named resource, as ``dist.ddp`` does, and keeps ``--help``)
+    add_help: ClassVar[bool] = True
 
     @abc.abstractmethod
     def add_arguments(self, subparser: argparse.ArgumentParser) -> None: ...

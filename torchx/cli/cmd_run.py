@@ -166,7 +166,7 @@ class CmdRun(SubCommand):
                 return
             local = scheduler.startswith("local")
             if local:
-                _check_script_exists(component, component_args, workspace)
+                check_script_exists(component, component_args, workspace)
             handle = runner.schedule(info)
             print(handle, flush=True)
             if local or args.wait or args.log or args.tee_logs:
@@ -328,7 +328,7 @@ def _local_dir(workspace: Optional[str]) -> str:
     return os.getcwd()
 
 
-def _check_script_exists(
+def check_script_exists(
     component: str,
     component_args: Union[List[str], Dict[str, Any]],
     workspace: Optional[str] = None,

@@ -37,6 +37,11 @@ BUILTIN_VERBS: Dict[str, tuple[str, str, str]] = {
         "list the run options (-cfg) of schedulers",
     ),
     "status": ("torchx.cli.cmd_status", "CmdStatus", "show the status of an app"),
+    "torchrun": (
+        "torchx.cli.cmd_torchrun",
+        "CmdTorchrun",
+        "run a torchrun command line (torchrun's own flags) as a dist.ddp app on any scheduler",
+    ),
     "tracker": ("torchx.cli.cmd_tracker", "CmdTracker", "show tracked runs, artifacts and lineage"),
 }
 
@@ -132,15 +137,17 @@ def create_parser(argv: List[str]) -> tuple[argparse.ArgumentParser, Dict[str, S
     # usage line already lists every verb); else all, for the help and the error message
     for name in [n for n in names if n == chosen] or names:
         help_text = BUILTIN_VERBS[name][2] if name in BUILTIN_VERBS else f"(plugin) {name}"
-        subparser = sub.add_parser(name, help=help_text, description=help_text)
         if name != chosen:
+            sub.add_parser(name, help=help_text, description=help_text)
             continue
-        parser.set_defaults(_verb_parser=subparser)
         cmd: Optional[SubCommand]
         if name in plugins:  # a plugin of the same name replaces the builtin verb
             cmd = plugins[name]()
         else:
             cmd = _load_verb(*BUILTIN_VERBS[name][:2])
+        add_help = cmd is None or cmd.add_help
+        subparser = sub.add_parser(name, help=help_text, description=help_text, add_help=add_help)
+        parser.set_defaults(_verb_parser=subparser)
         if cmd is not None:
             cmd.add_arguments(subparser)
             verbs[name] = cmd

@@ -131,6 +131,20 @@ def test_misspelled_run_option_fails_the_task_naming_it(
     assert not (torchx_env / "ran").exists()
 
 
+def test_torchrun_line_runs_as_dist_ddp(torchx_env: Path, capfd: pytest.CaptureFixture) -> None:
+    """A stage written as its torchrun line (templated), run as torchx torchrun runs it."""
+    dag = _dag(
+        "torchrun_line",
+        torchrun="torchrun --nproc_per_node 2 --no_python sh -c 'echo r$RANK {{ task.task_id }}'",
+        poll_interval=0.5,
+    )
+    assert dag.task_dict["job"].component == "dist.ddp"
+    dag_run = dag.test()
+    assert _states(dag_run) == {"job": "success", "downstream": "success"}
+    out = capfd.readouterr().out
+    assert "sh/0 [0]:r0 job" in out and "sh/0 [1]:r1 job" in out, out
+
+
 def test_stalled_stage_fails_with_the_reason(
     torchx_env: Path, capfd: pytest.CaptureFixture
 ) -> None:
@@ -362,8 +376,10 @@ def test_provider_info_and_bad_arguments() -> None:
         info["package-name"] == "torchx"
         and "torchx.pipelines.airflow.operator" in info["operators"][0]["python-modules"]
     )
-    with pytest.raises(ValueError, match="exactly one of component= or app="):
+    with pytest.raises(ValueError, match="exactly one of component=, app= or torchrun="):
         TorchXOperator(task_id="x")
+    with pytest.raises(ValueError, match="torchrun= holds the script's arguments"):
+        TorchXOperator(task_id="x", torchrun="torchrun t.py", component_args=["--x"])
     from importlib.metadata import entry_points
 
     assert "torchx.pipelines.airflow:get_provider_info" in [

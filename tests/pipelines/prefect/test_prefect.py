@@ -149,6 +149,24 @@ def test_distinct_stages_get_their_own_apps(env: Path) -> None:
     assert logged.count("echo/0 second-stage") == 1
 
 
+def test_a_stage_written_as_its_torchrun_line(env: Path) -> None:
+    from prefect import flow
+
+    from torchx.pipelines.prefect import run
+    from torchx.pipelines.torchrun import torchrun_stage
+
+    @flow
+    def torchrun_flow() -> str:
+        line = "torchrun --nproc_per_node 2 --no_python sh -c 'echo rank$RANK-says-hi'"
+        return run(*torchrun_stage(line))
+
+    state = torchrun_flow(return_state=True)
+    handle = state.result()
+    assert handle.startswith("local_cwd://torchx/sh-")
+    logged = flow_run_logs(state.state_details.flow_run_id, "[1]:rank1-says-hi")
+    assert "sh/0 [0]:rank0-says-hi" in logged and "sh/0 [1]:rank1-says-hi" in logged
+
+
 def test_submit_is_idempotent_per_flow_run_and_key(env: Path) -> None:
     from prefect import flow
 

@@ -31,9 +31,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow.sdk import Asset, BaseOperator, BaseOperatorLink
 
+from torchx.components.torchrun import COMPONENT
 from torchx.pipelines import core
 from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
 from torchx.pipelines.owner import airflow_owner
+from torchx.pipelines.torchrun import torchrun_stage
 from torchx.specs.api import AppDef, AppStatus
 
 try:  # Airflow 3
@@ -108,14 +110,19 @@ def close_pipeline_run(
 
 
 class TorchXOperator(BaseOperator):
-    """Run a torchx component (``utils.sh``, ``dist.ddp``, ``path/file.py:fn``) or an AppDef
-    as one Airflow task: submit (or re-attach), stream its logs, wait, link, record lineage.
+    """Run a torchx component (``utils.sh``, ``dist.ddp``, ``path/file.py:fn``), an AppDef or
+    a torchrun command line as one Airflow task: submit (or re-attach), stream its logs,
+    wait, link, record lineage.
 
     Returns the app handle (``scheduler://session/app_id``) as the task's XCom.
 
     :param component: component name (``utils.sh``, ``dist.ddp``) or ``path/file.py:function``;
-        give this or ``app``. Templated.
+        give this, ``app`` or ``torchrun``. Templated.
     :param app: an ``AppDef`` to run instead of a component.
+    :param torchrun: a ``torchrun`` command line (a string or a list, with or without
+        ``torchrun`` itself), run as the ``dist.ddp`` app ``torchx torchrun`` submits (see
+        ``torchx.pipelines.torchrun``); it carries the script's arguments (no
+        ``component_args``). Read when the task runs (the worker needs torch). Templated.
     :param component_args: the component's arguments, either as on the command line
         (``["--msg", "hi"]``) or as a dict of its parameters (``{"msg": "hi"}``); in the dict
         form a variadic component's extra arguments go under ``"args"`` as a list, e.g.
@@ -167,6 +174,7 @@ class TorchXOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "component",
         "component_args",
+        "torchrun",
         "scheduler",
         "cfg",
         "parent_run_id",
@@ -183,6 +191,7 @@ class TorchXOperator(BaseOperator):
         *,
         component: Optional[str] = None,
         app: Optional[AppDef] = None,
+        torchrun: Union[str, List[str], None] = None,
         component_args: Union[List[str], Dict[str, Any], None] = None,
         scheduler: str = "local_cwd",
         cfg: Optional[Dict[str, Any]] = None,
@@ -201,9 +210,12 @@ class TorchXOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if (component is None) == (app is None):
-            raise ValueError(f"{self.task_id}: give exactly one of component= or app=")
-        self.component = component
+        if [component, app, torchrun].count(None) != 2:
+            raise ValueError(f"{self.task_id}: give exactly one of component=, app= or torchrun=")
+        if torchrun is not None and component_args:
+            raise ValueError(f"{self.task_id}: torchrun= holds the script's arguments")
+        self.torchrun = torchrun
+        self.component = COMPONENT if torchrun is not None else component
         self.app = app
         self.component_args = component_args if component_args is not None else []
         self.scheduler = scheduler
@@ -281,10 +293,13 @@ class TorchXOperator(BaseOperator):
             orchestrator="airflow",
             dag_id=ti.dag_id,
         )
+        component_args = self.component_args
+        if self.torchrun is not None:
+            component_args = torchrun_stage(self.torchrun).component_args
         submission = core.submit_or_attach(
             runner,
             self.app if self.app is not None else str(self.component),
-            self.component_args,
+            component_args,
             self.scheduler,
             self.cfg,
             self._idempotency_key(context),

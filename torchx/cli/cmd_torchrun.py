@@ -1,0 +1,97 @@
+"""``torchx torchrun``: a torchrun command line, with torchrun's own flags, as a torchx app.
+
+The app is the ``dist.ddp`` app ``torchx run`` submits for the same job
+(``torchx.components.torchrun`` maps the flags). Without ``-s`` it runs on ``local_cwd`` in
+the foreground, as torchrun would: the workers' lines are streamed with their node and rank
+as prefix, Ctrl-C cancels the job, and the exit code is torchrun's (1 when a worker
+failed, as torchrun's agent exits). With ``-s SCHEDULER`` it submits, prints the handle
+and returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from torchx.cli.cmd_base import CommandError
+from torchx.cli.cmd_run import CmdRun, check_script_exists, resolve_workspace
+
+LOCAL = "local_cwd"
+
+
+class CmdTorchrun(CmdRun):
+    add_help = False  # -h is the named resource, as in dist.ddp
+
+    def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
+        from torchx.components import torchrun
+
+        subparser.add_argument("--help", action="help", help="show this help message and exit")
+        where = subparser.add_argument_group("torchx (where the job runs)")
+        where.add_argument(
+            "-s",
+            "--scheduler",
+            default=None,
+            help=f"submit to this scheduler and return (default: {LOCAL}, in the foreground)",
+        )
+        where.add_argument(
+            "-cfg",
+            "--scheduler_args",
+            action="append",
+            default=None,
+            metavar="KEY=VALUE[,KEY=VALUE...]",
+            help="scheduler run options (see `torchx runopts SCHEDULER`); may be repeated",
+        )
+        where.add_argument(
+            "--dryrun",
+            action="store_true",
+            help="print the dist.ddp app and the scheduler request without submitting",
+        )
+        where.add_argument(
+            "--workspace",
+            default=None,
+            help="local directory whose files the job runs with, as for `torchx run`"
+            ' (default: the current directory; --workspace "" turns it off)',
+        )
+        where.add_argument(
+            "--stall_timeout",
+            type=float,
+            default=None,
+            metavar="S",
+            help="fail the app when it neither prints a line nor reports progress for S seconds",
+        )
+        torchrun.add_arguments(subparser)
+
+    def run(self, args: argparse.Namespace) -> None:
+        from torchx.components.torchrun import COMPONENT, request_from_args
+        from torchx.runner import config
+        from torchx.runner.api import get_runner
+
+        request = request_from_args(args)
+        for note in request.ignored:
+            print(f"torchx: note: torchrun {note}", file=sys.stderr)
+        if args.stall_timeout is not None and not args.stall_timeout > 0:
+            raise CommandError(
+                f"--stall_timeout {args.stall_timeout:g}: give a number of seconds > 0", 2
+            )
+        scheduler = args.scheduler or LOCAL
+        workspace = resolve_workspace(args.workspace, config.get_configs("cli", "run"))
+        with get_runner() as runner:
+            runner.scheduler_run_opts(scheduler)  # an unknown scheduler fails here
+            info = runner.dryrun_component(
+                COMPONENT,
+                request.component_args,
+                scheduler,
+                cfg=self._cfg(runner, scheduler, args),
+                workspace=workspace,
+                stall_timeout=args.stall_timeout,
+            )
+            if args.dryrun:
+                self._print_dryrun(info)
+                return
+            foreground = scheduler == LOCAL
+            if foreground and not request.no_python:
+                check_script_exists(COMPONENT, request.component_args, workspace)
+            handle = runner.schedule(info)
+            print(handle, flush=True)
+            if foreground:
+                self._wait_and_stream(runner, handle, stream=True, cancel_on_interrupt=True)
