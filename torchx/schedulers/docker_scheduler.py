@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict
@@ -126,7 +126,11 @@ class DockerJob:
     app_id: str
     containers: List[DockerContainer]
     state_dir: str = ""
-    images_to_build: List[str] = field(default_factory=list)
+
+    @property
+    def images_to_build(self) -> List[str]:
+        """The planned workspace images (``sha256:...``) that ``schedule`` builds first."""
+        return sorted({c.image for c in self.containers if c.image.startswith(HASH_PREFIX)})
 
     def __str__(self) -> str:
         import yaml
@@ -232,8 +236,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     devices.append(f"{mount.src_path}:{mount.dst_path}:{mount.permissions}")
                 else:
                     raise TypeError(f"unknown mount type {mount}")
-            if role.image.startswith(HASH_PREFIX) and role.image not in req.images_to_build:
-                req.images_to_build.append(role.image)
             for replica_id in range(role.num_replicas):
                 values = macros.Values(
                     img_root="",
@@ -346,7 +348,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         if not containers:
             return None
         app = _stored_app(containers)
-        state_dir = Path(containers[0].labels.get(LABEL_STATE_DIR, ""))
+        state_dir = _state_dir(containers)
         roles_statuses: Dict[str, RoleStatus] = {}
         replica_states: List[AppState] = []
         for c in sorted(containers, key=_replica_key):
@@ -384,7 +386,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)
         listed: List[Tuple[str, str, ListAppResponse]] = []
         for app_id, members in apps.items():
-            state_dir = Path(members[0].labels.get(LABEL_STATE_DIR, ""))
+            state_dir = _state_dir(members)
             state, _ = _app_state([_container_state(c) for c in members], state_dir)
             app = _stored_app(members)
             created = min(str(c.attrs.get("Created", "")) for c in members)
@@ -432,7 +434,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         containers = self._containers(app_id)
         if not containers:
             return None
-        return str(Path(containers[0].labels.get(LABEL_STATE_DIR, "")) / PROGRESS_FILE)
+        return str(_state_dir(containers) / PROGRESS_FILE)
 
     def last_activity(self, app_id: str) -> Optional[float]:
         """The newest log line's time of any replica, or its last progress report."""
@@ -448,7 +450,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             stamp = _parse_time(tail.decode("utf-8", "replace").split(" ", 1)[0])
             if stamp:
                 times.append(stamp)
-        progress = Path(containers[0].labels.get(LABEL_STATE_DIR, "")) / PROGRESS_FILE
+        progress = _state_dir(containers) / PROGRESS_FILE
         if progress.is_file():
             times.append(progress.stat().st_mtime)
         return max(times) if times else None
@@ -468,7 +470,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         states = [_container_state(c) for c in containers]
         if not containers or all(is_terminal(s) for s in states):
             return
-        state_dir = Path(containers[0].labels.get(LABEL_STATE_DIR, ""))
+        state_dir = _state_dir(containers)
         if not (state_dir / CANCELLED_FILE).exists() and not (state_dir / STALLED_FILE).exists():
             state_dir.mkdir(parents=True, exist_ok=True)
             (state_dir / marker).write_text(text)
@@ -513,6 +515,11 @@ def _container_name(app_id: str, role: str, replica_id: int) -> str:
 
 def _replica_key(c: Container) -> Tuple[str, int]:
     return c.labels.get(LABEL_ROLE_NAME, ""), int(c.labels.get(LABEL_REPLICA_ID, "0"))
+
+
+def _state_dir(containers: List[Container]) -> Path:
+    """The app's state directory on the engine's host (every replica's label names it)."""
+    return Path(containers[0].labels[LABEL_STATE_DIR])
 
 
 def _stored_app(containers: List[Container]) -> Optional[AppDef]:
