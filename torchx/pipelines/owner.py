@@ -98,6 +98,18 @@ def airflow_owner(ti: Any, cancel: bool = True) -> Owner:
     return Owner("airflow", ids, api.rstrip("/") if api else None, cancel)
 
 
+def is_airflow_task(owner: Owner, dag_id: str, run_id: str, task_id: str, map_index: Any) -> bool:
+    """Whether ``owner`` is that Airflow task instance, in any try (a retry re-attaches to
+    the job of an earlier one)."""
+    mine = (dag_id, run_id, task_id, -1 if map_index is None else int(map_index))
+    ids = owner.ids
+    try:
+        theirs = (ids.get("dag"), ids.get("run"), ids.get("task"), int(ids.get("map", -1)))
+    except (TypeError, ValueError):  # a malformed map index is nobody's
+        return False
+    return owner.kind == "airflow" and theirs == mine
+
+
 def prefect_owner(flow_run_id: str, task_run_id: Optional[str] = None) -> Owner:
     """The owner of a job submitted in Prefect flow run ``flow_run_id`` (and task run)."""
     ids: Dict[str, Any] = {"flow_run": flow_run_id}

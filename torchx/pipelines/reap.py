@@ -3,17 +3,22 @@
 A job is reaped only when its owner's orchestrator says the owner ended without success
 and will not retry it: an Airflow task instance in ``failed``, ``removed``, ``skipped`` or
 ``upstream_failed`` (``up_for_retry`` and every other state keep the job), a Prefect flow
-run in ``FAILED``, ``CANCELLED`` or ``CRASHED`` (``AwaitingRetry`` is ``SCHEDULED``:
-kept), a KFP run in ``FAILED`` or ``CANCELED`` (KFP's API v2beta1 ``GET /runs/{id}``; a
-task retried by its ``set_retry`` policy keeps its run ``RUNNING``, so it is kept; a task
-that failed for good in a run that still runs is reaped once the run ends). An owner that
-succeeded keeps its job: a stage may leave its job running on purpose
+run in ``FAILED``, ``CANCELLED``, ``CRASHED`` or ``CANCELLING`` (a user asked for the
+cancel: a run Prefect leaves ``Cancelling`` for good, as a retried run cancelled again is,
+has its job cancelled; ``AwaitingRetry`` is ``SCHEDULED``: kept), a KFP run in ``FAILED``
+or ``CANCELED`` (KFP's API v2beta1 ``GET /runs/{id}``; a task retried by its
+``set_retry`` policy keeps its run ``RUNNING``, so it is kept; a task that failed for good
+in a run that still runs is reaped once the run ends). An owner that succeeded keeps its
+job: a stage may leave its job running on purpose
 (``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a Prefect
 ``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator does not
 know is never reaped: a cancel needs a fact, not a doubt. Nor is a job whose owner asked
 to keep it (``cancel_on_kill=False``). ``reap`` asks each owner again just before it
 cancels its job (a user may have cleared the task or retried the run meanwhile, and the
 new try re-attached to the job): it cancels only if the owner still ended without success.
+
+``cancel_if_owned`` is the one cancel decision on a job's side: ``torchx reap``, Airflow's
+listener (in the process it starts) and ``TorchXOperator.on_kill`` all go through it.
 
 Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
 ``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
@@ -28,20 +33,24 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import logging
 import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from torchx.pipelines.owner import Owner, owner_of
 from torchx.specs.api import is_terminal
 
 AIRFLOW_DONE = ("failed", "removed", "skipped", "upstream_failed")
-PREFECT_DONE = ("FAILED", "CANCELLED", "CRASHED")
+# CANCELLING: a user asked for the cancel; Prefect may leave the run there for good
+PREFECT_DONE = ("FAILED", "CANCELLED", "CRASHED", "CANCELLING")
 KFP_DONE = ("FAILED", "CANCELED")
 TIMEOUT = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 class ReapError(Exception):
@@ -222,6 +231,41 @@ class Orchestrators:
         return state, state in KFP_DONE
 
 
+# ---------------------------------------------------------------------------- the decision
+
+
+def cancel_if_owned(
+    runner: Any,
+    handle: str,
+    is_owner: Callable[[Owner], bool],
+    what: str = "its owner",
+    why: str = "ended",
+    log: Any = logger,  # a Logger, or the orchestrator's adapter of one
+) -> bool:
+    """Cancel ``handle`` only on facts: it still runs, the owner stored with it can be read,
+    does not say ``cancel: false``, and ``is_owner`` (the one asking) recognizes it. Any
+    doubt keeps the job, with a warning: a missed cancel is reaped later, a wrong one throws
+    away hours of training. ``what`` names the asker and ``why`` says what happened to it,
+    for the log line. True if cancelled."""
+    status = runner.status(handle)
+    if status is None or status.is_terminal():
+        return False
+    app = runner.describe(handle)
+    owner = owner_of(app.metadata if app is not None else None)
+    if owner is None:
+        log.warning("torchx: %s kept: its owner cannot be read", handle)
+        return False
+    if not owner.cancel:
+        log.warning("torchx: %s outlives its task (cancel_on_kill=False)", handle)
+        return False
+    if not is_owner(owner):
+        log.warning("torchx: %s kept: its owner is %s, not %s", handle, owner.describe(), what)
+        return False
+    log.info("torchx: %s %s while %s runs: cancelling it", what, why, handle)
+    runner.cancel(handle)
+    return True
+
+
 # ---------------------------------------------------------------------------- reaping
 
 
@@ -265,7 +309,8 @@ def reap(runner: Any, candidates: Iterable[Candidate], orchestrators: Orchestrat
             c.owner_state, c.orphan = orchestrators.state(c.owner)
         except ReapError as e:
             c.owner_state, c.orphan, c.error = "unknown", False, str(e)
-        if c.orphan:
-            runner.cancel(c.handle)
+        if not c.orphan:
+            continue
+        if cancel_if_owned(runner, c.handle, c.owner.__eq__, c.owner.describe(), c.owner_state):
             cancelled.append(c.handle)
     return cancelled

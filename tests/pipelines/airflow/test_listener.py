@@ -2,7 +2,8 @@
 ``app_handle`` XCom read from the metadata database as in the scheduler) and real
 local_cwd jobs: a failed task instance cancels only a live job whose stored owner is that
 task instance (in any try); an unreadable owner, another task instance's or one that
-keeps its job (``cancel: false``) keeps the job, with a warning."""
+keeps its job (``cancel: false``) keeps the job, with a warning. The listener only records
+(its hook returns at once); the process it starts makes the cancel."""
 
 from __future__ import annotations
 
@@ -49,7 +50,12 @@ def test_the_listener_cancels_only_the_job_of_this_task_instance(
 ) -> None:
     from airflow.models.xcom import XComModel
 
-    from torchx.pipelines.airflow.listener import HANDLE_XCOM, logger, reap_task_instance
+    from torchx.pipelines.airflow.listener import (
+        HANDLE_XCOM,
+        logger,
+        reap_recorded,
+        record_task_instance,
+    )
     from torchx.runner import get_runner
 
     monkeypatch.setenv("TORCHX_TRACKERS", "")
@@ -67,6 +73,13 @@ def test_the_listener_cancels_only_the_job_of_this_task_instance(
 
     def point_xcom_at(handle: str) -> None:
         XComModel.set(HANDLE_XCOM, handle, dag_id=dag_id, task_id="job", run_id=run_id)
+
+    def reap_task_instance(ti: Any) -> Optional[str]:
+        found = record_task_instance(ti)  # what the hook records, read from the database
+        assert found is not None and found.state == "failed"
+        with get_runner() as runner:
+            cancelled = reap_recorded(runner, [found])  # what the started process does
+        return cancelled[0] if cancelled else None
 
     mine = {"dag": dag_id, "run": run_id, "task": "job", "map": -1, "try": 1}
     others: dict[str, Optional[str]] = {
@@ -105,3 +118,44 @@ def test_the_listener_cancels_only_the_job_of_this_task_instance(
         finally:
             for handle in [real, *handles.values()]:
                 runner.cancel(handle)
+
+
+def test_the_hook_returns_at_once_and_the_process_it_starts_cancels(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``on_task_instance_failed`` (as the scheduler calls it, its XCom read from the
+    database) starts the cancelling process and returns; that process, not the hook,
+    cancels the job. A task instance still to be retried records nothing."""
+    from torchx.pipelines.airflow import listener
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    dag = _dag(
+        "listener_detached",
+        component="utils.sh",
+        component_args=["sleep", "600"],
+        wait_for_completion=False,
+    )
+    dag_run = dag.test()
+    with get_runner() as runner:
+        handle = next(a.app_handle for a in runner.list("local_cwd"))
+    try:
+        ti = SimpleNamespace(
+            dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id="job", map_index=-1
+        )
+        started: list[list[Any]] = []
+        real_start = listener.start_reaper
+        monkeypatch.setattr(listener, "start_reaper", lambda f, q=False: started.append(f))
+        listener.on_task_instance_failed(
+            None, SimpleNamespace(**vars(ti), state="up_for_retry"), None
+        )
+        assert started == []  # a retry re-attaches: nothing to reap
+        listener.on_task_instance_failed(None, SimpleNamespace(**vars(ti), state="failed"), None)
+        assert [r.handle for r in started[0]] == [handle]
+        assert _state(handle) == "RUNNING"  # the hook itself cancels nothing
+        real_start(started[0])
+        state = poll_until(lambda: _state(handle), lambda s: s == "CANCELLED", DEADLINE)
+        assert state == "CANCELLED"
+    finally:
+        with get_runner() as runner:
+            runner.cancel(handle)

@@ -1,5 +1,6 @@
 """Airflow integration: ``TorchXOperator`` (deferrable, cancel-safe, retry-safe),
-``TorchXTrigger`` and ``TorchXSensor``. Registered as an Airflow provider.
+``TorchXTrigger``, ``TorchXSensor`` and ``TorchXHook`` (connection type ``torchx``).
+Registered as an Airflow provider.
 
 Importing this package does not import Airflow; the classes load on first access.
 """
@@ -18,6 +19,7 @@ _LAZY = {
     "pipeline_run_id": "torchx.pipelines.airflow.operator",
     "TorchXTrigger": "torchx.pipelines.airflow.trigger",
     "TorchXSensor": "torchx.pipelines.airflow.sensor",
+    "TorchXHook": "torchx.pipelines.airflow.hook",
 }
 
 
@@ -43,6 +45,15 @@ def get_provider_info() -> Dict[str, Any]:
         "sensors": [
             {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.sensor"]}
         ],
+        "hooks": [
+            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.hook"]}
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": "torchx.pipelines.airflow.hook.TorchXHook",
+                "connection-type": "torchx",
+            }
+        ],
         "extra-links": [
             "torchx.pipelines.airflow.operator.TorchXAppLink",
             "torchx.pipelines.airflow.operator.TorchXMLflowLink",
@@ -58,5 +69,6 @@ __all__ = [
     "TorchXMLflowLink",
     "TorchXTrigger",
     "TorchXSensor",
+    "TorchXHook",
     "get_provider_info",
 ]

@@ -1,5 +1,12 @@
 """Cancel a stage's job when its task instance ends for good while the job still runs.
 
+The listener only records: in whichever Airflow process calls it, it reads the failed task
+instances' ``app_handle`` XComs, writes them to a file and starts a short-lived process
+(``python -m torchx.pipelines.airflow.listener <file>``, detached, in its own session,
+reaped by init) that makes each cancel decision and cancels, with the ``TorchXHook``
+Connection's settings. So a call holds Airflow's loop for milliseconds (each call logs its
+own duration: ``torchx listener: <hook> took S s``), never for a scheduler's API call.
+
 Registered by ``TorchXListenerPlugin``, the provider's ``airflow.plugins`` entry point, so
 DAGs need no wiring. (Two copies of torchx's metadata on ``sys.path``, e.g. a source tree's
 ``torchx.egg-info`` next to the installed package, make Airflow's task SDK 1.3.2 stop
@@ -11,9 +18,9 @@ that matters is a worker lost (SIGKILL, OOM, node gone): the scheduler fails the
 ``[scheduler] task_instance_heartbeat_timeout`` and then calls ``on_task_instance_failed``
 itself, in the scheduler process (``TaskInstance.handle_failure``, reached from
 ``process_executor_events``). A user's "mark failed / success" calls it in the api-server; a
-task's own end calls it in the task process. The same hook runs in each, so each of those
-processes needs torchx's settings (``TORCHX_HOME`` for local_cwd, the schedulers'
-credentials).
+task's own end calls it in the task process. The same hook runs in each, and the process it
+starts reads torchx's settings from the ``torchx_default`` Connection (else from the
+environment it inherits: ``TORCHX_HOME`` for local_cwd, the schedulers' credentials).
 
 Only ``failed`` (no retry left) cancels. A try that Airflow will retry (``up_for_retry``)
 keeps its job: the retry re-attaches to it. ``success`` never cancels: a task that does not
@@ -25,33 +32,56 @@ A try can also fail with no task listener called anywhere: the kernel's OOM kill
 the task process alone and Airflow's supervisor reports it failed through the execution
 API. So when a DAG run ends (``on_dag_run_failed`` / ``on_dag_run_success``, in the
 scheduler), its failed task instances are reaped by the same rule.
-The job is the one the task pushed as its ``app_handle`` XCom, and it is cancelled only if
-the owner stored with it is this task instance (dag, run, task, map index; any try, as a
+The job is the one the task pushed as its ``app_handle`` XCom, and it is cancelled (by
+``torchx.pipelines.reap.cancel_if_owned``, the decision every torchx canceller shares) only
+if the owner stored with it is this task instance (dag, run, task, map index; any try, as a
 retry re-attaches to the job of an earlier one). One already finished is left alone, and
 so is, with a warning, one whose stored owner cannot be read, is another task instance, or
 says ``cancel: false`` (the operator's ``cancel_on_kill=False``: the listener runs where
 the operator's settings are not): a cancel needs a fact, not a doubt.
-Nothing here raises into Airflow: a failure is logged.
+Nothing here raises into Airflow: a failure is logged. A cancel the process it starts could
+not make (it died, the scheduler was unreachable) is left to ``torchx reap``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
 import sys
+import tempfile
 import time
-from typing import TYPE_CHECKING, Any, List, Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-if TYPE_CHECKING:  # torchx loads when a task fails, not with the plugin
-    from torchx.pipelines.owner import Owner
-
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("torchx.pipelines.airflow.listener")  # its name as __main__ too
 
 FINAL = ("failed",)
-DAG_RUN_REAP_BUDGET = 30.0  # seconds of the scheduler's loop an ended DAG run may take
 HANDLE_XCOM = "app_handle"
+
+
+@dataclass(frozen=True)
+class Reapable:
+    """A failed task instance and the job it pushed: what the started process decides on."""
+
+    handle: str
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    state: str
+
+    def what(self) -> str:
+        return f"task {self.dag_id}.{self.task_id} (run {self.run_id}, map {self.map_index})"
+
+    def is_owner(self, owner: Any) -> bool:
+        from torchx.pipelines.owner import is_airflow_task
+
+        return is_airflow_task(owner, self.dag_id, self.run_id, self.task_id, self.map_index)
 
 
 def _state(ti: Any) -> str:
@@ -59,95 +89,124 @@ def _state(ti: Any) -> str:
     return str(getattr(state, "value", state) or "").lower()
 
 
+def _map_index(ti: Any) -> int:
+    map_index = getattr(ti, "map_index", -1)
+    return -1 if map_index is None else int(map_index)
+
+
+def _in_task_process(ti: Any) -> bool:
+    return type(ti).__module__.startswith("airflow.sdk")
+
+
 def _app_handle(ti: Any) -> Optional[str]:
     """The ``app_handle`` XCom of this try: through the task SDK in a task process, from
     the metadata database elsewhere (scheduler, api-server)."""
-    map_index = getattr(ti, "map_index", -1)
-    if type(ti).__module__.startswith("airflow.sdk"):
+    if _in_task_process(ti):
         from torchx.pipelines.airflow.operator import TorchXOperator
 
         if not isinstance(getattr(ti, "task", None), TorchXOperator):
             return None  # a task process knows its operator: no XCom call for other tasks
-        value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=map_index)
+        value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=_map_index(ti))
         return str(value) if value else None
+    handles = _pushed_handles(ti.dag_id, ti.run_id, [ti.task_id])
+    return handles.get((ti.task_id, _map_index(ti)))
+
+
+def _pushed_handles(
+    dag_id: str, run_id: str, task_ids: Optional[List[str]]
+) -> Dict[Tuple[str, int], str]:
+    """``{(task_id, map_index): app_handle}`` of a DAG run's tasks, in one query."""
     from airflow.models.xcom import XComModel
 
+    query = XComModel.get_many(run_id=run_id, key=HANDLE_XCOM, task_ids=task_ids, dag_ids=dag_id)
     with _own_session() as session:
-        query = XComModel.get_many(
-            run_id=ti.run_id,
-            key=HANDLE_XCOM,
-            task_ids=ti.task_id,
-            dag_ids=ti.dag_id,
-            map_indexes=map_index,
-        )
-        row = session.scalars(query).first()
-        value = XComModel.deserialize_value(row) if row is not None else None
-    return str(value) if value else None
+        rows = list(session.scalars(query))
+        found = {(r.task_id, int(r.map_index)): XComModel.deserialize_value(r) for r in rows}
+    return {k: str(v) for k, v in found.items() if v}
 
 
-def _is_owner(owner: Owner, ti: Any) -> bool:
-    """Whether ``owner`` is task instance ``ti``, in any try."""
-    map_index = getattr(ti, "map_index", None)
-    mine = (ti.dag_id, ti.run_id, ti.task_id, -1 if map_index is None else int(map_index))
-    ids = owner.ids
-    try:
-        theirs = (ids.get("dag"), ids.get("run"), ids.get("task"), int(ids.get("map", -1)))
-    except (TypeError, ValueError):  # a malformed map index is nobody's
-        return False
-    return owner.kind == "airflow" and theirs == mine
-
-
-def reap_task_instance(ti: Any) -> Optional[str]:
-    """Cancel the live job of ``ti`` if ``ti`` ended for good; the cancelled handle."""
+def record_task_instance(ti: Any) -> Optional[Reapable]:
+    """What to reap for ``ti``: its job, if ``ti`` ended for good and pushed one."""
     state = _state(ti)
     if state not in FINAL:
         return None
     handle = _app_handle(ti)
     if not handle:
         return None
-    from torchx.pipelines import core
-    from torchx.pipelines.owner import owner_of
+    return Reapable(handle, ti.dag_id, ti.run_id, ti.task_id, _map_index(ti), state)
 
-    with core.runner_for() as runner:
-        status = runner.status(handle)
-        if status is None or status.is_terminal():
-            return None
-        app = runner.describe(handle)
-        owner = owner_of(app.metadata if app is not None else None)
-        if owner is None:
-            logger.warning("torchx: %s kept: its owner cannot be read", handle)
-            return None
-        if not owner.cancel:
-            logger.warning("torchx: %s outlives its task (cancel_on_kill=False)", handle)
-            return None
-        if not _is_owner(owner, ti):
-            logger.warning(
-                "torchx: %s kept: its owner is %s, not this task", handle, owner.describe()
+
+def record_dag_run(dag_run: Any) -> List[Reapable]:
+    """What to reap for an ended DAG run: the jobs of its failed task instances (two
+    queries, whatever their number)."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    query = select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
+        TaskInstance.dag_id == dag_run.dag_id,
+        TaskInstance.run_id == dag_run.run_id,
+        TaskInstance.state.in_(FINAL),
+    )
+    with _own_session() as session:
+        failed = list(session.execute(query))
+    if not failed:
+        return []
+    handles = _pushed_handles(dag_run.dag_id, dag_run.run_id, None)
+    found = []
+    for task_id, map_index, state in failed:
+        handle = handles.get((task_id, int(map_index)))
+        if handle:
+            state = str(getattr(state, "value", state)).lower()
+            found.append(
+                Reapable(handle, dag_run.dag_id, dag_run.run_id, task_id, int(map_index), state)
             )
-            return None
-        logger.warning(
-            "torchx: task %s.%s (run %s, map %s) ended %s while %s runs: cancelling it",
-            ti.dag_id,
-            ti.task_id,
-            ti.run_id,
-            getattr(ti, "map_index", -1),
-            state,
-            handle,
-        )
-        runner.cancel(handle)
-    return handle
+    return found
 
 
-def _safely(ti: Any) -> None:
+def start_reaper(found: List[Reapable], quiet: bool = False) -> None:
+    """Write ``found`` to a file and start the process that cancels (see the module doc):
+    through ``sh -c '... &'``, so the new process is nobody's child here and nothing in
+    this process waits for it beyond ``sh``'s own exit. Its log goes where this process's
+    goes, unless ``quiet`` (a task process: Airflow's supervisor would wait for the
+    process to close the task's log pipes)."""
+    fd, path = tempfile.mkstemp(prefix="torchx-reap-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump([asdict(r) for r in found], f)
+    command = [sys.executable, "-m", "torchx.pipelines.airflow.listener", path]
+    out = subprocess.DEVNULL if quiet else None
+    subprocess.run(
+        ["/bin/sh", "-c", '"$@" </dev/null &', "sh", *command],
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=out,
+        start_new_session=True,
+        check=True,
+    )
+
+
+def _timed(hook: str, record: Callable[[], List[Reapable]], quiet: bool = False) -> None:
+    """Run ``record``, start the reaper for what it found, log how long Airflow's loop was
+    held; never raise into Airflow."""
+    started = time.monotonic()
+    found: List[Reapable] = []
     try:
-        reap_task_instance(ti)
+        found = record()
+        if found:
+            start_reaper(found, quiet)
     except Exception:  # a listener must never break the scheduler or the task
-        logger.exception("torchx: could not cancel the job of %s", ti)
+        logger.exception("torchx: the %s listener could not record its jobs to cancel", hook)
+    logger.info(
+        "torchx listener: %s took %.4f s (%d to reap)", hook, time.monotonic() - started, len(found)
+    )
 
 
 @hookimpl
 def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
-    _safely(task_instance)
+    def record() -> List[Reapable]:
+        found = record_task_instance(task_instance)
+        return [found] if found is not None else []
+
+    _timed("on_task_instance_failed", record, _in_task_process(task_instance))
 
 
 def _own_session() -> Any:
@@ -161,48 +220,15 @@ def _own_session() -> Any:
     return settings.NonScopedSession()  # closed, never committed, by ``with``
 
 
-def _failed_task_instances(dag_run: Any) -> List[Any]:
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import select
-
-    query = select(TaskInstance).where(
-        TaskInstance.dag_id == dag_run.dag_id,
-        TaskInstance.run_id == dag_run.run_id,
-        TaskInstance.state.in_(FINAL),
-    )
-    with _own_session() as session:
-        tis = list(session.scalars(query))
-        session.expunge_all()  # detached: only their loaded columns are read later
-    return tis
-
-
-def _reap_dag_run(dag_run: Any) -> None:
-    """Reap the run's failed task instances (see the module docstring), within
-    ``DAG_RUN_REAP_BUDGET`` s: this runs in the scheduler's loop, and ``torchx reap``
-    covers what is left."""
-    started = time.monotonic()
-    try:
-        tis = _failed_task_instances(dag_run)
-    except Exception:  # a listener must never break the scheduler
-        logger.exception("torchx: could not read the failed tasks of %s", dag_run)
-        return
-    for i, ti in enumerate(tis):
-        if time.monotonic() - started > DAG_RUN_REAP_BUDGET:
-            logger.warning(
-                "torchx: %d failed tasks of %s left to `torchx reap`", len(tis) - i, dag_run
-            )
-            return
-        _safely(ti)
-
-
 @hookimpl
 def on_dag_run_failed(dag_run: Any, msg: str) -> None:
-    _reap_dag_run(dag_run)
+    _timed("on_dag_run_failed", lambda: record_dag_run(dag_run))
 
 
 @hookimpl
 def on_dag_run_success(dag_run: Any, msg: str) -> None:
-    _reap_dag_run(dag_run)  # a failed task under a trigger rule such as all_done
+    # a failed task under a trigger rule such as all_done
+    _timed("on_dag_run_success", lambda: record_dag_run(dag_run))
 
 
 class TorchXListenerPlugin(AirflowPlugin):
@@ -210,3 +236,49 @@ class TorchXListenerPlugin(AirflowPlugin):
 
     name = "torchx_listener"
     listeners = [sys.modules[__name__]]
+
+
+# ---------------------------------------------------------------------------- the reaper
+
+
+def reap_recorded(runner: Any, found: List[Reapable]) -> List[str]:
+    """Cancel the jobs of ``found`` that the shared decision allows; their handles."""
+    from torchx.pipelines.reap import cancel_if_owned
+
+    cancelled = []
+    for r in found:
+        try:
+            owned = cancel_if_owned(
+                runner, r.handle, r.is_owner, r.what(), f"ended {r.state}", logger
+            )
+        except Exception:  # one job's failure stops no other's cancel; torchx reap retries
+            logger.exception("torchx: could not cancel the job of %s", r.what())
+            continue
+        if owned:
+            cancelled.append(r.handle)
+    return cancelled
+
+
+def _read_records(path: str) -> Iterator[Reapable]:
+    with open(path) as f:
+        docs = json.load(f)
+    os.unlink(path)
+    for doc in docs:
+        yield Reapable(**doc)
+
+
+def main(argv: List[str]) -> int:
+    """``python -m torchx.pipelines.airflow.listener <records file>``: the started process."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logger.setLevel(logging.INFO)
+    found = list(_read_records(argv[1]))
+    from torchx.pipelines.airflow.hook import runner_for_connection
+
+    with runner_for_connection() as runner:
+        reap_recorded(runner, found)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -5,8 +5,13 @@
   as ``app_handle`` right after submission) and pushes the final status (``app_status``);
   a failed app raises with the worker's exception message.
 - ``deferrable=True`` hands the wait to ``TorchXTrigger``, freeing the worker slot.
-- ``on_kill`` (task marked failed, DAG run stopped) cancels the app; a deferred task is
-  cancelled by the trigger's cleanup (Airflow does not call ``on_kill`` for it).
+- ``on_kill`` (task marked failed, DAG run stopped) cancels the app, by the cancel decision
+  every torchx canceller shares (``torchx.pipelines.reap.cancel_if_owned``: only a live app
+  whose stored owner is this task instance); a deferred task is cancelled by the trigger's
+  cleanup (Airflow does not call ``on_kill`` for it).
+- Settings (torchx's state location, run-option defaults, trackers and their credentials)
+  come from the ``TorchXHook`` Connection ``torchx_conn_id`` when there is one, else from
+  the environment (``torchx.pipelines.airflow.hook``).
 - Retries re-attach on any worker: the submission's idempotency key (dag, task, run, map
   index) is stored by the scheduler with the job, and on Airflow >= 3.3 the handle is also
   kept in the task state store (a cache). A retry (a try after a failed or crashed one)
@@ -33,8 +38,10 @@ from airflow.sdk import Asset, BaseOperator, BaseOperatorLink
 
 from torchx.components.torchrun import COMPONENT
 from torchx.pipelines import core
+from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, TorchXHook
 from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
-from torchx.pipelines.owner import airflow_owner
+from torchx.pipelines.owner import airflow_owner, is_airflow_task
+from torchx.pipelines.reap import cancel_if_owned
 from torchx.pipelines.torchrun import torchrun_stage
 from torchx.specs.api import AppDef, AppStatus
 
@@ -95,13 +102,16 @@ def close_pipeline_run(
     context: Mapping[str, Any], trackers: Optional[Mapping[str, Optional[str]]] = None
 ) -> None:
     """DAG ``on_success_callback`` / ``on_failure_callback``: end the DAG run's tracker run
-    FINISHED (DAG run succeeded) or FAILED. ``trackers`` default to the configured ones;
-    bind them with ``functools.partial`` when the operators are given ``trackers=``."""
+    FINISHED (DAG run succeeded) or FAILED. ``trackers`` default to the ``torchx_default``
+    Connection's, else the configured ones; bind them with ``functools.partial`` when the
+    operators are given ``trackers=``."""
     from torchx.runner.config import get_configured_trackers
 
     dag_run = context["dag_run"]
     state = str(getattr(dag_run, "state", "") or "")
     succeeded = state.endswith("success")
+    if trackers is None:
+        trackers = TorchXHook().settings.trackers
     core.close_pipeline_run(
         pipeline_run_id(dag_run.dag_id, dag_run.run_id),
         get_configured_trackers() if trackers is None else trackers,
@@ -145,6 +155,9 @@ class TorchXOperator(BaseOperator):
     :param stall_timeout: seconds; the job fails ``stalled: ...`` (the whole gang cancelled)
         when it neither prints nor reports progress for that long. Stored with the job.
     :param cancel_on_kill: cancel the app when the task is killed or marked failed.
+    :param torchx_conn_id: the ``TorchXHook`` Connection with torchx's settings (state
+        location, run-option defaults under this task's ``cfg``, trackers); without it, the
+        environment's.
     :param trackers: ``{tracker: config}`` for this task's job, e.g.
         ``{"mlflow": "http://mlflow:5000"}`` (default: the configured ones,
         ``TORCHX_TRACKERS`` or ``.torchxconfig``); ``{}`` turns tracking off.
@@ -207,6 +220,7 @@ class TorchXOperator(BaseOperator):
         record_assets: bool = True,
         progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
         stall_timeout: Optional[float] = None,
+        torchx_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -232,6 +246,9 @@ class TorchXOperator(BaseOperator):
         self.record_assets = record_assets
         self.progress_interval = progress_interval
         self.stall_timeout = stall_timeout
+        self.torchx_conn_id = torchx_conn_id
+        self._hook: Optional[TorchXHook] = None
+        self._task_instance: Optional[tuple[str, str, str, int]] = None  # for on_kill
         self.app_handle: Optional[str] = None
         self.torchx_links: Dict[str, str] = {}  # what the extra links show (see _TorchXLink)
         self.stage_lineage: Optional[StageLineage] = None
@@ -245,8 +262,14 @@ class TorchXOperator(BaseOperator):
 
     # ------------------------------------------------------------------ helpers
 
+    @property
+    def hook(self) -> TorchXHook:
+        if self._hook is None:
+            self._hook = TorchXHook(self.torchx_conn_id)
+        return self._hook
+
     def _runner(self) -> Any:
-        return core.runner_for(self.trackers)
+        return self.hook.runner(self.trackers)
 
     def _idempotency_key(self, context: Mapping[str, Any]) -> Optional[str]:
         if not self.durable:
@@ -301,7 +324,7 @@ class TorchXOperator(BaseOperator):
             self.app if self.app is not None else str(self.component),
             component_args,
             self.scheduler,
-            self.cfg,
+            self.hook.settings.cfg_for(self.scheduler, self.cfg),
             self._idempotency_key(context),
             parent_run_id=parent,
             reattach_succeeded=self._reuse_succeeded(context),
@@ -332,6 +355,7 @@ class TorchXOperator(BaseOperator):
 
     def execute(self, context: Any) -> str:
         ti = context["ti"]
+        self._remember(ti)
         runner = self._runner()
         handle = self._submit(context, runner)
         self.app_handle = handle
@@ -378,6 +402,7 @@ class TorchXOperator(BaseOperator):
             raise AirflowException(f"invalid event from TorchXTrigger: {event!r}")
         handle = event["app_handle"]
         self.app_handle = handle
+        self._remember(context["ti"])
         runner = self._runner()
         if self.get_logs:
             core.follow_logs(runner, handle, self._unstreamed(event.get("streamed")), tail=False)
@@ -389,6 +414,12 @@ class TorchXOperator(BaseOperator):
         except core.StageFailed as e:
             raise AirflowException(str(e)) from None
         return handle
+
+    def _remember(self, ti: Any) -> None:
+        """Keep the task instance's identity: ``on_kill`` cancels only a job it owns."""
+        map_index = getattr(ti, "map_index", -1)
+        map_index = -1 if map_index is None else int(map_index)
+        self._task_instance = (ti.dag_id, ti.run_id, ti.task_id, map_index)
 
     def _emit(self, role: str, replica: int, line: str) -> None:
         self.log.info("%s/%d %s", role, replica, line)
@@ -456,9 +487,17 @@ class TorchXOperator(BaseOperator):
         events[mine].extra.update(stage)
 
     def on_kill(self) -> None:
-        if self.cancel_on_kill and self.app_handle:
-            self.log.info("task killed: cancelling %s", self.app_handle)
-            core.cancel_quietly(self._runner(), self.app_handle)
+        ti, handle = self._task_instance, self.app_handle
+        if not self.cancel_on_kill or not handle or ti is None:
+            return
+        what = f"task {ti[0]}.{ti[2]} (run {ti[1]}, map {ti[3]})"
+        try:
+            with self._runner() as runner:
+                cancel_if_owned(
+                    runner, handle, lambda o: is_airflow_task(o, *ti), what, "was killed", self.log
+                )
+        except Exception as e:  # on_kill must not raise: Airflow is ending the task anyway
+            self.log.warning("could not cancel %s: %s", handle, e)
 
     # ------------------------------------------------------------------ OpenLineage
 

@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
+from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, runner_for_connection
 from torchx.specs.api import AppState
 
 try:
@@ -19,14 +20,15 @@ class TorchXSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("app_handle",)
 
-    def __init__(self, *, app_handle: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *, app_handle: str, torchx_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.app_handle = app_handle
+        self.torchx_conn_id = torchx_conn_id  # the TorchXHook Connection with torchx's settings
 
     def poke(self, context: Any) -> bool:
-        from torchx.runner.api import get_runner
-
-        with get_runner() as runner:
+        with runner_for_connection(self.torchx_conn_id) as runner:
             status = runner.status(self.app_handle)
         if status is None:
             raise AirflowException(f"{self.app_handle} is not known to its scheduler")

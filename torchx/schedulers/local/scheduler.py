@@ -153,8 +153,10 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         image_provider_class: Callable[[LocalOpts], ImageProvider] = CWDImageProvider,
         cache_size: int = 100,
         extra_paths: Optional[List[str]] = None,
+        torchx_home: Optional[str] = None,
     ) -> None:
         super().__init__("local_cwd", session_name)
+        self._torchx_home = torchx_home  # None: $TORCHX_HOME
         if cache_size <= 0:
             raise ValueError("cache size must be greater than zero")
         self._image_provider_class = image_provider_class
@@ -182,7 +184,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     # ------------------------------------------------------------------ paths
 
     def _state_root(self) -> Path:
-        return torchx_home() / "local_cwd" / self.session_name
+        return torchx_home(self._torchx_home) / "local_cwd" / self.session_name
 
     def _app_dir(self, app_id: str) -> Path:
         return self._state_root() / app_id
@@ -224,9 +226,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         from torchx.specs.serialize import appdef_to_dict
 
         app_id = unique_name(app.name, max_base=40, suffix_length=10)
-        log_root = os.path.abspath(
-            os.path.expanduser(str(cfg.get("log_dir") or (torchx_home() / "local_cwd")))
-        )
+        default_root = torchx_home(self._torchx_home) / "local_cwd"
+        log_root = os.path.abspath(os.path.expanduser(str(cfg.get("log_dir") or default_root)))
         app_log_dir = os.path.join(log_root, self.session_name, app_id)
         prepend_cwd = bool(cfg.get("prepend_cwd"))
         path_env = search_path(self._extra_paths)
@@ -589,9 +590,10 @@ def create_scheduler(
     cache_size: int = 100,
     extra_paths: Optional[List[str]] = None,
     image_provider_class: Callable[[LocalOpts], ImageProvider] = CWDImageProvider,
+    torchx_home: Optional[str] = None,
     **kwargs: Any,
 ) -> LocalScheduler:
-    return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths)
+    return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths, torchx_home)
 
 
 log = logger  # upstream's name for this module's logger

@@ -124,8 +124,9 @@ def _write_private(path: Path, text: str) -> None:
 
 
 class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
-    def __init__(self, session_name: str) -> None:
+    def __init__(self, session_name: str, torchx_home: Optional[str] = None) -> None:
         super().__init__("slurm", session_name)
+        self._torchx_home = torchx_home  # None: $TORCHX_HOME
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -226,7 +227,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         return os.path.join(record["job_dir"], PROGRESS_FILE.format(job_id=app_id))
 
     def _record_path(self, job_id: str) -> Path:
-        return torchx_home() / "slurm" / f"{job_id}.json"
+        return torchx_home(self._torchx_home) / "slurm" / f"{job_id}.json"
 
     def _record(self, job_id: str, work_dir: str = "") -> Optional[Dict[str, Any]]:
         """The app as submitted: this machine's record, else the one in the job directory."""
@@ -522,5 +523,7 @@ def _last_error(path: str) -> str:
     return NONE
 
 
-def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
-    return SlurmScheduler(session_name)
+def create_scheduler(
+    session_name: str, torchx_home: Optional[str] = None, **kwargs: Any
+) -> SlurmScheduler:
+    return SlurmScheduler(session_name, torchx_home)
