@@ -9,10 +9,12 @@ deployment has no plugins-folder file and its DAGs no wiring.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
-from typing import Any, Iterator, List
+import uuid
+from typing import Any, Iterator, List, Tuple
 from urllib.parse import quote
 
 import psutil
@@ -42,6 +44,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from torchx.pipelines.airflow import TorchXOperator
+
+SWEEP = 20
 
 WAIT = "while [ ! -e {{ dag_run.conf['flag'] }} ]; do sleep 0.1; done; echo flag-seen"
 
@@ -79,6 +83,22 @@ with DAG(dag_id="detached", schedule=None, start_date=datetime(2026, 1, 1), catc
         wait_for_completion=False,
     )
 detached = d
+
+
+# submits its job, then fails for good while the job runs (its own code breaks after)
+class SubmitThenFail(TorchXOperator):
+
+    def execute(self, context):
+        super().execute(context)
+        raise RuntimeError("failed for good while its job runs")
+
+
+# 20 task instances that fail for good in one DAG run, each leaving its job running
+with DAG(dag_id="orphan_sweep", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as w:
+    SubmitThenFail.partial(
+        task_id="job", component="utils.sh", wait_for_completion=False, retries=0
+    ).expand(component_args=[["sh", "-c", WAIT]] * SWEEP)
+orphan_sweep = w
 """
 DEADLINE = 120.0
 CRASH_DEADLINE = 180.0
@@ -97,7 +117,8 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
             mp.setenv(k, v)
         try:
             with airflow_deployment(work, dags, torchx_env) as deployment:
-                for dag_id in ("orphan_no_retry", "orphan_retry", "orphan_keep", "detached"):
+                dag_ids = ("orphan_no_retry", "orphan_retry", "orphan_keep", "detached")
+                for dag_id in (*dag_ids, "orphan_sweep"):
                     deployment.unpause(dag_id)
                 yield deployment
         finally:
@@ -327,3 +348,64 @@ def test_a_task_that_does_not_wait_keeps_its_job(af: AirflowDeployment) -> None:
         lambda: [a.state.name for a in _apps(ti)], lambda s: s == ["SUCCEEDED"], DEADLINE, 0.5
     )
     assert state == ["SUCCEEDED"]
+
+
+SWEEP = 20
+HELD_AT_MOST = 0.1  # seconds of the scheduler's loop one torchx listener call may take
+HOOK_LINE = re.compile(
+    r"torchx listener: (\w+) took ([0-9.]+) s, ([0-9.]+) s of CPU \((\d+) to reap\)"
+    r" in airflow scheduler"
+)
+
+
+def _hook_calls(af: AirflowDeployment) -> List[Tuple[str, float, float, int]]:
+    """Every torchx listener call in the scheduler process: (hook, seconds, seconds of CPU,
+    jobs recorded).
+    (A task process's calls, whose lines its supervisor writes to the same log, name
+    their process otherwise: they hold no loop.)"""
+    log = (af.home / "scheduler.log").read_text(errors="replace")
+    return [(m[1], float(m[2]), float(m[3]), int(m[4])) for m in HOOK_LINE.finditer(log)]
+
+
+def test_twenty_failed_task_instances_hold_the_scheduler_loop_no_longer_than_a_tenth(
+    af: AirflowDeployment,
+) -> None:
+    """20 mapped task instances fail for good in one DAG run while their jobs run: the
+    scheduler's DAG-run hook records the 20 jobs and returns within 0.1 s (as it logs
+    each call's own duration, measured inside the scheduler); the process it starts
+    cancels them."""
+    flag = af.home.parent / f"flag-{uuid.uuid4().hex[:8]}"
+    run_id = af.trigger("orphan_sweep", {"flag": str(flag)})
+    try:
+        af.wait_dag_run(("orphan_sweep", run_id, "job"), {"failed"}, CRASH_DEADLINE * 2)
+
+        def sweep_apps() -> List[Any]:
+            from torchx.schedulers.api import idempotency_token
+            from torchx.schedulers.local_scheduler import create_scheduler
+
+            scheduler = create_scheduler("torchx")
+            found = []
+            for i in range(SWEEP):
+                key = "/".join(["airflow", "orphan_sweep", "job", run_id, str(i)])
+                found += scheduler.find_by_idempotency_token(idempotency_token(key))
+            return found
+
+        states = poll_until(
+            lambda: sorted(a.state.name for a in sweep_apps()),
+            lambda s: s == ["CANCELLED"] * SWEEP,
+            REAPED_WITHIN,
+            0.5,
+        )
+        assert states == ["CANCELLED"] * SWEEP, states
+        calls = poll_until(
+            lambda: _hook_calls(af),
+            lambda c: any(h == "on_dag_run_failed" and n == SWEEP for h, _, _, n in c),
+            DEADLINE,
+            0.5,
+        )
+        assert any(h == "on_dag_run_failed" and n == SWEEP for h, _, _, n in calls), calls
+        slowest = max(calls, key=lambda c: c[1])
+        print(f"{len(calls)} torchx listener calls in the scheduler, the slowest {slowest}")
+        assert [c for c in calls if c[1] >= HELD_AT_MOST] == [], calls
+    finally:
+        flag.touch()

@@ -50,12 +50,8 @@ def test_the_listener_cancels_only_the_job_of_this_task_instance(
 ) -> None:
     from airflow.models.xcom import XComModel
 
-    from torchx.pipelines.airflow.listener import (
-        HANDLE_XCOM,
-        logger,
-        reap_recorded,
-        record_task_instance,
-    )
+    from torchx.pipelines.airflow.listener import HANDLE_XCOM, record_task_instance
+    from torchx.pipelines.airflow.reaper import logger, reap_recorded
     from torchx.runner import get_runner
 
     monkeypatch.setenv("TORCHX_TRACKERS", "")
@@ -144,8 +140,8 @@ def test_the_hook_returns_at_once_and_the_process_it_starts_cancels(
             dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id="job", map_index=-1
         )
         started: list[list[Any]] = []
-        real_start = listener.start_reaper
-        monkeypatch.setattr(listener, "start_reaper", lambda f, q=False: started.append(f))
+        real_start = listener.start
+        monkeypatch.setattr(listener, "start", lambda f, settings=None: started.append(f))
         listener.on_task_instance_failed(
             None, SimpleNamespace(**vars(ti), state="up_for_retry"), None
         )

@@ -18,75 +18,15 @@ Nothing here changes ``os.environ``: the settings are passed to the Runner.
 from __future__ import annotations
 
 import json
-import urllib.parse
-from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Optional
 
 from airflow.sdk import BaseHook
 
-from torchx.runner.api import Runner, get_runner
+from torchx.pipelines.settings import TorchXSettings, Trackers, settings_from
+from torchx.runner.api import Runner
 
 DEFAULT_CONN_ID = "torchx_default"
 CONN_TYPE = "torchx"
-
-Trackers = Optional[Mapping[str, Optional[str]]]
-
-
-@dataclass(frozen=True)
-class TorchXSettings:
-    """What a Connection says (None or empty: the environment decides)."""
-
-    torchx_home: Optional[str] = None
-    cfg: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    trackers: Optional[Dict[str, Optional[str]]] = None
-
-    def runner(self, trackers: Trackers = None) -> Runner:
-        """A Runner with these settings; ``trackers`` (an operator's own) win."""
-        chosen = trackers if trackers is not None else self.trackers
-        if self.torchx_home:
-            return get_runner(trackers=chosen, torchx_home=self.torchx_home)
-        return get_runner(trackers=chosen)
-
-    def cfg_for(self, scheduler: str, cfg: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-        """The run options of a submission: the Connection's defaults, then ``cfg``'s."""
-        return {**self.cfg.get(scheduler, {}), **(cfg or {})}
-
-
-def settings_from(
-    extra: Mapping[str, Any], login: Optional[str], password: Optional[str]
-) -> TorchXSettings:
-    """The settings a Connection's extra, login and password hold (``ValueError``, one line
-    naming the field, when one has the wrong shape)."""
-    home = extra.get("torchx_home")
-    cfg = extra.get("cfg") or {}
-    trackers = extra.get("trackers")
-    if home is not None and not isinstance(home, str):
-        raise ValueError(f"the torchx Connection's torchx_home is {home!r}; give a path")
-    if not isinstance(cfg, dict) or not all(isinstance(v, dict) for v in cfg.values()):
-        raise ValueError(
-            'the torchx Connection\'s cfg must map a scheduler to its options: {"slurm": {...}}'
-        )
-    if trackers is not None and not isinstance(trackers, dict):
-        raise ValueError(
-            'the torchx Connection\'s trackers must map a tracker to its config: {"mlflow": URI}'
-        )
-    if trackers is not None and login:
-        trackers = {k: _with_credentials(v, login, password) for k, v in trackers.items()}
-    return TorchXSettings(home or None, dict(cfg), trackers)
-
-
-def _with_credentials(config: Optional[str], login: str, password: Optional[str]) -> Optional[str]:
-    """An http(s) URI with ``login:password@`` (as MLflow's client takes them); any other
-    config (a sqlite URI, a config file) as it is."""
-    if not config or not config.startswith(("http://", "https://")):
-        return config
-    parts = urllib.parse.urlsplit(config)
-    if "@" in parts.netloc:  # the URI's own credentials win
-        return config
-    userinfo = urllib.parse.quote(login, safe="")
-    if password:
-        userinfo += ":" + urllib.parse.quote(password, safe="")
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}@{parts.netloc}"))
 
 
 class TorchXHook(BaseHook):

@@ -1,11 +1,11 @@
 """Cancel a stage's job when its task instance ends for good while the job still runs.
 
 The listener only records: in whichever Airflow process calls it, it reads the failed task
-instances' ``app_handle`` XComs, writes them to a file and starts a short-lived process
-(``python -m torchx.pipelines.airflow.listener <file>``, detached, in its own session,
-reaped by init) that makes each cancel decision and cancels, with the ``TorchXHook``
-Connection's settings. So a call holds Airflow's loop for milliseconds (each call logs its
-own duration: ``torchx listener: <hook> took S s``), never for a scheduler's API call.
+instances' ``app_handle`` XComs (one query) and hands them to a short-lived process it
+starts (``torchx.pipelines.airflow.reaper``: detached, reaped by init), which makes each
+cancel decision and cancels. So a call holds Airflow's loop for milliseconds, never for a
+scheduler's API call; each call logs its own duration (``torchx listener: <hook> took S s,
+C s of CPU (N to reap) in <process>``).
 
 Registered by ``TorchXListenerPlugin``, the provider's ``airflow.plugins`` entry point, so
 DAGs need no wiring. (Two copies of torchx's metadata on ``sys.path``, e.g. a source tree's
@@ -45,43 +45,21 @@ not make (it died, the scheduler was unreachable) is left to ``torchx reap``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-logger = logging.getLogger("torchx.pipelines.airflow.listener")  # its name as __main__ too
+from torchx.pipelines.airflow.reaper import Reapable, start
+
+logger = logging.getLogger(__name__)
 
 FINAL = ("failed",)
 HANDLE_XCOM = "app_handle"
-
-
-@dataclass(frozen=True)
-class Reapable:
-    """A failed task instance and the job it pushed: what the started process decides on."""
-
-    handle: str
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int
-    state: str
-
-    def what(self) -> str:
-        return f"task {self.dag_id}.{self.task_id} (run {self.run_id}, map {self.map_index})"
-
-    def is_owner(self, owner: Any) -> bool:
-        from torchx.pipelines.owner import is_airflow_task
-
-        return is_airflow_task(owner, self.dag_id, self.run_id, self.task_id, self.map_index)
 
 
 def _state(ti: Any) -> str:
@@ -98,14 +76,23 @@ def _in_task_process(ti: Any) -> bool:
     return type(ti).__module__.startswith("airflow.sdk")
 
 
+def _operator(ti: Any) -> Any:
+    """The ``TorchXOperator`` a task process runs (None for any other task)."""
+    from torchx.pipelines.airflow.operator import TorchXOperator
+
+    task = getattr(ti, "task", None)
+    return task if isinstance(task, TorchXOperator) else None
+
+
 def _app_handle(ti: Any) -> Optional[str]:
     """The ``app_handle`` XCom of this try: through the task SDK in a task process, from
     the metadata database elsewhere (scheduler, api-server)."""
     if _in_task_process(ti):
-        from torchx.pipelines.airflow.operator import TorchXOperator
-
-        if not isinstance(getattr(ti, "task", None), TorchXOperator):
+        operator = _operator(ti)
+        if operator is None:
             return None  # a task process knows its operator: no XCom call for other tasks
+        if operator.app_handle:  # this try submitted or re-attached: no XCom call either
+            return str(operator.app_handle)
         value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=_map_index(ti))
         return str(value) if value else None
     handles = _pushed_handles(ti.dag_id, ti.run_id, [ti.task_id])
@@ -137,67 +124,63 @@ def record_task_instance(ti: Any) -> Optional[Reapable]:
 
 
 def record_dag_run(dag_run: Any) -> List[Reapable]:
-    """What to reap for an ended DAG run: the jobs of its failed task instances (two
-    queries, whatever their number)."""
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import select
+    """What to reap for an ended DAG run: the jobs of its failed task instances (one
+    query, whatever their number)."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.xcom import XComModel as X
+    from sqlalchemy import and_, select
 
-    query = select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
-        TaskInstance.dag_id == dag_run.dag_id,
-        TaskInstance.run_id == dag_run.run_id,
-        TaskInstance.state.in_(FINAL),
+    pushed = and_(
+        X.dag_id == TI.dag_id,
+        X.run_id == TI.run_id,
+        X.task_id == TI.task_id,
+        X.map_index == TI.map_index,
+        X.key == HANDLE_XCOM,
+    )
+    query = (
+        select(TI.task_id, TI.map_index, TI.state, X.value)
+        .join(X, pushed)
+        .where(TI.dag_id == dag_run.dag_id, TI.run_id == dag_run.run_id, TI.state.in_(FINAL))
     )
     with _own_session() as session:
-        failed = list(session.execute(query))
-    if not failed:
-        return []
-    handles = _pushed_handles(dag_run.dag_id, dag_run.run_id, None)
+        rows = list(session.execute(query))
     found = []
-    for task_id, map_index, state in failed:
-        handle = handles.get((task_id, int(map_index)))
+    for row in rows:
+        handle = X.deserialize_value(row)
         if handle:
-            state = str(getattr(state, "value", state)).lower()
-            found.append(
-                Reapable(handle, dag_run.dag_id, dag_run.run_id, task_id, int(map_index), state)
-            )
+            state = str(getattr(row.state, "value", row.state)).lower()
+            ids = (dag_run.dag_id, dag_run.run_id, row.task_id, int(row.map_index))
+            found.append(Reapable(str(handle), *ids, state))
     return found
 
 
-def start_reaper(found: List[Reapable], quiet: bool = False) -> None:
-    """Write ``found`` to a file and start the process that cancels (see the module doc):
-    through ``sh -c '... &'``, so the new process is nobody's child here and nothing in
-    this process waits for it beyond ``sh``'s own exit. Its log goes where this process's
-    goes, unless ``quiet`` (a task process: Airflow's supervisor would wait for the
-    process to close the task's log pipes)."""
-    fd, path = tempfile.mkstemp(prefix="torchx-reap-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump([asdict(r) for r in found], f)
-    command = [sys.executable, "-m", "torchx.pipelines.airflow.listener", path]
-    out = subprocess.DEVNULL if quiet else None
-    subprocess.run(
-        ["/bin/sh", "-c", '"$@" </dev/null &', "sh", *command],
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=out,
-        start_new_session=True,
-        check=True,
-    )
-
-
-def _timed(hook: str, record: Callable[[], List[Reapable]], quiet: bool = False) -> None:
-    """Run ``record``, start the reaper for what it found, log how long Airflow's loop was
-    held; never raise into Airflow."""
-    started = time.monotonic()
+def _timed(hook: str, record: Callable[[], List[Reapable]], task: Any = None) -> None:
+    """Run ``record``, start the reaper for what it found, log how long the calling loop
+    was held (``task``: the operator, when called in its task process); never raise into
+    Airflow."""
+    started, cpu = time.monotonic(), time.thread_time()
     found: List[Reapable] = []
     try:
         found = record()
         if found:
-            start_reaper(found, quiet)
+            start(found, task.hook.settings if task is not None else None)
     except Exception:  # a listener must never break the scheduler or the task
         logger.exception("torchx: the %s listener could not record its jobs to cancel", hook)
+    where = "in its task process" if task is not None else f"in {_process_name()}"
+    took, cpu = time.monotonic() - started, time.thread_time() - cpu
     logger.info(
-        "torchx listener: %s took %.4f s (%d to reap)", hook, time.monotonic() - started, len(found)
+        "torchx listener: %s took %.4f s, %.4f s of CPU (%d to reap) %s",
+        hook,
+        took,
+        cpu,
+        len(found),
+        where,
     )
+
+
+def _process_name() -> str:
+    """``airflow scheduler`` (or api-server, ...): what the duration line names."""
+    return " ".join(os.path.basename(a) for a in sys.argv[:2]) or "this process"
 
 
 @hookimpl
@@ -206,7 +189,8 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
         found = record_task_instance(task_instance)
         return [found] if found is not None else []
 
-    _timed("on_task_instance_failed", record, _in_task_process(task_instance))
+    task = _operator(task_instance) if _in_task_process(task_instance) else None
+    _timed("on_task_instance_failed", record, task)
 
 
 def _own_session() -> Any:
@@ -236,49 +220,3 @@ class TorchXListenerPlugin(AirflowPlugin):
 
     name = "torchx_listener"
     listeners = [sys.modules[__name__]]
-
-
-# ---------------------------------------------------------------------------- the reaper
-
-
-def reap_recorded(runner: Any, found: List[Reapable]) -> List[str]:
-    """Cancel the jobs of ``found`` that the shared decision allows; their handles."""
-    from torchx.pipelines.reap import cancel_if_owned
-
-    cancelled = []
-    for r in found:
-        try:
-            owned = cancel_if_owned(
-                runner, r.handle, r.is_owner, r.what(), f"ended {r.state}", logger
-            )
-        except Exception:  # one job's failure stops no other's cancel; torchx reap retries
-            logger.exception("torchx: could not cancel the job of %s", r.what())
-            continue
-        if owned:
-            cancelled.append(r.handle)
-    return cancelled
-
-
-def _read_records(path: str) -> Iterator[Reapable]:
-    with open(path) as f:
-        docs = json.load(f)
-    os.unlink(path)
-    for doc in docs:
-        yield Reapable(**doc)
-
-
-def main(argv: List[str]) -> int:
-    """``python -m torchx.pipelines.airflow.listener <records file>``: the started process."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logger.setLevel(logging.INFO)
-    found = list(_read_records(argv[1]))
-    from torchx.pipelines.airflow.hook import runner_for_connection
-
-    with runner_for_connection() as runner:
-        reap_recorded(runner, found)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
