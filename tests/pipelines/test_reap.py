@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -202,6 +203,56 @@ def test_each_owner_is_asked_again_just_before_its_job_is_cancelled(
             assert _state(handles["cleared"]) == _state(handles["flaky"]) == "RUNNING"
             state = poll_until(lambda: _state(handles["failed"]), lambda s: s == "CANCELLED", 60)
             assert state == "CANCELLED"
+        finally:
+            for handle in handles.values():
+                runner.cancel(handle)
+
+
+def flow_run(state_type: str, name: str) -> Answer:
+    """Prefect's ``GET /flow_runs/{id}`` answer (its ``FlowRun`` shape, the state only)."""
+    return 200, {"id": "f", "state": {"type": state_type, "name": name}}  # type: ignore[dict-item]
+
+
+def test_a_prefect_flow_run_left_cancelling_has_its_job_reaped(
+    airflow_api: AirflowAPI, home: Path
+) -> None:
+    """A flow run Prefect leaves ``Cancelling`` for good (a retried run cancelled again: the
+    worker never carries the second cancel out) was cancelled by a user: its job is
+    reaped, as a ``Cancelled`` one's; a running or ``AwaitingRetry`` one keeps its job."""
+    states = {
+        "cancelling": flow_run("CANCELLING", "Cancelling"),
+        "cancelled": flow_run("CANCELLED", "Cancelled"),
+        "running": flow_run("RUNNING", "Running"),
+        "awaiting-retry": flow_run("SCHEDULED", "AwaitingRetry"),
+    }
+    for run, answer in states.items():
+        airflow_api.answers[f"/flow_runs/{run}"] = [answer]
+    with get_runner() as runner:
+        handles = {
+            run: runner.run_component(
+                "utils.sh",
+                ["sleep", "600"],
+                "local_cwd",
+                owner=Owner("prefect", {"flow_run": run}, airflow_api.url).to_metadata(),
+            )
+            for run in states
+        }
+        try:
+            orchestrators = Orchestrators()
+            found = find_candidates(runner, ["local_cwd"], orchestrators)
+            verdicts = {c.owner.ids["flow_run"]: (c.orphan, c.owner_state) for c in found}
+            assert verdicts == {
+                "cancelling": (True, "Cancelling"),
+                "cancelled": (True, "Cancelled"),
+                "running": (False, "Running"),
+                "awaiting-retry": (False, "AwaitingRetry (SCHEDULED)"),
+            }
+            cancelled = reap(runner, found, orchestrators)
+            assert sorted(cancelled) == sorted([handles["cancelling"], handles["cancelled"]])
+            for handle in (handles["cancelling"], handles["cancelled"]):
+                state = poll_until(partial(_state, handle), lambda s: s == "CANCELLED", 60)
+                assert state == "CANCELLED", handle
+            assert _state(handles["running"]) == _state(handles["awaiting-retry"]) == "RUNNING"
         finally:
             for handle in handles.values():
                 runner.cancel(handle)

@@ -155,3 +155,36 @@ def test_the_hook_returns_at_once_and_the_process_it_starts_cancels(
     finally:
         with get_runner() as runner:
             runner.cancel(handle)
+
+
+def test_the_process_a_task_process_starts_needs_no_airflow_database(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a task process the listener hands its operator's settings to the process it
+    starts, whose environment (a worker's) cannot configure Airflow's database: it cancels
+    without importing Airflow."""
+    from torchx.pipelines.airflow.reaper import Reapable, start
+    from torchx.pipelines.owner import Owner
+    from torchx.pipelines.settings import TorchXSettings
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    owner = Owner("airflow", {"dag": "d", "run": "r", "task": "t", "map": 3, "try": 1})
+    home = torchx_env / "given_home"  # the settings' own, not the environment's
+    with get_runner(torchx_home=str(home)) as runner:
+        handle = runner.run_component(
+            "utils.sh", ["sleep", "600"], "local_cwd", owner=owner.to_metadata()
+        )
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "not-a-database-url")
+    try:
+        start([Reapable(handle, "d", "r", "t", 3, "failed")], TorchXSettings(str(home)))
+
+        def state() -> str:
+            with get_runner(torchx_home=str(home)) as runner:
+                status = runner.status(handle)
+            return status.state.name if status is not None else ""
+
+        assert poll_until(state, lambda s: s == "CANCELLED", DEADLINE) == "CANCELLED"
+    finally:
+        with get_runner(torchx_home=str(home)) as runner:
+            runner.cancel(handle)
