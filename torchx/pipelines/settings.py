@@ -41,20 +41,20 @@ class TorchXSettings:
 def settings_from(
     extra: Mapping[str, Any], login: Optional[str], password: Optional[str]
 ) -> TorchXSettings:
-    """The settings a Connection's extra, login and password hold (``ValueError``, one line
-    naming the field, when one has the wrong shape)."""
+    """The settings an orchestrator's record holds (an Airflow Connection's extra, login and
+    password): ``ValueError``, one line naming the field, when one has the wrong shape."""
     home = extra.get("torchx_home")
     cfg = extra.get("cfg") or {}
     trackers = extra.get("trackers")
     if home is not None and not isinstance(home, str):
-        raise ValueError(f"torchx's torchx_home is {home!r}; give a path")
+        raise ValueError(f"torchx settings: torchx_home is {home!r}; give a path")
     if not isinstance(cfg, dict) or not all(isinstance(v, dict) for v in cfg.values()):
         raise ValueError(
-            'the torchx Connection\'s cfg must map a scheduler to its options: {"slurm": {...}}'
+            'torchx settings: cfg must map a scheduler to its options: {"slurm": {...}}'
         )
     if trackers is not None and not isinstance(trackers, dict):
         raise ValueError(
-            'the torchx Connection\'s trackers must map a tracker to its config: {"mlflow": URI}'
+            'torchx settings: trackers must map a tracker to its config: {"mlflow": URI}'
         )
     if trackers is not None and login:
         trackers = {k: _with_credentials(v, login, password) for k, v in trackers.items()}

@@ -4,12 +4,12 @@ runs in Airflow's own loops (see ``torchx.pipelines.airflow.listener``).
 ``start`` writes the records to a file (0600, removed by its reader) and starts
 ``python -m torchx.pipelines.airflow.reaper <file>`` through ``sh -c '... &'``: the new
 process is in its own session, nobody's child in the caller (init reaps it), and nothing in
-the caller waits for it beyond ``sh``'s own exit. It makes each cancel by the decision every
-torchx canceller shares (``torchx.pipelines.reap.cancel_if_owned``), with the settings it
-was handed (a task process's operator's) or else those of the ``torchx_default``
-Connection (the scheduler's and api-server's children can read Airflow's database), and
-logs where its starter logs. This module imports no Airflow: a task process's
-environment cannot configure Airflow's database.
+the caller waits for it (a thread collects ``sh``'s exit). It makes each cancel by the
+decision every torchx canceller shares (``torchx.pipelines.reap.cancel_if_owned``), with
+the settings it was handed (a task process's operator's) or else those of the
+``torchx_default`` Connection (the scheduler's and api-server's children can read
+Airflow's database), and logs where its starter logs. This module imports no Airflow: a
+task process's environment cannot configure Airflow's database.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any, List, Optional
 
@@ -58,14 +59,16 @@ def start(found: List[Reapable], settings: Optional[TorchXSettings] = None) -> N
         json.dump({"settings": given, "found": [asdict(r) for r in found]}, f)
     command = [sys.executable, "-m", "torchx.pipelines.airflow.reaper", path]
     out = subprocess.DEVNULL if settings is not None else None
-    subprocess.run(
+    sh = subprocess.Popen(
         ["/bin/sh", "-c", '"$@" </dev/null &', "sh", *command],
         stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=out,
         start_new_session=True,
-        check=True,
     )
+    # sh exits once it has started the process: a thread collects it, so that the
+    # caller's loop does not wait on a busy machine for sh to be scheduled
+    threading.Thread(target=sh.wait, name="torchx-reaper-start", daemon=True).start()
 
 
 def reap_recorded(runner: Any, found: List[Reapable]) -> List[str]:
