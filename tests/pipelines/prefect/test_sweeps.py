@@ -41,7 +41,7 @@ class PeakThreads:
         while not self._done.wait(0.05):
             self.peak = max(self.peak, threading.active_count())
 
-    def __enter__(self) -> "PeakThreads":
+    def __enter__(self) -> PeakThreads:
         self._sampler.start()
         return self
 

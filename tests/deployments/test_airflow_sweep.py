@@ -1,0 +1,108 @@
+"""A sweep in a real Airflow 3 deployment: ``TorchXOperator.partial(...).expand(...)`` over
+20 stages gives one app, one idempotency key and one MLflow run per map index, every run
+nested under the DAG run's pipeline run (an MLflow server, the deployment's processes as
+its clients)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from tests.deployments.airflow_deployment import AirflowDeployment, airflow_deployment
+from tests.mlflow_server import mlflow_server
+
+WIDTH = 20
+DAG_ID = "torchx_sweep"
+DAGS = f"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from torchx.pipelines.airflow import TorchXOperator, close_pipeline_run
+
+with DAG(
+    dag_id="{DAG_ID}",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    on_success_callback=close_pipeline_run,
+    on_failure_callback=close_pipeline_run,
+) as dag:
+    TorchXOperator.partial(task_id="sweep", component="utils.echo", poll_interval=0.5).expand(
+        component_args=[["--msg", f"lr-{{i}}"] for i in range({WIDTH})]
+    )
+"""
+DEADLINE = 900.0  # 20 task processes, 8 at a time, on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
+    """One DAG run of the sweep, finished; its run id and the MLflow server's URL."""
+    work = tmp_path_factory.mktemp("airflow-sweep")
+    dags = work / "dags"
+    dags.mkdir()
+    (dags / "torchx_sweep.py").write_text(DAGS)
+    with mlflow_server(work / "mlflow") as url, pytest.MonkeyPatch.context() as mp:
+        torchx_env = {
+            "TORCHX_HOME": str(work / "torchx_home"),
+            "TORCHX_TRACKERS": "mlflow",
+            "TORCHX_TRACKER_MLFLOW_CONFIG": url,
+        }
+        for k, v in torchx_env.items():  # this process reads the deployment's apps
+            mp.setenv(k, v)
+        with airflow_deployment(work, dags, torchx_env) as af:
+            af.unpause(DAG_ID)
+            run_id = af.trigger(DAG_ID)
+            af.wait_dag_run((DAG_ID, run_id, "sweep"), {"success", "failed"}, DEADLINE)
+            yield {"af": af, "run_id": run_id, "mlflow": url}
+
+
+def _task_instances(af: AirflowDeployment, run_id: str) -> List[Dict[str, Any]]:
+    found = af.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")
+    return [ti for ti in found["task_instances"] if ti["task_id"] == "sweep"]
+
+
+@pytest.mark.slow
+def test_every_map_index_succeeds_with_its_own_app_and_key(sweep: Dict[str, Any]) -> None:
+    from torchx.schedulers.api import idempotency_token
+    from torchx.schedulers.local_scheduler import create_scheduler
+
+    af, run_id = sweep["af"], sweep["run_id"]
+    tis = _task_instances(af, run_id)
+    assert sorted((ti["map_index"], ti["state"]) for ti in tis) == [
+        (i, "success") for i in range(WIDTH)
+    ], af.log_tail()
+    scheduler = create_scheduler("torchx")
+    handles = []
+    for i in range(WIDTH):
+        key = f"airflow/{DAG_ID}/sweep/{run_id}/{i}"
+        apps = scheduler.find_by_idempotency_token(idempotency_token(key))
+        assert [a.state.name for a in apps] == ["SUCCEEDED"], (key, apps)
+        handles.append(apps[0].app_handle)
+    assert len(set(handles)) == WIDTH, handles
+
+
+@pytest.mark.slow
+def test_one_mlflow_run_per_map_index_nested_under_the_pipeline_run(
+    sweep: Dict[str, Any],
+) -> None:
+    from torchx.runner import get_runner
+    from torchx.trackers.api import build_trackers
+
+    tracker: Any = build_trackers({"mlflow": sweep["mlflow"]})[0]
+    pipeline = f"airflow://{DAG_ID}/{sweep['run_id']}"
+    with get_runner() as runner:
+        handles = sorted(a.app_handle for a in runner.list("local_cwd"))
+    assert len(handles) == WIDTH
+    assert sorted(tracker.run_ids(parent_run_id=pipeline)) == handles
+    by_index = {}
+    for handle in handles:
+        run = tracker.client.get_run(tracker.mlflow_run_id(handle))
+        assert run.info.status == "FINISHED", (handle, run.info.status)
+        by_index[int(run.data.params["airflow.map_index"])] = run.info.run_name
+    assert by_index == {i: f"sweep[{i}]" for i in range(WIDTH)}
+    parent = tracker.client.get_run(tracker.mlflow_run_id(pipeline))
+    assert parent.info.status == "FINISHED"
