@@ -363,6 +363,7 @@ def item_keys(parameters: Dict[str, Any]) -> Any:
     or the app's for ``wait``) is numbered per item: ``train-0``, ``train-1``, ... A list of
     keys is kept, and a repeated one is an error (two items would share an app).
     """
+    from prefect.futures import PrefectFuture
     from prefect.utilities.annotations import BaseAnnotation, unmapped
     from prefect.utilities.collections import isiterable
     from prefect.utilities.engine import resolve_inputs_sync
@@ -387,9 +388,10 @@ def item_keys(parameters: Dict[str, Any]) -> Any:
                 "(or pass one key, key=unmapped(name), to number them name-0, name-1, ...)"
             )
         return parameters["key"]
-    if not mapped:  # nothing to map over: Prefect says so
+    lengths = {len(values) for values in mapped.values()}
+    if len(lengths) != 1:  # nothing to map over, or lengths that differ: Prefect says so
         return parameters.get("key")
-    count = len(next(iter(mapped.values())))
+    count = lengths.pop()
 
     def item(name: str, i: int) -> Any:
         return mapped[name][i] if name in mapped else plain(resolved.get(name))
@@ -400,7 +402,7 @@ def item_keys(parameters: Dict[str, Any]) -> Any:
             names.append(f"{key}-{i}")
         elif "handle" in resolved:  # wait: the app's name, once its submit returned it
             handle = item("handle", i)
-            if not isinstance(handle, str):
+            if isinstance(handle, PrefectFuture):
                 handle = handle.result(raise_on_failure=False)
             names.append(f"{_app_name(handle) if isinstance(handle, str) else 'stage'}-{i}")
         else:
@@ -436,7 +438,8 @@ def submit(
         cfg: scheduler run options (see ``torchx runopts``)
         key: names this stage within the flow run (default: a digest of what it runs);
             a retry with the same key re-attaches to its app; also the task run's name
-            (``submit-<key>``)
+            (``submit-<key>``); in a ``.map`` numbered per item (``<key>-<i>``, default
+            ``<component>-<i>``) unless a list of keys is given
         parent_run_id: tracker run to nest the job under (default: the flow run's)
         stall_timeout: seconds; the job fails ``stalled: ...`` (its whole gang cancelled)
             when it neither prints nor reports progress for that long (stored with the job)
