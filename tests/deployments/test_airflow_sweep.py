@@ -11,6 +11,7 @@ import pytest
 
 from tests.deployments.airflow_deployment import AirflowDeployment, airflow_deployment
 from tests.mlflow_server import mlflow_server
+from tests.polling import poll_until
 
 WIDTH = 20
 DAG_ID = "torchx_sweep"
@@ -76,13 +77,13 @@ def test_every_map_index_succeeds_with_its_own_app_and_key(sweep: Dict[str, Any]
         (i, "success") for i in range(WIDTH)
     ], af.log_tail()
     scheduler = create_scheduler("torchx")
-    handles = []
+    app_ids = []
     for i in range(WIDTH):
         key = f"airflow/{DAG_ID}/sweep/{run_id}/{i}"
         apps = scheduler.find_by_idempotency_token(idempotency_token(key))
         assert [a.state.name for a in apps] == ["SUCCEEDED"], (key, apps)
-        handles.append(apps[0].app_handle)
-    assert len(set(handles)) == WIDTH, handles
+        app_ids.append(apps[0].app_id)
+    assert len(set(app_ids)) == WIDTH, app_ids
 
 
 @pytest.mark.slow
@@ -104,5 +105,9 @@ def test_one_mlflow_run_per_map_index_nested_under_the_pipeline_run(
         assert run.info.status == "FINISHED", (handle, run.info.status)
         by_index[int(run.data.params["airflow.map_index"])] = run.info.run_name
     assert by_index == {i: f"sweep[{i}]" for i in range(WIDTH)}
-    parent = tracker.client.get_run(tracker.mlflow_run_id(pipeline))
-    assert parent.info.status == "FINISHED"
+    # the DAG's success callback ends it, after the DAG run is marked success
+    parent = tracker.mlflow_run_id(pipeline)
+    status = poll_until(
+        lambda: tracker.client.get_run(parent).info.status, lambda s: s != "RUNNING", 120, 0.5
+    )
+    assert status == "FINISHED"
