@@ -102,7 +102,8 @@ def test_one_unmapped_key_is_numbered_per_item_and_wait_follows_the_handles(env:
 
     @flow
     def keyed() -> List[str]:
-        handles = submit.map("utils.echo", [["--msg", "same"]] * 3, key=unmapped("train"))
+        retried = submit.with_options(retries=1)  # still numbers its items
+        handles = retried.map("utils.echo", [["--msg", "same"]] * 3, key=unmapped("train"))
         wait.map(handles, poll_interval=0.5).result()
         return handles.result()
 
