@@ -18,7 +18,7 @@ DAG_ID = "torchx_sweep"
 DAGS = f"""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
@@ -32,9 +32,13 @@ with DAG(
     on_success_callback=close_pipeline_run,
     on_failure_callback=close_pipeline_run,
 ) as dag:
-    TorchXOperator.partial(task_id="sweep", component="utils.echo", poll_interval=0.5).expand(
-        component_args=[["--msg", f"lr-{{i}}"] for i in range({WIDTH})]
-    )
+    TorchXOperator.partial(
+        task_id="sweep",
+        component="utils.echo",
+        poll_interval=0.5,
+        retries=2,  # a retried map index re-attaches to its own app (its key)
+        retry_delay=timedelta(seconds=1),
+    ).expand(component_args=[["--msg", f"lr-{{i}}"] for i in range({WIDTH})])
 """
 DEADLINE = 900.0  # 20 task processes, 8 at a time, on a loaded 2-core machine
 
@@ -54,7 +58,10 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
         }
         for k, v in torchx_env.items():  # this process reads the deployment's apps
             mp.setenv(k, v)
-        with airflow_deployment(work, dags, torchx_env) as af:
+        # no crash to detect here: a task starved of CPU for 15 s (the deployment's default,
+        # for crash tests) is not failed for a missed heartbeat
+        slow_heartbeat = {"AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300"}
+        with airflow_deployment(work, dags, {**torchx_env, **slow_heartbeat}) as af:
             af.unpause(DAG_ID)
             run_id = af.trigger(DAG_ID)
             af.wait_dag_run((DAG_ID, run_id, "sweep"), {"success", "failed"}, DEADLINE)
@@ -66,6 +73,21 @@ def _task_instances(af: AirflowDeployment, run_id: str) -> List[Dict[str, Any]]:
     return [ti for ti in found["task_instances"] if ti["task_id"] == "sweep"]
 
 
+def _failed_logs(af: AirflowDeployment, run_id: str, tis: List[Dict[str, Any]]) -> str:
+    """The last try's log of every map index that did not succeed, and the scheduler's."""
+    parts = []
+    for ti in tis:
+        if ti["state"] != "success":
+            path = (
+                f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/sweep/logs/"
+                f"{ti['try_number']}?map_index={ti['map_index']}&full_content=true"
+            )
+            found = af.api("GET", path)
+            content = found.get("content", found) if isinstance(found, dict) else found
+            parts.append(f"--- map index {ti['map_index']} ({ti['state']}):\n{content}"[-4000:])
+    return "\n".join(parts) + f"\n--- scheduler:\n{af.log_tail()}"
+
+
 @pytest.mark.slow
 def test_every_map_index_succeeds_with_its_own_app_and_key(sweep: Dict[str, Any]) -> None:
     from torchx.schedulers.api import idempotency_token
@@ -75,7 +97,7 @@ def test_every_map_index_succeeds_with_its_own_app_and_key(sweep: Dict[str, Any]
     tis = _task_instances(af, run_id)
     assert sorted((ti["map_index"], ti["state"]) for ti in tis) == [
         (i, "success") for i in range(WIDTH)
-    ], af.log_tail()
+    ], _failed_logs(af, run_id, tis)
     scheduler = create_scheduler("torchx")
     app_ids = []
     for i in range(WIDTH):
