@@ -60,10 +60,16 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
         }
         for k, v in torchx_env.items():  # this process reads the deployment's apps
             mp.setenv(k, v)
-        # no crash to detect here: a task starved of CPU for 15 s (the deployment's default,
-        # for crash tests) is not failed for a missed heartbeat
-        slow_heartbeat = {"AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300"}
-        with airflow_deployment(work, dags, {**torchx_env, **slow_heartbeat}) as af:
+        loaded_machine = {
+            # no crash to detect here: a task starved of CPU for 15 s (the deployment's
+            # default, for crash tests) is not failed for a missed heartbeat
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
+            # the DAG's success callback (close_pipeline_run) runs in the dag-processor's
+            # file processor: at a load average of 40 it outlived the default 50 s, was
+            # killed, and left the pipeline run RUNNING
+            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "300",
+        }
+        with airflow_deployment(work, dags, {**torchx_env, **loaded_machine}) as af:
             af.unpause(DAG_ID)
             run_id = af.trigger(DAG_ID)
             af.wait_dag_run((DAG_ID, run_id, "sweep"), {"success", "failed"}, DEADLINE)
