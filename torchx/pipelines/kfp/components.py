@@ -54,9 +54,26 @@ class TorchXComponent(_python_component.PythonComponent):  # type: ignore[misc,n
         if self.python_func.__name__ == "torchx_launcher":
             from torchx.pipelines.kfp.resources import launcher_resources, set_task_resources
 
+            _check_keyed_in_loop(kwargs)
+
             found = launcher_resources(kwargs.get("component"), kwargs.get("component_args"))
             set_task_resources(task, found)
         return task
+
+
+def _check_keyed_in_loop(kwargs: Any) -> None:
+    """A keyed launcher in a ``dsl.ParallelFor`` needs ``key``: every iteration has the same
+    task name, so without it every iteration would re-attach to the first one's app."""
+    from kfp.dsl import pipeline_context, tasks_group
+
+    pipeline = pipeline_context.Pipeline.get_default_pipeline()
+    in_loop = any(isinstance(g, tasks_group.ParallelFor) for g in pipeline.groups)
+    if in_loop and kwargs.get("task_name") and not kwargs.get("key"):
+        raise ValueError(
+            "torchx_launcher in a dsl.ParallelFor with task_name needs key= (the loop item, "
+            "or a field of it): every iteration has the same task name, and would share "
+            "the first iteration's app"
+        )
 
 
 def _torchx_component(**options: Any) -> Callable[[Callable[..., Any]], TorchXComponent]:
@@ -90,6 +107,7 @@ def torchx_launcher(
     job_id: str = "",
     task_name: str = "",
     stall_timeout: float = 0.0,
+    key: str = "",
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs", [("app_handle", str), ("tracker_run_id", str), ("tracker_run_url", str)]
 ):
@@ -130,6 +148,10 @@ def torchx_launcher(
             and it names the app's tracker run
         stall_timeout: seconds; the app fails ``stalled: ...`` (its whole gang cancelled)
             when it neither prints nor reports progress for that long; 0: never
+        key: names this stage among those of the same task: in a ``dsl.ParallelFor``,
+            where every iteration has the same task name, pass the loop item (or a
+            field of it) so each iteration keys its own app; the app's tracker run is
+            then named ``<task_name>[<key>]``
 
     Returns:
         app_handle: the app's handle (``scheduler://session/app_id``)
@@ -148,6 +170,7 @@ def torchx_launcher(
         if dataclasses.is_dataclass(task_config)
         else dict(task_config or {})
     )
+    stage = f"{task_name}[{key}]" if key and task_name else task_name or key
     handle, record = launch(
         component,
         component_args,
@@ -155,9 +178,9 @@ def torchx_launcher(
         dict(cfg),
         parent_run_id,
         tc,
-        idempotency_key=launcher_key(job_id, task_name),
+        idempotency_key=launcher_key(job_id, stage),
         job_id=job_id,
-        task_name=task_name,
+        task_name=stage,
         stall_timeout=stall_timeout or None,
     )
     fill_outputs(record, handle, metrics, model, dataset)

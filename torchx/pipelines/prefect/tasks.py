@@ -22,6 +22,10 @@
   the flow run's labels (``stages``). ``close_pipeline_run`` (``on_completion`` /
   ``on_failure``, run in the flow-run process) ends it FINISHED or FAILED.
 - Every app of a flow run is nested under the tracker run ``prefect://<flow>/<id>``.
+- ``.map`` (a sweep) gives each item its own stage: its key, task-run name and artifacts
+  end in the map index (``echo-0``, ``echo-1``, ...; ``key=unmapped("train")`` gives
+  ``train-0``, ...), so items with equal arguments still get their own apps. A list of
+  keys is used as given, and must not repeat one.
 
 ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
 """
@@ -32,7 +36,7 @@ import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from prefect import get_run_logger, task
+from prefect import Task, get_run_logger, task
 from prefect.artifacts import (
     create_link_artifact,
     create_progress_artifact,
@@ -320,9 +324,95 @@ def _app_name(handle: str) -> str:
     return app_id.rsplit("-", 1)[0] if "-" in app_id else app_id
 
 
+class StageTask(Task[Any, Any]):
+    """A torchx task whose ``.map`` names each item's stage after its map index.
+
+    Without it, mapped items share the stage name of their component: their artifacts
+    overwrite each other, and items with the same key (or the same arguments) share an app.
+    """
+
+    def map(self, *args: Any, **kwargs: Any) -> Any:
+        """Prefect's ``Task.map``, with ``key`` replaced by one key per item (see
+        ``item_keys``)."""
+        from prefect.utilities.callables import get_call_parameters
+
+        options = {
+            k: kwargs.pop(k) for k in ("return_state", "wait_for", "deferred") if k in kwargs
+        }
+        parameters = get_call_parameters(self.fn, args, kwargs, apply_defaults=False)
+        parameters["key"] = item_keys(parameters)
+        return super().map(**parameters, **options)
+
+    def with_options(self, *args: Any, **kwargs: Any) -> Any:
+        """Prefect's ``Task.with_options``, still a ``StageTask`` (Prefect's builds a plain
+        ``Task``, whose ``.map`` would lose the per-item keys)."""
+        changed = super().with_options(*args, **kwargs)
+        changed.__class__ = StageTask  # same fields: a StageTask adds behaviour only
+        return changed
+
+
+def stage_task(**options: Any) -> Callable[[Callable[..., Any]], StageTask]:
+    """``@task(**options)``, as a ``StageTask``."""
+    return lambda fn: StageTask(fn=fn, **options)
+
+
+def item_keys(parameters: Dict[str, Any]) -> Any:
+    """The ``key`` of each item of a ``.map`` over ``parameters`` (the call's arguments).
+
+    One key (``unmapped("train")``, ``"train"``) or none (the stage's name: the component's,
+    or the app's for ``wait``) is numbered per item: ``train-0``, ``train-1``, ... A list of
+    keys is kept, and a repeated one is an error (two items would share an app).
+    """
+    from prefect.futures import PrefectFuture
+    from prefect.utilities.annotations import BaseAnnotation, unmapped
+    from prefect.utilities.collections import isiterable
+    from prefect.utilities.engine import resolve_inputs_sync
+
+    def plain(value: Any) -> Any:
+        while isinstance(value, BaseAnnotation):
+            value = value.unwrap()
+        return value
+
+    resolved = resolve_inputs_sync(parameters, max_depth=0)  # what Prefect maps over
+    mapped = {
+        name: list(plain(value))
+        for name, value in resolved.items()
+        if not isinstance(value, unmapped) and isiterable(plain(value))
+    }
+    key = plain(resolved.get("key"))
+    if "key" in mapped:
+        repeated = sorted({k for k in mapped["key"] if mapped["key"].count(k) > 1}, key=str)
+        if repeated:
+            raise ValueError(
+                f"key repeats {repeated} in a .map: each item needs its own key "
+                "(or pass one key, key=unmapped(name), to number them name-0, name-1, ...)"
+            )
+        return parameters["key"]
+    lengths = {len(values) for values in mapped.values()}
+    if len(lengths) != 1:  # nothing to map over, or lengths that differ: Prefect says so
+        return parameters.get("key")
+    count = lengths.pop()
+
+    def item(name: str, i: int) -> Any:
+        return mapped[name][i] if name in mapped else plain(resolved.get(name))
+
+    names = []
+    for i in range(count):
+        if key:
+            names.append(f"{key}-{i}")
+        elif "handle" in resolved:  # wait: the app's name, once its submit returned it
+            handle = item("handle", i)
+            if isinstance(handle, PrefectFuture):
+                handle = handle.result(raise_on_failure=False)
+            names.append(f"{_app_name(handle) if isinstance(handle, str) else 'stage'}-{i}")
+        else:
+            names.append(f"{stage_name(item('component', i))}-{i}")
+    return names
+
+
 # not cached: a retried flow run must ask the scheduler (the key skips a cancelled or
 # failed app), never get back the handle its cancelled try returned
-@task(
+@stage_task(
     name="torchx-submit",
     task_run_name=_task_run_name("submit"),
     persist_result=False,
@@ -348,7 +438,8 @@ def submit(
         cfg: scheduler run options (see ``torchx runopts``)
         key: names this stage within the flow run (default: a digest of what it runs);
             a retry with the same key re-attaches to its app; also the task run's name
-            (``submit-<key>``)
+            (``submit-<key>``); in a ``.map`` numbered per item (``<key>-<i>``, default
+            ``<component>-<i>``) unless a list of keys is given
         parent_run_id: tracker run to nest the job under (default: the flow run's)
         stall_timeout: seconds; the job fails ``stalled: ...`` (its whole gang cancelled)
             when it neither prints nor reports progress for that long (stored with the job)
@@ -365,7 +456,7 @@ def submit(
     )
 
 
-@task(name="torchx-wait", task_run_name=_task_run_name("wait"), persist_result=True)
+@stage_task(name="torchx-wait", task_run_name=_task_run_name("wait"), persist_result=True)
 def wait(
     handle: str,
     poll_interval: float = 1.0,
@@ -404,7 +495,7 @@ def cancel(handle: str) -> None:
         runner.cancel(handle)
 
 
-@task(name="torchx-run", task_run_name=_task_run_name(""), persist_result=True)
+@stage_task(name="torchx-run", task_run_name=_task_run_name(""), persist_result=True)
 def run(
     component: Union[str, AppDef],
     component_args: Union[List[str], Dict[str, Any], None] = None,
