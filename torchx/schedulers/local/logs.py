@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Generator, Iterator, List, Optional
+
+Chunks = Generator[bytes, None, None]
 
 READ_SIZE = 1 << 20
 POLL_SECONDS = 0.02
@@ -94,7 +96,7 @@ def split_text(text: str) -> List[str]:
 class LogLines:
     """An iterator of log lines; ``blocks()`` gives the rest as large pieces of lines."""
 
-    def __init__(self, chunks: Iterator[bytes], regex: Optional[str] = None) -> None:
+    def __init__(self, chunks: Chunks, regex: Optional[str] = None) -> None:
         self._chunks = chunks
         self._pattern = re.compile(regex) if regex else None
         self._lines: List[str] = []
@@ -128,12 +130,10 @@ class LogLines:
                 yield text
 
     def close(self) -> None:
-        close = getattr(self._chunks, "close", None)
-        if close:
-            close()
+        self._chunks.close()
 
 
-def read_chunks(path: str) -> Iterator[bytes]:
+def read_chunks(path: str) -> Chunks:
     """Whole lines of the file as it is now, a chunk at a time."""
     try:
         f = open(path, "rb")
@@ -153,7 +153,7 @@ def read_chunks(path: str) -> Iterator[bytes]:
         yield rest
 
 
-def follow_chunks(path: str, finished: Callable[[], bool]) -> Iterator[bytes]:
+def follow_chunks(path: str, finished: Callable[[], bool]) -> Chunks:
     """Whole lines of the file as they are written, until ``finished()`` and all is read."""
     while not os.path.exists(path):
         if finished():
