@@ -211,7 +211,7 @@ def run_main(argv: List[str]) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except Exception as e:
+    except Exception as e:  # any failure is one line (the traceback with --log_level debug)
         if debug:
             raise
         return _report(e)
