@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Callable, Generator, Iterator, List, Optional
+from typing import BinaryIO, Callable, Generator, Iterator, List, Optional
 
 Chunks = Generator[bytes, None, None]
 
@@ -141,16 +141,8 @@ def read_chunks(path: str) -> Chunks:
         return
     lines = LineBuffer()
     with f:
-        while True:
-            chunk = f.read(READ_SIZE)
-            if not chunk:
-                break
-            out = lines.feed(chunk)
-            if out:
-                yield out
-    rest = lines.rest()
-    if rest:
-        yield rest
+        yield from _drain(f, lines)
+    yield from _rest(lines)
 
 
 def follow_chunks(path: str, finished: Callable[[], bool]) -> Chunks:
@@ -164,24 +156,29 @@ def follow_chunks(path: str, finished: Callable[[], bool]) -> Chunks:
     pause = FIRST_POLL_SECONDS
     with open(path, "rb") as f:
         while True:
-            chunk = f.read(READ_SIZE)
-            if chunk:
+            if (yield from _drain(f, lines)):
                 pause = FIRST_POLL_SECONDS
-                out = lines.feed(chunk)
-                if out:
-                    yield out
-                continue
-            if finished():
-                while True:  # written between the last read and the end
-                    chunk = f.read(READ_SIZE)
-                    if not chunk:
-                        break
-                    out = lines.feed(chunk)
-                    if out:
-                        yield out
-                rest = lines.rest()
-                if rest:
-                    yield rest
-                return
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_SECONDS)
+            elif finished():
+                yield from _drain(f, lines)  # written between the last read and the end
+                break
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_SECONDS)
+    yield from _rest(lines)
+
+
+def _drain(f: BinaryIO, lines: LineBuffer) -> Generator[bytes, None, bool]:
+    """The whole lines of what ``f`` holds now; whether there was anything to read."""
+    read = False
+    while chunk := f.read(READ_SIZE):
+        read = True
+        out = lines.feed(chunk)
+        if out:
+            yield out
+    return read
+
+
+def _rest(lines: LineBuffer) -> Chunks:
+    rest = lines.rest()
+    if rest:
+        yield rest
