@@ -30,6 +30,7 @@ or a Docker daemon the submission fails in one line naming ``--workspace ""``.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import time
@@ -443,7 +444,14 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         job = self._get_job(app_id)
         if job is None or self._state(job) != AppState.RUNNING:
             return None
-        return newest_activity(self, job, sum(r.num_replicas for r in self._roles(job)))
+        return newest_activity(
+            self.log_client,
+            self._log_group,
+            job,
+            list(self._node_jobs(job).values()),
+            sum(r.num_replicas for r in self._roles(job)),
+            functools.partial(self._log_stream, job),
+        )
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
         """Terminate the job with ``reason`` as its status reason: Batch keeps it with the
