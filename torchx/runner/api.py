@@ -225,8 +225,10 @@ class Runner:
         (``stalled: ...``), by ``local_cwd``'s supervisor or else ``wait``. ``owner``: alike.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
-        if token:
-            existing = self._reusable_app(scheduler, token, reattach_succeeded, cfg)
+        if idempotency_key:
+            existing = self.find_by_idempotency_key(
+                scheduler, idempotency_key, reattach_succeeded, cfg
+            )
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
                 return existing
@@ -270,15 +272,6 @@ class Runner:
         would re-attach to for this key (None: it would submit, or wait); as :meth:`run`,
         it cancels the key's newer live apps (a race's losers)."""
         token = idempotency_token(idempotency_key)
-        return self._reusable_app(scheduler, token, reattach_succeeded, cfg)
-
-    def _reusable_app(
-        self,
-        scheduler: str,
-        token: str,
-        reattach_succeeded: bool,
-        cfg: Optional[Mapping[str, CfgVal]],
-    ) -> Optional[AppHandle]:
         base = self._scheduler(scheduler)
         base.run_opts().check_known(cfg or {}, scheduler)  # a typo never re-attaches either
         handle_of = functools.partial(make_app_handle, scheduler, self._name)
