@@ -41,7 +41,8 @@ def test_code_counts_counts_each_pattern_once_a_line(tmp_path: Path) -> None:
     )
     (pkg / "sub" / "b.py").write_text(
         "try:\n    y = 1  # type: ignore[misc]\nexcept:\n    pass\n"
-        "try:\n    z = 2\nexcept (BaseException, OSError):\n    pass\nexcept ValueError:\n    pass\n"
+        "try:\n    z = 2\nexcept (BaseException, OSError):\n    pass\n"
+        "except ValueError:\n    pass\n"
     )
     code, totals = counts(pkg)
     assert totals == {"lines": 14, "broad excepts": 3, "type: ignores": 1, "getattr probes": 1}

@@ -182,9 +182,7 @@ def run_main(argv: List[str]) -> int:
         parser, verbs = create_parser(argv)
         args, extra = parser.parse_known_args(argv)
         if extra:  # reported by the verb's parser, so the hint names `torchx VERB --help`
-            args._verb_parser.error(
-                f"unrecognized arguments: {' '.join(extra)}"
-            )
+            args._verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         level = args.log_level or os.environ.get("LOGLEVEL", "").lower() or "warning"
         debug = level == "debug"
         _setup_logging(level)
