@@ -323,13 +323,9 @@ def apply_workspace(
     """
     if not workspace or not isinstance(scheduler, WorkspaceMixin) or not app.roles:
         return None
-    from torchx.schedulers.api import Scheduler  # it imports this module
-
-    resolved = (
-        scheduler.run_opts().resolve(cfg, scheduler.backend)
-        if isinstance(scheduler, Scheduler)
-        else dict(cfg)
-    )
+    run_opts = getattr(scheduler, "run_opts", None)  # a mixin on a Scheduler, or alone
+    backend = str(getattr(scheduler, "backend", ""))
+    resolved = run_opts().resolve(cfg, backend) if callable(run_opts) else dict(cfg)
     role = app.roles[0]
     old_image = role.image
     log.info("Checking for changes in workspace `%s`...", workspace)
