@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from torchx.cli.cmd_base import CommandError, SubCommand
 
@@ -100,6 +100,7 @@ class CmdRun(SubCommand):
         subparser.add_argument(
             "--stdin", action="store_true", help="read the run arguments as JSON from stdin"
         )
+        subparser.set_defaults(stdin_args_dict=None, stdin_cfg=None)  # what --stdin sets
         subparser.add_argument(
             "component_name_and_args",
             nargs=argparse.REMAINDER,
@@ -109,6 +110,7 @@ class CmdRun(SubCommand):
     def run(self, args: argparse.Namespace) -> None:
         from torchx.runner import config
         from torchx.runner.api import get_runner
+        from torchx.specs.builders import ComponentHelpRequest
 
         if args.stdin:
             self._apply_stdin(args)
@@ -125,9 +127,7 @@ class CmdRun(SubCommand):
                 )
             comp_and_args = [default_component]
         component = comp_and_args[0]
-        component_args: Union[List[str], Dict[str, Any]] = (
-            getattr(args, "_stdin_args_dict", None) or comp_and_args[1:]
-        )
+        component_args: Union[List[str], Dict[str, Any]] = args.stdin_args_dict or comp_and_args[1:]
         workspace = resolve_workspace(args.workspace, cli_defaults)
         stall_timeout = args.stall_timeout
         if stall_timeout is not None and not stall_timeout > 0:
@@ -139,7 +139,7 @@ class CmdRun(SubCommand):
             runner.scheduler_run_opts(
                 scheduler
             )  # an unknown scheduler fails here, listing the known ones
-            cfg = self._cfg(runner, scheduler, args)
+            cfg = self._cfg(runner, scheduler, args, args.stdin_cfg)
             if isinstance(component_args, list) and component_args[:1] in (["--help"], ["-h"]):
                 self._print_help(component)
                 return
@@ -153,13 +153,8 @@ class CmdRun(SubCommand):
                     parent_run_id=args.parent_run_id,
                     stall_timeout=stall_timeout,
                 )
-            except Exception as e:
-                from torchx.specs.builders import is_help_request
-
-                text = is_help_request(e)
-                if text is None:
-                    raise
-                print(text)
+            except ComponentHelpRequest as e:
+                print(e.text)
                 return
             if args.dryrun:
                 self._print_dryrun(info)
@@ -177,12 +172,18 @@ class CmdRun(SubCommand):
                     cancel_on_interrupt=local,
                 )
 
-    def _cfg(self, runner: Any, scheduler: str, args: argparse.Namespace) -> Dict[str, Any]:
-        """``-cfg`` options (each may be repeated).
+    def _cfg(
+        self,
+        runner: Any,
+        scheduler: str,
+        args: argparse.Namespace,
+        given: Optional[Mapping[str, Any]] = None,
+    ) -> Dict[str, Any]:
+        """``-cfg`` options (each may be repeated) on top of ``given`` (``--stdin``'s).
 
         A key given twice with different values is an error.
         """
-        cfg: Dict[str, Any] = dict(getattr(args, "_stdin_cfg", None) or {})
+        cfg: Dict[str, Any] = dict(given or {})
         for literal in args.scheduler_args or []:
             for key, value in runner.cfg_from_str(scheduler, literal).items():
                 if key in cfg and cfg[key] != value:
@@ -210,10 +211,9 @@ class CmdRun(SubCommand):
         print(pprint.pformat(appdef_to_dict(info._app), width=100, sort_dicts=False))
         print("=== SCHEDULER REQUEST ===")
         print(repr(info))
-        workspace = getattr(info, "_workspace", None)
-        if workspace is not None:
+        if info._workspace is not None:
             print("=== WORKSPACE ===")
-            print(workspace)
+            print(info._workspace)
 
     def _wait_and_stream(
         self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool
@@ -287,7 +287,7 @@ class CmdRun(SubCommand):
         if comp_args is None:
             comp_args = data.get("component_args") or []
         if isinstance(comp_args, dict):
-            args._stdin_args_dict = comp_args  # typed values, passed to the component as is
+            args.stdin_args_dict = comp_args  # typed values, passed to the component as is
             comp_args = []
         if not isinstance(comp_args, list):
             raise CommandError(
@@ -297,7 +297,7 @@ class CmdRun(SubCommand):
         args.scheduler = data.get("scheduler")
         sched_args = data.get("scheduler_args")
         args.scheduler_args = [sched_args] if isinstance(sched_args, str) and sched_args else None
-        args._stdin_cfg = dict(data.get("scheduler_cfg") or {})
+        args.stdin_cfg = dict(data.get("scheduler_cfg") or {})
         for flag in ("dryrun", "wait", "log", "tee_logs"):
             setattr(args, flag, bool(data.get(flag, False)))
         args.parent_run_id = data.get("parent_run_id")

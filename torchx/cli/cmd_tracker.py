@@ -59,12 +59,13 @@ class CmdTracker(SubCommand):
         top = sub.add_parser("lineage", help="draw the lineage of a run")
         top.add_argument("run_id")
         top.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
+        top.set_defaults(list_what=None)
 
     def run(self, args: argparse.Namespace) -> None:
         from tabulate import tabulate
 
         tracker = _tracker(args.tracker)
-        what = getattr(args, "list_what", None)
+        what = args.list_what
         if args.tracker_cmd == "lineage" or what == "lineage":
             lineage = tracker.pipeline_lineage(args.run_id)
             if not lineage.runs.get(lineage.run_id) and not lineage.edges:

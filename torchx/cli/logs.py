@@ -13,6 +13,7 @@ from typing import List, Optional, TextIO, Tuple
 
 from torchx.runner.api import Runner
 from torchx.schedulers.api import Stream
+from torchx.schedulers.local.logs import LogLines
 
 _COLORS = ["\033[32m", "\033[36m", "\033[33m", "\033[35m", "\033[34m", "\033[31m"]
 _RESET = "\033[0m"
@@ -58,8 +59,8 @@ def stream_logs(
             lines = runner.log_lines(
                 handle, role, k, regex=regex, should_tail=should_tail, streams=streams
             )
-            blocks = getattr(lines, "blocks", None)  # many lines at a time (local_cwd)
-            for text in blocks() if blocks is not None else lines:
+            # local_cwd's give many lines at a time
+            for text in lines.blocks() if isinstance(lines, LogLines) else lines:
                 body = text[:-1] if text.endswith("\n") else text
                 text = prefix + body.replace("\n", "\n" + prefix) + "\n"
                 with lock:

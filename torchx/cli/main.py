@@ -132,6 +132,7 @@ def create_parser(argv: List[str]) -> tuple[argparse.ArgumentParser, Dict[str, S
         title="sub-commands", dest="subcmd", metavar="{" + ",".join(names) + "}"
     )
     chosen = _verb_of(argv)
+    parser.set_defaults(_verb_parser=parser)  # the chosen verb's parser, once it is added
     verbs: Dict[str, SubCommand] = {}
     # a known verb gets the only sub-parser (each costs ~1 ms of argparse set-up, and the
     # usage line already lists every verb); else all, for the help and the error message
@@ -181,9 +182,7 @@ def run_main(argv: List[str]) -> int:
         parser, verbs = create_parser(argv)
         args, extra = parser.parse_known_args(argv)
         if extra:  # reported by the verb's parser, so the hint names `torchx VERB --help`
-            getattr(args, "_verb_parser", parser).error(
-                f"unrecognized arguments: {' '.join(extra)}"
-            )
+            args._verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         level = args.log_level or os.environ.get("LOGLEVEL", "").lower() or "warning"
         debug = level == "debug"
         _setup_logging(level)
@@ -211,7 +210,7 @@ def run_main(argv: List[str]) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except Exception as e:
+    except Exception as e:  # any failure is one line (the traceback with --log_level debug)
         if debug:
             raise
         return _report(e)

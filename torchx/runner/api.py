@@ -15,6 +15,7 @@ with these differences on purpose:
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import time
@@ -174,9 +175,7 @@ class Runner:
             app, scheduler, cfg, workspace, parent_run_id, stall_timeout=stall_timeout
         )
         # the tracker run records the component as the caller named it (utils.sh, not sh)
-        info._run_request = RunRequest(  # type: ignore[attr-defined]
-            component=(component, component_args), cfg=dict(cfg or {})
-        )
+        info._run_request = RunRequest(component=(component, component_args), cfg=dict(cfg or {}))
         return info
 
     def materialize_component(
@@ -226,14 +225,16 @@ class Runner:
         (``stalled: ...``), by ``local_cwd``'s supervisor or else ``wait``. ``owner``: alike.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
-        if token:
-            existing = idempotency.reusable_app(self, scheduler, token, reattach_succeeded, cfg)
+        if idempotency_key:
+            existing = self.find_by_idempotency_key(
+                scheduler, idempotency_key, reattach_succeeded, cfg
+            )
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
                 return existing
         meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
         info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
-        info._run_request = RunRequest(  # type: ignore[attr-defined]
+        info._run_request = RunRequest(
             name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
         )
         if not token:
@@ -248,10 +249,17 @@ class Runner:
             return handle
         try:
             handle = self._launch(scheduler, info, opened)
-        except BaseException:
+        except BaseException:  # nothing launched (an interrupt too): free the key, re-raise
             sched.release_idempotency_claim(token, info)
             raise
-        return idempotency.converge(self, scheduler, token, handle, opened, cfg)
+        handle_of = functools.partial(make_app_handle, scheduler, self._name)
+        ours = parse_app_handle(handle).app_id
+        winner, cancelled = idempotency.converge(sched.scoped(cfg or {}), handle_of, token, ours)
+        if winner != handle:  # ours lost the race: its run names the winner
+            self._tracking.supersede(opened, winner, end=False)
+            if cancelled:  # else its run ends when a later caller finds it and cancels it
+                self._end_job_run(handle, AppState.CANCELLED, [])
+        return winner
 
     def find_by_idempotency_key(
         self,
@@ -264,7 +272,13 @@ class Runner:
         would re-attach to for this key (None: it would submit, or wait); as :meth:`run`,
         it cancels the key's newer live apps (a race's losers)."""
         token = idempotency_token(idempotency_key)
-        return idempotency.reusable_app(self, scheduler, token, reattach_succeeded, cfg)
+        base = self._scheduler(scheduler)
+        base.run_opts().check_known(cfg or {}, scheduler)  # a typo never re-attaches either
+        handle_of = functools.partial(make_app_handle, scheduler, self._name)
+        sched = base.scoped(cfg or {})
+        return idempotency.reusable_app(
+            sched, handle_of, token, reattach_succeeded, self.status, self.cancel
+        )
 
     def dryrun(
         self,
@@ -334,13 +348,13 @@ class Runner:
         if app is None or not trackers:
             return info, None
         self._tracking.validate(trackers)
-        request = getattr(info, "_run_request", None) or RunRequest(cfg=dict(info._cfg))
+        request = info._run_request or RunRequest(cfg=dict(info._cfg))
         job = job_run(app, scheduler, request, int(time.time() * 1000))
         opened = self._tracking.open(trackers, job)
         try:
             env = {**opened.env, ENV_JOB_START_MS: str(job.start_ms)}
             return with_env(self._scheduler(scheduler), info, env), opened
-        except BaseException:
+        except BaseException:  # nothing to launch: the opened runs end, then it is raised
             self._tracking.abort(opened)
             raise
 
@@ -353,7 +367,7 @@ class Runner:
             with log_event("schedule", scheduler) as event:
                 app_id = self._scheduler(scheduler).schedule(dryrun_info)
                 event.app_id = app_id
-        except BaseException:
+        except BaseException:  # nothing launched: the opened runs end, then it is raised
             if opened is not None:
                 self._tracking.abort(opened)
             raise
@@ -404,7 +418,7 @@ class Runner:
             status = self.status(app_handle)
             if status is None or status.is_terminal():
                 return status
-            stop_if_stalled(self, app_handle, status.state)
+            stop_if_stalled(self, sched, app_id, app_handle, status.state)
             self._recorder.poll_progress(app_handle)  # onto the job's tracker run
             remaining = wait_interval
             if deadline is not None:

@@ -113,9 +113,11 @@ def _default_dirs() -> List[str]:
 def _new_parser(delimiters: tuple[str, ...]) -> configparser.ConfigParser:
     import configparser
 
-    parser = configparser.ConfigParser(delimiters=delimiters, interpolation=None)
-    parser.optionxform = str  # type: ignore[assignment, method-assign]  # keys are case-sensitive
-    return parser
+    class CaseSensitive(configparser.ConfigParser):
+        def optionxform(self, optionstr: str) -> str:
+            return optionstr  # keys as written (ConfigParser lowercases them)
+
+    return CaseSensitive(delimiters=delimiters, interpolation=None)
 
 
 def _parse(text: str, source: str) -> configparser.ConfigParser:

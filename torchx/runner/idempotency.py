@@ -13,85 +13,67 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
-from torchx.specs.api import (
-    AppHandle,
-    AppState,
-    CfgVal,
-    UnknownAppException,
-    is_terminal,
-    make_app_handle,
-    parse_app_handle,
-)
+from torchx.specs.api import AppHandle, AppState, UnknownAppException, is_terminal
 
 if TYPE_CHECKING:
-    from torchx.runner.api import Runner
-    from torchx.runner.tracker_session import OpenedJobRun
+    from torchx.schedulers.api import Scheduler
 
 logger = logging.getLogger(__name__)
 
+HandleOf = Callable[[str], AppHandle]  # an app id's handle under the runner's session
+
 
 def reusable_app(
-    runner: Runner,
-    scheduler: str,
+    sched: Scheduler,
+    handle_of: HandleOf,
     token: str,
     reattach_succeeded: bool,
-    cfg: Optional[Mapping[str, CfgVal]] = None,
+    status: Callable[[AppHandle], object],
+    cancel: Callable[[AppHandle], None],
 ) -> Optional[AppHandle]:
-    """The app with ``token`` (submitted with ``cfg``) to re-attach to: the oldest live
-    one, which is the one convergence keeps (so a re-attached app is never cancelled as a
-    race's loser), else with ``reattach_succeeded`` the newest SUCCEEDED one. Newer live
-    ones are cancelled."""
-    base = runner._scheduler(scheduler)
-    base.run_opts().check_known(cfg or {}, scheduler)  # a typo never re-attaches either
-    sched = base.scoped(cfg or {})
+    """The app with ``token`` on ``sched`` (scoped to the caller's cfg) to re-attach to:
+    the oldest live one, which is the one convergence keeps (so a re-attached app is never
+    cancelled as a race's loser), else with ``reattach_succeeded`` the newest SUCCEEDED
+    one. Newer live ones are ``cancel``led; ended ones get a ``status`` call, which ends a
+    tracker run its waiter never ended."""
     apps = sched.find_by_idempotency_token(token)
-    for app in (a for a in apps if is_terminal(a.state)):  # a run its waiter never ended
-        try:  # is ended as status() would; never worth failing a re-attach or a submit
-            runner.status(make_app_handle(scheduler, runner.name(), app.app_id))
-        except Exception as e:
+    for app in (a for a in apps if is_terminal(a.state)):
+        try:
+            status(handle_of(app.app_id))
+        except Exception as e:  # a run left open is never worth failing a re-attach or submit
             logger.warning("could not end the tracker run of %s: %s", app.app_id, e)
     live = [a for a in apps if not is_terminal(a.state)]
     if live:
         sched.settle_idempotency_token(live)
-        winner = make_app_handle(scheduler, runner.name(), live[0].app_id)
+        winner = handle_of(live[0].app_id)
         for app in live[1:]:  # its submitter did not live to cancel it
-            loser = make_app_handle(scheduler, runner.name(), app.app_id)
-            cancel_loser(loser, winner, functools.partial(_cancel_if_known, runner, loser))
+            loser = handle_of(app.app_id)
+            cancel_loser(loser, winner, functools.partial(_cancel_if_known, cancel, loser))
         return winner
     if reattach_succeeded:
         done = [a for a in apps if a.state == AppState.SUCCEEDED]
         if done:
-            return make_app_handle(scheduler, runner.name(), done[-1].app_id)
+            return handle_of(done[-1].app_id)
     return None
 
 
 def converge(
-    runner: Runner,
-    scheduler: str,
-    token: str,
-    handle: AppHandle,
-    opened: Optional[OpenedJobRun],
-    cfg: Optional[Mapping[str, CfgVal]] = None,
-) -> AppHandle:
-    """After a keyed submission (with ``cfg``): if the token's oldest live app is not
-    ours, cancel ours (its run ends KILLED, naming the winner) and return the winner."""
-    sched = runner._scheduler(scheduler).scoped(cfg or {})
-    ours = parse_app_handle(handle).app_id
+    sched: Scheduler, handle_of: HandleOf, token: str, ours: str
+) -> Tuple[AppHandle, bool]:
+    """After a keyed submission of app ``ours``: the token's oldest live app (the winner),
+    and whether ours, if it lost, was cancelled (else a later caller that finds it live
+    cancels it)."""
     listed = sched.find_by_idempotency_token(token)
     live = [a for a in listed if not is_terminal(a.state) or a.app_id == ours]
     if not live:  # ours is not listed yet and no other app is live
-        return handle
+        return handle_of(ours), False
     sched.settle_idempotency_token([a for a in live if not is_terminal(a.state)])
     if live[0].app_id == ours:
-        return handle
-    winner = make_app_handle(scheduler, runner.name(), live[0].app_id)
-    cancelled = cancel_loser(handle, winner, lambda: sched.cancel(ours))
-    runner._tracking.supersede(opened, winner, end=False)
-    if cancelled:  # else its run ends when a later caller finds it and cancels it
-        runner._end_job_run(handle, AppState.CANCELLED, [])
-    return winner
+        return handle_of(ours), False
+    winner = handle_of(live[0].app_id)
+    return winner, cancel_loser(handle_of(ours), winner, lambda: sched.cancel(ours))
 
 
 def cancel_loser(loser: AppHandle, winner: AppHandle, cancel: Callable[[], None]) -> bool:
@@ -100,7 +82,7 @@ def cancel_loser(loser: AppHandle, winner: AppHandle, cancel: Callable[[], None]
     try:
         cancel()
         return True
-    except Exception as e:
+    except Exception as e:  # any scheduler's failure: the caller still gets the winner
         logger.warning(
             "could not cancel %s, a duplicate of %s (%s); cancel it with: torchx cancel %s",
             *(loser, winner, e, loser),
@@ -108,8 +90,8 @@ def cancel_loser(loser: AppHandle, winner: AppHandle, cancel: Callable[[], None]
         return False
 
 
-def _cancel_if_known(runner: Runner, handle: AppHandle) -> None:
+def _cancel_if_known(cancel: Callable[[AppHandle], None], handle: AppHandle) -> None:
     try:
-        runner.cancel(handle)  # ends its tracker run (KILLED) as a cancel does
+        cancel(handle)  # ends its tracker run (KILLED) as a cancel does
     except UnknownAppException:  # gone meanwhile (cancelled by its own submitter)
         pass

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
-from torchx.schedulers.api import app_stall_timeout, stall_reason
+from torchx.schedulers.api import Scheduler, app_stall_timeout, stall_reason
 from torchx.specs.api import AppDef, AppState
+
+if TYPE_CHECKING:
+    from torchx.runner.api import Runner
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +37,11 @@ def stall_timeout_of(app: Optional[AppDef]) -> Optional[float]:
         return None
 
 
-def stop_if_stalled(runner: Any, handle: str, state: AppState) -> Optional[str]:
-    """Stop the app if it is RUNNING (in ``state``) and stalled; returns the reason, or None
+def stop_if_stalled(
+    runner: Runner, sched: Scheduler, app_id: str, handle: str, state: AppState
+) -> Optional[str]:
+    """Stop the app ``app_id`` of ``sched`` (``handle`` in ``runner``) if it is RUNNING (in
+    ``state``) and stalled; returns the reason, or None
     if it did not stall. The app's stall timeout (maybe a ``describe``) and its last
     progress report (maybe a tracker call) are asked only when its output went quiet.
 
@@ -44,14 +50,13 @@ def stop_if_stalled(runner: Any, handle: str, state: AppState) -> Optional[str]:
     if state != AppState.RUNNING:
         return None
     try:
-        return _stop_if_stalled(runner, handle)
-    except Exception as e:
+        return _stop_if_stalled(runner, sched, app_id, handle)
+    except Exception as e:  # any scheduler's or tracker's failure: doubt, never a stop
         logger.warning("%s: cannot tell whether it stalled, leaving it running: %s", handle, e)
         return None
 
 
-def _stop_if_stalled(runner: Any, handle: str) -> Optional[str]:
-    sched, _, app_id = runner._scheduler_app_id(handle)
+def _stop_if_stalled(runner: Runner, sched: Scheduler, app_id: str, handle: str) -> Optional[str]:
     last = sched.last_activity(app_id)
     if last is None:
         return None

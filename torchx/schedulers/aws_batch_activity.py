@@ -18,14 +18,21 @@ stream does not exist yet has printed nothing: its start counts.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 
-def newest_activity(sched: Any, job: Dict[str, Any], nodes: int) -> Optional[float]:
-    """Epoch seconds of ``job``'s newest log event over its ``nodes`` nodes (or its start)."""
+def newest_activity(
+    log_client: Any,
+    log_group: str,
+    job: Dict[str, Any],
+    node_jobs: List[Dict[str, Any]],
+    nodes: int,
+    stream_of: Callable[[int], Optional[str]],
+) -> Optional[float]:
+    """Epoch seconds of ``job``'s newest log event over its ``nodes`` nodes (``node_jobs``
+    as Batch describes them; ``stream_of`` a node's log stream), or of its start."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    node_jobs = list(sched._node_jobs(job).values())
     if len(node_jobs) < nodes or any(n.get("status") != "RUNNING" for n in node_jobs):
         return None  # a node not running yet (its peers wait quietly for it) or ended
     starts = [job.get("startedAt")]
@@ -34,12 +41,12 @@ def newest_activity(sched: Any, job: Dict[str, Any], nodes: int) -> Optional[flo
     if not times:
         return None
     for i in range(nodes):
-        stream = sched._log_stream(job, i)
+        stream = stream_of(i)
         if stream is None:  # Batch names a node's stream once its container started
             continue
         try:
-            resp = sched.log_client.get_log_events(
-                logGroupName=sched._log_group,
+            resp = log_client.get_log_events(
+                logGroupName=log_group,
                 logStreamName=stream,
                 startFromHead=False,
                 limit=1,

@@ -239,7 +239,7 @@ def batch_job(
         "propagateTags": True,
         "tags": tags,
     }
-    priority = int(cfg.get("priority") or 0)  # type: ignore[arg-type]
+    priority = int(str(cfg.get("priority") or 0))
     if priority:
         job_def["schedulingPriority"] = priority
     share_id = cfg.get("share_id")

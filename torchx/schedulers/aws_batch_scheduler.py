@@ -30,6 +30,7 @@ or a Docker daemon the submission fails in one line naming ``--workspace ""``.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import time
@@ -37,6 +38,7 @@ from datetime import datetime
 from typing import (
     TYPE_CHECKING,
     Any,
+    Callable,
     Dict,
     Iterable,
     Iterator,
@@ -201,12 +203,14 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
                 "no AWS region configured; set AWS_DEFAULT_REGION (or `aws configure`)"
             ) from None
 
-    def _call(self, client: Any, method: str, **kwargs: Any) -> Any:
-        """One AWS API call; client-side and service errors become one-line AWSBatchErrors."""
+    def _call(self, api: Callable[..., Any], **kwargs: Any) -> Any:
+        """One AWS API call (a boto3 client's method); client-side and service errors become
+        one-line AWSBatchErrors."""
         from botocore.exceptions import BotoCoreError, ClientError
 
+        method = api.__name__  # boto3 names each method after its operation
         try:
-            return getattr(client, method)(**kwargs)
+            return api(**kwargs)
         except ClientError as e:
             err = e.response.get("Error", {})
             raise AWSBatchError(
@@ -256,8 +260,8 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
         self.push_images(dryrun_info.request.images_to_push)
         req = dryrun_info.request
-        self._call(self.client, "register_job_definition", **req.job_def)
-        self._call(self.client, "submit_job", **req.submit_args)
+        self._call(self.client.register_job_definition, **req.job_def)
+        self._call(self.client.submit_job, **req.submit_args)
         return f"{req.queue}:{req.name}"
 
     # ------------------------------------------------------------------ describe
@@ -265,17 +269,14 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
     def _describe_jobs(self, ids: List[str]) -> List[Dict[str, Any]]:
         jobs: List[Dict[str, Any]] = []
         for i in range(0, len(ids), 100):
-            jobs += (
-                self._call(self.client, "describe_jobs", jobs=ids[i : i + 100]).get("jobs") or []
-            )
+            jobs += self._call(self.client.describe_jobs, jobs=ids[i : i + 100]).get("jobs") or []
         return jobs
 
     def _get_job(self, app_id: str) -> Optional[Dict[str, Any]]:
         queue, name = parse_app_id(app_id)
         summaries = (
             self._call(
-                self.client,
-                "list_jobs",
+                self.client.list_jobs,
                 jobQueue=queue,
                 filters=[{"name": "JOB_NAME", "values": [name]}],
             ).get("jobSummaryList")
@@ -401,7 +402,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         token: Optional[str] = None
         while True:
             resp = self._call(
-                self.client, "describe_job_queues", **({"nextToken": token} if token else {})
+                self.client.describe_job_queues, **({"nextToken": token} if token else {})
             )
             names += [q["jobQueueName"] for q in resp.get("jobQueues") or []]
             token = resp.get("nextToken")
@@ -418,7 +419,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             kwargs: Dict[str, Any] = {"jobQueue": queue, "filters": [flt]}
             if token:
                 kwargs["nextToken"] = token
-            resp = self._call(self.client, "list_jobs", **kwargs)
+            resp = self._call(self.client.list_jobs, **kwargs)
             ids += [
                 s["jobId"]
                 for s in resp.get("jobSummaryList") or []
@@ -432,7 +433,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
     def _cancel_existing(self, app_id: str) -> None:
         job = self._get_job(app_id)
         if job is not None:
-            self._call(self.client, "terminate_job", jobId=job["jobId"], reason=CANCEL_REASON)
+            self._call(self.client.terminate_job, jobId=job["jobId"], reason=CANCEL_REASON)
 
     # ------------------------------------------------------------------ stalls
 
@@ -443,14 +444,21 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         job = self._get_job(app_id)
         if job is None or self._state(job) != AppState.RUNNING:
             return None
-        return newest_activity(self, job, sum(r.num_replicas for r in self._roles(job)))
+        return newest_activity(
+            self.log_client,
+            self._log_group,
+            job,
+            list(self._node_jobs(job).values()),
+            sum(r.num_replicas for r in self._roles(job)),
+            functools.partial(self._log_stream, job),
+        )
 
     def stop_stalled(self, app_id: str, reason: str) -> None:
         """Terminate the job with ``reason`` as its status reason: Batch keeps it with the
         job, which ends FAILED (not CANCELLED: the reason is not ``CANCEL_REASON``)."""
         job = self._get_job(app_id)
         if job is not None:
-            self._call(self.client, "terminate_job", jobId=job["jobId"], reason=reason)
+            self._call(self.client.terminate_job, jobId=job["jobId"], reason=reason)
 
     # ------------------------------------------------------------------ logs
 
@@ -529,7 +537,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
                     args = dict(
                         kwargs, logStreamName=stream, **({"nextToken": token} if token else {})
                     )
-                    resp = self._call(self.log_client, "get_log_events", **args)
+                    resp = self._call(self.log_client.get_log_events, **args)
                     events = resp.get("events") or []
                     for event in events:
                         message = str(event.get("message", ""))

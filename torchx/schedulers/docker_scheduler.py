@@ -425,9 +425,11 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         if not running:
             time.sleep(timeout)
             return
+        from urllib3.exceptions import HTTPError
+
         try:
             running[0].wait(timeout=max(timeout, 0.1))
-        except Exception:  # the SDK's read timeout (requests' or urllib3's): no change yet
+        except (OSError, HTTPError):  # the SDK's read timeout (requests' or urllib3's): no change
             return
 
     def progress_path(self, app_id: str) -> Optional[str]:
@@ -574,9 +576,11 @@ def _parse_time(text: str) -> Optional[float]:
 
 
 def _engine_cpus(client: DockerClient) -> int:
+    from docker.errors import DockerException
+
     try:
         return int(client.info().get("NCPU", 0))
-    except Exception:  # an engine that does not say: no limit is adjusted
+    except (DockerException, OSError, ValueError, TypeError):  # no answer: no limit adjusted
         return 0
 
 

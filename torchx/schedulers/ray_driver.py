@@ -20,6 +20,7 @@ not started yet) runs nothing, or stops its replicas within ``ORPHAN_CHECK_ROUND
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
@@ -32,6 +33,7 @@ import threading
 import time
 import urllib.request
 import zlib
+from http.client import HTTPException
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchx.schedulers.ray_activity import PUBLISH_INTERVAL, Activity, due
@@ -160,10 +162,12 @@ class Forwarder:
                 sys.stdout.flush()
 
     def loop(self) -> None:
+        from ray.exceptions import RayError
+
         while not ENDING.wait(FORWARD_INTERVAL):
             try:
                 self.once()
-            except Exception as e:  # a slow round or a stopping job: the next one takes them
+            except (RayError, OSError) as e:  # a slow round, a stopping job: the next takes them
                 print(f"torchx: could not forward output: {e}", file=sys.stderr, flush=True)
 
 
@@ -196,11 +200,13 @@ class Publisher:
         nothing, so the last record goes stale (cannot tell) rather than wrong. Every
         ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended stops its
         replicas and exits (see ``ended_by_ray``)."""
+        from ray.exceptions import RayError
+
         rounds = 0
         while not ENDING.is_set():
             try:
                 self.once()
-            except Exception as e:  # a slow round or a stopping job: try again
+            except (RayError, OSError) as e:  # a slow round or a stopping job: try again
                 print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
             rounds += 1
             if rounds % ORPHAN_CHECK_ROUNDS == 0 and ended_by_ray(req):
@@ -228,7 +234,7 @@ def ended_by_ray(req: Dict[str, Any]) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=2) as r:
             status = json.load(r).get("status")
-    except Exception:
+    except (OSError, ValueError, HTTPException):  # no answer, or not the dashboard's
         return False
     return status in ("STOPPED", "FAILED", "SUCCEEDED")
 
@@ -250,31 +256,23 @@ def _kill_tree(pid: int) -> None:
 
     Returns at once: Ray gives a stopped job's driver only a few seconds.
     """
-    try:
-        import psutil
+    import psutil  # Ray ships it (its thirdparty_files), and runs this in an actor
 
-        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
-    except Exception:
-        procs = []
     try:
+        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.terminate()
-        except Exception:
-            pass
 
     def reap() -> None:
-        try:
-            import psutil
-
-            _, alive = psutil.wait_procs(procs, timeout=3)
-            for p in alive:
+        _, alive = psutil.wait_procs(procs, timeout=3)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
                 p.kill()
-        except Exception:
-            pass
 
     threading.Thread(target=reap, daemon=True).start()
 
@@ -286,12 +284,13 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
+    except (OSError, AttributeError):  # no such libc (not Linux): the group kill remains
         pass
 
 
 def main() -> int:
     import ray
+    from ray.exceptions import RayError
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -372,7 +371,7 @@ def main() -> int:
         forwarder.once()
         publisher.once(final=True)
         ray.get([a.cleanup.remote() for a in actors], timeout=10)
-    except Exception as e:  # the replicas ended: their records are a nicety
+    except (RayError, OSError) as e:  # the replicas ended: their records are a nicety
         print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
     print("torchx-exit-codes " + json.dumps(summary), flush=True)

@@ -68,7 +68,7 @@ from torchx.specs.api import (
     runopts,
 )
 from torchx.util.modules import import_optional
-from torchx.util.paths import torchx_home
+from torchx.util.paths import torchx_home, write_private
 
 META_TORCHX = "torchx"
 META_APP_NAME = "app_name"
@@ -158,9 +158,7 @@ class RayScheduler(Scheduler[RayJob]):
         opts.add(
             "dashboard_address",
             type_=str,
-            default=os.environ.get("RAY_API_SERVER_ADDRESS")
-            or os.environ.get("RAY_ADDRESS")
-            or "127.0.0.1:8265",
+            default=_env_address(),
             help="Ray dashboard (job submission) address ($RAY_API_SERVER_ADDRESS or $RAY_ADDRESS)",
         )
         opts.add(
@@ -293,7 +291,7 @@ class RayScheduler(Scheduler[RayJob]):
         if not report:
             return None
         path = str(torchx_home() / "ray" / f"{app_id}.progress.json")
-        _write_private(path, report)
+        write_private(path, report)
         return path
 
     def last_activity(self, app_id: str) -> Optional[float]:
@@ -340,7 +338,7 @@ class RayScheduler(Scheduler[RayJob]):
 
     def _address(self) -> str:
         """The dashboard this process reaches (the run option's default: its env)."""
-        return str(self.run_opts().get("dashboard_address").default)  # type: ignore[union-attr]
+        return _env_address()
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         client = self._client(self._address())
@@ -478,21 +476,13 @@ class RayScheduler(Scheduler[RayJob]):
             time.sleep(0.5)
 
 
-def _write_private(path: str, text: str) -> None:
-    """Write ``path`` readable by its owner only (0600, directory 0700), atomically."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    os.chmod(directory, 0o700)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            os.fchmod(f.fileno(), 0o600)  # O_CREAT's mode does not apply to an existing file
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _env_address() -> str:
+    """The dashboard this process's environment names (the run option's default)."""
+    return (
+        os.environ.get("RAY_API_SERVER_ADDRESS")
+        or os.environ.get("RAY_ADDRESS")
+        or "127.0.0.1:8265"
+    )
 
 
 def _request_of(info: Any) -> Optional[Dict[str, Any]]:

@@ -342,6 +342,7 @@ class AppDryRunInfo(Generic[T]):
         self._cfg: Mapping[str, CfgVal] = {}
         self._scheduler: Optional[str] = None
         self._workspace: Optional[Any] = None  # what a workspace build did (for --dryrun)
+        self._run_request: Optional[Any] = None  # the caller's words for its tracker run
 
     def __repr__(self) -> str:
         return self._fmt(self.request)

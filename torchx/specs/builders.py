@@ -56,7 +56,7 @@ class ComponentArgumentError(TorchXError):
     """Bad arguments for a component (unknown flag, missing required, wrong type)."""
 
 
-class _ComponentHelp(Exception):
+class ComponentHelpRequest(Exception):
     """``--help`` was given: carries the help text for the caller to print."""
 
     def __init__(self, text: str) -> None:
@@ -70,7 +70,7 @@ class _ComponentParser(argparse.ArgumentParser):
 
 
 class _HelpAction(argparse.Action):
-    """``--help``: print and exit (upstream), or raise ``_ComponentHelp`` for the caller."""
+    """``--help``: print and exit (upstream), or raise ``ComponentHelpRequest`` for the caller."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, raise_help: bool) -> None:
         super().__init__(
@@ -84,7 +84,7 @@ class _HelpAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
         if self._raise_help:
-            raise _ComponentHelp(parser.format_help())
+            raise ComponentHelpRequest(parser.format_help())
         parser.print_help()
         parser.exit()
 
@@ -276,4 +276,4 @@ def materialize_appdef(
 
 def is_help_request(e: BaseException) -> Optional[str]:
     """The help text if ``e`` is a ``--help`` request, else None (for the CLI)."""
-    return e.text if isinstance(e, _ComponentHelp) else None
+    return e.text if isinstance(e, ComponentHelpRequest) else None

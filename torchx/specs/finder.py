@@ -185,7 +185,7 @@ class CustomComponentsFinder(ComponentsFinder):
         }
         try:
             exec(compile(source, path, "exec", dont_inherit=True), namespace)
-        except Exception as e:
+        except Exception as e:  # whatever the user's file raised: one line naming it
             raise ComponentValidationException(
                 f"{path}: failed to load: {type(e).__name__}: {e}"
             ) from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 from torchx.specs.api import NULL_RESOURCE, InvalidArgumentError, Resource
 
@@ -47,7 +47,7 @@ class _NamedResourcesLibrary:
     def __contains__(self, key: object) -> bool:
         return key in self._load()
 
-    def __iter__(self) -> None:  # type: ignore[misc]
+    def __iter__(self) -> Iterator[str]:
         raise NotImplementedError("named_resources is not iterable; use named_resources.names()")
 
 

@@ -15,7 +15,7 @@ import difflib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union, cast
 
 from torchx.specs.errors import InvalidRunConfigException
 from torchx.util.types import to_dict
@@ -82,8 +82,10 @@ class runopt:
             return _split_items(value)
         if self.is_type_dict_of_str:
             return _split_dict(value)
-        if self.opt_type in (int, float):
-            return self.opt_type(value)  # type: ignore[misc, call-arg]
+        if self.opt_type is int:
+            return int(value)
+        if self.opt_type is float:
+            return float(value)
         return value
 
 
@@ -116,7 +118,7 @@ class runopts:
         if tp is int:
             return isinstance(obj, int) and not isinstance(obj, bool)
         try:
-            return isinstance(obj, tp)  # type: ignore[arg-type]
+            return isinstance(obj, cast(type, tp))
         except TypeError:
             return False
 
@@ -166,7 +168,7 @@ class runopts:
                 resolved[key] = opt.default
             elif not runopts.is_type(val, opt.opt_type):
                 if opt.opt_type is float and runopts.is_type(val, int):
-                    resolved[key] = float(val)  # type: ignore[arg-type]
+                    resolved[key] = float(cast(int, val))
                     continue
                 raise InvalidRunConfigException(
                     f"Run option {key!r} must be of type {get_type_name(opt.opt_type)},"

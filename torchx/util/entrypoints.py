@@ -27,11 +27,6 @@ def _group(group: str) -> Dict[str, EntryPoint]:
     return hit[1]
 
 
-def entry_point_names(group: str) -> list[str]:
-    """Names registered in ``group`` (scanned once per process)."""
-    return sorted(_group(group))
-
-
 def load_group(group: str) -> Dict[str, Callable[[], Any]]:
     """``{name: loader}`` for every entry point in ``group``; each loader imports on call."""
     return {name: ep.load for name, ep in _group(group).items()}

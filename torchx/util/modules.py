@@ -35,5 +35,5 @@ def load_module(path: str) -> object:
     try:
         module = importlib.import_module(module_path)
         return getattr(module, attr) if attr else module
-    except Exception:
+    except Exception:  # upstream's contract: whatever fails to load is None
         return None

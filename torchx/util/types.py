@@ -89,25 +89,6 @@ def none_throws(optional: Optional[_T], message: str = "Unexpected `None`") -> _
     return optional
 
 
-def type_problem(tp: Any) -> Optional[str]:
-    """Why ``tp`` cannot be decoded from a command-line string, or None if it can."""
-    inner, _ = unwrap_optional(tp)
-    if inner in PRIMITIVES:
-        return None
-    origin = typing.get_origin(inner)
-    args = typing.get_args(inner)
-    if origin in (list, List) and len(args) == 1 and args[0] in PRIMITIVES:
-        return None
-    if origin in (dict, Dict) and len(args) == 2 and all(a in PRIMITIVES for a in args):
-        return None
-    if origin in (dict, Dict) and len(args) == 2 and args[0] in PRIMITIVES and args[1] is object:
-        return None
-    return (
-        f"unsupported type {type_name(tp)!r}; use str, int, float, bool, Optional[T],"
-        " list[T] or dict[K, V] of those"
-    )
-
-
 def type_name(tp: Any) -> str:
     if isinstance(tp, type) and not typing.get_args(tp):
         return tp.__name__

@@ -26,6 +26,8 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Protocol,
+    Sequence,
     Tuple,
     TypeVar,
     Union,
@@ -126,6 +128,14 @@ def _deprecated(name: str) -> None:
 # --------------------------------------------------------------------------- the mixin
 
 
+class ImageBuild(Protocol):
+    """An image build a scheduler planned for a workspace (printed as what it is)."""
+
+    @property
+    def files(self) -> Sequence[str]:
+        """What went into the image."""
+
+
 class WorkspaceMixin(abc.ABC, Generic[T]):
     """Mixed into a scheduler that can put a local workspace in front of a role's image.
 
@@ -138,6 +148,10 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
     def workspace_opts(self) -> runopts:
         """Run options the workspace needs (added to the scheduler's ``run_opts``)."""
         return runopts()
+
+    def workspace_build(self, image: str) -> Optional[ImageBuild]:
+        """The image build behind ``image`` planned by this scheduler (None: none)."""
+        return None
 
     def build_workspace_and_update_role2(
         self, role: Role, workspace: Union[Workspace, str], cfg: Mapping[str, CfgVal]
@@ -309,7 +323,7 @@ def apply_workspace(
     """
     if not workspace or not isinstance(scheduler, WorkspaceMixin) or not app.roles:
         return None
-    run_opts = getattr(scheduler, "run_opts", None)
+    run_opts = getattr(scheduler, "run_opts", None)  # a mixin on a Scheduler, or alone
     backend = str(getattr(scheduler, "backend", ""))
     resolved = run_opts().resolve(cfg, backend) if callable(run_opts) else dict(cfg)
     role = app.roles[0]
@@ -342,12 +356,11 @@ def workspace_dir(role: Role) -> Optional[str]:
     return str(value) if value else None
 
 
-def _describe(scheduler: object, role: Role, old_image: str) -> Tuple[List[str], str]:
+def _describe(scheduler: WorkspaceMixin[Any], role: Role, old_image: str) -> Tuple[List[str], str]:
     """The files that went into the role's new image or job dir, and where they are."""
     if role.image == old_image:
         return [], "nothing built: the role runs its image (or directory) as is"
-    describe = getattr(scheduler, "workspace_build", None)
-    build = describe(role.image) if callable(describe) else None
+    build = scheduler.workspace_build(role.image)
     if build is not None:
         return list(build.files), str(build)
     target = workspace_dir(role) or role.image

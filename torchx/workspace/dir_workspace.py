@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import List, Mapping
+from typing import TYPE_CHECKING, List, Mapping
 
 from torchx.specs import CfgVal, Role
 from torchx.util.paths import torchx_home
@@ -28,6 +28,9 @@ from torchx.workspace.api import (
     open_workspace,
     workspace_files,
 )
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 from torchx.workspace.api import workspace_dir as workspace_dir  # its upstream-facing home
 
 
@@ -64,8 +67,8 @@ def copy_workspace(workspace: str, target: str, ignore_name: str = TORCHX_IGNORE
     return copied
 
 
-def _is_local(fs: object) -> bool:
-    protocol = getattr(fs, "protocol", ())
+def _is_local(fs: AbstractFileSystem) -> bool:
+    protocol = fs.protocol
     return "file" in (protocol if isinstance(protocol, (tuple, list)) else (protocol,))
 
 

@@ -308,7 +308,7 @@ def connect_docker(purpose: str = "run containers") -> DockerClient:
     try:
         client = docker.from_env()
         client.ping()
-    except Exception as e:  # the SDK raises several types for an engine it cannot reach
+    except (docker.errors.DockerException, OSError) as e:  # no engine, or none that answers
         reason = " ".join(str(e).split())
         reason = reason if len(reason) <= 160 else reason[:157] + "..."
         raise DockerUnavailableError(
@@ -325,7 +325,7 @@ class MissingImageError(WorkspaceError):
 def ensure_image(client: DockerClient, image: str) -> None:
     """Use ``image`` as the engine has it, else pull it (a build's base, a job's image);
     ``MissingImageError`` in one line if neither works."""
-    from docker.errors import ImageNotFound
+    from docker.errors import DockerException, ImageNotFound
 
     try:
         client.images.get(image)
@@ -335,7 +335,7 @@ def ensure_image(client: DockerClient, image: str) -> None:
     log.info("Pulling container image: %s (this may take a while)", image)
     try:
         client.images.pull(image)
-    except Exception as e:  # any pull failure (no registry, auth, no such tag) is the same
+    except (DockerException, OSError) as e:  # no registry, no access, no such tag: the same
         reason = " ".join(str(e).split())[:200]
         raise MissingImageError(
             f"image {image} is not on the Docker engine and cannot be pulled ({reason}):"

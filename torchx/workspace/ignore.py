@@ -138,10 +138,6 @@ class IgnoreRules:
             IgnorePattern(pattern, reinclude, compile_pattern(pattern, self.source))
         )
 
-    @property
-    def has_reincludes(self) -> bool:
-        return any(p.reinclude for p in self.patterns)
-
     def excluded(self, relpath: str) -> bool:
         """Whether ``relpath`` (``/``-separated, relative to the root) is left out.
 

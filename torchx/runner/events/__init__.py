@@ -96,7 +96,7 @@ def log_event(
     event.start_epoch_time_usec = time.time_ns() // 1000
     try:
         yield event
-    except BaseException as e:
+    except BaseException as e:  # recorded, then raised again
         event.raw_exception = traceback.format_exc()
         event.exception_type = type(e).__name__
         event.exception_message = str(e)

@@ -1,6 +1,6 @@
 """Stall detection for the kubernetes scheduler: when an app last showed life, and how a
-waiter stops it as stalled (``Scheduler.last_activity`` / ``stop_stalled``, used by
-``torchx.runner.stall``).
+waiter stops it as stalled (what ``KubernetesScheduler.last_activity`` / ``stop_stalled``
+do with the objects they read, for ``torchx.runner.stall``).
 
 Activity is output: the newest pod log line of any running replica (the API server's
 ``timestamps=True`` prefix, RFC 3339, written by the kubelet when the container wrote the
@@ -30,14 +30,13 @@ objects stay until ``torchx cancel`` (or the user) deletes them.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, Callable, Dict, List, Optional
 
+from torchx.schedulers.api import DescribeAppResponse
 from torchx.schedulers.kubernetes import logs as kl
 from torchx.schedulers.kubernetes import status as ks
-from torchx.schedulers.kubernetes.api import KubernetesError, api_errors
 from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_FAILURE_REASON,
-    JOB_TYPE_INDEXED,
     VOLCANO_GROUP,
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
@@ -52,34 +51,12 @@ COMMAND_PLURAL = "commands"
 LOG_TIMEOUT_SECONDS = 30
 
 
-class StallHooks:
-    """``last_activity`` / ``stop_stalled`` of ``KubernetesScheduler`` (kept here: the
-    scheduler module is at its size limit)."""
-
-    def last_activity(self, app_id: str) -> Optional[float]:
-        """Epoch seconds of the newest log line of a running pod (or start); None: cannot tell."""
-        return last_activity(cast(Any, self), app_id)
-
-    def stop_stalled(self, app_id: str, reason: str) -> None:
-        """Stop the gang without deleting its objects, keeping ``reason`` on them."""
-        stop_stalled(cast(Any, self), app_id, reason)
-
-
-def last_activity(sched: Any, app_id: str) -> Optional[float]:
-    from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        desc = sched.describe(app_id)
-        if desc is None or desc.state != AppState.RUNNING:
-            return None
-        replicas = [r for role in desc.roles_statuses for r in role.replicas]
-        if any(r.state != AppState.RUNNING for r in replicas):
-            return None  # the running ranks may wait quietly for a pending peer
-        namespace, name = app_id.split(":", 1)
-        return newest_activity(sched._core(), namespace, sched._pods(namespace, name))
-    except (ApiException, HTTPError, KubernetesError):
-        return None  # the API cannot tell: never stop on doubt
+def all_running(desc: Optional[DescribeAppResponse]) -> bool:
+    """Whether the app and every replica of it run (the running ranks of a gang may wait
+    quietly for a pending peer: no stall then)."""
+    if desc is None or desc.state != AppState.RUNNING:
+        return False
+    return all(r.state == AppState.RUNNING for role in desc.roles_statuses for r in role.replicas)
 
 
 def newest_activity(core: Any, namespace: str, pods: List[Obj]) -> Optional[float]:
@@ -121,40 +98,48 @@ def _stamp(line: str) -> Optional[float]:
     return None if parsed.year == 1 else parsed.timestamp()
 
 
-@api_errors
-def stop_stalled(sched: Any, app_id: str, reason: str) -> None:
+def suspend_indexed(
+    batch: Any,
+    core: Any,
+    namespace: str,
+    jobs: List[Obj],
+    pods: Callable[[], List[Obj]],
+    reason: str,
+) -> None:
+    """Annotate and suspend the Indexed Jobs of a stalled app, then delete its pods (unless
+    it ended since the waiter saw it RUNNING: left as it ended)."""
     from kubernetes.client.rest import ApiException
 
-    namespace, name = app_id.split(":", 1)
-    annotate: Obj = {"metadata": {"annotations": {ANNOTATION_FAILURE_REASON: reason}}}
-    job = (
-        None
-        if sched._kinds.get(app_id) == JOB_TYPE_INDEXED
-        else sched._get_volcano(namespace, name)
-    )
-    # read again: an app that ended since the waiter saw it RUNNING is left as it ended
-    if job is not None and is_terminal(ks.volcano_state(job)):
-        return
-    jobs = [] if job is not None else sched._indexed_jobs(namespace, name)
-    if job is None and is_terminal(ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])):
-        return
-    if job is not None:
-        _abort_volcano(sched._custom(), namespace, job, reason)
-        sched._custom().patch_namespaced_custom_object(
-            VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name, annotate
-        )
+    if is_terminal(ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])):
         return
     for j in jobs:
-        body = {**annotate, "spec": {"suspend": True}}
-        sched._batch().patch_namespaced_job(j["metadata"]["name"], namespace, body)
-    for pod in sched._pods(namespace, name):
+        body = {**_annotation(reason), "spec": {"suspend": True}}
+        batch.patch_namespaced_job(j["metadata"]["name"], namespace, body)
+    for pod in pods():
         try:
-            sched._core().delete_namespaced_pod(
-                pod["metadata"]["name"], namespace, _preload_content=False
-            )
+            core.delete_namespaced_pod(pod["metadata"]["name"], namespace, _preload_content=False)
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+def abort_volcano(custom: Any, namespace: str, job: Obj, reason: str) -> None:
+    """Abort a stalled Volcano job, then annotate it (unless it ended: left as it ended)."""
+    if is_terminal(ks.volcano_state(job)):
+        return
+    _abort_volcano(custom, namespace, job, reason)
+    custom.patch_namespaced_custom_object(
+        VOLCANO_GROUP,
+        VOLCANO_VERSION,
+        namespace,
+        VOLCANO_PLURAL,
+        job["metadata"]["name"],
+        _annotation(reason),
+    )
+
+
+def _annotation(reason: str) -> Obj:
+    return {"metadata": {"annotations": {ANNOTATION_FAILURE_REASON: reason}}}
 
 
 def _abort_volcano(custom: Any, namespace: str, job: Obj, reason: str) -> None:

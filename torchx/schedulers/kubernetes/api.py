@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, ParamSpec, TypeVar, Union
 
 from torchx.specs.api import TorchXError
 from torchx.util.modules import import_optional
@@ -19,14 +19,19 @@ class KubernetesError(TorchXError):
     """The Kubernetes API refused a request (the message says why and what to do)."""
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+
+if TYPE_CHECKING:
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
 
 
-def api_errors(fn: F) -> F:
+def api_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """API failures (HTTP errors, unreachable server) become one-line KubernetesErrors."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         from kubernetes.client.rest import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -35,7 +40,7 @@ def api_errors(fn: F) -> F:
         except (ApiException, HTTPError) as e:
             raise kubernetes_error(e) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def guarded(lines: Iterator[str]) -> Iterator[str]:
@@ -49,11 +54,12 @@ def guarded(lines: Iterator[str]) -> Iterator[str]:
         raise kubernetes_error(e) from None
 
 
-def kubernetes_error(e: Exception) -> KubernetesError:
-    status = getattr(e, "status", None)
-    if status is not None:
+def kubernetes_error(e: Union[ApiException, HTTPError]) -> KubernetesError:
+    from kubernetes.client.rest import ApiException
+
+    if isinstance(e, ApiException) and e.status is not None:
         return KubernetesError(
-            f"Kubernetes API error {status} ({getattr(e, 'reason', '')}): {status_message(e)}"
+            f"Kubernetes API error {e.status} ({e.reason or ''}): {status_message(e)}"
         )
     return KubernetesError(f"cannot reach the Kubernetes API server: {e}")
 

@@ -28,6 +28,7 @@ daemon the submission fails in one line naming ``--workspace ""`` (run the image
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime
 from typing import (
@@ -52,9 +53,9 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
+from torchx.schedulers.kubernetes import activity
 from torchx.schedulers.kubernetes import logs as kl
 from torchx.schedulers.kubernetes import status as ks
-from torchx.schedulers.kubernetes.activity import StallHooks
 from torchx.schedulers.kubernetes.api import (
     KubernetesError,
     api_errors,
@@ -156,7 +157,7 @@ def parse_app_id(app_id: str) -> Tuple[str, str]:
     return namespace, name
 
 
-class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[KubernetesJob]):
+class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     """Submits, watches, tails and deletes torchx apps on a Kubernetes cluster."""
 
     def __init__(
@@ -280,7 +281,8 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
                 "queue",
                 given,
             )
-        for spec in cfg.get("tolerations") or []:  # type: ignore[union-attr]
+        tolerations = cfg.get("tolerations")
+        for spec in tolerations if isinstance(tolerations, list) else []:
             parse_toleration(str(spec))
         role_dns_names(app)
 
@@ -369,6 +371,32 @@ class KubernetesScheduler(StallHooks, DockerWorkspaceMixin, Scheduler[Kubernetes
             self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}"
         )
         return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
+
+    def last_activity(self, app_id: str) -> Optional[float]:
+        """Epoch seconds of the newest log line of a running pod (or start); None: cannot tell."""
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            if not activity.all_running(self.describe(app_id)):
+                return None
+            namespace, name = app_id.split(":", 1)
+            return activity.newest_activity(self._core(), namespace, self._pods(namespace, name))
+        except (ApiException, HTTPError, KubernetesError):
+            return None  # the API cannot tell: never stop on doubt
+
+    @api_errors
+    def stop_stalled(self, app_id: str, reason: str) -> None:
+        """Stop the gang without deleting its objects, keeping ``reason`` on them."""
+        namespace, name = app_id.split(":", 1)
+        indexed = self._kinds.get(app_id) == JOB_TYPE_INDEXED
+        job = None if indexed else self._get_volcano(namespace, name)
+        if job is not None:
+            activity.abort_volcano(self._custom(), namespace, job, reason)
+            return
+        jobs = self._indexed_jobs(namespace, name)
+        pods = functools.partial(self._pods, namespace, name)
+        activity.suspend_indexed(self._batch(), self._core(), namespace, jobs, pods, reason)
 
     @api_errors
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:

@@ -93,7 +93,7 @@ def _fork(app_dir: str, log_fd: int) -> int:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()  # else the child's copy of the buffer could be written twice
-        except Exception:
+        except (OSError, ValueError):  # a closed or broken stream has nothing to copy
             pass
     devnull = os.open(os.devnull, os.O_RDONLY)
     pid = os.fork()
@@ -111,10 +111,10 @@ def _fork(app_dir: str, log_fd: int) -> int:
         _reset_signals()
         _set_name(b"torchx-local")  # its command line stays the launcher's; ps -e, top
         code = supervisor.main(app_dir)
-    except BaseException:
+    except BaseException:  # the forked child must reach os._exit, whatever it raised
         try:
             traceback.print_exc()
-        except BaseException:
+        except (OSError, ValueError):  # no stderr left to print to
             pass
     finally:
         os._exit(code)

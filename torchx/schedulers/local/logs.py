@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Callable, Iterator, List, Optional
+from typing import BinaryIO, Callable, Generator, Iterator, List, Optional
+
+Chunks = Generator[bytes, None, None]
 
 READ_SIZE = 1 << 20
 POLL_SECONDS = 0.02
@@ -94,7 +96,7 @@ def split_text(text: str) -> List[str]:
 class LogLines:
     """An iterator of log lines; ``blocks()`` gives the rest as large pieces of lines."""
 
-    def __init__(self, chunks: Iterator[bytes], regex: Optional[str] = None) -> None:
+    def __init__(self, chunks: Chunks, regex: Optional[str] = None) -> None:
         self._chunks = chunks
         self._pattern = re.compile(regex) if regex else None
         self._lines: List[str] = []
@@ -128,12 +130,10 @@ class LogLines:
                 yield text
 
     def close(self) -> None:
-        close = getattr(self._chunks, "close", None)
-        if close:
-            close()
+        self._chunks.close()
 
 
-def read_chunks(path: str) -> Iterator[bytes]:
+def read_chunks(path: str) -> Chunks:
     """Whole lines of the file as it is now, a chunk at a time."""
     try:
         f = open(path, "rb")
@@ -141,19 +141,11 @@ def read_chunks(path: str) -> Iterator[bytes]:
         return
     lines = LineBuffer()
     with f:
-        while True:
-            chunk = f.read(READ_SIZE)
-            if not chunk:
-                break
-            out = lines.feed(chunk)
-            if out:
-                yield out
-    rest = lines.rest()
-    if rest:
-        yield rest
+        yield from _drain(f, lines)
+    yield from _rest(lines)
 
 
-def follow_chunks(path: str, finished: Callable[[], bool]) -> Iterator[bytes]:
+def follow_chunks(path: str, finished: Callable[[], bool]) -> Chunks:
     """Whole lines of the file as they are written, until ``finished()`` and all is read."""
     while not os.path.exists(path):
         if finished():
@@ -164,24 +156,29 @@ def follow_chunks(path: str, finished: Callable[[], bool]) -> Iterator[bytes]:
     pause = FIRST_POLL_SECONDS
     with open(path, "rb") as f:
         while True:
-            chunk = f.read(READ_SIZE)
-            if chunk:
+            if (yield from _drain(f, lines)):
                 pause = FIRST_POLL_SECONDS
-                out = lines.feed(chunk)
-                if out:
-                    yield out
-                continue
-            if finished():
-                while True:  # written between the last read and the end
-                    chunk = f.read(READ_SIZE)
-                    if not chunk:
-                        break
-                    out = lines.feed(chunk)
-                    if out:
-                        yield out
-                rest = lines.rest()
-                if rest:
-                    yield rest
-                return
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_SECONDS)
+            elif finished():
+                yield from _drain(f, lines)  # written between the last read and the end
+                break
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_SECONDS)
+    yield from _rest(lines)
+
+
+def _drain(f: BinaryIO, lines: LineBuffer) -> Generator[bytes, None, bool]:
+    """The whole lines of what ``f`` holds now; whether there was anything to read."""
+    read = False
+    while chunk := f.read(READ_SIZE):
+        read = True
+        out = lines.feed(chunk)
+        if out:
+            yield out
+    return read
+
+
+def _rest(lines: LineBuffer) -> Chunks:
+    rest = lines.rest()
+    if rest:
+        yield rest

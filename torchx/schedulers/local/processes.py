@@ -51,7 +51,7 @@ def stamp(pid: int) -> Optional[str]:
         import psutil
 
         return str(psutil.Process(pid).create_time())
-    except Exception:
+    except psutil.Error:
         return None
 
 
@@ -67,7 +67,7 @@ def is_ours(pid: object, pid_stamp: object) -> bool:
 
         p = psutil.Process(pid)
         return str(p.create_time()) == pid_stamp and p.status() != psutil.STATUS_ZOMBIE
-    except Exception:
+    except psutil.Error:
         return False
 
 
@@ -80,7 +80,7 @@ def set_child_subreaper() -> bool:
 
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except Exception:
+    except (OSError, AttributeError):  # no libc to load, or no prctl in it
         return False
 
 
@@ -93,7 +93,7 @@ def alive(pid: int) -> bool:
         import psutil
 
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:
+    except psutil.Error:
         return False
 
 
@@ -178,7 +178,7 @@ def _psutil_tag(pid: int) -> Optional[str]:
         import psutil
 
         return psutil.Process(pid).environ().get(REPLICA_ENV)
-    except Exception:
+    except psutil.Error:
         return None
 
 

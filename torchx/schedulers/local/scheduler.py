@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, cast
 
 from torchx.schedulers.api import (
     ENV_PROGRESS_FILE,
@@ -231,7 +231,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         app_log_dir = os.path.join(log_root, self.session_name, app_id)
         prepend_cwd = bool(cfg.get("prepend_cwd"))
         path_env = search_path(self._extra_paths)
-        provider = self._image_provider_class(dict(cfg))  # type: ignore[arg-type]
+        opts = cast(LocalOpts, dict(cfg))  # runopts checked the keys and types
+        provider = self._image_provider_class(opts)
         req = PopenRequest(
             app_id=app_id,
             log_dir=app_log_dir,
@@ -281,7 +282,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 dirs.append(rdir)
             req.role_params[role.name] = params
             req.role_log_dirs[role.name] = dirs
-        self.auto_set_CUDA_VISIBLE_DEVICES(req.role_params, app, cfg)  # type: ignore[arg-type]
+        self.auto_set_CUDA_VISIBLE_DEVICES(req.role_params, app, opts)
         return AppDryRunInfo(req, _format_request)
 
     def _cuda_device_count(self) -> int:

@@ -310,8 +310,8 @@ class Supervisor:
         """Handle the exits of ``targets`` (default: every replica); others wait."""
         self.collect()
         for r in self.running() if targets is None else targets:
-            if r.state == RUNNING and r.pid in self.exits:
-                self.on_exit(r, self.exits.pop(r.pid))  # type: ignore[arg-type]
+            if r.state == RUNNING and r.pid is not None and r.pid in self.exits:
+                self.on_exit(r, self.exits.pop(r.pid))
 
     def processes(self, targets: Optional[List[Replica]]) -> Set[int]:
         """Live processes of ``targets`` (all our descendants when None)."""

@@ -81,7 +81,7 @@ from torchx.specs import (
     macros,
     runopts,
 )
-from torchx.util.paths import torchx_home
+from torchx.util.paths import torchx_home, write_private
 from torchx.workspace.dir_workspace import DirWorkspaceMixin
 
 # how far back finished jobs are searched (sacct -S) by ``list`` and by idempotency tokens
@@ -114,13 +114,6 @@ HELD_REASON = "JobHeldUser"
 
 def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
@@ -210,8 +203,8 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         out = run([*req.cmd, f"--chdir={job_dir}", script], cwd=job_dir)
         job_id = out.strip().split(";")[0]
         record = json.dumps({"job_dir": job_dir, "app": req.app, "replicas": list(req.replicas)})
-        _write_private(self._record_path(job_id), record)
-        _write_private(Path(job_dir) / f"slurm-{job_id}.torchx.json", record)
+        write_private(self._record_path(job_id), record)
+        write_private(Path(job_dir) / f"slurm-{job_id}.torchx.json", record)
         return job_id
 
     def progress_path(self, app_id: str) -> Optional[str]:
@@ -401,10 +394,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         cancelled sees why), then ``scancel``; if that fails the job runs on, and the file
         goes (a later cancel is not a stall)."""
         path = Path(self._job_dir(app_id)) / f"slurm-{app_id}.stalled"
-        _write_private(path, reason)
+        write_private(path, reason)
         try:
             self.cancel(app_id)
-        except Exception:
+        except Exception:  # whatever kept the job running: no stall to report, then raised
             path.unlink(missing_ok=True)
             raise
 
