@@ -106,8 +106,7 @@ class TriggerPoller:
         weakref.WeakKeyDictionary()
     )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
         self._watches: Dict[Watch, None] = {}  # insertion-ordered set
         self._task: Optional[asyncio.Task[None]] = None
         self._wake = asyncio.Event()
@@ -121,7 +120,7 @@ class TriggerPoller:
         loop = asyncio.get_running_loop()
         poller = cls._by_loop.get(loop)
         if poller is None:
-            poller = cls._by_loop[loop] = cls(loop)
+            poller = cls._by_loop[loop] = cls()
         return poller
 
     def watch(
@@ -137,7 +136,8 @@ class TriggerPoller:
         if self._task is None or self._task.done():
             self._pool = _Pool(POOL_SIZE)
             # in a context of its own: the triggerer routes a log by the trigger's context
-            self._task = contextvars.Context().run(self._loop.create_task, self._run())
+            loop = asyncio.get_running_loop()
+            self._task = contextvars.Context().run(loop.create_task, self._run())
         return watch
 
     def unwatch(self, watch: Watch) -> None:
@@ -194,7 +194,7 @@ class TriggerPoller:
         try:
             sched = self._scheduler(key)
             runner = self._runner(key[1])
-            states = await pool.run(lambda: {a.app_id: a.state for a in sched.list()})
+            states = await pool.run(functools.partial(_list_states, runner, key[0], sched))
         except Exception as e:  # the scheduler cannot answer: its triggers fail, as they
             # did when each one's status check failed (their apps run on, for the retry)
             for watch in watches:
@@ -203,7 +203,7 @@ class TriggerPoller:
         now = time.monotonic()
         due: List[Tuple[Watch, Optional[AppState]]] = []
         for watch in watches:
-            state = states.get(parse_app_handle(watch.handle)[2])
+            state = states.get(parse_app_handle(watch.handle).app_id)
             ending = state is None or is_terminal(state)
             if not watch.ended and (ending or now >= watch.next_look):
                 watch.next_look = now + watch.poll_interval
@@ -240,6 +240,14 @@ class TriggerPoller:
         if runner is None:
             runner = self._runners[session] = get_runner(session)
         return runner
+
+
+def _list_states(runner: Runner, scheduler: str, sched: Scheduler) -> Dict[str, AppState]:
+    """Every app's state, by app id, in one scheduler call."""
+    # the Runner makes its scheduler client on first use: here, before the pool's threads
+    # use it at once (each would make one)
+    runner.scheduler_run_opts(scheduler)
+    return {app.app_id: app.state for app in sched.list()}
 
 
 def _look_all(
@@ -297,7 +305,7 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> None:
 def _new_lines(
     sched: Scheduler, watch: Watch, warnings: List[str], final: bool
 ) -> List[Tuple[str, str]]:
-    app_id = parse_app_handle(watch.handle)[2]
+    app_id = parse_app_handle(watch.handle).app_id
     lines: List[Tuple[str, str]] = []
     for cursor in watch.cursors:
         key = f"{cursor.role}/{cursor.replica}"
