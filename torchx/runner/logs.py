@@ -4,8 +4,9 @@ thread per replica (``tail_app_logs``), or on demand without any (``LogCursor``)
 from __future__ import annotations
 
 import itertools
+import os
 import threading
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional, Tuple
 
 from torchx.runner.api import Runner
 from torchx.schedulers.api import Stream
@@ -59,13 +60,30 @@ class LogCursor:
     log as it is now (``Scheduler.log_iter`` without tailing) and returns the lines after
     those it returned before (a last line still without its newline waits for it, unless
     ``final``). For a caller that polls many replicas from one place (the Airflow
-    triggerer's shared poller). The log is read from its start each time."""
+    triggerer's shared poller). The log is read from its start each time, so a caller
+    that knows the log's file asks ``grew()`` first."""
 
-    def __init__(self, role: str, replica: int, stream: Stream) -> None:
+    def __init__(
+        self, role: str, replica: int, stream: Stream, path: Optional[str] = None
+    ) -> None:
         self.role = role
         self.replica = replica
         self.stream = stream
+        self.path = path  # the file the log is read from, if known: ``grew`` stats it
         self.seen = 0  # lines returned so far
+        self._stat: Optional[Tuple[int, int]] = None
+
+    def grew(self) -> bool:
+        """Whether the log may have new lines: its file's size or mtime changed since the
+        last call (always True without a known file, or if it cannot be stat'ed)."""
+        if self.path is None:
+            return True
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        before, self._stat = self._stat, (st.st_size, st.st_mtime_ns)
+        return self._stat != before
 
     def read_new(self, lines: Iterable[str], final: bool = False) -> List[str]:
         """The new lines of ``lines`` (without their newlines)."""

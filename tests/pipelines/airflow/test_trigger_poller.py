@@ -107,3 +107,32 @@ def test_triggers_of_one_loop_share_one_list_per_round_and_a_fixed_pool(
             assert events[handle]["state"] == "SUCCEEDED", events[handle]
     assert 0 < peak[0] <= poller.POOL_SIZE, peak
     assert poll_until(_trigger_threads, lambda names: not names, 10, 0.1) == []
+
+
+def test_a_quiet_log_is_not_read_again(torchx_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica that printed once and then sleeps: its log file is stat'ed each round but
+    read only when it grew (first look), and once more at the end."""
+    from torchx.pipelines.airflow import poller
+    from torchx.pipelines.airflow.trigger import TorchXTrigger
+    from torchx.schedulers.local.scheduler import LocalScheduler
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    reads: List[int] = []
+    real_log_iter = LocalScheduler.log_iter
+
+    def counted_log_iter(self: LocalScheduler, *args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return real_log_iter(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalScheduler, "log_iter", counted_log_iter)
+    handle = _launch("echo one; sleep 4; echo two")
+    trigger = TorchXTrigger(handle, poll_interval=0.5, get_logs=True)
+
+    async def scenario() -> Any:
+        [event] = [e.payload async for e in trigger.run()]
+        return event, poller.TriggerPoller.of_running_loop().rounds
+
+    event, rounds = asyncio.run(asyncio.wait_for(scenario(), DEADLINE))
+    assert event["state"] == "SUCCEEDED" and event["streamed"] == {"sh/0": 2}, event
+    assert rounds >= 5, rounds  # the app slept through several rounds
+    assert len(reads) <= 3, (len(reads), rounds)  # "one", "two" and the end, not every round

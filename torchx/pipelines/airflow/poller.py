@@ -7,7 +7,8 @@ round per poll interval serves them all:
 - one ``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm, one read
   of the state directory on local_cwd) gives every app's state;
 - the log lines written since the last round are read in the same round (no thread per
-  replica), and so are progress reports;
+  replica; a log kept in a file that did not grow is not read), and so are progress
+  reports;
 - every call runs in a small fixed pool of daemon threads (``POOL_SIZE``), never on the
   loop and never one thread per trigger; a triggerer that stops never waits for one.
 
@@ -26,6 +27,7 @@ import concurrent.futures
 import contextvars
 import functools
 import logging
+import os
 import queue
 import threading
 import time
@@ -268,7 +270,7 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
                 look.ended = True  # not found
                 return look
             if not watch.seen:
-                _first_look(runner, sched, watch)
+                _first_look(runner, sched, watch, status.ui_url)
         state = status.state if status is not None else listed
         ended = status is not None and status.is_terminal()
         if not ended and watch.stall_timeout is not None and state is not None:
@@ -283,7 +285,7 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
     return look
 
 
-def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> None:
+def _first_look(runner: Runner, sched: Scheduler, watch: Watch, ui_url: Optional[str]) -> None:
     app = runner.describe(watch.handle)
     watch.stall_timeout = stall_timeout_of(app)
     if watch.progress_interval is not None:
@@ -293,13 +295,36 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> None:
         )
     if watch.get_logs and app is not None:
         streams = STREAMS_APART.get(sched.backend, (Stream.COMBINED,))
+        app_id = parse_app_handle(watch.handle).app_id
         watch.cursors = [
-            LogCursor(role.name, k, stream)
+            LogCursor(
+                role.name,
+                k,
+                stream,
+                path=_log_file(sched.backend, ui_url, app_id, role.name, k, stream),
+            )
             for role in app.roles
             for k in range(role.num_replicas)
             for stream in streams
         ]
     watch.seen = True
+
+
+def _log_file(
+    backend: str, ui_url: Optional[str], app_id: str, role: str, k: int, stream: Stream
+) -> Optional[str]:
+    """The file a replica's log is read from, where its scheduler keeps logs as files on
+    this machine (its ``ui_url`` is ``file://<dir>``): a stat then tells whether it grew,
+    so a quiet log is not read. None: read it each round."""
+    if not ui_url or not ui_url.startswith("file://"):
+        return None
+    root = ui_url[len("file://") :]
+    if backend == "local_cwd":  # {log_dir}/{role}/{replica}/{stream}.log
+        return os.path.join(root, role, str(k), f"{stream.value}.log")
+    if backend == "slurm":  # {job_dir}/slurm-{job}-{role}-{replica}.{out,err}
+        ext = "err" if stream == Stream.STDERR else "out"
+        return os.path.join(root, f"slurm-{app_id}-{role}-{k}.{ext}")
+    return None
 
 
 def _new_lines(
@@ -308,6 +333,8 @@ def _new_lines(
     app_id = parse_app_handle(watch.handle).app_id
     lines: List[Tuple[str, str]] = []
     for cursor in watch.cursors:
+        if not final and not cursor.grew():
+            continue
         key = f"{cursor.role}/{cursor.replica}"
         try:
             log = sched.log_iter(app_id, cursor.role, cursor.replica, streams=cursor.stream)
