@@ -125,6 +125,10 @@ class TriggerPoller:
             poller = cls._by_loop[loop] = cls()
         return poller
 
+    def unseen(self) -> int:
+        """How many watched apps have not had their first look yet (for benchmarks)."""
+        return sum(1 for w in self._watches if not w.seen and not w.ended)
+
     def watch(
         self,
         handle: str,
