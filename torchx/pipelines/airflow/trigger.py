@@ -22,9 +22,9 @@ Live logs: while the task is deferred, the trigger streams the job's new log lin
 instance's log (one ``.trigger.<job>.log`` file per triggerer, shown with the task's
 log), and a ``progress: ...`` line when the job's progress report changed, at most every
 ``progress_interval`` seconds. The event carries how many lines of each replica were
-streamed, so ``execute_complete`` copies only the rest. Lines are read once per poll
-interval (the poller's round), so they arrive in batches. A restarted triggerer's trigger
-streams each replica from its first line again (a trigger's kwargs are fixed when the task
+streamed, so ``execute_complete`` copies only the rest. Lines and progress are read once
+per poll interval (the poller's round), so they arrive in batches. A restarted
+triggerer's trigger streams each replica from its first line again (a trigger's kwargs are fixed when the task
 defers, so there is nowhere to keep an offset): after a triggerer restart the lines
 before it appear twice, none is lost.
 """
