@@ -12,9 +12,10 @@ round per poll interval serves them all:
 - every call runs in a small fixed pool of daemon threads (``POOL_SIZE``), never on the
   loop and never one thread per trigger; a triggerer that stops never waits for one.
 
-An app costs calls of its own only when it is first seen (its status and roles), when it
-ends (its final status, the rest of its logs, its last progress report) and, if it has a
-stall timeout, once a round to check for a stall (``torchx.runner.stall``).
+An app costs calls of its own only when it is first seen (one ``describe``: its roles,
+stall timeout and log files), when it ends (the rest of its logs, its last progress
+report, and its status unless the list's state says all: see ``_final_word``) and, if it
+has a stall timeout, once a round to check for a stall (``torchx.runner.stall``).
 
 The pool, the Runners and the scheduler clients live while the loop has triggers to
 serve, and are closed when the last one leaves.
@@ -47,6 +48,7 @@ from torchx.runner.stall import stall_timeout_of, stop_if_stalled
 from torchx.runtime.progress import Progress
 from torchx.schedulers.api import Scheduler, Stream
 from torchx.specs.api import (
+    AppDef,
     AppState,
     AppStatus,
     MalformedAppHandleException,
@@ -263,22 +265,25 @@ def _look_all(
 
 
 def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppState]) -> _Look:
-    """One app's part of a round (in a pool thread): its status where the list cannot
-    tell, its new log lines and its progress report."""
+    """One app's part of a round (in a pool thread): its description the first time, its
+    status where the list does not tell all, its new log lines and its progress report."""
     look = _Look()
     try:
+        if not watch.seen and not _first_look(runner, sched, watch):
+            look.ended = True  # not found
+            return look
         status: Optional[AppStatus] = None
-        if not watch.seen or listed is None or is_terminal(listed):
+        if listed is None or (is_terminal(listed) and not _final_word(listed, watch)):
             status = runner.status(watch.handle)  # ends the job's tracker run if it ended
             if status is None:
                 look.ended = True  # not found
                 return look
-            if not watch.seen:
-                _first_look(runner, sched, watch, status.ui_url)
+        elif is_terminal(listed):
+            status = AppStatus(state=listed)
         state = status.state if status is not None else listed
         ended = status is not None and status.is_terminal()
         if not ended and watch.stall_timeout is not None and state is not None:
-            stop_if_stalled(runner, watch.handle, state)  # seen FAILED next round if stopped
+            stop_if_stalled(runner, watch.handle, state)  # seen ended next round if stopped
         look.lines = _new_lines(sched, watch, look.warnings, final=ended)
         if watch.follower is not None and (ended or watch.follower.due()):
             look.progress = watch.follower.poll(force=ended)
@@ -289,15 +294,30 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
     return look
 
 
-def _first_look(runner: Runner, sched: Scheduler, watch: Watch, ui_url: Optional[str]) -> None:
-    app = runner.describe(watch.handle)
+def _final_word(listed: AppState, watch: Watch) -> bool:
+    """Whether the list's terminal state is all the event needs, so the app costs no call
+    of its own at its end: SUCCEEDED, or CANCELLED unless a stall stop may have kept a
+    reason beside it (the app is then FAILED). A failure's reason needs the app's status.
+    (The job's tracker run is then ended by ``execute_complete``'s status, in the worker.)"""
+    if listed == AppState.SUCCEEDED:
+        return True
+    return listed == AppState.CANCELLED and watch.stall_timeout is None
+
+
+def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
+    """Read what the app needs polled for (roles, stall timeout, its log files), in one
+    scheduler call; False if the scheduler does not know it."""
+    desc = sched.describe(parse_app_handle(watch.handle).app_id)
+    if desc is None:
+        return False
+    app = AppDef(name=desc.app_id, roles=desc.roles, metadata=desc.metadata)
     watch.stall_timeout = stall_timeout_of(app)
     if watch.progress_interval is not None:
         # the follower returns the report; the trigger logs it, on the loop
         watch.follower = core.ProgressFollower(
             runner, watch.handle, lambda _: None, watch.progress_interval
         )
-    if watch.get_logs and app is not None:
+    if watch.get_logs:
         streams = STREAMS_APART.get(sched.backend, (Stream.COMBINED,))
         app_id = parse_app_handle(watch.handle).app_id
         watch.cursors = [
@@ -305,13 +325,14 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch, ui_url: Optional
                 role.name,
                 k,
                 stream,
-                path=_log_file(sched.backend, ui_url, app_id, role.name, k, stream),
+                path=_log_file(sched.backend, desc.ui_url, app_id, role.name, k, stream),
             )
             for role in app.roles
             for k in range(role.num_replicas)
             for stream in streams
         ]
     watch.seen = True
+    return True
 
 
 def _log_file(
