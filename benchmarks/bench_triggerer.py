@@ -174,6 +174,7 @@ def child(args: argparse.Namespace) -> None:
             "worst_lag_all_s": lag["all"],
             "rounds": rounds,
             "squeue_per_round": (squeues / rounds) if rounds else None,
+            "squeue_per_poll": squeues / (window / POLL),
             "fired": {str(k): v for k, v in fired.items()},
             "states": sorted({str(p.get("state")) for p in payloads.values()})
             if payloads and isinstance(next(iter(payloads.values())), dict)
@@ -278,7 +279,9 @@ def _shim(work: Path) -> Dict[str, str]:
     return {"PATH": f"{shim}:{os.environ['PATH']}", "BENCH_SQUEUE_COUNT": str(count)}
 
 
-def run_case(case: str, n: int, logs: bool, window: float) -> Dict[str, Any]:
+def run_case(
+    case: str, n: int, logs: bool, window: float, torchx_path: Optional[str] = None
+) -> Dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"torchx-bench-triggerer-{case}-"))
     os.environ["TORCHX_HOME"] = str(work / "home")
     os.environ["TORCHX_TRACKERS"] = ""
@@ -297,6 +300,8 @@ def run_case(case: str, n: int, logs: bool, window: float) -> Dict[str, Any]:
         launch_s = time.monotonic() - t
         (work / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, **_shim(work)}
+        if torchx_path:  # another torchx's trigger (e.g. ``git archive`` of a commit)
+            env["PYTHONPATH"] = torchx_path
         cmd = [sys.executable, __file__, "--child", str(work / "spec.json")]
         cmd += ["--window", str(window)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
@@ -321,6 +326,7 @@ def run_case(case: str, n: int, logs: bool, window: float) -> Dict[str, Any]:
             delay_median_s=delays[len(delays) // 2] if delays else None,
             delay_max_s=delays[-1] if delays else None,
             load=os.getloadavg()[0],
+            torchx=torchx_path or "this",
         )
         return result
     finally:
@@ -344,15 +350,17 @@ CASES = [
 
 def _row(r: Dict[str, Any]) -> str:
     name = {"datetime": "Airflow `DateTimeTrigger`", "local_cwd": "local_cwd", "slurm": "Slurm"}
+    version = "" if r.get("torchx", "this") == "this" else " (before)"
     logs = "lines/s" if r["logs"] else "quiet"
-    squeue = "" if r.get("squeue_per_round") is None else f"{r['squeue_per_round']:.2f}"
+    per_poll = r.get("squeue_per_poll", r.get("squeue_per_round"))
+    squeue = f"{per_poll:.1f}" if r["case"] == "slurm" and per_poll is not None else "-"
     delay = (
         f"{r['delay_median_s']:.1f} / {r['delay_max_s']:.1f}"
         if r.get("delay_max_s") is not None
         else "-"
     )
     return (
-        f"| {name[r['case']]} | {r['n']} | {logs} | {r['cpu_cores']:.3f} "
+        f"| {name[r['case']]}{version} | {r['n']} | {logs} | {r['cpu_cores']:.3f} "
         f"| {r['cpu_ms_per_stage_s']:.3f} | {r['peak_threads']} | {r['rss_mb']:.0f} "
         f"| {r['worst_lag_window_s']:.3f} / {r['worst_lag_all_s']:.3f} | {squeue} "
         f"| {delay} | {r['events']}/{r['n']} | {r['load']:.1f} |"
@@ -370,7 +378,7 @@ def write(results: List[Dict[str, Any]], path: Path) -> str:
         "to its trigger's event, median / max.",
         "",
         "| triggers | N | apps' output | CPU (cores) | CPU ms per stage per s "
-        "| peak threads | RSS (MB) | worst lag (s) | squeue per poll | delay (s) | events "
+        "| peak threads | RSS (MB) | worst lag (s) | squeue per 5 s | delay (s) | events "
         "| load |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *[_row(r) for r in results],
@@ -388,6 +396,7 @@ def main() -> None:
     parser.add_argument("--logs", action="store_true")
     parser.add_argument("--window", type=float, default=WINDOW)
     parser.add_argument("--no-write", action="store_true", help="print, do not write RESULTS")
+    parser.add_argument("--torchx-path", help="run the triggers of the torchx found here")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -395,7 +404,7 @@ def main() -> None:
     cases = [(args.case, args.n, args.logs)] if args.case else CASES
     results = []
     for case, n, logs in cases:
-        result = run_case(case, n, logs, args.window)
+        result = run_case(case, n, logs, args.window, args.torchx_path)
         print(json.dumps(result), flush=True)
         results.append(result)
     if not args.no_write:
