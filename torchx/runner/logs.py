@@ -63,9 +63,7 @@ class LogCursor:
     triggerer's shared poller). The log is read from its start each time, so a caller
     that knows the log's file asks ``grew()`` first."""
 
-    def __init__(
-        self, role: str, replica: int, stream: Stream, path: Optional[str] = None
-    ) -> None:
+    def __init__(self, role: str, replica: int, stream: Stream, path: Optional[str] = None) -> None:
         self.role = role
         self.replica = replica
         self.stream = stream

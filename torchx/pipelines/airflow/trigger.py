@@ -24,9 +24,9 @@ log), and a ``progress: ...`` line when the job's progress report changed, at mo
 ``progress_interval`` seconds. The event carries how many lines of each replica were
 streamed, so ``execute_complete`` copies only the rest. Lines and progress are read once
 per poll interval (the poller's round), so they arrive in batches. A restarted
-triggerer's trigger streams each replica from its first line again (a trigger's kwargs are fixed when the task
-defers, so there is nowhere to keep an offset): after a triggerer restart the lines
-before it appear twice, none is lost.
+triggerer's trigger streams each replica from its first line again (a trigger's kwargs
+are fixed when the task defers, so there is nowhere to keep an offset): after a
+triggerer restart the lines before it appear twice, none is lost.
 """
 
 from __future__ import annotations
