@@ -376,7 +376,9 @@ def write(results: List[Dict[str, Any]], path: Path) -> str:
         f"`benchmarks/bench_triggerer.py`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
         f"{os.cpu_count()} cores shared with other work (load average in the last column, "
         f"1 min, at the case's end). Poll interval {POLL:g} s; a {WINDOW:g} s steady window "
-        "after every trigger started. CPU: the triggerer process and its subprocesses "
+        "after every trigger started and had its first look. The triggerer process runs at "
+        f"nice {NICE} (here the N apps and their supervisors share its cores; in a deployment "
+        "they run elsewhere). CPU: the triggerer process and its subprocesses "
         "(`squeue`, `sacct`). Lag: the loop's worst overshoot of a 0.1 s sleep, in the "
         "window / over the whole run (start-up of N triggers included). Delay: app's end "
         "to its trigger's event, median / max.",

@@ -27,7 +27,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
-import logging
 import os
 import queue
 import threading
@@ -56,8 +55,6 @@ from torchx.specs.api import (
     is_terminal,
     parse_app_handle,
 )
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -157,7 +154,12 @@ class TriggerPoller:
         try:
             while self._watches:
                 started = time.monotonic()
-                await self._round()
+                try:
+                    await self._round()
+                except Exception as e:  # a round that breaks fails its triggers rather
+                    # than leaving them to wait for ever
+                    for watch in list(self._watches):
+                        self._apply(watch, _Look(error=e))
                 if not self._watches:
                     break
                 tick = min(w.poll_interval for w in self._watches)
@@ -187,10 +189,8 @@ class TriggerPoller:
         for watch in list(self._watches):
             try:
                 scheduler, session, _ = parse_app_handle(watch.handle)
-            except (
-                MalformedAppHandleException
-            ) as e:  # a malformed handle fails its own trigger only
-                self._apply(watch, _Look(error=e))
+            except MalformedAppHandleException as e:
+                self._apply(watch, _Look(error=e))  # fails its own trigger only
                 continue
             groups.setdefault((scheduler, session or DEFAULT_SESSION_NAME), []).append(watch)
         await asyncio.gather(*(self._poll(key, watches) for key, watches in groups.items()))
