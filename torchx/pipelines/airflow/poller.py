@@ -59,6 +59,8 @@ from torchx.specs.api import (
 T = TypeVar("T")
 
 POOL_SIZE = 4
+# triggers woken per step of the loop after a round (each logs what the round found)
+WAKE_BATCH = 50
 _Future = concurrent.futures.Future[Any]
 # schedulers whose "combined" log is stdout then stderr, not one log in write order: each
 # stream is followed on its own (a line counted in one must not shift the other)
@@ -220,9 +222,13 @@ class TriggerPoller:
         found = await asyncio.gather(
             *(pool.run(functools.partial(_look_all, runner, sched, chunk)) for chunk in chunks)
         )
+        applied = 0
         for chunk, looks in zip(chunks, found, strict=True):
             for (watch, _), look in zip(chunk, looks, strict=True):
                 self._apply(watch, look)
+                applied += 1
+                if applied % WAKE_BATCH == 0:
+                    await asyncio.sleep(0)  # the woken triggers log, then the loop breathes
 
     def _apply(self, watch: Watch, look: _Look) -> None:
         watch.lines.extend(look.lines)
