@@ -87,12 +87,14 @@ def _count(path: Optional[str]) -> int:
 
 def child(args: argparse.Namespace) -> None:
     """Run N triggers in one loop with Airflow's TriggerRunner; print one JSON line."""
-    import logging
-
-    logging.disable(logging.WARNING)  # the triggers' task logs: not routed anywhere here
-    from airflow.jobs.triggerer_job_runner import TriggerRunner
+    from airflow.sdk.log import configure_logging
 
     spec = json.loads(Path(args.child).read_text())
+    # as the triggerer's runner process logs: JSON lines to its supervisor (here a file)
+    log_file = open(Path(args.child).parent / "triggerer.log", "wb")  # noqa: SIM115
+    configure_logging(json_output=True, output=log_file, sending_to_supervisor=True)
+    from airflow.jobs.triggerer_job_runner import TriggerRunner
+
     handles: List[str] = spec["handles"]
     counter = os.environ.get("BENCH_SQUEUE_COUNT")
 
