@@ -1,11 +1,16 @@
-"""Follow every replica's log of an app at once (used by the pipeline adapters)."""
+"""Follow the replicas' logs of an app (used by the pipeline adapters): all at once with a
+thread per replica (``tail_app_logs``), or on demand without any (``LogCursor``)."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, Iterable, List, Optional, Tuple
 
 from torchx.runner.api import Runner
+from torchx.schedulers.api import Stream
+from torchx.schedulers.local.logs import LogLines, split_text
 
 
 def tail_app_logs(
@@ -48,3 +53,59 @@ def tail_app_logs(
                 return list(errors)
             t.join(timeout=0.5)  # wakes up for signals (Ctrl-C, SIGTERM) and ``stop``
     return errors
+
+
+class LogCursor:
+    """One log (a replica's stream) read on demand, with no thread: ``read_new`` is given the
+    log as it is now (``Scheduler.log_iter`` without tailing) and returns the lines after
+    those it returned before (a last line still without its newline waits for it, unless
+    ``final``). For a caller that polls many replicas from one place (the Airflow
+    triggerer's shared poller). The log is read from its start each time, so a caller
+    that knows the log's file asks ``grew()`` first."""
+
+    def __init__(self, role: str, replica: int, stream: Stream, path: Optional[str] = None) -> None:
+        self.role = role
+        self.replica = replica
+        self.stream = stream
+        self.path = path  # the file the log is read from, if known: ``grew`` stats it
+        self.seen = 0  # lines returned so far
+        self._stat: Optional[Tuple[int, int]] = None
+
+    def grew(self) -> bool:
+        """Whether the log may have new lines: its file's size or mtime changed since the
+        last call (always True without a known file, or if it cannot be stat'ed)."""
+        if self.path is None:
+            return True
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        before, self._stat = self._stat, (st.st_size, st.st_mtime_ns)
+        return self._stat != before
+
+    def read_new(self, lines: Iterable[str], final: bool = False) -> List[str]:
+        """The new lines of ``lines`` (without their newlines)."""
+        new = _after(lines, self.seen)
+        if new and not final and not new[-1].endswith("\n"):
+            new.pop()
+        self.seen += len(new)
+        return [line.rstrip("\n") for line in new]
+
+
+def _after(lines: Iterable[str], skip: int) -> List[str]:
+    """The lines of ``lines`` after the first ``skip``; a local log is skipped by counting
+    newlines in its large blocks rather than line by line."""
+    if not isinstance(lines, LogLines):
+        return list(itertools.islice(lines, skip, None))
+    out: List[str] = []
+    for block in lines.blocks():
+        if skip:
+            count = block.count("\n") + (0 if block.endswith("\n") else 1)
+            if count <= skip:
+                skip -= count
+                continue
+            out.extend(split_text(block)[skip:])
+            skip = 0
+        else:
+            out.extend(split_text(block))
+    return out

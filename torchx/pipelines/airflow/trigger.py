@@ -12,41 +12,44 @@ Lifecycle, as Airflow 3.3 defines it for triggers:
   land in that await and ``on_kill`` never runs. So the trigger starts the cancel itself
   the moment the user-action cancellation reaches it (no await before), and ``on_kill``
   joins that one cancel (or starts it, if the cancellation reached Airflow first);
-- status checks run in a daemon thread, so a triggerer that stops never waits for one.
+- status checks, log reads and progress reads run in the poller that every trigger of the
+  triggerer's loop shares (``poller.TriggerPoller``): one scheduler query per poll interval
+  for all of them, in a small pool of daemon threads, so a triggerer that stops never
+  waits for one, and a thousand deferred stages cost no thread each.
 
 Live logs: while the task is deferred, the trigger streams the job's new log lines
 (``role/replica`` prefixed) into its ``self.log``, which Airflow 3 writes to the task
 instance's log (one ``.trigger.<job>.log`` file per triggerer, shown with the task's
 log), and a ``progress: ...`` line when the job's progress report changed, at most every
 ``progress_interval`` seconds. The event carries how many lines of each replica were
-streamed, so ``execute_complete`` copies only the rest. A restarted triggerer's trigger
-streams each replica from its first line again (a trigger's kwargs are fixed when the task
-defers, so there is nowhere to keep an offset): after a triggerer restart the lines
-before it appear twice, none is lost.
+streamed, so ``execute_complete`` copies only the rest. Lines and progress are read once
+per poll interval (the poller's round), so they arrive in batches, one log record each. A restarted
+triggerer's trigger streams each replica from its first line again (a trigger's kwargs
+are fixed when the task defers, so there is nowhere to keep an offset): after a
+triggerer restart the lines before it appear twice, none is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-# imported here, in the triggerer's loop thread, before any of the trigger's threads start:
+# imported here, in the triggerer's loop thread, before any of the poller's threads start:
 # two threads first-importing torchx.runner at once can get a partially initialized module
 from torchx.pipelines import core
+from torchx.pipelines.airflow.poller import TriggerPoller, Watch
 from torchx.runner.api import get_runner
-from torchx.runner.logs import tail_app_logs
-
-T = TypeVar("T")
 
 # the message Airflow's triggerer cancels a trigger's task with when a user acted on the task
 # (``_USER_ACTION_CANCEL_MSG`` in airflow/jobs/triggerer_job_runner.py); its own stop or
 # restart cancels with none
 USER_ACTION = "__airflow_user_action__"
+# replica lines logged per record (see ``_write``)
+LINES_PER_RECORD = 1000
 
 
 class TorchXTrigger(BaseTrigger):
@@ -86,40 +89,28 @@ class TorchXTrigger(BaseTrigger):
             },
         )
 
-    def _status(self) -> Any:
-        """The app's status once terminal, or after ``poll_interval`` (a local app's end
-        wakes this at once)."""
-        with get_runner() as runner:
-            return runner.wait(
-                self.app_handle, wait_interval=self.poll_interval, timeout=self.poll_interval
-            )
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # lines come from reader threads through this queue and are logged on the loop: the
-        # triggerer routes a trigger's log by context variables, which threads do not have
-        lines: asyncio.Queue[Tuple[str, str]] = asyncio.Queue()
-        stop = threading.Event()
-        readers = self._start_readers(asyncio.get_running_loop(), lines, stop)
-        with get_runner() as runner:  # the progress follower's, closed before the event
-            follower = self._follower(runner)
-            try:
-                status = await self._wait(lines, follower)
-            except BaseException as e:  # cancelled (triggerer stop, task killed): readers end
-                stop.set()
-                if self._killed_by_user(e):
-                    self._start_cancel()  # before any await: see the module's docstring
-                raise
-            if status is not None and readers is not None:
-                # the app ended: its readers reach the end of its logs; log what is left
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._drain_until(readers, lines), 30)
-            self._log_lines(lines)
-            if follower is not None and status is not None:
-                await self._progress(follower, final=True)  # the last report
-        if status is None:
+        poller = TriggerPoller.of_running_loop()
+        watch = poller.watch(
+            self.app_handle, self.poll_interval, self.get_logs, self.progress_interval
+        )
+        try:
+            while not watch.ended:
+                await watch.changed.wait()
+                watch.changed.clear()
+                self._log_news(watch)
+        except BaseException as e:  # cancelled (triggerer stop, task killed)
+            if self._killed_by_user(e):
+                self._start_cancel()  # before any await: see the module's docstring
+            raise
+        finally:
+            poller.unwatch(watch)
+        if watch.error is not None:
+            raise watch.error
+        if watch.status is None:
             yield TriggerEvent(self._event("UNKNOWN", "app not found"))
             return
-        yield TriggerEvent(self._event(str(status.state), core.failure_summary(status)))
+        yield TriggerEvent(self._event(str(watch.status.state), core.failure_summary(watch.status)))
 
     def _event(self, state: str, message: str) -> Dict[str, Any]:
         return {
@@ -129,93 +120,26 @@ class TorchXTrigger(BaseTrigger):
             "streamed": dict(self.streamed),
         }
 
-    async def _wait(self, lines: asyncio.Queue[Tuple[str, str]], follower: Any) -> Any:
-        """The terminal status (None: app not found), logging lines and progress meanwhile."""
-        status_check = asyncio.ensure_future(off_loop(self._status))
-        try:
-            while True:
-                getter = asyncio.ensure_future(lines.get())
-                done, _ = await asyncio.wait(
-                    {status_check, getter}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if getter in done:
-                    self._write(getter.result())
-                else:
-                    getter.cancel()
-                self._log_lines(lines)
-                if follower is not None and follower.due():
-                    await self._progress(follower)
-                if status_check in done:
-                    status = status_check.result()
-                    if status is None or status.is_terminal():
-                        return status
-                    status_check = asyncio.ensure_future(off_loop(self._status))
-        finally:
-            status_check.cancel()
-
-    async def _progress(self, follower: Any, final: bool = False) -> None:
-        """Log the job's progress report if it changed."""
-        report = await off_loop(lambda: follower.poll(force=final))
-        if report is not None:
+    def _log_news(self, watch: Watch) -> None:
+        """Log what the poller found since the last call: replica lines (counted: the
+        counts go into the event), warnings and progress reports."""
+        for start in range(0, len(watch.lines), LINES_PER_RECORD):
+            self._write(watch.lines[start : start + LINES_PER_RECORD])
+        for warning in watch.warnings:
+            self.log.warning("%s", warning)
+        for report in watch.progress:
             self.log.info("%s", core.progress_line(report))
+        watch.lines.clear()
+        watch.warnings.clear()
+        watch.progress.clear()
 
-    def _follower(self, runner: Any) -> Any:
-        if self.progress_interval is None:
-            return None
-
-        # the follower returns the report; it is logged here, on the loop
-        return core.ProgressFollower(
-            runner, self.app_handle, lambda _: None, self.progress_interval
-        )
-
-    def _log_lines(self, lines: asyncio.Queue[Tuple[str, str]]) -> None:
-        while not lines.empty():
-            self._write(lines.get_nowait())
-
-    def _write(self, item: Tuple[str, str]) -> None:
-        """Log one replica line and count it (the counts go into the event)."""
-        key, line = item
-        self.streamed[key] = self.streamed.get(key, 0) + 1
-        self.log.info("%s %s", key, line)
-
-    async def _drain_until(
-        self, readers: threading.Thread, lines: asyncio.Queue[Tuple[str, str]]
-    ) -> None:
-        while readers.is_alive():
-            await asyncio.sleep(0.2)
-            self._log_lines(lines)
-
-    def _start_readers(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        lines: asyncio.Queue[Tuple[str, str]],
-        stop: threading.Event,
-    ) -> Optional[threading.Thread]:
-        """Follow every replica's log in a daemon thread (None without ``get_logs``); each
-        line goes to ``lines`` and is counted in ``streamed``. A stopped trigger's thread
-        ends within a second (each replica's reader at its next line, or the app's end)."""
-        if not self.get_logs:
-            return None
-
-        def emit(role: str, k: int, line: str) -> None:
-            if stop.is_set():
-                raise _Stopped()
-            loop.call_soon_threadsafe(lines.put_nowait, (f"{role}/{k}", line))
-
-        def follow() -> None:
-            errors: List[BaseException] = []
-            try:
-                with get_runner() as runner:
-                    errors = tail_app_logs(runner, self.app_handle, emit, True, stop)
-            except Exception as e:
-                errors = [e]
-            for error in errors:  # (a thread's log goes to the triggerer's own log)
-                if not isinstance(error, (_Stopped, RuntimeError)):
-                    self.log.warning("could not read logs of %s: %s", self.app_handle, error)
-
-        thread = threading.Thread(target=follow, name="torchx-trigger-logs", daemon=True)
-        thread.start()
-        return thread
+    def _write(self, lines: List[Tuple[str, str]]) -> None:
+        """Log replica lines as one record (a log call costs the loop about 0.3 ms: a
+        thousand stages printing a line a second would cost a core one call a line) and
+        count them."""
+        for key, _ in lines:
+            self.streamed[key] = self.streamed.get(key, 0) + 1
+        self.log.info("%s", "\n".join(f"{key} {line}" for key, line in lines))
 
     def _killed_by_user(self, error: BaseException) -> bool:
         """Whether ``error`` is Airflow's cancellation for a user's action on the task, by
@@ -253,35 +177,3 @@ class TorchXTrigger(BaseTrigger):
     def _cancel(self) -> None:
         with get_runner() as runner:
             core.cancel_quietly(runner, self.app_handle)
-
-
-class _Stopped(Exception):
-    """Ends a stopped trigger's log readers."""
-
-
-async def off_loop(fn: Callable[[], T]) -> T:
-    """``fn()`` in a daemon thread: unlike ``asyncio.to_thread``, a triggerer that stops
-    (its loop closes, its process exits) never waits for a blocking scheduler call."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: Any, error: Optional[BaseException]) -> None:
-        if future.done():  # the awaiting trigger was cancelled
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def work() -> None:
-        try:
-            result, error = fn(), None
-        except BaseException as e:  # noqa: B036 - handed to the awaiting coroutine
-            result, error = None, e
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop closed: nobody waits any more
-            pass
-
-    threading.Thread(target=work, name="torchx-trigger", daemon=True).start()
-    return await future

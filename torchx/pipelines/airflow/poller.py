@@ -1,0 +1,412 @@
+"""The poller shared by the ``TorchXTrigger``s of one event loop (one Airflow triggerer).
+
+A triggerer holds up to ``[triggerer] capacity`` (1,000) triggers in one loop. Polling
+each app on its own costs a thread and a scheduler query per trigger per poll; here one
+round per poll interval serves them all:
+
+- one ``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm, one read
+  of the state directory on local_cwd) gives every app's state;
+- the log lines written since the last round are read in the same round (no thread per
+  replica; a log kept in a file that did not grow is not read), and so are progress
+  reports;
+- every call runs in a small fixed pool of daemon threads (``POOL_SIZE``), never on the
+  loop and never one thread per trigger; a triggerer that stops never waits for one.
+
+An app costs calls of its own only when it is first seen (one ``describe``: its roles,
+stall timeout and log files), when it ends (the rest of its logs, its last progress
+report, and its status unless the list's state says all: see ``_final_word``) and, if it
+has a stall timeout, once a round to check for a stall (``torchx.runner.stall``).
+
+The pool, the Runners and the scheduler clients live while the loop has triggers to
+serve, and are closed when the last one leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import os
+import queue
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+from torchx.pipelines import core
+from torchx.runner.api import (
+    DEFAULT_SESSION_NAME,
+    Runner,
+    get_runner,
+    get_scheduler_factories,
+)
+from torchx.runner.logs import LogCursor
+from torchx.runner.stall import stall_timeout_of, stop_if_stalled
+from torchx.runtime.progress import Progress
+from torchx.schedulers.api import Scheduler, Stream
+from torchx.specs.api import (
+    AppDef,
+    AppState,
+    AppStatus,
+    MalformedAppHandleException,
+    UnknownSchedulerException,
+    is_terminal,
+    parse_app_handle,
+)
+
+T = TypeVar("T")
+
+POOL_SIZE = 4
+# triggers woken per step of the loop after a round (each logs what the round found)
+WAKE_BATCH = 50
+_Future = concurrent.futures.Future[Any]
+# schedulers whose "combined" log is stdout then stderr, not one log in write order: each
+# stream is followed on its own (a line counted in one must not shift the other)
+STREAMS_APART = {"slurm": (Stream.STDOUT, Stream.STDERR)}
+
+
+@dataclass(eq=False)
+class Watch:
+    """One trigger's app, as the poller sees it; the trigger reads it when ``changed``."""
+
+    handle: str
+    poll_interval: float
+    get_logs: bool
+    progress_interval: Optional[float]
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    lines: List[Tuple[str, str]] = field(default_factory=list)  # ("role/replica", line)
+    progress: List[Progress] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    ended: bool = False  # then ``status`` (None: app not found) or ``error``
+    status: Optional[AppStatus] = None
+    error: Optional[BaseException] = None
+    # the poller's, touched by one pool thread at a time (one round at a time)
+    seen: bool = False
+    cursors: List[LogCursor] = field(default_factory=list)
+    stall_timeout: Optional[float] = None
+    follower: Optional[core.ProgressFollower] = None
+    next_look: float = 0.0
+
+
+@dataclass
+class _Look:
+    """What one round found for one watch (made in a pool thread, applied on the loop)."""
+
+    lines: List[Tuple[str, str]] = field(default_factory=list)
+    progress: Optional[Progress] = None
+    warnings: List[str] = field(default_factory=list)
+    ended: bool = False
+    status: Optional[AppStatus] = None
+    error: Optional[BaseException] = None
+
+
+class TriggerPoller:
+    """One per event loop (``of_running_loop``); triggers ``watch`` and ``unwatch``."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TriggerPoller] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(self) -> None:
+        self._watches: Dict[Watch, None] = {}  # insertion-ordered set
+        self._task: Optional[asyncio.Task[None]] = None
+        self._wake = asyncio.Event()
+        self._pool: Optional[_Pool] = None
+        self._runners: Dict[str, Runner] = {}  # by session
+        self._schedulers: Dict[Tuple[str, str], Scheduler] = {}  # by (scheduler, session)
+        self.rounds = 0  # poll rounds so far (for benchmarks)
+
+    @classmethod
+    def of_running_loop(cls) -> TriggerPoller:
+        loop = asyncio.get_running_loop()
+        poller = cls._by_loop.get(loop)
+        if poller is None:
+            poller = cls._by_loop[loop] = cls()
+        return poller
+
+    def unseen(self) -> int:
+        """How many watched apps have not had their first look yet (for benchmarks)."""
+        return sum(1 for w in self._watches if not w.seen and not w.ended)
+
+    def watch(
+        self,
+        handle: str,
+        poll_interval: float,
+        get_logs: bool,
+        progress_interval: Optional[float] = None,
+    ) -> Watch:
+        """Poll ``handle`` from the next round on, until ``unwatch``."""
+        watch = Watch(handle, poll_interval, get_logs, progress_interval)
+        self._watches[watch] = None
+        if self._task is None or self._task.done():
+            self._pool = _Pool(POOL_SIZE)
+            # in a context of its own: the triggerer routes a log by the trigger's context
+            loop = asyncio.get_running_loop()
+            self._task = contextvars.Context().run(loop.create_task, self._run())
+        return watch
+
+    def unwatch(self, watch: Watch) -> None:
+        self._watches.pop(watch, None)
+        if not self._watches:
+            self._wake.set()  # the poller ends now rather than after its interval
+
+    async def _run(self) -> None:
+        try:
+            while self._watches:
+                started = time.monotonic()
+                try:
+                    await self._round()
+                except Exception as e:  # a round that breaks fails its triggers rather
+                    # than leaving them to wait for ever
+                    for watch in list(self._watches):
+                        self._apply(watch, _Look(error=e))
+                if not self._watches:
+                    break
+                tick = min(w.poll_interval for w in self._watches)
+                self._wake.clear()
+                delay = max(0.0, started + tick - time.monotonic())
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+        finally:  # no await from the last check of ``_watches`` on: a new watch restarts it
+            self._close()
+
+    def _close(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool = None
+        for sched in self._schedulers.values():
+            sched.close()
+        for runner in self._runners.values():
+            runner.close()
+        self._schedulers.clear()
+        self._runners.clear()
+
+    async def _round(self) -> None:
+        self.rounds += 1
+        groups: Dict[Tuple[str, str], List[Watch]] = {}
+        for watch in list(self._watches):
+            try:
+                scheduler, session, _ = parse_app_handle(watch.handle)
+            except MalformedAppHandleException as e:
+                self._apply(watch, _Look(error=e))  # fails its own trigger only
+                continue
+            groups.setdefault((scheduler, session or DEFAULT_SESSION_NAME), []).append(watch)
+        await asyncio.gather(*(self._poll(key, watches) for key, watches in groups.items()))
+
+    async def _poll(self, key: Tuple[str, str], watches: List[Watch]) -> None:
+        """One scheduler's round: its list, then each due app's own calls in the pool."""
+        pool = self._pool
+        assert pool is not None
+        try:
+            sched = self._scheduler(key)
+            runner = self._runner(key[1])
+            states = await pool.run(functools.partial(_list_states, runner, key[0], sched))
+        except Exception as e:  # the scheduler cannot answer: its triggers fail, as they
+            # did when each one's status check failed (their apps run on, for the retry)
+            for watch in watches:
+                self._apply(watch, _Look(error=e))
+            return
+        now = time.monotonic()
+        due: List[Tuple[Watch, Optional[AppState]]] = []
+        for watch in watches:
+            state = states.get(parse_app_handle(watch.handle).app_id)
+            ending = state is None or is_terminal(state)
+            if not watch.ended and (ending or now >= watch.next_look):
+                watch.next_look = now + watch.poll_interval
+                due.append((watch, state))
+        chunks = [due[i::POOL_SIZE] for i in range(min(POOL_SIZE, len(due)))]
+        found = await asyncio.gather(
+            *(pool.run(functools.partial(_look_all, runner, sched, chunk)) for chunk in chunks)
+        )
+        applied = 0
+        for chunk, looks in zip(chunks, found, strict=True):
+            for (watch, _), look in zip(chunk, looks, strict=True):
+                self._apply(watch, look)
+                applied += 1
+                if applied % WAKE_BATCH == 0:
+                    await asyncio.sleep(0)  # the woken triggers log, then the loop breathes
+
+    def _apply(self, watch: Watch, look: _Look) -> None:
+        watch.lines.extend(look.lines)
+        watch.warnings.extend(look.warnings)
+        if look.progress is not None:
+            watch.progress.append(look.progress)
+        if look.error is not None or look.ended:
+            watch.ended, watch.status, watch.error = True, look.status, look.error
+        if look.lines or look.warnings or look.progress is not None or watch.ended:
+            watch.changed.set()
+
+    def _scheduler(self, key: Tuple[str, str]) -> Scheduler:
+        sched = self._schedulers.get(key)
+        if sched is None:
+            factories = get_scheduler_factories()
+            if key[0] not in factories:
+                raise UnknownSchedulerException(key[0], sorted(factories))
+            sched = self._schedulers[key] = factories[key[0]](key[1])
+        return sched
+
+    def _runner(self, session: str) -> Runner:
+        runner = self._runners.get(session)
+        if runner is None:
+            runner = self._runners[session] = get_runner(session)
+        return runner
+
+
+def _list_states(runner: Runner, scheduler: str, sched: Scheduler) -> Dict[str, AppState]:
+    """Every app's state, by app id, in one scheduler call."""
+    # the Runner makes its scheduler client on first use: here, before the pool's threads
+    # use it at once (each would make one)
+    runner.scheduler_run_opts(scheduler)
+    return {app.app_id: app.state for app in sched.list()}
+
+
+def _look_all(
+    runner: Runner, sched: Scheduler, due: List[Tuple[Watch, Optional[AppState]]]
+) -> List[_Look]:
+    return [_look(runner, sched, watch, state) for watch, state in due]
+
+
+def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppState]) -> _Look:
+    """One app's part of a round (in a pool thread): its description the first time, its
+    status where the list does not tell all, its new log lines and its progress report."""
+    look = _Look()
+    try:
+        if not watch.seen and not _first_look(runner, sched, watch):
+            look.ended = True  # not found
+            return look
+        status: Optional[AppStatus] = None
+        if listed is None or (is_terminal(listed) and not _final_word(listed, watch)):
+            status = runner.status(watch.handle)  # ends the job's tracker run if it ended
+            if status is None:
+                look.ended = True  # not found
+                return look
+        elif is_terminal(listed):
+            status = AppStatus(state=listed)
+        state = status.state if status is not None else listed
+        ended = status is not None and status.is_terminal()
+        if not ended and watch.stall_timeout is not None and state is not None:
+            stop_if_stalled(runner, watch.handle, state)  # seen ended next round if stopped
+        look.lines = _new_lines(sched, watch, look.warnings, final=ended)
+        if watch.follower is not None and (ended or watch.follower.due()):
+            look.progress = watch.follower.poll(force=ended)
+        if ended:
+            look.ended, look.status = True, status
+    except Exception as e:  # handed to the trigger, which fails (its app runs on)
+        look.error = e
+    return look
+
+
+def _final_word(listed: AppState, watch: Watch) -> bool:
+    """Whether the list's terminal state is all the event needs, so the app costs no call
+    of its own at its end: SUCCEEDED, or CANCELLED unless a stall stop may have kept a
+    reason beside it (the app is then FAILED). A failure's reason needs the app's status.
+    (The job's tracker run is then ended by ``execute_complete``'s status, in the worker.)"""
+    if listed == AppState.SUCCEEDED:
+        return True
+    return listed == AppState.CANCELLED and watch.stall_timeout is None
+
+
+def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
+    """Read what the app needs polled for (roles, stall timeout, its log files), in one
+    scheduler call; False if the scheduler does not know it."""
+    desc = sched.describe(parse_app_handle(watch.handle).app_id)
+    if desc is None:
+        return False
+    app = AppDef(name=desc.app_id, roles=desc.roles, metadata=desc.metadata)
+    watch.stall_timeout = stall_timeout_of(app)
+    if watch.progress_interval is not None:
+        # the follower returns the report; the trigger logs it, on the loop
+        watch.follower = core.ProgressFollower(
+            runner, watch.handle, lambda _: None, watch.progress_interval
+        )
+    if watch.get_logs:
+        streams = STREAMS_APART.get(sched.backend, (Stream.COMBINED,))
+        app_id = parse_app_handle(watch.handle).app_id
+        watch.cursors = [
+            LogCursor(
+                role.name,
+                k,
+                stream,
+                path=_log_file(sched.backend, desc.ui_url, app_id, role.name, k, stream),
+            )
+            for role in app.roles
+            for k in range(role.num_replicas)
+            for stream in streams
+        ]
+    watch.seen = True
+    return True
+
+
+def _log_file(
+    backend: str, ui_url: Optional[str], app_id: str, role: str, k: int, stream: Stream
+) -> Optional[str]:
+    """The file a replica's log is read from, where its scheduler keeps logs as files on
+    this machine (its ``ui_url`` is ``file://<dir>``): a stat then tells whether it grew,
+    so a quiet log is not read. None: read it each round."""
+    if not ui_url or not ui_url.startswith("file://"):
+        return None
+    root = ui_url[len("file://") :]
+    if backend == "local_cwd":  # {log_dir}/{role}/{replica}/{stream}.log
+        return os.path.join(root, role, str(k), f"{stream.value}.log")
+    if backend == "slurm":  # {job_dir}/slurm-{job}-{role}-{replica}.{out,err}
+        ext = "err" if stream == Stream.STDERR else "out"
+        return os.path.join(root, f"slurm-{app_id}-{role}-{k}.{ext}")
+    return None
+
+
+def _new_lines(
+    sched: Scheduler, watch: Watch, warnings: List[str], final: bool
+) -> List[Tuple[str, str]]:
+    app_id = parse_app_handle(watch.handle).app_id
+    lines: List[Tuple[str, str]] = []
+    for cursor in watch.cursors:
+        if not final and not cursor.grew():
+            continue
+        key = f"{cursor.role}/{cursor.replica}"
+        try:
+            log = sched.log_iter(app_id, cursor.role, cursor.replica, streams=cursor.stream)
+            lines += [(key, line) for line in cursor.read_new(log, final)]
+        except Exception as e:  # a log that cannot be read is reported, never fatal
+            warnings.append(f"could not read logs of {watch.handle} ({key}): {e}")
+    return lines
+
+
+class _Pool:
+    """``size`` daemon threads running calls for the loop: unlike ``ThreadPoolExecutor``'s,
+    a triggerer that stops (its loop closes, its process exits) never waits for them."""
+
+    def __init__(self, size: int) -> None:
+        self._jobs: queue.SimpleQueue[Optional[Tuple[Callable[[], Any], _Future]]] = (
+            queue.SimpleQueue()
+        )
+        self._size = size
+        for i in range(size):
+            name = f"torchx-trigger-poll-{i}"
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return await asyncio.wrap_future(future)
+
+    def stop(self) -> None:
+        """Each thread ends after its current call."""
+        for _ in range(self._size):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, future = job
+            if not future.set_running_or_notify_cancel():  # its awaiter was cancelled
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # noqa: B036 - handed to the awaiting coroutine
+                future.set_exception(e)
