@@ -5,11 +5,15 @@ resource-hours, progress reports at their steps, and a stalled job's reason.
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -23,6 +27,7 @@ from torchx.runtime.progress import PROGRESS_KEYS
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs.api import parse_app_handle
 from torchx.specs.states import is_terminal
+from torchx.trackers.mlflow_rest import MlflowRest
 
 DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
 
@@ -378,3 +383,100 @@ def test_a_progress_read_over_rest_downloads_no_per_step_metric_history(
     report = progress_from_metrics(latest)
     assert report is not None and (report.step, report.total) == (300, 1000), report
     assert report.metrics == {"loss": 0.25}
+
+
+# 40 reports in ~4 s; the rank sends what it queued every second (the default is 5 s)
+FORTY_REPORTS = (
+    "import os, time\n"
+    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '1'\n"
+    "from torchx.trackers import report_progress\n"
+    "for i in range(1, 41):\n"
+    "    report_progress(i, total=40, loss=1.0 / i); time.sleep(0.1)\n"
+)
+
+
+def assert_every_report_is_on_the_run_at_its_own_step(uri: str) -> None:
+    """A tracked job's rank 0 sends every report (the waiter adds none): 40 steps of ``loss``
+    and ``progress_step``, each at its step, at increasing times."""
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", FORTY_REPORTS], "local_cwd")
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+        assert runner.progress(handle) is not None  # the file stays for `torchx status`
+    run = the_run(uri, handle)
+    losses = sorted(history(uri, run, "loss"), key=lambda p: p.step)
+    assert [p.step for p in losses] == list(range(1, 41))
+    assert all(p.value == pytest.approx(1.0 / p.step) for p in losses)
+    times = [p.timestamp for p in losses]
+    assert times == sorted(times) and len(set(times)) > 20, times  # their own times
+    steps = history(uri, run, "progress_step")
+    assert sorted(p.step for p in steps) == list(range(1, 41))  # once each: no duplicates
+
+
+def test_a_tracked_job_leaves_every_report_on_its_run(store: str) -> None:
+    assert_every_report_is_on_the_run_at_its_own_step(store)
+
+
+@pytest.fixture()
+def counting_proxy(mlflow_http_server: str) -> Iterator[Tuple[str, List[bytes]]]:
+    """A proxy in front of the shared MLflow server: its url and the body of each
+    ``runs/log-batch`` request that went through it."""
+    batches: List[bytes] = []
+
+    class Forward(http.server.BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path.endswith("/runs/log-batch"):
+                batches.append(body)
+            headers = {"Content-Type": self.headers.get("Content-Type") or "application/json"}
+            request = urllib.request.Request(
+                mlflow_http_server + self.path, body or None, headers, method=self.command
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    status, data = answer.status, answer.read()
+            except urllib.error.HTTPError as e:
+                status, data = e.code, e.read()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _forward
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", batches
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_over_http_the_reports_arrive_in_a_handful_of_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counting_proxy: Tuple[str, List[bytes]]
+) -> None:
+    url, batches = counting_proxy
+    _store(tmp_path, monkeypatch, url)
+    assert_every_report_is_on_the_run_at_its_own_step(url)
+    progress = [b for b in batches if b"progress_step" in b]
+    assert 1 <= len(progress) <= 15, len(progress)  # ~5 at 1 s, never one per report
+
+
+def test_over_http_a_batch_past_the_servers_limit_is_split(
+    counting_proxy: Tuple[str, List[bytes]],
+) -> None:
+    url, batches = counting_proxy
+    rest = MlflowRest(url)
+    run_id = rest.create_run(rest.experiment_id("torchx-batch-split"), "split", {}, {}, 0)
+    rows = [("loss", 1.0 / step, 1_700_000_000_000 + step, step) for step in range(1, 2501)]
+    rest.log_metric_rows(run_id, rows)
+    assert len(batches) == 3  # 1000 + 1000 + 500: MLflow's limit per request
+    from mlflow import MlflowClient
+
+    assert len(MlflowClient(url).get_metric_history(run_id, "loss")) == 2500

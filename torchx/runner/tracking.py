@@ -30,7 +30,12 @@ from typing import (
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
 from torchx.runner.tracker_session import TrackerSession, error_reason
-from torchx.runtime.progress import PROGRESS_KEYS, Progress, progress_from_metrics
+from torchx.runtime.progress import (
+    PROGRESS_KEYS,
+    Progress,
+    progress_from_metrics,
+    ranks_send_progress,
+)
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
@@ -266,12 +271,19 @@ class JobRecorder:
 
     def progress_due(self, handle: str) -> bool:
         watch = self._watched.get(handle)
-        return bool(watch and watch.trackers and time.monotonic() >= watch.next_log)
+        return bool(
+            watch
+            and watch.trackers
+            and not ranks_send_progress(watch.env)
+            and time.monotonic() >= watch.next_log
+        )
 
     def progress(self, handle: str, report: Optional[Progress]) -> None:
-        """Log ``report`` at its step unless that step is on the run already."""
+        """Log ``report`` at its step unless that step is on the run already, or the job's
+        rank 0 sends every report itself (``ranks_send_progress``): the waiter samples
+        only a job that is not tracked from its ranks."""
         watch = self._watched.get(handle)
-        if watch is None:
+        if watch is None or ranks_send_progress(watch.env):
             return
         if report is None or report.step == watch.logged_step or report.from_tracker:
             return  # nothing new (or the rank sent it to the run itself): look again later

@@ -5,11 +5,12 @@ so it is one small atomic file write (write a temp file, rename), at most every
 ``MIN_INTERVAL`` seconds, with no import beyond the stdlib and no network. The launcher
 tells the job where to write through ``TORCHX_PROGRESS_FILE`` (``local_cwd``:
 ``progress.json`` in the app's directory; a scheduler with a shared job directory, e.g.
-Slurm, points it there). Without that variable, in a tracked job (``TORCHX_TRACKERS``,
-e.g. on Kubernetes or AWS Batch) the reports go to the job's tracker run instead: a thread
-sends the newest one every ``TORCHX_PROGRESS_INTERVAL`` s (default 5) as the metrics
-``progress_step``, ``progress_total``, ``progress_rate`` and the given ones, and the final
-step at once; readers then find them there (``progress_from_metrics``).
+Slurm, points it there). In a tracked job (``TORCHX_TRACKERS`` and ``TORCHX_JOB_ID``),
+every report also goes to the job's tracker run, each at its own step and time: a thread
+sends those queued since its last send in one batched call every
+``TORCHX_PROGRESS_INTERVAL`` s (default 5), and the final step at once, as the metrics
+``progress_step``, ``progress_total``, ``progress_rate`` and the given ones; readers
+without a file find the last one there (``progress_from_metrics``).
 
 Only rank 0 counts (``RANK`` as torchrun sets it; a process outside torchrun counts), so
 a multi-rank job reports once per step. Errors are logged once and then ignored.
@@ -29,7 +30,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ PROGRESS_KEYS = ("progress_step", "progress_total", "progress_rate")
 MIN_INTERVAL = 0.05
 # the rate is measured over the last this-many written reports
 RATE_WINDOW = 16
+# reports waiting for the tracker run at most (past that the oldest are dropped)
+MAX_QUEUED = 10_000
 
 __all__ = [
     "ENV_PROGRESS_FILE",
@@ -160,17 +163,21 @@ def progress_from_metrics(latest: Mapping[str, Tuple[float, int]]) -> Optional[P
 
 
 class _TrackerSender:
-    """Sends a rank's newest report to the job's tracker run from a thread of its own, so a
-    slow or unreachable store never holds a training step; the final step is waited for
-    (bounded), since the process may exit right after it."""
+    """Sends every report of a rank to the job's tracker run, each at its own step and time,
+    from a thread of its own so a slow or unreachable store never holds a training step:
+    every ``TORCHX_PROGRESS_INTERVAL`` s the reports queued since the last send go in one
+    batched call, and a final report at once (waited for, bounded: the process may exit
+    right after it). At most ``MAX_QUEUED`` wait; past that the oldest are dropped (one
+    warning). A batch the store refuses is dropped too (one warning)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.pending: Optional[Progress] = None
+        self.queued: Deque[Progress] = deque(maxlen=MAX_QUEUED)
         self.last_sent: Optional[Progress] = None
         self.urgent = False  # a final report waits: send it now
         self.thread: Optional[threading.Thread] = None
         self.warned = False
+        self.warned_full = False
         try:
             self.interval = max(0.1, float(os.environ.get(ENV_PROGRESS_INTERVAL, "5")))
         except ValueError:
@@ -178,7 +185,13 @@ class _TrackerSender:
 
     def offer(self, report: Progress, final: bool) -> None:
         with self.cond:
-            self.pending = report
+            if len(self.queued) == MAX_QUEUED and not self.warned_full:
+                self.warned_full = True
+                logger.warning(
+                    "report_progress: %d reports wait for the tracker; dropping the oldest",
+                    MAX_QUEUED,
+                )
+            self.queued.append(report)
             if self.thread is None:
                 self.thread = threading.Thread(
                     target=self._loop, name="torchx-progress", daemon=True
@@ -193,19 +206,21 @@ class _TrackerSender:
         while True:
             with self.cond:
                 self.cond.wait_for(lambda: self.urgent, self.interval)
-                report, self.pending, self.urgent = self.pending, None, False
-            if report is None:
+                batch, self.urgent = list(self.queued), False
+                self.queued.clear()
+            if not batch:
                 continue
-            self._send(report)
+            self._send(batch)
             with self.cond:
-                self.last_sent = report
+                self.last_sent = batch[-1]
                 self.cond.notify_all()
 
-    def _send(self, report: Progress) -> None:
+    def _send(self, batch: List[Progress]) -> None:
         try:
             from torchx.trackers.api import app_run_from_env
 
-            app_run_from_env().log_metrics(report.as_metrics(), report.step)
+            steps = [(r.as_metrics(), r.step, int(r.time * 1000)) for r in batch]
+            app_run_from_env().log_metrics_batch(steps)
         except Exception as e:  # never break training over a progress report
             if not self.warned:
                 self.warned = True
@@ -222,14 +237,13 @@ class _Reporter:
         self.last_write = 0.0
         self.history: Deque[Tuple[float, int]] = deque(maxlen=RATE_WINDOW)
         self.warned = False
-        self.sender: Optional[_TrackerSender] = None  # no progress file: the tracker run
+        self.sender: Optional[_TrackerSender] = None  # a tracked job: the tracker run too
 
     def _setup(self) -> bool:
         if self.enabled is None:
             rank0 = os.environ.get("RANK", "0").strip() in ("0", "")
             self.path = os.environ.get(ENV_PROGRESS_FILE) or None
-            tracked = bool(os.environ.get("TORCHX_TRACKERS") and os.environ.get("TORCHX_JOB_ID"))
-            if rank0 and not self.path and tracked:
+            if rank0 and ranks_send_progress(os.environ):
                 self.sender = _TrackerSender()
             self.enabled = rank0 and bool(self.path or self.sender)
         return bool(self.enabled)
@@ -242,23 +256,31 @@ class _Reporter:
             return  # another thread of this rank is writing: never wait
         try:
             final = total is not None and step >= total
-            if now - self.last_write < MIN_INTERVAL and not final:
-                return
-            self.history.append((now, step))
-            t0, s0 = self.history[0]
+            write = final or now - self.last_write >= MIN_INTERVAL
+            if write:
+                self.history.append((now, step))
+            t0, s0 = self.history[0] if self.history else (now, step)
             rate = (step - s0) / (now - t0) if now > t0 and step >= s0 else None
             report = Progress(step, total, now, rate, _numbers(metrics))
-            self.last_write = now
-            if self.sender is not None:
+            if self.sender is not None:  # every report, not only the written ones
                 self.sender.offer(report, final)
-                return
-            _write_atomic(self.path, json.dumps(report.to_json()))  # type: ignore[arg-type]
+            if write:
+                self.last_write = now
+                if self.path:
+                    _write_atomic(self.path, json.dumps(report.to_json()))
         except Exception as e:  # never break training over a progress report
             if not self.warned:
                 self.warned = True
                 logger.warning("report_progress: cannot write %s (%s); ignoring", self.path, e)
         finally:
             self.lock.release()
+
+
+def ranks_send_progress(env: Mapping[str, str]) -> bool:
+    """Whether a job with ``env`` is tracked from its ranks (``TORCHX_TRACKERS`` and
+    ``TORCHX_JOB_ID``): then rank 0 sends every report to the job's run itself, and a
+    waiting Runner logs none (no duplicate points)."""
+    return bool(env.get("TORCHX_TRACKERS") and env.get("TORCHX_JOB_ID"))
 
 
 def _numbers(metrics: Dict[str, Any]) -> Dict[str, float]:

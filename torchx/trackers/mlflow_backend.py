@@ -21,12 +21,13 @@ import os
 import re
 import shutil
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from torchx.trackers.api import (
     JobRun,
     Latest,
     OpenedRun,
+    StepMetrics,
     TrackerArtifact,
     TrackerBase,
     TrackerConfigError,
@@ -271,6 +272,11 @@ class MLflowTracker(TrackerBase):
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
         self.store.log_run_metrics(self._ensure(run_id), metrics, now_ms(), step or 0)
+
+    def log_metrics_batch(self, run_id: str, batch: Sequence[StepMetrics]) -> None:
+        rows = [(k, float(v), ts, step) for metrics, step, ts in batch for k, v in metrics.items()]
+        if rows:
+            self.store.log_metric_rows(self._ensure(run_id), rows)
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         rid = self._ensure(run_id)

@@ -8,13 +8,14 @@ import json
 import os
 import re
 import time
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-from torchx.trackers.api import Latest, TrackerConfigError
+from torchx.trackers.api import Latest, MetricRow, TrackerConfigError
 from torchx.trackers.mlflow_http import HttpSettings, redact
 
 API = "/api/2.0/mlflow"
 BATCH = 100  # params per log-batch request (the server's limit)
+METRICS_BATCH = 1000  # metrics per log-batch request (the server's limit)
 
 
 class MlflowRestError(TrackerConfigError):
@@ -178,10 +179,14 @@ class MlflowRest:
     def log_run_metrics(
         self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
     ) -> None:
-        rows = [
-            {"key": k, "value": float(v), "timestamp": ts, "step": step} for k, v in metrics.items()
-        ]
-        self._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
+        self.log_metric_rows(run_id, [(k, float(v), ts, step) for k, v in metrics.items()])
+
+    def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None:
+        """One log-batch request per ``METRICS_BATCH`` rows."""
+        items = [{"key": k, "value": v, "timestamp": ts, "step": step} for k, v, ts, step in rows]
+        for i in range(0, len(items), METRICS_BATCH):
+            batch = {"run_id": run_id, "metrics": items[i : i + METRICS_BATCH]}
+            self._call("POST", API + "/runs/log-batch", batch)
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         body = {"run_id": run_id, "status": status, "end_time": end_ms or int(time.time() * 1000)}
