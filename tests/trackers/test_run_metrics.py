@@ -480,3 +480,24 @@ def test_over_http_a_batch_past_the_servers_limit_is_split(
     from mlflow import MlflowClient
 
     assert len(MlflowClient(url).get_metric_history(run_id, "loss")) == 2500
+
+
+@pytest.mark.parametrize("path", ["sqlite", "rest", "mlflow_client"])
+def test_a_batch_of_rows_lands_each_at_its_own_step_and_time(
+    tmp_path: Path, mlflow_http_server: str, path: str
+) -> None:
+    """``log_metric_rows`` (what ``log_metrics_batch`` sends): every row at its step and time,
+    through the sqlite store, REST and the MlflowClient fallback alike."""
+    from mlflow import MlflowClient
+
+    from torchx.trackers.mlflow_backend import MLflowTracker
+    from torchx.trackers.mlflow_store import ClientStore
+
+    uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri)
+    store = ClientStore(lambda: tracker.client) if path == "mlflow_client" else tracker.store
+    run_id = store.create_run(store.experiment_id("batch"), "b", {}, {}, 1_000_000)
+    t0 = 1_700_000_000_000
+    store.log_metric_rows(run_id, [("loss", 1.0 / s, t0 + s, s) for s in range(1, 31)])
+    rows = MlflowClient(uri).get_metric_history(run_id, "loss")
+    assert sorted((p.step, p.timestamp) for p in rows) == [(s, t0 + s) for s in range(1, 31)]
