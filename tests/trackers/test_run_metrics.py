@@ -385,36 +385,87 @@ def test_a_progress_read_over_rest_downloads_no_per_step_metric_history(
     assert report.metrics == {"loss": 0.25}
 
 
-# 40 reports in ~4 s; the rank sends what it queued every second (the default is 5 s)
+# 40 reports in ~20 s, at the default send interval (10 s)
 FORTY_REPORTS = (
-    "import os, time\n"
-    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '1'\n"
+    "import time\n"
     "from torchx.trackers import report_progress\n"
     "for i in range(1, 41):\n"
-    "    report_progress(i, total=40, loss=1.0 / i); time.sleep(0.1)\n"
+    "    report_progress(i, total=40, loss=1.0 / i); time.sleep(0.5)\n"
 )
 
 
-def assert_every_report_is_on_the_run_at_its_own_step(uri: str) -> None:
-    """A tracked job's rank 0 sends every report (the waiter adds none): 40 steps of ``loss``
-    and ``progress_step``, each at its step, at increasing times."""
+def assert_every_report_is_on_the_run_at_its_own_step(uri: str, code: str, steps: int) -> Any:
+    """Every report is on the job's run: ``steps`` points of ``loss`` and ``progress_step``,
+    each at its own step, at increasing times of their own. Returns the run."""
     with get_runner() as runner:
-        handle = runner.run_component("utils.python", ["--c", FORTY_REPORTS], "local_cwd")
+        handle = runner.run_component("utils.python", ["--c", code], "local_cwd")
         status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
         assert status is not None and status.state == specs.AppState.SUCCEEDED, status
         assert runner.progress(handle) is not None  # the file stays for `torchx status`
     run = the_run(uri, handle)
     losses = sorted(history(uri, run, "loss"), key=lambda p: p.step)
-    assert [p.step for p in losses] == list(range(1, 41))
+    assert [p.step for p in losses] == list(range(1, steps + 1))
     assert all(p.value == pytest.approx(1.0 / p.step) for p in losses)
     times = [p.timestamp for p in losses]
-    assert times == sorted(times) and len(set(times)) > 20, times  # their own times
-    steps = history(uri, run, "progress_step")
-    assert sorted(p.step for p in steps) == list(range(1, 41))  # once each: no duplicates
+    assert times == sorted(times) and len(set(times)) == steps, times  # their own times
+    progress_steps = history(uri, run, "progress_step")
+    assert sorted(p.step for p in progress_steps) == list(range(1, steps + 1))  # once each
+    return run
 
 
 def test_a_tracked_job_leaves_every_report_on_its_run(store: str) -> None:
-    assert_every_report_is_on_the_run_at_its_own_step(store)
+    assert_every_report_is_on_the_run_at_its_own_step(store, FORTY_REPORTS, 40)
+
+
+def test_what_is_queued_when_the_main_thread_ends_is_sent_before_the_exit(store: str) -> None:
+    """No total (so no final report) and a send interval longer than the job: the reports go
+    in one batch as the interpreter exits, all of them, not only the file's last one (which
+    is what the waiter would fill in)."""
+    code = (
+        "import os, time\n"
+        "os.environ['TORCHX_PROGRESS_INTERVAL'] = '3600'\n"
+        "from torchx.trackers import report_progress\n"
+        "for i in range(1, 21):\n"
+        "    report_progress(i, loss=1.0 / i); time.sleep(0.06)\n"
+    )
+    assert_every_report_is_on_the_run_at_its_own_step(store, code, 20)
+
+
+# killed before its first batch left (due in an hour): the run has none of its reports
+KILLED_BEFORE_ITS_BATCH = (
+    "import os, signal, time\n"
+    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '3600'\n"
+    "from torchx.trackers import report_progress\n"
+    "for i in range(1, 8):\n"
+    "    report_progress(i, total=10, loss=1.0 / i); time.sleep(0.1)\n"
+    "os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+
+@pytest.mark.parametrize("over", ["sqlite", "http"])
+def test_a_rank_killed_before_it_sent_its_reports_leaves_its_last_step_filled_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_http_server: str, over: str
+) -> None:
+    """The waiter sees the app end, finds the run without the progress file's last report,
+    and logs it at its own step and time."""
+    (tmp_path / "store").mkdir()
+    uri = (
+        f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}" if over == "sqlite" else mlflow_http_server
+    )
+    _store(tmp_path, monkeypatch, uri)
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", KILLED_BEFORE_ITS_BATCH], "local_cwd")
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.FAILED, status
+        report = runner.progress(handle)
+    assert report is not None and report.step == 7 and not report.from_tracker, report
+    run = the_run(uri, handle)
+    assert run.info.status == "FAILED"
+    (point,) = history(uri, run, "progress_step")  # the rank sent none: the waiter's one
+    assert (point.step, point.value, point.timestamp) == (7, 7.0, report.time_ms)
+    (loss,) = history(uri, run, "loss")
+    assert (loss.step, loss.value) == (7, pytest.approx(1.0 / 7))
+    assert run.data.metrics["progress_total"] == 10
 
 
 @pytest.fixture()
@@ -458,14 +509,18 @@ def counting_proxy(mlflow_http_server: str) -> Iterator[Tuple[str, List[bytes]]]
         server.server_close()
 
 
-def test_over_http_the_reports_arrive_in_a_handful_of_batches(
+def test_over_http_the_reports_arrive_in_a_few_batches_a_minute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counting_proxy: Tuple[str, List[bytes]]
 ) -> None:
     url, batches = counting_proxy
     _store(tmp_path, monkeypatch, url)
-    assert_every_report_is_on_the_run_at_its_own_step(url)
+    run = assert_every_report_is_on_the_run_at_its_own_step(url, FORTY_REPORTS, 40)
     progress = [b for b in batches if b"progress_step" in b]
-    assert 1 <= len(progress) <= 15, len(progress)  # ~5 at 1 s, never one per report
+    points = history(url, run, "progress_step")
+    span_s = (max(p.timestamp for p in points) - min(p.timestamp for p in points)) / 1000
+    # one batch per 10 s interval, the final step's, and what is left at the exit: never
+    # one request per report
+    assert 1 <= len(progress) <= span_s / 10 + 3 and len(progress) < 10, (len(progress), span_s)
 
 
 def test_over_http_a_batch_past_the_servers_limit_is_split(

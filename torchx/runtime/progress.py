@@ -6,11 +6,12 @@ so it is one small atomic file write (write a temp file, rename), at most every
 tells the job where to write through ``TORCHX_PROGRESS_FILE`` (``local_cwd``:
 ``progress.json`` in the app's directory; a scheduler with a shared job directory, e.g.
 Slurm, points it there). In a tracked job (``TORCHX_TRACKERS`` and ``TORCHX_JOB_ID``),
-every report also goes to the job's tracker run, each at its own step and time: a thread
-sends those queued since its last send in one batched call every
-``TORCHX_PROGRESS_INTERVAL`` s (default 5), and the final step at once, as the metrics
-``progress_step``, ``progress_total``, ``progress_rate`` and the given ones; readers
-without a file find the last one there (``progress_from_metrics``).
+every report also goes to the job's tracker run, each at its own step and time, as the
+metrics ``progress_step``, ``progress_total``, ``progress_rate`` and the given ones: a
+thread sends those queued since its last send in one batched call every
+``TORCHX_PROGRESS_INTERVAL`` s (default 10, so a store sees a few requests a minute per
+job), the final step at once, and what is left when the main thread ends; readers without
+a file find the last one there (``progress_from_metrics``).
 
 Only rank 0 counts (``RANK`` as torchrun sets it; a process outside torchrun counts), so
 a multi-rank job reports once per step. Errors are logged once and then ignored.
@@ -35,9 +36,9 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 logger = logging.getLogger(__name__)
 
 ENV_PROGRESS_FILE = "TORCHX_PROGRESS_FILE"
-# seconds between sends to the tracker run (when there is no progress file)
+# seconds between batched sends to the tracker run
 ENV_PROGRESS_INTERVAL = "TORCHX_PROGRESS_INTERVAL"
-# a final report waits at most this long for its send (the process may exit right after)
+# at the main thread's end, the interpreter's exit waits at most this long for the last send
 FINAL_SEND_WAIT = 10.0
 _METRIC_NAME = re.compile(r"[\w\-. /:]{1,250}")  # names MLflow accepts
 PROGRESS_KEYS = ("progress_step", "progress_total", "progress_rate")
@@ -80,6 +81,11 @@ class Progress:
             if _METRIC_NAME.fullmatch(key) and key not in out:
                 out[key] = float(value)
         return {k: v for k, v in out.items() if math.isfinite(v)}
+
+    @property
+    def time_ms(self) -> int:
+        """When it was reported, as the tracker run records it (epoch ms)."""
+        return int(self.time * 1000)
 
     def age(self, now: Optional[float] = None) -> float:
         """Seconds since the report."""
@@ -166,22 +172,25 @@ class _TrackerSender:
     """Sends every report of a rank to the job's tracker run, each at its own step and time,
     from a thread of its own so a slow or unreachable store never holds a training step:
     every ``TORCHX_PROGRESS_INTERVAL`` s the reports queued since the last send go in one
-    batched call, and a final report at once (waited for, bounded: the process may exit
-    right after it). At most ``MAX_QUEUED`` wait; past that the oldest are dropped (one
-    warning). A batch the store refuses is dropped too (one warning)."""
+    batched call. A final report is sent at once without waiting for it; when the main
+    thread ends, the interpreter's exit waits at most ``FINAL_SEND_WAIT`` s for what is
+    still queued (a rank killed before that loses its queue; whoever waits on the job then
+    fills in the last report from the progress file, ``JobRecorder``). At
+    most ``MAX_QUEUED`` wait; past that the oldest are dropped (one warning). A batch the
+    store refuses is dropped too (one warning)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.queued: Deque[Progress] = deque(maxlen=MAX_QUEUED)
-        self.last_sent: Optional[Progress] = None
-        self.urgent = False  # a final report waits: send it now
-        self.thread: Optional[threading.Thread] = None
+        self.sending = False  # a batch is on its way
+        self.urgent = False  # flush: send what is queued now
+        self.started = False
         self.warned = False
         self.warned_full = False
         try:
-            self.interval = max(0.1, float(os.environ.get(ENV_PROGRESS_INTERVAL, "5")))
+            self.interval = max(0.1, float(os.environ.get(ENV_PROGRESS_INTERVAL, "10")))
         except ValueError:
-            self.interval = 5.0
+            self.interval = 10.0
 
     def offer(self, report: Progress, final: bool) -> None:
         with self.cond:
@@ -192,15 +201,24 @@ class _TrackerSender:
                     MAX_QUEUED,
                 )
             self.queued.append(report)
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._loop, name="torchx-progress", daemon=True
-                )
-                self.thread.start()
-            if final:
-                self.urgent = True
-                self.cond.notify_all()
-                self.cond.wait_for(lambda: self.last_sent is report, FINAL_SEND_WAIT)
+            if not self.started:
+                self.started = True
+                threading.Thread(target=self._loop, name="torchx-progress", daemon=True).start()
+                # not a daemon: it holds the interpreter's exit for the last flush (bounded)
+                threading.Thread(target=self._flush_at_exit, name="torchx-progress-exit").start()
+        if final:
+            self.flush(0.0)  # never hold training: the exit waits for it if it must
+
+    def flush(self, timeout: float) -> bool:
+        """Send what is queued now; wait at most ``timeout`` s for it (False: not sent yet)."""
+        with self.cond:
+            self.urgent = True
+            self.cond.notify_all()
+            return self.cond.wait_for(lambda: not self.queued and not self.sending, timeout)
+
+    def _flush_at_exit(self) -> None:
+        threading.main_thread().join()  # returns when the main thread ends (interpreter exit)
+        self.flush(FINAL_SEND_WAIT)
 
     def _loop(self) -> None:
         while True:
@@ -208,18 +226,18 @@ class _TrackerSender:
                 self.cond.wait_for(lambda: self.urgent, self.interval)
                 batch, self.urgent = list(self.queued), False
                 self.queued.clear()
-            if not batch:
-                continue
-            self._send(batch)
+                self.sending = bool(batch)
+            if batch:
+                self._send(batch)
             with self.cond:
-                self.last_sent = batch[-1]
+                self.sending = False
                 self.cond.notify_all()
 
     def _send(self, batch: List[Progress]) -> None:
         try:
             from torchx.trackers.api import app_run_from_env
 
-            steps = [(r.as_metrics(), r.step, int(r.time * 1000)) for r in batch]
+            steps = [(r.as_metrics(), r.step, r.time_ms) for r in batch]
             app_run_from_env().log_metrics_batch(steps)
         except Exception as e:  # never break training over a progress report
             if not self.warned:

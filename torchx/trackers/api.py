@@ -231,9 +231,15 @@ class TrackerBackend(Protocol):
     def close_job_run(
         self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
     ) -> None: ...
-    # tags, and metrics at ``step``, on the job's run (where the backend keeps them)
+    # tags, and metrics at ``step`` taken at ``timestamp_ms`` (None: now), on the job's run
+    # (where the backend keeps them)
     def log_job_run(
-        self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int,
+        tags: Mapping[str, str],
+        timestamp_ms: Optional[int] = None,
     ) -> None: ...
     # each metric's newest value by time (keys not in ``by_time``: may be the highest step's)
     def job_run_latest(
@@ -283,7 +289,7 @@ class FactoryBackend:
             return  # its submit failed: the run was never recorded, there is nothing to end
         self.tracker().end_run(job_id, status)
 
-    def log_job_run(self, *_: Any) -> None: ...
+    def log_job_run(self, *_: Any, **__: Any) -> None: ...
 
     def job_run_latest(self, *_: Any) -> Optional[Latest]:
         return None

@@ -408,13 +408,18 @@ class MlflowBackend:
         self._store_of(run_id).terminate(run_id, status, end_ms)
 
     def log_job_run(
-        self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int,
+        tags: Mapping[str, str],
+        timestamp_ms: Optional[int] = None,
     ) -> None:
         store = self._store_of(run_id)
         for key, value in tags.items():
             store.tag_run(run_id, key, value)
         if metrics:
-            store.log_run_metrics(run_id, metrics, now_ms(), step)
+            store.log_run_metrics(run_id, metrics, timestamp_ms or now_ms(), step)
 
     def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         return dict(self._store_of(run_id).latest_metrics(run_id, by_time))
