@@ -291,9 +291,10 @@ class JobRecorder:
         look finds a run that a watcher recorded (its hours) and ended: its end stands."""
         roles, env, trackers = self._job(handle, roles)
         report = functools.partial(self._report, handle)  # read only if it is recorded
-        recorded = self.ended(handle, trackers, env, roles, state, msg, report)
+        seen = time.time()  # one end for the hours and the run (recording takes time)
+        recorded = self.ended(handle, trackers, env, roles, state, msg, report, seen)
         if trackers and not (recorded and self._run_ended(trackers, handle, env)):
-            self._session.close_job_run(trackers, handle, env, state)
+            self._session.close_job_run(trackers, handle, env, state, int(seen * 1000))
 
     def ended(
         self,
@@ -304,9 +305,11 @@ class JobRecorder:
         state: AppState,
         msg: str,
         report: Callable[[], Optional[Progress]],
+        seen: Optional[float] = None,
     ) -> bool:
-        """The app ended (before its run is closed): the last report, resource-hours from
-        ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
+        """The app ended (seen so at ``seen``, epoch s; None: now), before its run is closed:
+        the last report, resource-hours from ``roles`` over its wall time, and a FAILED app's
+        ``msg`` as ``torchx.failure_reason``.
 
         A Runner whose first look finds the app ended (it did not watch it) records the
         hours only if no watching Runner did (``job_run_latest``): the end it knows is now.
@@ -319,7 +322,7 @@ class JobRecorder:
         # a late look after a watching Runner recorded the end adds nothing: its records stand
         settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
         if watch.start is not None and not settled:
-            self.hours[handle] = resource_hours(roles, watch.start, time.time())
+            self.hours[handle] = resource_hours(roles, watch.start, seen or time.time())
         if settled or not watch.trackers:
             return settled
         self.fill_in_report(watch, handle, report())
