@@ -175,9 +175,9 @@ class _TrackerSender:
     batched call. A final report is sent at once without waiting for it; when the main
     thread ends, the interpreter's exit waits at most ``FINAL_SEND_WAIT`` s for what is
     still queued (a rank killed before that loses its queue; whoever waits on the job then
-    fills in the last report from the progress file, ``JobRecorder``). At
-    most ``MAX_QUEUED`` wait; past that the oldest are dropped (one warning). A batch the
-    store refuses is dropped too (one warning)."""
+    fills in the last report from the progress file, ``JobRecorder``). At most
+    ``MAX_QUEUED`` wait; past that the oldest are dropped (one warning). A batch the store
+    refuses is dropped too (one warning)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
