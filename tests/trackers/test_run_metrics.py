@@ -202,7 +202,7 @@ def test_a_job_reporting_progress_has_the_reports_as_metrics_at_their_steps(stor
 TRACKED_PROGRESS = (
     "import os, time\n"
     "os.environ.pop('TORCHX_PROGRESS_FILE')\n"
-    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '0.3'\n"
+    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '1'\n"
     "from torchx.trackers import report_progress\n"
     "for i in range(1, 61):\n"
     "    report_progress(i, total=60, loss=1.0 / i); time.sleep(0.25)\n"
