@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,53 @@ def test_the_status_line_shows_step_rate_eta_and_age() -> None:
     assert p.format(now=1003.0) == "step 40/100, 2 steps/s, ETA 30s, last report 3.0s ago"
     assert p.format(running=False, now=1003.0) == "step 40/100, 2 steps/s, last report 3.0s ago"
     assert Progress(step=7, time=1000.0).format(now=1000.5) == "step 7, last report 0.5s ago"
+
+
+FINAL_THEN_WAIT = """
+import sys
+from torchx.trackers import report_progress
+for i in range(1, 6):
+    report_progress(i, total=5, loss=1.0 / i)
+print("trained", flush=True)
+sys.stdin.readline()  # the test says when the main thread may end
+"""
+
+
+def test_a_tracker_that_never_answers_holds_neither_training_nor_the_exit_for_long() -> None:
+    """A tracked rank 0 whose MLflow server accepts connections and never answers: the final
+    report returns while its send hangs, and the exit waits for that send at most
+    ``FINAL_SEND_WAIT`` s (one request alone may take MLflow's 120 s timeout, times retries).
+    """
+    with socket.socket() as silent:  # listens, never accepts: a request hangs
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        env = {k: v for k, v in os.environ.items() if k not in (ENV_PROGRESS_FILE, "RANK")}
+        env.update(
+            TORCHX_TRACKERS="mlflow",
+            TORCHX_TRACKER_MLFLOW_CONFIG=url,
+            TORCHX_JOB_ID="local_cwd://session/silent-app",
+            MLFLOW_TRACKING_URI=url,
+            MLFLOW_RUN_ID="0123456789abcdef0123456789abcdef",
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", FINAL_THEN_WAIT],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline().strip() == "trained"  # the final report returned
+            silent.settimeout(120)
+            conn, _ = silent.accept()  # its send is under way, and gets no answer
+            with conn:
+                child.stdin.close()  # the main thread ends: the exit waits, bounded
+                code = child.wait(timeout=100)
+            assert code == 0, child.stderr.read() if child.stderr else ""
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()

@@ -35,6 +35,15 @@ def test_metadata_artifacts_and_metrics(tracker) -> None:  # type: ignore[no-unt
     assert tracker.metrics("job-a") == [{"metrics": {"loss": 0.5}, "step": 1}]
 
 
+def test_a_batch_of_steps_is_one_append_read_back_step_by_step(tracker) -> None:  # type: ignore[no-untyped-def]
+    batch = [({"loss": 1.0 / s}, s, 1000 + s) for s in range(1, 4)]
+    tracker.log_metrics_batch("job-b", batch)
+    files = [p for p in tracker.fs.find(tracker.root) if "/metrics/" in p]
+    assert len(files) == 1  # one append (job-b is the only run with metrics here)
+    steps = [(r["step"], r["timestamp"], r["metrics"]["loss"]) for r in tracker.metrics("job-b")]
+    assert steps == [(s, 1000 + s, 1.0 / s) for s in range(1, 4)]
+
+
 def test_lineage_both_ways_and_rendering(tracker) -> None:  # type: ignore[no-untyped-def]
     for job, stage in (("prep", "datapreproc"), ("train", "train"), ("eval", "evaluate")):
         tracker.add_metadata(job, stage=stage)

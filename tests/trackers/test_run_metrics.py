@@ -5,11 +5,15 @@ resource-hours, progress reports at their steps, and a stalled job's reason.
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -23,6 +27,7 @@ from torchx.runtime.progress import PROGRESS_KEYS
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs.api import parse_app_handle
 from torchx.specs.states import is_terminal
+from torchx.trackers.mlflow_rest import MlflowRest
 
 DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
 
@@ -197,7 +202,7 @@ def test_a_job_reporting_progress_has_the_reports_as_metrics_at_their_steps(stor
 TRACKED_PROGRESS = (
     "import os, time\n"
     "os.environ.pop('TORCHX_PROGRESS_FILE')\n"
-    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '0.3'\n"
+    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '1'\n"
     "from torchx.trackers import report_progress\n"
     "for i in range(1, 61):\n"
     "    report_progress(i, total=60, loss=1.0 / i); time.sleep(0.25)\n"
@@ -378,3 +383,176 @@ def test_a_progress_read_over_rest_downloads_no_per_step_metric_history(
     report = progress_from_metrics(latest)
     assert report is not None and (report.step, report.total) == (300, 1000), report
     assert report.metrics == {"loss": 0.25}
+
+
+# 40 reports in ~20 s, at the default send interval (10 s)
+FORTY_REPORTS = (
+    "import time\n"
+    "from torchx.trackers import report_progress\n"
+    "for i in range(1, 41):\n"
+    "    report_progress(i, total=40, loss=1.0 / i); time.sleep(0.5)\n"
+)
+
+
+def assert_every_report_is_on_the_run_at_its_own_step(uri: str, code: str, steps: int) -> Any:
+    """Every report is on the job's run: ``steps`` points of ``loss`` and ``progress_step``,
+    each at its own step, at increasing times of their own. Returns the run."""
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", code], "local_cwd")
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.SUCCEEDED, status
+        assert runner.progress(handle) is not None  # the file stays for `torchx status`
+    run = the_run(uri, handle)
+    losses = sorted(history(uri, run, "loss"), key=lambda p: p.step)
+    assert [p.step for p in losses] == list(range(1, steps + 1))
+    assert all(p.value == pytest.approx(1.0 / p.step) for p in losses)
+    times = [p.timestamp for p in losses]
+    assert times == sorted(times) and len(set(times)) == steps, times  # their own times
+    progress_steps = history(uri, run, "progress_step")
+    assert sorted(p.step for p in progress_steps) == list(range(1, steps + 1))  # once each
+    return run
+
+
+def test_a_tracked_job_leaves_every_report_on_its_run(store: str) -> None:
+    assert_every_report_is_on_the_run_at_its_own_step(store, FORTY_REPORTS, 40)
+
+
+def test_what_is_queued_when_the_main_thread_ends_is_sent_before_the_exit(store: str) -> None:
+    """No total (so no final report) and a send interval longer than the job: the reports go
+    in one batch as the interpreter exits, all of them, not only the file's last one (which
+    is what the waiter would fill in)."""
+    code = (
+        "import os, time\n"
+        "os.environ['TORCHX_PROGRESS_INTERVAL'] = '3600'\n"
+        "from torchx.trackers import report_progress\n"
+        "for i in range(1, 21):\n"
+        "    report_progress(i, loss=1.0 / i); time.sleep(0.06)\n"
+    )
+    assert_every_report_is_on_the_run_at_its_own_step(store, code, 20)
+
+
+# killed before its first batch left (due in an hour): the run has none of its reports
+KILLED_BEFORE_ITS_BATCH = (
+    "import os, signal, time\n"
+    "os.environ['TORCHX_PROGRESS_INTERVAL'] = '3600'\n"
+    "from torchx.trackers import report_progress\n"
+    "for i in range(1, 8):\n"
+    "    report_progress(i, total=10, loss=1.0 / i); time.sleep(0.1)\n"
+    "os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+
+@pytest.mark.parametrize("over", ["sqlite", "http"])
+def test_a_rank_killed_before_it_sent_its_reports_leaves_its_last_step_filled_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_http_server: str, over: str
+) -> None:
+    """The waiter sees the app end, finds the run without the progress file's last report,
+    and logs it at its own step and time."""
+    (tmp_path / "store").mkdir()
+    uri = (
+        f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}" if over == "sqlite" else mlflow_http_server
+    )
+    _store(tmp_path, monkeypatch, uri)
+    with get_runner() as runner:
+        handle = runner.run_component("utils.python", ["--c", KILLED_BEFORE_ITS_BATCH], "local_cwd")
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.FAILED, status
+        report = runner.progress(handle)
+    assert report is not None and report.step == 7 and not report.from_tracker, report
+    run = the_run(uri, handle)
+    assert run.info.status == "FAILED"
+    (point,) = history(uri, run, "progress_step")  # the rank sent none: the waiter's one
+    assert (point.step, point.value, point.timestamp) == (7, 7.0, report.time_ms)
+    (loss,) = history(uri, run, "loss")
+    assert (loss.step, loss.value) == (7, pytest.approx(1.0 / 7))
+    assert run.data.metrics["progress_total"] == 10
+
+
+@pytest.fixture()
+def counting_proxy(mlflow_http_server: str) -> Iterator[Tuple[str, List[bytes]]]:
+    """A proxy in front of the shared MLflow server: its url and the body of each
+    ``runs/log-batch`` request that went through it."""
+    batches: List[bytes] = []
+
+    class Forward(http.server.BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path.endswith("/runs/log-batch"):
+                batches.append(body)
+            headers = {"Content-Type": self.headers.get("Content-Type") or "application/json"}
+            request = urllib.request.Request(
+                mlflow_http_server + self.path, body or None, headers, method=self.command
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    status, data = answer.status, answer.read()
+            except urllib.error.HTTPError as e:
+                status, data = e.code, e.read()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _forward
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", batches
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_over_http_the_reports_arrive_in_a_few_batches_a_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counting_proxy: Tuple[str, List[bytes]]
+) -> None:
+    url, batches = counting_proxy
+    _store(tmp_path, monkeypatch, url)
+    run = assert_every_report_is_on_the_run_at_its_own_step(url, FORTY_REPORTS, 40)
+    progress = [b for b in batches if b"progress_step" in b]
+    points = history(url, run, "progress_step")
+    span_s = (max(p.timestamp for p in points) - min(p.timestamp for p in points)) / 1000
+    # one batch per 10 s interval, the final step's, and what is left at the exit: never
+    # one request per report
+    assert 1 <= len(progress) <= span_s / 10 + 3 and len(progress) < 10, (len(progress), span_s)
+
+
+def test_over_http_a_batch_past_the_servers_limit_is_split(
+    counting_proxy: Tuple[str, List[bytes]],
+) -> None:
+    url, batches = counting_proxy
+    rest = MlflowRest(url)
+    run_id = rest.create_run(rest.experiment_id("torchx-batch-split"), "split", {}, {}, 0)
+    rows = [("loss", 1.0 / step, 1_700_000_000_000 + step, step) for step in range(1, 2501)]
+    rest.log_metric_rows(run_id, rows)
+    assert len(batches) == 3  # 1000 + 1000 + 500: MLflow's limit per request
+    from mlflow import MlflowClient
+
+    assert len(MlflowClient(url).get_metric_history(run_id, "loss")) == 2500
+
+
+@pytest.mark.parametrize("path", ["sqlite", "rest", "mlflow_client"])
+def test_a_batch_of_rows_lands_each_at_its_own_step_and_time(
+    tmp_path: Path, mlflow_http_server: str, path: str
+) -> None:
+    """``log_metric_rows`` (what ``log_metrics_batch`` sends): every row at its step and time,
+    through the sqlite store, REST and the MlflowClient fallback alike."""
+    from mlflow import MlflowClient
+
+    from torchx.trackers.mlflow_backend import MLflowTracker
+    from torchx.trackers.mlflow_store import ClientStore
+
+    uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri)
+    store = ClientStore(lambda: tracker.client) if path == "mlflow_client" else tracker.store
+    run_id = store.create_run(store.experiment_id("batch"), "b", {}, {}, 1_000_000)
+    t0 = 1_700_000_000_000
+    store.log_metric_rows(run_id, [("loss", 1.0 / s, t0 + s, s) for s in range(1, 31)])
+    rows = MlflowClient(uri).get_metric_history(run_id, "loss")
+    assert sorted((p.step, p.timestamp) for p in rows) == [(s, t0 + s) for s in range(1, 31)]

@@ -419,7 +419,6 @@ class Runner:
             if status is None or status.is_terminal():
                 return status
             stop_if_stalled(self, sched, app_id, app_handle, status.state)
-            self._recorder.poll_progress(app_handle)  # onto the job's tracker run
             remaining = wait_interval
             if deadline is not None:
                 remaining = min(remaining, deadline - time.monotonic())

@@ -109,11 +109,17 @@ class TrackerSession:
                 _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
 
     def close_job_run(
-        self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState
+        self,
+        trackers: Trackers,
+        handle: str,
+        env: Mapping[str, str],
+        state: AppState,
+        end_ms: Optional[int] = None,
     ) -> None:
-        """End the job's run with the app's terminal ``state``; a failure is one warning."""
+        """End the job's run with the app's terminal ``state`` at ``end_ms`` (None: now); a
+        failure is one warning."""
         status = _RUN_STATUS.get(state, "FAILED")
-        end_ms = int(time.time() * 1000)
+        end_ms = end_ms or int(time.time() * 1000)
         for backend in self.backends(trackers):
             what = f"end the tracker run of {handle} as {status}"
             run_id = backend.job_run_id(handle, env)

@@ -37,7 +37,7 @@ from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
 from torchx.util.types import to_dict
 
 if TYPE_CHECKING:
-    from torchx.trackers.api import JobRun
+    from torchx.trackers.api import JobRun, TrackerBackend
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,6 @@ _PLACEHOLDER_EXPERIMENT = "default-experiment"
 # (``tags.`torchx.failure_reason` LIKE 'stalled%'``) and shown on the run page and as a
 # column; the run's description (``mlflow.note.content``) stays the user's own
 FAILURE_REASON_TAG = "torchx.failure_reason"
-# progress reports go on the job's run at most this often while a Runner waits (seconds)
-PROGRESS_METRICS_INTERVAL = 10.0
 MAX_TAG = 5000
 _ENDED = ("FINISHED", "FAILED", "KILLED")  # an MLflow run's terminal statuses
 
@@ -207,16 +205,13 @@ class _Watch:
     trackers: Dict[str, Optional[str]]
     env: Dict[str, str]
     start: Optional[float]  # epoch s, see torchx.runner.resource_hours
-    logged_step: Optional[int] = None
-    next_log: float = 0.0  # monotonic
 
 
 class JobRecorder:
     """What a Runner records on the tracker runs of the apps it watches (submitted, or saw
-    not yet ended): their progress while it waits, and when they end their final report,
-    resource-hours and a FAILED app's reason; then it ends the run. All of it is in the
-    watching process (never in a rank) and best effort: a store that cannot take it is
-    one warning."""
+    not yet ended) when they end: the last progress report if the run lacks it (rank 0
+    sends the others itself), resource-hours and a FAILED app's reason; then it ends the
+    run. All of it is best effort: a store that cannot take it is one warning."""
 
     def __init__(
         self,
@@ -259,34 +254,47 @@ class JobRecorder:
             logger.warning("could not read the progress of %s: %s", handle, e)
             return None
 
-    def poll_progress(self, handle: str) -> None:
-        """While waiting: log a new report, at most every ``PROGRESS_METRICS_INTERVAL``."""
-        if self.progress_due(handle):
-            self.progress(handle, self._report(handle))
+    def fill_in_report(self, watch: _Watch, handle: str, report: Optional[Progress]) -> None:
+        """At the app's end: ``report`` (the progress file's last) onto the job's run, at its
+        own step and time, in each tracker whose run lacks it. Rank 0 sends its reports in
+        batches (``torchx.runtime.progress``); one killed (stalled, cancelled, out of memory)
+        before its last batch left loses that batch, and this keeps at least the last step.
+        """
+        if report is None or report.from_tracker:
+            return  # no file: what the run has is all there is
+        ts = report.time_ms
+        for backend in self._session.backends(watch.trackers):
+            run_id = backend.job_run_id(handle, watch.env)
+            if not run_id or self._run_has(backend, run_id, handle, report.step, ts):
+                continue
+            try:
+                backend.log_job_run(run_id, report.as_metrics(), report.step, {}, ts)
+            except Exception as e:  # recording is never worth failing a wait
+                logger.warning(
+                    "could not record the last progress report of %s in %s: %s",
+                    *(handle, backend.store, error_reason(e)),
+                )
 
-    def progress_due(self, handle: str) -> bool:
-        watch = self._watched.get(handle)
-        return bool(watch and watch.trackers and time.monotonic() >= watch.next_log)
-
-    def progress(self, handle: str, report: Optional[Progress]) -> None:
-        """Log ``report`` at its step unless that step is on the run already."""
-        watch = self._watched.get(handle)
-        if watch is None:
-            return
-        if report is None or report.step == watch.logged_step or report.from_tracker:
-            return  # nothing new (or the rank sent it to the run itself): look again later
-        watch.next_log = time.monotonic() + PROGRESS_METRICS_INTERVAL
-        watch.logged_step = report.step
-        self.record(watch.trackers, handle, watch.env, report.as_metrics(), report.step)
+    @staticmethod
+    def _run_has(backend: TrackerBackend, run_id: str, handle: str, step: int, ts: int) -> bool:
+        """Whether the run's newest progress report is ``step``, sent at ``ts`` (ms) or later."""
+        try:
+            latest = backend.job_run_latest(run_id, PROGRESS_KEYS)
+        except Exception as e:  # cannot tell: log it (a point twice beats a lost last step)
+            logger.warning("could not read the run of %s: %s", handle, error_reason(e))
+            return False
+        on_run = progress_from_metrics(latest or {})
+        return on_run is not None and on_run.step == step and round(on_run.time * 1000) >= ts
 
     def end(self, handle: str, roles: Sequence[Role], state: AppState, msg: str) -> None:
         """Record the app's end (``ended``), then end its run with ``state``, unless a late
         look finds a run that a watcher recorded (its hours) and ended: its end stands."""
         roles, env, trackers = self._job(handle, roles)
         report = functools.partial(self._report, handle)  # read only if it is recorded
-        recorded = self.ended(handle, trackers, env, roles, state, msg, report)
+        seen = time.time()  # one end for the hours and the run (recording takes time)
+        recorded = self.ended(handle, trackers, env, roles, state, msg, report, seen)
         if trackers and not (recorded and self._run_ended(trackers, handle, env)):
-            self._session.close_job_run(trackers, handle, env, state)
+            self._session.close_job_run(trackers, handle, env, state, int(seen * 1000))
 
     def ended(
         self,
@@ -297,9 +305,11 @@ class JobRecorder:
         state: AppState,
         msg: str,
         report: Callable[[], Optional[Progress]],
+        seen: Optional[float] = None,
     ) -> bool:
-        """The app ended (before its run is closed): the last report, resource-hours from
-        ``roles`` over its wall time, and a FAILED app's ``msg`` as ``torchx.failure_reason``.
+        """The app ended (seen so at ``seen``, epoch s; None: now), before its run is closed:
+        the last report, resource-hours from ``roles`` over its wall time, and a FAILED app's
+        ``msg`` as ``torchx.failure_reason``.
 
         A Runner whose first look finds the app ended (it did not watch it) records the
         hours only if no watching Runner did (``job_run_latest``): the end it knows is now.
@@ -312,10 +322,10 @@ class JobRecorder:
         # a late look after a watching Runner recorded the end adds nothing: its records stand
         settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
         if watch.start is not None and not settled:
-            self.hours[handle] = resource_hours(roles, watch.start, time.time())
+            self.hours[handle] = resource_hours(roles, watch.start, seen or time.time())
         if settled or not watch.trackers:
             return settled
-        self.progress(handle, report())
+        self.fill_in_report(watch, handle, report())
         tags = {}
         if state == AppState.FAILED and msg and msg != "<NONE>":
             tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]

@@ -5,11 +5,13 @@ so it is one small atomic file write (write a temp file, rename), at most every
 ``MIN_INTERVAL`` seconds, with no import beyond the stdlib and no network. The launcher
 tells the job where to write through ``TORCHX_PROGRESS_FILE`` (``local_cwd``:
 ``progress.json`` in the app's directory; a scheduler with a shared job directory, e.g.
-Slurm, points it there). Without that variable, in a tracked job (``TORCHX_TRACKERS``,
-e.g. on Kubernetes or AWS Batch) the reports go to the job's tracker run instead: a thread
-sends the newest one every ``TORCHX_PROGRESS_INTERVAL`` s (default 5) as the metrics
-``progress_step``, ``progress_total``, ``progress_rate`` and the given ones, and the final
-step at once; readers then find them there (``progress_from_metrics``).
+Slurm, points it there). In a tracked job (``TORCHX_TRACKERS`` and ``TORCHX_JOB_ID``),
+every report also goes to the job's tracker run, each at its own step and time, as the
+metrics ``progress_step``, ``progress_total``, ``progress_rate`` and the given ones: a
+thread sends those queued since its last send in one batched call every
+``TORCHX_PROGRESS_INTERVAL`` s (default 10, so a store sees a few requests a minute per
+job), the final step at once, and what is left when the main thread ends; readers without
+a file find the last one there (``progress_from_metrics``).
 
 Only rank 0 counts (``RANK`` as torchrun sets it; a process outside torchrun counts), so
 a multi-rank job reports once per step. Errors are logged once and then ignored.
@@ -29,14 +31,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
 ENV_PROGRESS_FILE = "TORCHX_PROGRESS_FILE"
-# seconds between sends to the tracker run (when there is no progress file)
+# seconds between batched sends to the tracker run
 ENV_PROGRESS_INTERVAL = "TORCHX_PROGRESS_INTERVAL"
-# a final report waits at most this long for its send (the process may exit right after)
+# at the main thread's end, the interpreter's exit waits at most this long for the last send
 FINAL_SEND_WAIT = 10.0
 _METRIC_NAME = re.compile(r"[\w\-. /:]{1,250}")  # names MLflow accepts
 PROGRESS_KEYS = ("progress_step", "progress_total", "progress_rate")
@@ -44,6 +46,8 @@ PROGRESS_KEYS = ("progress_step", "progress_total", "progress_rate")
 MIN_INTERVAL = 0.05
 # the rate is measured over the last this-many written reports
 RATE_WINDOW = 16
+# reports waiting for the tracker run at most (past that the oldest are dropped)
+MAX_QUEUED = 10_000
 
 __all__ = [
     "ENV_PROGRESS_FILE",
@@ -77,6 +81,11 @@ class Progress:
             if _METRIC_NAME.fullmatch(key) and key not in out:
                 out[key] = float(value)
         return {k: v for k, v in out.items() if math.isfinite(v)}
+
+    @property
+    def time_ms(self) -> int:
+        """When it was reported, as the tracker run records it (epoch ms)."""
+        return int(self.time * 1000)
 
     def age(self, now: Optional[float] = None) -> float:
         """Seconds since the report."""
@@ -160,52 +169,76 @@ def progress_from_metrics(latest: Mapping[str, Tuple[float, int]]) -> Optional[P
 
 
 class _TrackerSender:
-    """Sends a rank's newest report to the job's tracker run from a thread of its own, so a
-    slow or unreachable store never holds a training step; the final step is waited for
-    (bounded), since the process may exit right after it."""
+    """Sends every report of a rank to the job's tracker run, each at its own step and time,
+    from a thread of its own so a slow or unreachable store never holds a training step:
+    every ``TORCHX_PROGRESS_INTERVAL`` s the reports queued since the last send go in one
+    batched call. A final report is sent at once without waiting for it; when the main
+    thread ends, the interpreter's exit waits at most ``FINAL_SEND_WAIT`` s for what is
+    still queued (a rank killed before that loses its queue; whoever waits on the job then
+    fills in the last report from the progress file, ``JobRecorder``). At most
+    ``MAX_QUEUED`` wait; past that the oldest are dropped (one warning). A batch the store
+    refuses is dropped too (one warning)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.pending: Optional[Progress] = None
-        self.last_sent: Optional[Progress] = None
-        self.urgent = False  # a final report waits: send it now
-        self.thread: Optional[threading.Thread] = None
+        self.queued: Deque[Progress] = deque(maxlen=MAX_QUEUED)
+        self.sending = False  # a batch is on its way
+        self.urgent = False  # flush: send what is queued now
+        self.started = False
         self.warned = False
+        self.warned_full = False
         try:
-            self.interval = max(0.1, float(os.environ.get(ENV_PROGRESS_INTERVAL, "5")))
+            self.interval = max(0.1, float(os.environ.get(ENV_PROGRESS_INTERVAL, "10")))
         except ValueError:
-            self.interval = 5.0
+            self.interval = 10.0
 
     def offer(self, report: Progress, final: bool) -> None:
         with self.cond:
-            self.pending = report
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._loop, name="torchx-progress", daemon=True
+            if len(self.queued) == MAX_QUEUED and not self.warned_full:
+                self.warned_full = True
+                logger.warning(
+                    "report_progress: %d reports wait for the tracker; dropping the oldest",
+                    MAX_QUEUED,
                 )
-                self.thread.start()
-            if final:
-                self.urgent = True
-                self.cond.notify_all()
-                self.cond.wait_for(lambda: self.last_sent is report, FINAL_SEND_WAIT)
+            self.queued.append(report)
+            if not self.started:
+                self.started = True
+                threading.Thread(target=self._loop, name="torchx-progress", daemon=True).start()
+                # not a daemon: it holds the interpreter's exit for the last flush (bounded)
+                threading.Thread(target=self._flush_at_exit, name="torchx-progress-exit").start()
+        if final:
+            self.flush(0.0)  # never hold training: the exit waits for it if it must
+
+    def flush(self, timeout: float) -> bool:
+        """Send what is queued now; wait at most ``timeout`` s for it (False: not sent yet)."""
+        with self.cond:
+            self.urgent = True
+            self.cond.notify_all()
+            return self.cond.wait_for(lambda: not self.queued and not self.sending, timeout)
+
+    def _flush_at_exit(self) -> None:
+        threading.main_thread().join()  # returns when the main thread ends (interpreter exit)
+        self.flush(FINAL_SEND_WAIT)
 
     def _loop(self) -> None:
         while True:
             with self.cond:
                 self.cond.wait_for(lambda: self.urgent, self.interval)
-                report, self.pending, self.urgent = self.pending, None, False
-            if report is None:
-                continue
-            self._send(report)
+                batch, self.urgent = list(self.queued), False
+                self.queued.clear()
+                self.sending = bool(batch)
+            if batch:
+                self._send(batch)
             with self.cond:
-                self.last_sent = report
+                self.sending = False
                 self.cond.notify_all()
 
-    def _send(self, report: Progress) -> None:
+    def _send(self, batch: List[Progress]) -> None:
         try:
             from torchx.trackers.api import app_run_from_env
 
-            app_run_from_env().log_metrics(report.as_metrics(), report.step)
+            steps = [(r.as_metrics(), r.step, r.time_ms) for r in batch]
+            app_run_from_env().log_metrics_batch(steps)
         except Exception as e:  # never break training over a progress report
             if not self.warned:
                 self.warned = True
@@ -222,14 +255,13 @@ class _Reporter:
         self.last_write = 0.0
         self.history: Deque[Tuple[float, int]] = deque(maxlen=RATE_WINDOW)
         self.warned = False
-        self.sender: Optional[_TrackerSender] = None  # no progress file: the tracker run
+        self.sender: Optional[_TrackerSender] = None  # a tracked job: the tracker run too
 
     def _setup(self) -> bool:
         if self.enabled is None:
             rank0 = os.environ.get("RANK", "0").strip() in ("0", "")
             self.path = os.environ.get(ENV_PROGRESS_FILE) or None
-            tracked = bool(os.environ.get("TORCHX_TRACKERS") and os.environ.get("TORCHX_JOB_ID"))
-            if rank0 and not self.path and tracked:
+            if rank0 and ranks_send_progress(os.environ):
                 self.sender = _TrackerSender()
             self.enabled = rank0 and bool(self.path or self.sender)
         return bool(self.enabled)
@@ -242,23 +274,31 @@ class _Reporter:
             return  # another thread of this rank is writing: never wait
         try:
             final = total is not None and step >= total
-            if now - self.last_write < MIN_INTERVAL and not final:
-                return
-            self.history.append((now, step))
-            t0, s0 = self.history[0]
+            write = final or now - self.last_write >= MIN_INTERVAL
+            if write:
+                self.history.append((now, step))
+            t0, s0 = self.history[0] if self.history else (now, step)
             rate = (step - s0) / (now - t0) if now > t0 and step >= s0 else None
             report = Progress(step, total, now, rate, _numbers(metrics))
-            self.last_write = now
-            if self.sender is not None:
+            if self.sender is not None:  # every report, not only the written ones
                 self.sender.offer(report, final)
-                return
-            _write_atomic(self.path, json.dumps(report.to_json()))  # type: ignore[arg-type]
+            if write:
+                self.last_write = now
+                if self.path:
+                    _write_atomic(self.path, json.dumps(report.to_json()))
         except Exception as e:  # never break training over a progress report
             if not self.warned:
                 self.warned = True
                 logger.warning("report_progress: cannot write %s (%s); ignoring", self.path, e)
         finally:
             self.lock.release()
+
+
+def ranks_send_progress(env: Mapping[str, str]) -> bool:
+    """Whether a job with ``env`` is tracked from its ranks (``TORCHX_TRACKERS`` and
+    ``TORCHX_JOB_ID``): then rank 0 sends every report to the job's run itself, and a
+    waiting Runner logs none (no duplicate points)."""
+    return bool(env.get("TORCHX_TRACKERS") and env.get("TORCHX_JOB_ID"))
 
 
 def _numbers(metrics: Dict[str, Any]) -> Dict[str, float]:

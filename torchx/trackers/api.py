@@ -14,7 +14,18 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+)
 
 from torchx.specs.api import TorchXError
 from torchx.trackers.env import (  # noqa: F401 (this module's public names)
@@ -28,6 +39,9 @@ from torchx.trackers.env import (  # noqa: F401 (this module's public names)
 logger = logging.getLogger(__name__)
 
 Latest = Dict[str, Tuple[float, int]]  # {metric: (value, timestamp ms)}
+MetricRow = Tuple[str, float, int, int]  # (key, value, timestamp ms, step)
+# metrics taken at one step and time: (metrics, step, timestamp ms)
+StepMetrics = Tuple[Mapping[str, float], int, int]
 
 
 class TrackerConfigError(TorchXError, ValueError):
@@ -118,6 +132,12 @@ class TrackerBase(abc.ABC):
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
         """Per-step metrics; backends without metrics ignore them."""
+
+    def log_metrics_batch(self, run_id: str, batch: Sequence[StepMetrics]) -> None:
+        """Many steps' metrics at once, each at its own step and time; a backend that
+        can sends them in one call (here: one ``log_metrics`` each)."""
+        for metrics, step, _ in batch:
+            self.log_metrics(run_id, metrics, step)
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         """Nest this run under a pipeline run (distinct from data sources)."""
@@ -211,9 +231,15 @@ class TrackerBackend(Protocol):
     def close_job_run(
         self, job_id: str, run_id: Optional[str], status: str, end_ms: Optional[int] = None
     ) -> None: ...
-    # tags, and metrics at ``step``, on the job's run (where the backend keeps them)
+    # tags, and metrics at ``step`` taken at ``timestamp_ms`` (None: now), on the job's run
+    # (where the backend keeps them)
     def log_job_run(
-        self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int,
+        tags: Mapping[str, str],
+        timestamp_ms: Optional[int] = None,
     ) -> None: ...
     # each metric's newest value by time (keys not in ``by_time``: may be the highest step's)
     def job_run_latest(
@@ -263,7 +289,7 @@ class FactoryBackend:
             return  # its submit failed: the run was never recorded, there is nothing to end
         self.tracker().end_run(job_id, status)
 
-    def log_job_run(self, *_: Any) -> None: ...
+    def log_job_run(self, *_: Any, **__: Any) -> None: ...
 
     def job_run_latest(self, *_: Any) -> Optional[Latest]:
         return None
@@ -374,6 +400,11 @@ class AppRun:
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
         for b in self.backends:
             b.log_metrics(self.id, metrics, step)
+
+    def log_metrics_batch(self, batch: Sequence[StepMetrics]) -> None:
+        """``(metrics, step, timestamp ms)`` of many steps, in one call per backend."""
+        for b in self.backends:
+            b.log_metrics_batch(self.id, batch)
 
     def sources(self) -> Iterable[AppRunTrackableSource]:
         return [

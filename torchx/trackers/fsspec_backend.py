@@ -12,11 +12,12 @@ import base64
 import json
 import os
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import fsspec
 
 from torchx.trackers.api import (
+    StepMetrics,
     TrackerArtifact,
     TrackerBase,
     TrackerConfigError,
@@ -93,8 +94,17 @@ class FsspecTracker(TrackerBase):
     ) -> None:
         self._append(run_id, "metrics", {"metrics": dict(metrics), "step": step})
 
+    def log_metrics_batch(self, run_id: str, batch: Sequence[StepMetrics]) -> None:
+        """One appended record per step, all in one file (``metrics`` reads them back)."""
+        steps = [{"metrics": dict(m), "step": step, "timestamp": ts} for m, step, ts in batch]
+        if steps:
+            self._append(run_id, "metrics", {"batch": steps})
+
     def metrics(self, run_id: str) -> List[Dict[str, Any]]:
-        return self._records(run_id, "metrics")
+        out: List[Dict[str, Any]] = []
+        for record in self._records(run_id, "metrics"):
+            out.extend(record["batch"] if "batch" in record else [record])
+        return out
 
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         self._append(run_id, "parent", {"parent_run_id": parent_run_id})

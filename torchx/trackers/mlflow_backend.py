@@ -21,12 +21,13 @@ import os
 import re
 import shutil
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from torchx.trackers.api import (
     JobRun,
     Latest,
     OpenedRun,
+    StepMetrics,
     TrackerArtifact,
     TrackerBase,
     TrackerConfigError,
@@ -272,6 +273,11 @@ class MLflowTracker(TrackerBase):
     ) -> None:
         self.store.log_run_metrics(self._ensure(run_id), metrics, now_ms(), step or 0)
 
+    def log_metrics_batch(self, run_id: str, batch: Sequence[StepMetrics]) -> None:
+        rows = [(k, float(v), ts, step) for metrics, step, ts in batch for k, v in metrics.items()]
+        if rows:
+            self.store.log_metric_rows(self._ensure(run_id), rows)
+
     def set_parent(self, run_id: str, parent_run_id: str) -> None:
         rid = self._ensure(run_id)
         self.store.tag_run(rid, TAG_PARENT, parent_run_id)
@@ -402,13 +408,18 @@ class MlflowBackend:
         self._store_of(run_id).terminate(run_id, status, end_ms)
 
     def log_job_run(
-        self, run_id: str, metrics: Mapping[str, float], step: int, tags: Mapping[str, str]
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int,
+        tags: Mapping[str, str],
+        timestamp_ms: Optional[int] = None,
     ) -> None:
         store = self._store_of(run_id)
         for key, value in tags.items():
             store.tag_run(run_id, key, value)
         if metrics:
-            store.log_run_metrics(run_id, metrics, now_ms(), step)
+            store.log_run_metrics(run_id, metrics, timestamp_ms or now_ms(), step)
 
     def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         return dict(self._store_of(run_id).latest_metrics(run_id, by_time))

@@ -8,13 +8,16 @@ import json
 import os
 import re
 import time
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from torchx.trackers.api import Latest, TrackerConfigError
+from torchx.trackers.api import Latest, MetricRow, TrackerConfigError
 from torchx.trackers.mlflow_http import HttpSettings, redact
 
 API = "/api/2.0/mlflow"
 BATCH = 100  # params per log-batch request (the server's limit)
+METRICS_BATCH = 1000  # metrics per log-batch request (the server's limit)
+# reads of a run's latest metrics while a rank logs: tries for a cut no batch landed in
+READ_ATTEMPTS = 3
 
 
 class MlflowRestError(TrackerConfigError):
@@ -139,9 +142,30 @@ class MlflowRest:
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         """As ``SqliteStore.latest_metrics``, from histories: with ``by_time`` only theirs (per-
         step metrics can be millions of points), else MLflow's highest-step rows, or every
-        history once a ``by_time`` key's step went back (limits: docs/progress.md)."""
+        history once a ``by_time`` key's step went back (limits: docs/progress.md). Read
+        again while a batch lands between the run and its histories (up to ``READ_ATTEMPTS``
+        times), so a report's keys come from one batch."""
+        by_time = None if by_time is None else list(by_time)
+        highest = self._highest(run_id)
+        for _ in range(READ_ATTEMPTS):
+            latest = self._latest(run_id, highest, by_time)
+            again = self._highest(run_id)
+            if again == highest:
+                break  # nothing landed while the histories were read: one consistent cut
+            highest = again  # a rank's batch landed in between: its keys may not agree
+        return latest
+
+    def _highest(self, run_id: str) -> Dict[str, Tuple[int, int, float]]:
+        """MLflow's own row per key (the highest step's): ``{key: (timestamp, step, value)}``."""
         run = self._call("GET", API + "/runs/get", {"run_id": run_id})["run"]
-        highest = {m["key"]: _row(m) for m in run.get("data", {}).get("metrics", [])}
+        return {m["key"]: _row(m) for m in run.get("data", {}).get("metrics", [])}
+
+    def _latest(
+        self,
+        run_id: str,
+        highest: Dict[str, Tuple[int, int, float]],
+        by_time: Optional[List[str]],
+    ) -> Latest:
         keys = list(highest) if by_time is None else [k for k in by_time if k in highest]
         newest = {k: self._newest(run_id, k) or highest[k] for k in keys}
         if any(newest[k][1] < highest[k][1] for k in keys):  # a step went back
@@ -178,10 +202,14 @@ class MlflowRest:
     def log_run_metrics(
         self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
     ) -> None:
-        rows = [
-            {"key": k, "value": float(v), "timestamp": ts, "step": step} for k, v in metrics.items()
-        ]
-        self._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
+        self.log_metric_rows(run_id, [(k, float(v), ts, step) for k, v in metrics.items()])
+
+    def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None:
+        """One log-batch request per ``METRICS_BATCH`` rows."""
+        items = [{"key": k, "value": v, "timestamp": ts, "step": step} for k, v, ts, step in rows]
+        for i in range(0, len(items), METRICS_BATCH):
+            batch = {"run_id": run_id, "metrics": items[i : i + METRICS_BATCH]}
+            self._call("POST", API + "/runs/log-batch", batch)
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         body = {"run_id": run_id, "status": status, "end_time": end_ms or int(time.time() * 1000)}

@@ -23,9 +23,20 @@ import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
-from torchx.trackers.api import Latest
+from torchx.trackers.api import Latest, MetricRow
 from torchx.trackers.mlflow_rest import DeletedExperimentError
 
 logger = logging.getLogger(__name__)
@@ -228,9 +239,13 @@ class SqliteStore:
     def log_run_metrics(
         self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
     ) -> None:
-        """A row per metric, and the latest one per key: the greatest (step, time, value)."""
+        self.log_metric_rows(run_id, [(k, float(v), ts, step) for k, v in metrics.items()])
+
+    def log_metric_rows(self, run_id: str, metric_rows: Sequence[MetricRow]) -> None:
+        """A row per metric, and the latest one per key: the greatest (step, time, value);
+        all in one transaction."""
         rows = []
-        for key, value in metrics.items():  # NaN as 0 and is_nan, +-inf as +-max
+        for key, value, ts, step in metric_rows:  # NaN as 0 and is_nan, +-inf as +-max
             nan, value = math.isnan(float(value)), max(min(float(value), _MAX), -_MAX)
             rows.append((key, 0.0 if nan else value, ts, run_id, step, nan))
         cols = "(key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)"

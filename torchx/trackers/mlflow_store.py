@@ -6,9 +6,9 @@ plugin's scheme) through MLflow's own client."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Protocol, Tuple
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
-from torchx.trackers.api import Latest
+from torchx.trackers.api import Latest, MetricRow
 from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest
 from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_checked
 
@@ -32,6 +32,8 @@ class RunStore(Protocol):
     def log_run_metrics(
         self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
     ) -> None: ...
+    # many steps at once, each ``(key, value, timestamp ms, step)``: as few requests as it can
+    def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None: ...
     # ``{key: (value, timestamp ms)}``, each key's newest by time (see SqliteStore's)
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest: ...
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None: ...
@@ -130,10 +132,13 @@ class ClientStore:
     def log_run_metrics(
         self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
     ) -> None:
+        self.log_metric_rows(run_id, [(k, float(v), ts, step) for k, v in metrics.items()])
+
+    def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None:
         from mlflow.entities import Metric
 
-        rows = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
-        self.client.log_batch(run_id, metrics=rows)
+        metrics = [Metric(k, float(v), ts, step) for k, v, ts, step in rows]
+        self.client.log_batch(run_id, metrics=metrics)  # splits past the server's limits
 
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         """Every key's newest by time (its history is a database query)."""
