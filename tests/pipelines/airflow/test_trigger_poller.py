@@ -136,3 +136,26 @@ def test_a_quiet_log_is_not_read_again(torchx_env: Path, monkeypatch: pytest.Mon
     assert event["state"] == "SUCCEEDED" and event["streamed"] == {"sh/0": 2}, event
     assert rounds >= 5, rounds  # the app slept through several rounds
     assert len(reads) <= 3, (len(reads), rounds)  # "one", "two" and the end, not every round
+
+
+def test_a_trigger_given_the_connections_torchx_home_finds_its_app_there(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator hands its Connection's ``torchx_home`` to the trigger: the triggerer's
+    own environment (here another ``TORCHX_HOME``) does not decide where the app is."""
+    from torchx.pipelines.airflow.trigger import TorchXTrigger
+    from torchx.runner import get_runner
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    home = torchx_env / "connection-home"
+    with get_runner(torchx_home=str(home)) as runner:
+        handle = runner.run_component("utils.sh", ["sh", "-c", "echo from-home"], "local_cwd")
+    monkeypatch.setenv("TORCHX_HOME", str(torchx_env / "elsewhere"))
+    trigger = TorchXTrigger(handle, poll_interval=0.5, get_logs=True, torchx_home=str(home))
+    assert trigger.serialize()[1]["torchx_home"] == str(home)
+
+    async def events() -> List[Dict[str, Any]]:
+        return [e.payload async for e in trigger.run()]
+
+    [event] = asyncio.run(asyncio.wait_for(events(), DEADLINE))
+    assert event["state"] == "SUCCEEDED" and event["streamed"] == {"sh/0": 1}, event

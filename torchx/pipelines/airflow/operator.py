@@ -376,6 +376,7 @@ class TorchXOperator(BaseOperator):
                     cancel_on_kill=self.cancel_on_kill,
                     get_logs=self.get_logs,
                     progress_interval=self.progress_interval,
+                    torchx_home=self.hook.settings.torchx_home,
                 ),
                 method_name="execute_complete",
             )

@@ -62,6 +62,7 @@ POOL_SIZE = 4
 # triggers woken per step of the loop after a round (each logs what the round found)
 WAKE_BATCH = 50
 _Future = concurrent.futures.Future[Any]
+_Group = Tuple[str, str, Optional[str]]  # scheduler, session, torchx_home
 # schedulers whose "combined" log is stdout then stderr, not one log in write order: each
 # stream is followed on its own (a line counted in one must not shift the other)
 STREAMS_APART = {"slurm": (Stream.STDOUT, Stream.STDERR)}
@@ -75,6 +76,7 @@ class Watch:
     poll_interval: float
     get_logs: bool
     progress_interval: Optional[float]
+    torchx_home: Optional[str] = None  # the operator's Connection's (None: the environment's)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     lines: List[Tuple[str, str]] = field(default_factory=list)  # ("role/replica", line)
     progress: List[Progress] = field(default_factory=list)
@@ -114,8 +116,8 @@ class TriggerPoller:
         self._task: Optional[asyncio.Task[None]] = None
         self._wake = asyncio.Event()
         self._pool: Optional[_Pool] = None
-        self._runners: Dict[str, Runner] = {}  # by session
-        self._schedulers: Dict[Tuple[str, str], Scheduler] = {}  # by (scheduler, session)
+        self._runners: Dict[Tuple[str, Optional[str]], Runner] = {}  # by (session, home)
+        self._schedulers: Dict[_Group, Scheduler] = {}  # by (scheduler, session, home)
         self.rounds = 0  # poll rounds so far (for benchmarks)
 
     @classmethod
@@ -136,9 +138,10 @@ class TriggerPoller:
         poll_interval: float,
         get_logs: bool,
         progress_interval: Optional[float] = None,
+        torchx_home: Optional[str] = None,
     ) -> Watch:
         """Poll ``handle`` from the next round on, until ``unwatch``."""
-        watch = Watch(handle, poll_interval, get_logs, progress_interval)
+        watch = Watch(handle, poll_interval, get_logs, progress_interval, torchx_home)
         self._watches[watch] = None
         if self._task is None or self._task.done():
             self._pool = _Pool(POOL_SIZE)
@@ -187,23 +190,24 @@ class TriggerPoller:
 
     async def _round(self) -> None:
         self.rounds += 1
-        groups: Dict[Tuple[str, str], List[Watch]] = {}
+        groups: Dict[_Group, List[Watch]] = {}
         for watch in list(self._watches):
             try:
                 scheduler, session, _ = parse_app_handle(watch.handle)
             except MalformedAppHandleException as e:
                 self._apply(watch, _Look(error=e))  # fails its own trigger only
                 continue
-            groups.setdefault((scheduler, session or DEFAULT_SESSION_NAME), []).append(watch)
+            group = (scheduler, session or DEFAULT_SESSION_NAME, watch.torchx_home)
+            groups.setdefault(group, []).append(watch)
         await asyncio.gather(*(self._poll(key, watches) for key, watches in groups.items()))
 
-    async def _poll(self, key: Tuple[str, str], watches: List[Watch]) -> None:
+    async def _poll(self, key: _Group, watches: List[Watch]) -> None:
         """One scheduler's round: its list, then each due app's own calls in the pool."""
         pool = self._pool
         assert pool is not None
         try:
             sched = self._scheduler(key)
-            runner = self._runner(key[1])
+            runner = self._runner(key[1], key[2])
             states = await pool.run(functools.partial(_list_states, runner, key[0], sched))
         except Exception as e:  # the scheduler cannot answer: its triggers fail, as they
             # did when each one's status check failed (their apps run on, for the retry)
@@ -240,20 +244,27 @@ class TriggerPoller:
         if look.lines or look.warnings or look.progress is not None or watch.ended:
             watch.changed.set()
 
-    def _scheduler(self, key: Tuple[str, str]) -> Scheduler:
+    def _scheduler(self, key: _Group) -> Scheduler:
         sched = self._schedulers.get(key)
         if sched is None:
             factories = get_scheduler_factories()
             if key[0] not in factories:
                 raise UnknownSchedulerException(key[0], sorted(factories))
-            sched = self._schedulers[key] = factories[key[0]](key[1])
+            sched = self._schedulers[key] = factories[key[0]](key[1], **_home_param(key[2]))
         return sched
 
-    def _runner(self, session: str) -> Runner:
-        runner = self._runners.get(session)
+    def _runner(self, session: str, torchx_home: Optional[str]) -> Runner:
+        runner = self._runners.get((session, torchx_home))
         if runner is None:
-            runner = self._runners[session] = get_runner(session)
+            runner = get_runner(session, **_home_param(torchx_home))
+            self._runners[(session, torchx_home)] = runner
         return runner
+
+
+def _home_param(torchx_home: Optional[str]) -> Dict[str, Any]:
+    """The schedulers' ``torchx_home`` parameter when one was given (local_cwd and Slurm
+    read it; the others take and ignore it)."""
+    return {"torchx_home": torchx_home} if torchx_home else {}
 
 
 def _list_states(runner: Runner, scheduler: str, sched: Scheduler) -> Dict[str, AppState]:
@@ -289,7 +300,8 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
         state = status.state if status is not None else listed
         ended = status is not None and status.is_terminal()
         if not ended and watch.stall_timeout is not None and state is not None:
-            stop_if_stalled(runner, watch.handle, state)  # seen ended next round if stopped
+            app_id = parse_app_handle(watch.handle).app_id
+            stop_if_stalled(runner, sched, app_id, watch.handle, state)  # ended next round
         look.lines = _new_lines(sched, watch, look.warnings, final=ended)
         if watch.follower is not None and (ended or watch.follower.due()):
             look.progress = watch.follower.poll(force=ended)

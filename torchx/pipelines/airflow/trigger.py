@@ -67,6 +67,7 @@ class TorchXTrigger(BaseTrigger):
         cancel_on_kill: bool = True,
         get_logs: bool = False,
         progress_interval: Optional[float] = None,
+        torchx_home: Optional[str] = None,
     ) -> None:
         super().__init__()
         self.app_handle = app_handle
@@ -74,6 +75,7 @@ class TorchXTrigger(BaseTrigger):
         self.cancel_on_kill = cancel_on_kill
         self.get_logs = get_logs
         self.progress_interval = progress_interval
+        self.torchx_home = torchx_home  # the operator's Connection's (None: the environment's)
         self.streamed: Dict[str, int] = {}
         self._cancelling: Optional[threading.Thread] = None
 
@@ -86,13 +88,19 @@ class TorchXTrigger(BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "get_logs": self.get_logs,
                 "progress_interval": self.progress_interval,
+                # only when set: a trigger without it serializes as the previous version's
+                **({"torchx_home": self.torchx_home} if self.torchx_home else {}),
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = TriggerPoller.of_running_loop()
         watch = poller.watch(
-            self.app_handle, self.poll_interval, self.get_logs, self.progress_interval
+            self.app_handle,
+            self.poll_interval,
+            self.get_logs,
+            self.progress_interval,
+            self.torchx_home,
         )
         try:
             while not watch.ended:
@@ -175,5 +183,7 @@ class TorchXTrigger(BaseTrigger):
             await asyncio.sleep(0.1)
 
     def _cancel(self) -> None:
-        with get_runner() as runner:
+        with (
+            get_runner(torchx_home=self.torchx_home) if self.torchx_home else get_runner() as runner
+        ):
             core.cancel_quietly(runner, self.app_handle)
