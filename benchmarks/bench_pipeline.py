@@ -309,12 +309,28 @@ def main() -> int:
         help="comma-separated cases to run",
     )
     parser.add_argument("--keep", action="store_true", help="keep the runs' directories")
+    parser.add_argument(
+        "--results", help="append each run's result to this file (JSON lines) as it ends"
+    )
+    parser.add_argument(
+        "--summarize", metavar="FILE", help="only print the tables of a --results file"
+    )
     parser.add_argument("--child", choices=ORCHESTRATORS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         phases = run_child(args.child, Path(args.out), args.epochs, args.limit, args.j)
         print(json.dumps(phases), flush=True)
+        return 0
+
+    if args.summarize:
+        runs = [json.loads(line) for line in Path(args.summarize).read_text().splitlines()]
+        by_case: Dict[str, List[Dict[str, Any]]] = {}
+        for run in runs:
+            by_case.setdefault(run["case"], []).append(run)
+        loads = [run["load"] for run in runs]
+        print(f"{len(runs)} runs; 1-min load average {min(loads):.1f}-{max(loads):.1f}")
+        print("\n".join(summarize(by_case)))
         return 0
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -336,6 +352,9 @@ def main() -> int:
                 loads.append(loadavg())
                 result["load"] = loads[-1]
                 results[case].append(result)
+                if args.results:
+                    with open(args.results, "a") as f:
+                        f.write(json.dumps({"case": case, "round": round_, **result}) + "\n")
                 print(f"round {round_ + 1} {case}: {json.dumps(result)}", flush=True)
     finally:
         if not args.keep:
