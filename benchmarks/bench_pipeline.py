@@ -242,6 +242,9 @@ def loadavg() -> float:
     return os.getloadavg()[0]
 
 
+# from the app records of each run (``app_phases``); "import" is the orchestrator's and the
+# pipeline module's imports, "start + exit" the interpreter's start and its exit (wall minus
+# the imports and the pipeline call)
 PHASES = (
     "before first submit",
     "submit to start",
@@ -275,10 +278,11 @@ def summarize(results: Dict[str, List[Dict[str, Any]]]) -> List[str]:
             f"| {case} | {ok(case)} | {wall:.1f} | {wall / bare:.2f}x | {extra:.1f}"
             f" | {(bare + extra) / bare:.2f}x |"
         )
-    rows += ["", "| case | import (s) | " + " | ".join(PHASES) + " (s) |"]
-    rows.append("|---" * (len(PHASES) + 2) + "|")
+    rows += ["", "| case | import | start + exit | " + " | ".join(PHASES) + " (s) |"]
+    rows.append("|---" * (len(PHASES) + 3) + "|")
     for case in orchestrated:
         cells = [f"{median(case, lambda r: r['import']):.1f}"]
+        cells += [f"{median(case, lambda r: r['wall'] - r['import'] - r['pipeline']):.1f}"]
         cells += [f"{median(case, lambda r, p=p: r['phases'][p]):.1f}" for p in PHASES]
         rows.append(f"| {case} | " + " | ".join(cells) + " |")
     tracking = []
