@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -156,22 +157,57 @@ def bare_commands(
     return stages
 
 
-def run_bare(out: Path, epochs: int, limit: int, j: str) -> Dict[str, Any]:
+def run_bare(out: Path, epochs: int, limit: int, j: str, timeout: float) -> Dict[str, Any]:
     stages = bare_commands(out, epochs, limit, j)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHX_", "MLFLOW_"))}
     started = time.monotonic()
+    deadline = started + timeout
     ok = True
     with open(out / "bare.log", "wb") as log:
         for stage in stages:
             procs = [
                 subprocess.Popen(
-                    argv, env={**base, **env}, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
+                    argv,
+                    env={**base, **env},
+                    cwd=cwd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # a process group of its own, to stop it whole
                 )
                 for argv, env, cwd in stage
             ]
-            ok = all(p.wait() == 0 for p in procs) and ok
+            try:
+                codes = [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
+            finally:  # on a timeout or an interrupt: nothing it started outlives the run
+                for p in procs:
+                    stop_group(p)
+            ok = ok and all(code == 0 for code in codes)
     wall = time.monotonic() - started
     return {"ok": ok and (out / "eval" / "metrics.json").exists(), "wall": wall}
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc``'s process group (it was started in a session of its own) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group has ended
+        pass
+    proc.wait()
+
+
+def cancel_leftovers(torchx_home: Path) -> None:
+    """Cancel the apps a run left running in its ``TORCHX_HOME`` (a timed-out or killed
+    run): its orchestrator's process group is gone, local_cwd's supervisors are not."""
+    cancel = (
+        "from torchx.runner import get_runner\n"
+        "from torchx.specs.states import is_terminal\n"
+        "with get_runner() as runner:\n"
+        "    for app in runner.list('local_cwd'):\n"
+        "        if not is_terminal(app.state):\n"
+        "            runner.cancel(app.app_handle)\n"
+    )
+    env = dict(os.environ, TORCHX_HOME=str(torchx_home))
+    subprocess.run([sys.executable, "-c", cancel], env=env, check=False, timeout=300)
 
 
 def prepare_templates(work: Path) -> Dict[str, Path]:
@@ -226,13 +262,22 @@ def run_orchestrated(
     command = [sys.executable, __file__, "--child", orchestrator, "--out", str(out)]
     command += ["--epochs", str(args.epochs), "--limit", str(args.limit), "--j", args.j]
     spawned, started = time.time(), time.monotonic()
-    with open(out / "child.log", "wb") as log:
-        proc = subprocess.run(
-            command, env=child_env(out, tracked), stdout=subprocess.PIPE, stderr=log
+    with open(out / "child.log", "wb") as log, open(out / "child.out", "wb") as stdout:
+        proc = subprocess.Popen(
+            command, env=child_env(out, tracked), stdout=stdout, stderr=log, start_new_session=True
         )
+        code: Optional[int] = None
+        try:
+            code = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            pass  # a failed run; stopped below
+        finally:  # on a timeout or an interrupt: nothing it started outlives the run
+            stop_group(proc)
+            if code != 0:
+                cancel_leftovers(out / "torchx_home")
     wall = time.monotonic() - started
-    lines = proc.stdout.decode().strip().splitlines()
-    result = json.loads(lines[-1]) if proc.returncode == 0 and lines else {"ok": False}
+    lines = (out / "child.out").read_text().strip().splitlines()
+    result = json.loads(lines[-1]) if code == 0 and lines else {"ok": False}
     result.update(wall=wall, phases=app_phases(out / "torchx_home", spawned, spawned + wall))
     result["ok"] = bool(result["ok"]) and len(result["phases"]) > 0
     return result
@@ -258,7 +303,8 @@ def summarize(results: Dict[str, List[Dict[str, Any]]]) -> List[str]:
     """The tables: wall times and ratios, then where each orchestrated run's time went."""
 
     def median(case: str, get: Callable[[Dict[str, Any]], float]) -> float:
-        return statistics.median(get(r) for r in results[case] if r["ok"])
+        values = [get(r) for r in results[case] if r["ok"]]
+        return statistics.median(values) if values else float("nan")
 
     def ok(case: str) -> str:
         return f"{sum(r['ok'] for r in results[case])}/{len(results[case])}"
@@ -312,6 +358,9 @@ def main() -> int:
         default="bare," + ",".join(f"{o} +mlflow,{o} untracked" for o in ORCHESTRATORS),
         help="comma-separated cases to run",
     )
+    parser.add_argument(
+        "--timeout", type=float, default=1800, help="seconds before a run is stopped (failed)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the runs' directories")
     parser.add_argument(
         "--results", help="append each run's result to this file (JSON lines) as it ends"
@@ -348,7 +397,10 @@ def main() -> int:
                 out = work / f"{case.replace(' ', '_').replace('+', '')}-{round_}"
                 out.mkdir(parents=True)
                 if case == "bare":
-                    result = run_bare(out, args.epochs, args.limit, args.j)
+                    try:
+                        result = run_bare(out, args.epochs, args.limit, args.j, args.timeout)
+                    except subprocess.TimeoutExpired:
+                        result = {"ok": False, "wall": args.timeout}
                 else:
                     orchestrator, mode = case.split(" ")
                     tracked = mode == "+mlflow"
