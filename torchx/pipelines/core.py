@@ -150,22 +150,22 @@ def open_pipeline_run(
 def close_pipeline_run(
     run_id: str, trackers: Mapping[str, Optional[str]], state: str
 ) -> Optional[ResourceHours]:
-    """End the pipeline's tracker run as ``FINISHED``, ``FAILED`` or ``KILLED``, with the
-    sums of its stages' ``cpu_hours`` / ``gpu_hours`` (returned; None: none recorded).
+    """End the pipeline's tracker run as ``FINISHED``, ``FAILED`` or ``KILLED``, then log
+    the sums of its stages' ``cpu_hours`` / ``gpu_hours`` on it (returned; None: none
+    recorded). The run ends first: an orchestrator that kills a slow callback (Airflow's
+    dag-processor does) leaves the sums missing, never the run RUNNING for good.
     Best effort: a tracker that cannot answer is a warning, never the pipeline's failure."""
     if not trackers:
         return None
     from torchx.runner.resource_hours import record_pipeline_hours
     from torchx.trackers.api import build_trackers
 
-    hours = None
     try:
-        hours = record_pipeline_hours(run_id, trackers)
         for tracker in build_trackers(trackers):
             tracker.end_run(run_id, state)
     except Exception as e:  # closing a run is never worth failing the pipeline
         logger.warning("could not end pipeline run %s as %s: %s", run_id, state, e)
-    return hours
+    return record_pipeline_hours(run_id, trackers)
 
 
 # ---------------------------------------------------------------------------- submit
