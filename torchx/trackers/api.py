@@ -167,6 +167,15 @@ class TrackerBase(abc.ABC):
         """A URL a person can open for the run, or None where the backend has no UI."""
         return None
 
+    def backend_run_id(self, run_id: str) -> Optional[str]:
+        """The backend's own id of the run (MLflow's run id); None where it has none."""
+        return None
+
+    def latest_metrics(self, backend_run_id: str, by_time: Sequence[str] = ()) -> Latest:
+        """Each metric's latest value in the run ``backend_run_id`` (its highest step's, the
+        ``by_time`` keys' newest by time); {} in a backend that keeps no metrics."""
+        return {}
+
     def lineage(self, run_id: str) -> Lineage:
         """Walk sources (upstream) and descendants (downstream) transitively."""
         lineage, seen = Lineage(run_id), {run_id}
