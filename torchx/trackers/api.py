@@ -14,18 +14,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    List,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-)
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from torchx.specs.api import TorchXError
 from torchx.trackers.env import (  # noqa: F401 (this module's public names)
