@@ -88,9 +88,11 @@ def recorded_hours(tracker: object, run_id: str) -> Dict[str, float]:
     return {k: v for k, v in metrics.items() if k in (CPU_HOURS, GPU_HOURS)}
 
 
-def stage_hours(tracker: TrackerBase, pipeline_run_id: str) -> Optional[ResourceHours]:
+def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours]:
     """The sum of ``cpu_hours`` / ``gpu_hours`` over the stage runs of a pipeline run in
     one tracker (None: the tracker keeps no metrics, or no stage recorded any)."""
+    if not isinstance(tracker, TrackerBase) or not tracker.keeps_metrics:
+        return None  # nothing to sum: its runs are not even listed
     total: Optional[ResourceHours] = None
     for stage in tracker.run_ids(parent_run_id=pipeline_run_id):
         rid = tracker.backend_run_id(stage)

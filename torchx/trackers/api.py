@@ -93,6 +93,8 @@ class Lineage:
 class TrackerBase(abc.ABC):
     """A backend that stores runs (keyed by torchx job id)."""
 
+    keeps_metrics = False  # whether ``latest_metrics`` reads a run's metrics back (MLflow)
+
     @abc.abstractmethod
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None

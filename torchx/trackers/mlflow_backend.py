@@ -94,6 +94,8 @@ class MLflowTracker(TrackerBase):
     """Records and reads runs: runs, tags and metrics by ``store``; the rest with
     ``MlflowClient``, imported at its first use (seconds of CPU)."""
 
+    keeps_metrics = True
+
     def __init__(
         self,
         experiment_name: Optional[str] = None,
