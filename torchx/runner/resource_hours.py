@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence
 
 from torchx.specs.api import Role
-from torchx.trackers.api import TrackerBase, build_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +75,8 @@ def run_metrics(tracker: object, run_id: str, by_time: Sequence[str] = ()) -> Di
     """The latest value of each metric of the tracker run ``run_id`` (the backend's id: an
     MLflow run id) as MLflow keeps it (its highest step's), the ``by_time`` keys' newest by
     time. {} in a tracker without metrics."""
+    from torchx.trackers.api import TrackerBase  # with trackers only
+
     if not isinstance(tracker, TrackerBase):
         return {}
     latest = tracker.latest_metrics(run_id, tuple(by_time))
@@ -91,6 +92,8 @@ def recorded_hours(tracker: object, run_id: str) -> Dict[str, float]:
 def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours]:
     """The sum of ``cpu_hours`` / ``gpu_hours`` over the stage runs of a pipeline run in
     one tracker (None: the tracker keeps no metrics, or no stage recorded any)."""
+    from torchx.trackers.api import TrackerBase  # with trackers only
+
     if not isinstance(tracker, TrackerBase) or not tracker.keeps_metrics:
         return None  # nothing to sum: its runs are not even listed
     total: Optional[ResourceHours] = None
@@ -109,6 +112,8 @@ def record_pipeline_hours(
     """Log the stages' summed resource-hours on the pipeline run ``run_id`` in every
     tracker that has them; returns the first sum (None if none). Best effort: a tracker
     that cannot answer is one warning."""
+    from torchx.trackers.api import build_trackers
+
     found: Optional[ResourceHours] = None
     for name, tracker in zip(trackers, build_trackers(trackers), strict=True):
         try:
