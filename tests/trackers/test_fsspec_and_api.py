@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchx.cli import cmd_tracker as render
+from torchx.runner.resource_hours import run_metrics, stage_hours
 from torchx.trackers.api import (
     AppRun,
     FactoryBackend,
@@ -42,6 +43,17 @@ def test_a_batch_of_steps_is_one_append_read_back_step_by_step(tracker) -> None:
     assert len(files) == 1  # one append (job-b is the only run with metrics here)
     steps = [(r["step"], r["timestamp"], r["metrics"]["loss"]) for r in tracker.metrics("job-b")]
     assert steps == [(s, 1000 + s, 1.0 / s) for s in range(1, 4)]
+
+
+def test_a_tracker_without_run_metrics_sums_no_resource_hours(tracker) -> None:  # type: ignore[no-untyped-def]
+    """fsspec keeps no backend run ids nor latest metrics: a pipeline run's stage hours are
+    None there (not an error), as for any tracker that does not override them."""
+    tracker.set_parent("stage-1", "pipe")
+    tracker.log_metrics("stage-1", {"cpu_hours": 1.0})
+    assert not tracker.keeps_metrics and tracker.backend_run_id("stage-1") is None
+    assert tracker.latest_metrics("stage-1") == {}
+    assert list(tracker.run_ids(parent_run_id="pipe")) == ["stage-1"]
+    assert stage_hours(tracker, "pipe") is None and run_metrics(tracker, "stage-1") == {}
 
 
 def test_lineage_both_ways_and_rendering(tracker) -> None:  # type: ignore[no-untyped-def]

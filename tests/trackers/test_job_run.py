@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
+import pydantic
 import pytest
 
 from tests.polling import poll_until
@@ -397,6 +398,11 @@ class _Creds:
     host: str
 
 
+class _Settings(pydantic.BaseModel):  # a pydantic flow parameter, as Prefect passes it
+    api_key: str
+    host: str
+
+
 def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> None:
     """Airflow conf, Prefect flow parameters and any caller's ``run_params`` pass one rule:
     a value under a name Airflow treats as sensitive is never recorded."""
@@ -407,6 +413,7 @@ def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> N
         "prefect.param.HFToken": SECRET,
         "prefect.param.slack-webhook-url": SECRET,
         "prefect.param.db": _Creds(dsn=SECRET, host="h"),
+        "prefect.param.settings": _Settings(api_key=SECRET, host="h"),
         "prefect.param.tokenizer": "bert",  # "token" counts only as a word
         "prefect.param.max_tokens": 512,
         "prefect.param.epochs": 3,
@@ -422,6 +429,8 @@ def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> N
     assert recorded["prefect.param.HFToken"] == "<redacted>"
     assert recorded["prefect.param.slack-webhook-url"] == "<redacted>"
     assert json.loads(recorded["prefect.param.db"]) == {"dsn": "<redacted>", "host": "h"}
+    settings = json.loads(recorded["prefect.param.settings"])
+    assert settings == {"api_key": "<redacted>", "host": "h"}
     assert recorded["prefect.param.tokenizer"] == "bert"
     assert recorded["prefect.param.max_tokens"] == "512"
     assert recorded["prefect.param.epochs"] == "3"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -274,3 +275,11 @@ def test_the_check_sees_a_circle_and_a_deferred_import() -> None:
     tree = ast.parse("import x\nif TYPE_CHECKING:\n    import y\ndef f():\n    from z import w\n")
     names = [n.names[0].name if isinstance(n, ast.Import) else n.module for n in _imports(tree)]
     assert names == ["x", "z"]
+
+
+def test_a_runner_loads_the_tracker_api_only_when_a_tracker_is_used() -> None:
+    """``torchx.runner.api`` loads ``torchx.trackers.env`` alone; ``torchx.trackers.api``
+    (backends, dataclasses, protocols) waits for the first tracker."""
+    code = "import sys, torchx.runner.api; print('torchx.trackers.api' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr

@@ -72,12 +72,14 @@ def job_start(env: Mapping[str, str]) -> Optional[float]:
 
 
 def run_metrics(tracker: object, run_id: str, by_time: Sequence[str] = ()) -> Dict[str, float]:
-    """The latest value of each metric of the tracker run ``run_id`` (an MLflow run id) as
-    MLflow keeps it (its highest step's), the ``by_time`` keys' newest by time; read by the
-    store (SQL, REST or MlflowClient: no ``import mlflow`` on sqlite or http). {} in a
-    tracker without metrics."""
-    read = getattr(getattr(tracker, "store", None), "latest_metrics", None)
-    latest = read(run_id, tuple(by_time)) if callable(read) else {}
+    """The latest value of each metric of the tracker run ``run_id`` (the backend's id: an
+    MLflow run id) as MLflow keeps it (its highest step's), the ``by_time`` keys' newest by
+    time. {} in a tracker without metrics."""
+    from torchx.trackers.api import TrackerBase  # with trackers only
+
+    if not isinstance(tracker, TrackerBase):
+        return {}
+    latest = tracker.latest_metrics(run_id, tuple(by_time))
     return {key: float(value) for key, (value, _) in latest.items()}
 
 
@@ -90,13 +92,13 @@ def recorded_hours(tracker: object, run_id: str) -> Dict[str, float]:
 def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours]:
     """The sum of ``cpu_hours`` / ``gpu_hours`` over the stage runs of a pipeline run in
     one tracker (None: the tracker keeps no metrics, or no stage recorded any)."""
-    run_of = getattr(tracker, "mlflow_run_id", None)
-    run_ids = getattr(tracker, "run_ids", None)
-    if not callable(run_of) or not callable(run_ids):
-        return None
+    from torchx.trackers.api import TrackerBase  # with trackers only
+
+    if not isinstance(tracker, TrackerBase) or not tracker.keeps_metrics:
+        return None  # nothing to sum: its runs are not even listed
     total: Optional[ResourceHours] = None
-    for stage in run_ids(parent_run_id=pipeline_run_id):
-        rid = run_of(stage)
+    for stage in tracker.run_ids(parent_run_id=pipeline_run_id):
+        rid = tracker.backend_run_id(stage)
         metrics = recorded_hours(tracker, rid) if rid else {}
         if metrics:
             part = ResourceHours(metrics.get(CPU_HOURS, 0.0), metrics.get(GPU_HOURS, 0.0))

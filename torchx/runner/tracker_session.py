@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from torchx.specs.api import AppState, TorchXError
 
@@ -28,6 +28,7 @@ _RUN_STATUS = {
     AppState.CANCELLED: "KILLED",
 }
 Trackers = Mapping[str, Optional[str]]
+T = TypeVar("T")
 # on the run of a keyed submit that lost the key's claim: the handle it re-attached to
 REATTACHED_TO_TAG = "torchx.reattached_to"
 
@@ -78,7 +79,7 @@ class TrackerSession:
         for backend in self.backends(trackers):
             try:
                 opened.runs.append((backend, backend.open_job_run(job)))
-            except Exception as e:
+            except Exception as e:  # whatever a tracker raises fails the submit as one line
                 self.abort(opened)
                 raise TrackerRunError(
                     f"could not open the job's tracker run in {backend.store}: {error_reason(e)}"
@@ -89,13 +90,13 @@ class TrackerSession:
         """The job was submitted as ``handle``: record it on each run (a failure warns)."""
         for backend, run in opened.runs:
             what = f"record {handle} on its tracker run"
-            _warn_on_error(backend, what, backend.bind_job_run, run.run_id, handle)
+            warn_on_error(backend, what, backend.bind_job_run, run.run_id, handle)
 
     def abort(self, opened: OpenedJobRun) -> None:
         """The submit failed: end the runs it opened as FAILED."""
         for backend, run in opened.runs:
             what = "end the tracker run of a job that was not submitted"
-            _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "FAILED")
+            warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "FAILED")
 
     def supersede(self, opened: Optional[OpenedJobRun], holder: str, end: bool = True) -> None:
         """Another submitter of the same key launched ``holder`` and this submit re-attached:
@@ -104,9 +105,9 @@ class TrackerSession:
         for backend, run in opened.runs if opened is not None else []:
             what = f"mark the tracker run of a submit that re-attached to {holder}"
             tags = {REATTACHED_TO_TAG: holder}
-            _warn_on_error(backend, what, backend.log_job_run, run.run_id, {}, 0, tags)
+            warn_on_error(backend, what, backend.log_job_run, run.run_id, {}, 0, tags)
             if end:
-                _warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
+                warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
 
     def close_job_run(
         self,
@@ -123,7 +124,7 @@ class TrackerSession:
         for backend in self.backends(trackers):
             what = f"end the tracker run of {handle} as {status}"
             run_id = backend.job_run_id(handle, env)
-            _warn_on_error(backend, what, backend.close_job_run, handle, run_id, status, end_ms)
+            warn_on_error(backend, what, backend.close_job_run, handle, run_id, status, end_ms)
 
     def close(self) -> None:
         with self._lock:
@@ -132,11 +133,16 @@ class TrackerSession:
             self._backends.clear()
 
 
-def _warn_on_error(backend: TrackerBackend, what: str, call: Any, *args: Any) -> None:
+def warn_on_error(
+    backend: TrackerBackend, what: str, call: Callable[..., T], *args: Any
+) -> Optional[T]:
+    """``call(*args)``; if it fails, one warning ``could not <what> in <store>: <reason>``
+    and None: recording on a tracker run is never worth failing a submit or a wait."""
     try:
-        call(*args)
-    except Exception as e:
+        return call(*args)
+    except Exception as e:  # a tracker is any store or a user's own code: it may raise anything
         logger.warning("could not %s in %s: %s", what, backend.store, error_reason(e))
+        return None
 
 
 def error_reason(e: BaseException) -> str:

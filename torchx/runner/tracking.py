@@ -23,13 +23,15 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     Tuple,
     Union,
+    runtime_checkable,
 )
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
-from torchx.runner.tracker_session import TrackerSession, error_reason
+from torchx.runner.tracker_session import TrackerSession, warn_on_error
 from torchx.runtime.progress import PROGRESS_KEYS, Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
@@ -78,6 +80,13 @@ class RunRequest:
     cfg: Dict[str, object] = field(default_factory=dict)
 
 
+@runtime_checkable
+class _PydanticModel(Protocol):
+    """A pydantic (v2) model, without importing pydantic."""
+
+    def model_dump(self) -> Dict[str, Any]: ...
+
+
 def _text(value: object) -> str:
     if isinstance(value, str):
         return value
@@ -104,8 +113,8 @@ def hide_sensitive(name: str, value: object) -> object:
         return REDACTED
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
-    elif callable(getattr(value, "model_dump", None)):  # a pydantic model (Prefect's params)
-        value = value.model_dump()  # type: ignore[attr-defined]
+    elif isinstance(value, _PydanticModel):  # Prefect's params
+        value = value.model_dump()
     if isinstance(value, Mapping):
         return {k: hide_sensitive(str(k), v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -191,9 +200,7 @@ def with_env(
     for role in app.roles:
         role.env.update(env)
     new = sched.submit_dryrun(app, info._cfg)
-    for attr in ("_workspace", "_run_request"):
-        if hasattr(info, attr):
-            setattr(new, attr, getattr(info, attr))
+    new._workspace, new._run_request = info._workspace, info._run_request
     return new
 
 
@@ -267,22 +274,15 @@ class JobRecorder:
             run_id = backend.job_run_id(handle, watch.env)
             if not run_id or self._run_has(backend, run_id, handle, report.step, ts):
                 continue
-            try:
-                backend.log_job_run(run_id, report.as_metrics(), report.step, {}, ts)
-            except Exception as e:  # recording is never worth failing a wait
-                logger.warning(
-                    "could not record the last progress report of %s in %s: %s",
-                    *(handle, backend.store, error_reason(e)),
-                )
+            what, metrics = f"record the last progress report of {handle}", report.as_metrics()
+            warn_on_error(backend, what, backend.log_job_run, run_id, metrics, report.step, {}, ts)
 
     @staticmethod
     def _run_has(backend: TrackerBackend, run_id: str, handle: str, step: int, ts: int) -> bool:
         """Whether the run's newest progress report is ``step``, sent at ``ts`` (ms) or later."""
-        try:
-            latest = backend.job_run_latest(run_id, PROGRESS_KEYS)
-        except Exception as e:  # cannot tell: log it (a point twice beats a lost last step)
-            logger.warning("could not read the run of %s: %s", handle, error_reason(e))
-            return False
+        # cannot tell: False (a point twice beats a lost last step)
+        read = backend.job_run_latest
+        latest = warn_on_error(backend, f"read the run of {handle}", read, run_id, PROGRESS_KEYS)
         on_run = progress_from_metrics(latest or {})
         return on_run is not None and on_run.step == step and round(on_run.time * 1000) >= ts
 
@@ -353,12 +353,13 @@ class JobRecorder:
         """Whether the job's run has ``metric`` in any tracker (True if none can tell)."""
         for backend in self._session.backends(watch.trackers):
             run_id = backend.job_run_id(handle, watch.env)
-            try:
-                latest = backend.job_run_latest(run_id, ()) if run_id else None
-                if latest is not None and metric not in latest:
-                    return False
-            except Exception as e:  # cannot tell: leave the run as it is
-                logger.warning("could not read the run of %s: %s", handle, e)
+            if not run_id:
+                continue
+            # cannot tell (None): leave the run as it is
+            read = backend.job_run_latest
+            latest = warn_on_error(backend, f"read the run of {handle}", read, run_id, ())
+            if latest is not None and metric not in latest:
+                return False
         return True
 
     def _run_ended(
@@ -368,12 +369,11 @@ class JobRecorder:
         tell (``job_run_status``): a run RUNNING forever is worse than a moved end time."""
         for backend in self._session.backends(trackers):
             run_id = backend.job_run_id(handle, env)
-            try:
-                if not run_id or backend.job_run_status(run_id) not in _ENDED:
-                    return False
-            except Exception as e:  # cannot tell: end it
-                logger.warning("could not read the status of the run of %s: %s", handle, e)
+            if not run_id:
                 return False
+            what = f"read the status of the run of {handle}"
+            if warn_on_error(backend, what, backend.job_run_status, run_id) not in _ENDED:
+                return False  # not ended, or cannot tell (None): end it
         return True
 
     def record(
@@ -391,10 +391,5 @@ class JobRecorder:
             run_id = backend.job_run_id(handle, env)
             if not run_id:
                 continue
-            try:
-                backend.log_job_run(run_id, metrics, step, tags or {})
-            except Exception as e:  # recording is never worth failing a wait
-                logger.warning(
-                    "could not record metrics of %s in %s: %s",
-                    *(handle, backend.store, error_reason(e)),
-                )
+            what = f"record metrics of {handle}"
+            warn_on_error(backend, what, backend.log_job_run, run_id, metrics, step, tags or {})

@@ -7,7 +7,7 @@ fsspec, hashlib). Inside torchx, import from the defining module
 (``tests/util/test_import_graph.py``).
 """
 
-from typing import Any
+from torchx.util.lazy import lazy_getattr
 
 # defining module: the names it gives this package
 _NAMES = {
@@ -21,21 +21,7 @@ _NAMES = {
 }
 _LAZY = {name: module for module, names in _NAMES.items() for name in names.split()}
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # once: later look-ups are plain attributes
-        return value
-    try:  # a submodule not imported yet (``torchx.trackers.api`` after ``import torchx.trackers``)
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY, submodules=True)
 
 
 def __dir__() -> list:

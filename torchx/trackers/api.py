@@ -14,18 +14,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    List,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-)
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from torchx.specs.api import TorchXError
 from torchx.trackers.env import (  # noqa: F401 (this module's public names)
@@ -104,6 +93,8 @@ class Lineage:
 class TrackerBase(abc.ABC):
     """A backend that stores runs (keyed by torchx job id)."""
 
+    keeps_metrics = False  # whether ``latest_metrics`` reads a run's metrics back (MLflow)
+
     @abc.abstractmethod
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Optional[Mapping[str, object]] = None
@@ -166,6 +157,15 @@ class TrackerBase(abc.ABC):
     def run_url(self, run_id: str) -> Optional[str]:
         """A URL a person can open for the run, or None where the backend has no UI."""
         return None
+
+    def backend_run_id(self, run_id: str) -> Optional[str]:
+        """The backend's own id of the run (MLflow's run id); None where it has none."""
+        return None
+
+    def latest_metrics(self, backend_run_id: str, by_time: Sequence[str] = ()) -> Latest:
+        """Each metric's latest value in the run ``backend_run_id`` (its highest step's, the
+        ``by_time`` keys' newest by time); {} in a backend that keeps no metrics."""
+        return {}
 
     def lineage(self, run_id: str) -> Lineage:
         """Walk sources (upstream) and descendants (downstream) transitively."""

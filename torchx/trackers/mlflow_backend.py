@@ -94,6 +94,8 @@ class MLflowTracker(TrackerBase):
     """Records and reads runs: runs, tags and metrics by ``store``; the rest with
     ``MlflowClient``, imported at its first use (seconds of CPU)."""
 
+    keeps_metrics = True
+
     def __init__(
         self,
         experiment_name: Optional[str] = None,
@@ -154,8 +156,14 @@ class MLflowTracker(TrackerBase):
     def _ensure(self, job_id: str) -> str:
         return str(self._run(job_id))  # a run, or it raised
 
-    def mlflow_run_id(self, job_id: str) -> Optional[str]:
-        return self._run(job_id, create=False)
+    def backend_run_id(self, run_id: str) -> Optional[str]:
+        return self._run(run_id, create=False)
+
+    mlflow_run_id = backend_run_id  # by its MLflow name
+
+    def latest_metrics(self, backend_run_id: str, by_time: Sequence[str] = ()) -> Latest:
+        """By the store (SQL, REST or MlflowClient: no ``import mlflow`` on sqlite or http)."""
+        return dict(self.store.latest_metrics(backend_run_id, tuple(by_time)))
 
     # -------------------------------------------------------------- TrackerBase
 
@@ -211,7 +219,8 @@ class MLflowTracker(TrackerBase):
         to = os.path.normpath(os.path.join(dest, name))  # a name outside it: MLflow's error
         if not os.path.isabs(dest) or not to.startswith(dest.rstrip("/") + "/"):
             log = self.client.log_artifacts if os.path.isdir(local) else self.client.log_artifact
-            return log(rid, local, artifact_path=name)  # type: ignore[no-any-return]
+            log(rid, local, artifact_path=name)
+            return
         os.makedirs(to, exist_ok=True)
         if os.path.isdir(local):
             shutil.copytree(local, to, dirs_exist_ok=True)

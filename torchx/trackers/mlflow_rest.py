@@ -223,8 +223,12 @@ def _row(metric: Mapping[str, Any]) -> Tuple[int, int, float]:
 def _reason(e: BaseException) -> str:
     """What urllib3 says went wrong (requests wraps it twice), on one line, without the
     connection's repr."""
+    from urllib3.exceptions import MaxRetryError
+
     inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e
-    text = str(getattr(inner, "reason", None) or inner)
+    if isinstance(inner, MaxRetryError) and inner.reason is not None:
+        inner = inner.reason  # what the last retry met (refused, name unknown, TLS)
+    text = str(inner)
     return " ".join(re.sub(r"^\w*Connection\(.*?\): ", "", text).split())[:200]
 
 

@@ -23,18 +23,7 @@ import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    Mapping,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-)
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Set, Tuple
 
 from torchx.trackers.api import Latest, MetricRow
 from torchx.trackers.mlflow_rest import DeletedExperimentError

@@ -84,12 +84,14 @@ class ClientStore:
         return self._client()
 
     def experiment_id(self, name: str, artifact_location: Optional[str] = None) -> str:
+        from mlflow.exceptions import MlflowException
+
         exp = self.client.get_experiment_by_name(name)
         if exp is None:
             try:
                 location = f"{artifact_location}/{name}" if artifact_location else None
                 return str(self.client.create_experiment(name, artifact_location=location))
-            except Exception:  # created concurrently by another process
+            except MlflowException:  # created concurrently by another process
                 exp = self.client.get_experiment_by_name(name)
                 if exp is None:
                     raise
