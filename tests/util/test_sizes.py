@@ -1,6 +1,7 @@
 """The code counts issue 38 watches (``scripts/code_counts.py``), and the size of tracking
 (issue 24: at most 1,600 lines; issue 37 added MLflow's client settings, its typed store
-protocol and the checked schema revisions: 1,900). Modules are split by concept, not by a
+protocol and the checked schema revisions: 1,900; its batched progress sender and the
+typed run-metrics members: 2,000). Modules are split by concept, not by a
 line count, so no per-module limit is pinned here."""
 
 from __future__ import annotations
@@ -62,5 +63,5 @@ def test_no_count_is_above_its_baseline() -> None:
     assert {k: totals[k] for k in BASELINE if totals[k] > BASELINE[k]} == {}
 
 
-def test_tracking_is_at_most_1900_lines() -> None:
-    assert sum(lines(p) for p in (TORCHX / "trackers").glob("*.py")) <= 1900
+def test_tracking_is_at_most_2000_lines() -> None:
+    assert sum(lines(p) for p in (TORCHX / "trackers").glob("*.py")) <= 2000
