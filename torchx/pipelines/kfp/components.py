@@ -8,13 +8,17 @@ built, default ``torchx.IMAGE`` (see ``torchx.pipelines.kfp.image``). Run locall
 ``kfp.local.SubprocessRunner(use_venv=False)`` they use this environment.
 """
 
-from typing import Any, Callable, List, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple
 
 from torchx.pipelines.kfp.image import base_image
 from torchx.util.modules import import_optional
 
-dsl = import_optional("kfp.dsl", "kfp")
-_python_component = import_optional("kfp.dsl.python_component", "kfp")
+if TYPE_CHECKING:  # read as Any (pyproject: kfp builds these types at run time)
+    from kfp import dsl
+    from kfp.dsl import python_component as _python_component
+else:  # one clear line when kfp is not installed
+    dsl = import_optional("kfp.dsl", "kfp")
+    _python_component = import_optional("kfp.dsl.python_component", "kfp")
 
 # the app gets the task's resources, node selector, tolerations and volumes instead of the
 # launcher's pod; env set on the task (task.set_env_variable) reaches both: the launcher
@@ -32,7 +36,7 @@ _PASSTHROUGH = [
 ]
 
 
-class TorchXComponent(_python_component.PythonComponent):  # type: ignore[misc,name-defined]
+class TorchXComponent(_python_component.PythonComponent):
     """A KFP Python component of torchx: documented by its function's docstring (``help``
     shows ours, not KFP's class text); a task made inside a pipeline runs in
     ``base_image()`` and, for the launcher, carries the launched app's resources."""
@@ -97,10 +101,10 @@ def _torchx_component(**options: Any) -> Callable[[Callable[..., Any]], TorchXCo
 def torchx_launcher(
     component: str,
     component_args: List[str],
-    task_config: dsl.TaskConfig,  # type: ignore[name-defined]
-    metrics: dsl.Output[dsl.Metrics],  # type: ignore[name-defined]
-    model: dsl.Output[dsl.Model],  # type: ignore[name-defined]
-    dataset: dsl.Output[dsl.Dataset],  # type: ignore[name-defined]
+    task_config: dsl.TaskConfig,
+    metrics: dsl.Output[dsl.Metrics],
+    model: dsl.Output[dsl.Model],
+    dataset: dsl.Output[dsl.Dataset],
     scheduler: str = "local_cwd",
     cfg: dict = {},  # noqa: B006 (KFP needs a literal default)
     parent_run_id: str = "",
@@ -206,7 +210,7 @@ def start_pipeline_run(pipeline_name: str, job_id: str) -> str:
 def close_pipeline_run(
     pipeline_name: str,
     job_id: str,
-    status: dsl.PipelineTaskFinalStatus,  # type: ignore[name-defined]
+    status: dsl.PipelineTaskFinalStatus,
 ) -> str:
     """Exit handler: end the pipeline's tracker run FINISHED, FAILED or KILLED.
 
