@@ -100,7 +100,7 @@ def airflow_owner(ti: AirflowTaskInstance, cancel: bool = True) -> Owner:
         from airflow.configuration import conf
 
         api = conf.get("api", "base_url", fallback=None) or None
-    except Exception:  # no airflow config here: reap is told the URL instead
+    except ImportError:  # not under Airflow: reap is told the URL instead
         api = None
     ids = {
         "dag": ti.dag_id,
