@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Protocol
 
 from torchx.schedulers.api import OWNER
 
@@ -75,7 +75,23 @@ def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
 # ---------------------------------------------------------------------------- builders
 
 
-def airflow_owner(ti: Any, cancel: bool = True) -> Owner:
+class AirflowTaskInstance(Protocol):
+    """What torchx reads of an Airflow task instance: the task SDK's ``RuntimeTaskInstance``
+    (in a task process) and the models' ``TaskInstance`` (scheduler, api-server) both have it."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: Optional[int]
+    try_number: int
+
+
+def map_index_of(ti: AirflowTaskInstance) -> int:
+    """``ti``'s map index, -1 for a task that is not mapped (Airflow may say None)."""
+    return -1 if ti.map_index is None else int(ti.map_index)
+
+
+def airflow_owner(ti: AirflowTaskInstance, cancel: bool = True) -> Owner:
     """The owner of a job submitted by Airflow task instance ``ti`` (dag, run, task, map
     index, try), with Airflow's ``[api] base_url`` when it is configured; ``cancel``: the
     operator's ``cancel_on_kill``."""
@@ -84,16 +100,14 @@ def airflow_owner(ti: Any, cancel: bool = True) -> Owner:
         from airflow.configuration import conf
 
         api = conf.get("api", "base_url", fallback=None) or None
-    except Exception:  # no airflow config here: reap is told the URL instead
+    except ImportError:  # not under Airflow: reap is told the URL instead
         api = None
     ids = {
         "dag": ti.dag_id,
         "run": ti.run_id,
         "task": ti.task_id,
-        "map": int(
-            getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1
-        ),
-        "try": int(getattr(ti, "try_number", 0) or 0),
+        "map": map_index_of(ti),
+        "try": int(ti.try_number or 0),
     }
     return Owner("airflow", ids, api.rstrip("/") if api else None, cancel)
 

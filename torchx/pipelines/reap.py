@@ -97,7 +97,7 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
         error = Unreachable if e.code == 401 else ReapError
         raise error(f"{url}: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
         raise Unreachable(f"cannot reach {url}: {reason}") from None
     except (ValueError, http.client.HTTPException) as e:
         raise ReapError(f"{url}: bad answer: {e}") from None

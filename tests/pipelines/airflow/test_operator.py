@@ -10,7 +10,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import psutil
 import pytest
@@ -193,6 +193,9 @@ class _TI:
 
     def __init__(self, run_id: str) -> None:
         self.dag_id, self.task_id, self.run_id, self.map_index = "d", "t", run_id, -1
+        # outside a DAG run there is no try numbering: never a retry
+        self.try_number: Optional[int] = None
+        self.max_tries: Optional[int] = None
         self.xcoms: Dict[str, Any] = {}
 
     def xcom_push(self, key: str, value: Any) -> None:
@@ -358,7 +361,7 @@ def test_a_retry_returns_the_succeeded_app_a_clear_runs_again(torchx_env: Path) 
             retries=1,
         )
         ti = _TI("retried")
-        ti.try_number, ti.max_tries = try_number, max_tries  # type: ignore[attr-defined]
+        ti.try_number, ti.max_tries = try_number, max_tries
         return op.execute({"ti": ti})
 
     first = execute(1, 1)  # its worker died after the app succeeded ...

@@ -12,8 +12,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from torchx.trackers.api import TrackerArtifact
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +76,13 @@ def openlineage_name(uri: str) -> Tuple[str, str]:
     return f"{parts.scheme}://{parts.netloc}", parts.path.strip("/") or "/"
 
 
-def _dataset(artifact: object, producer: str) -> Optional[StageDataset]:
-    path = str(getattr(artifact, "path", "") or "")
-    if not path:
+def _dataset(artifact: Optional[TrackerArtifact], producer: str) -> Optional[StageDataset]:
+    if artifact is None or not artifact.path:
         return None
-    meta = dict(getattr(artifact, "metadata", None) or {})
+    meta = dict(artifact.metadata or {})
     return StageDataset(
-        uri=to_uri(path),
-        artifact=str(getattr(artifact, "name", "")),
+        uri=to_uri(artifact.path),
+        artifact=artifact.name,
         kind=str(meta["type"]) if meta.get("type") else None,
         digest=str(meta["digest"]) if meta.get("digest") else None,
         producer=producer,
@@ -100,9 +102,10 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
         return lineage
     try:
         from torchx.trackers.api import build_trackers
+        from torchx.trackers.mlflow_backend import MLflowTracker
 
         built = build_trackers(trackers)
-    except Exception as e:
+    except Exception as e:  # a tracker plugin may raise anything: lineage never fails a stage
         logger.warning("no lineage for %s: could not build trackers: %s", handle, e)
         return lineage
     for name, tracker in zip(trackers, built, strict=True):
@@ -115,9 +118,8 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
                     lineage.inputs,
                     _dataset(produced.get(source.artifact_name or ""), source.source_run_id),
                 )
-            if lineage.tracker_run_id is None:
-                backend_id = getattr(tracker, "mlflow_run_id", None)
-                run_id = backend_id(handle) if callable(backend_id) else None
+            if lineage.tracker_run_id is None and isinstance(tracker, MLflowTracker):
+                run_id = tracker.mlflow_run_id(handle)
                 if run_id:
                     lineage.tracker, lineage.tracker_run_id = name, str(run_id)
                     _read_hours(lineage, tracker, str(run_id))

@@ -63,13 +63,13 @@ HANDLE_XCOM = "app_handle"
 
 
 def _state(ti: Any) -> str:
-    state = getattr(ti, "state", None)
-    return str(getattr(state, "value", state) or "").lower()
+    # Airflow's TaskInstanceState is a str enum whose str() is its value
+    return str(ti.state or "").lower()
 
 
 def _map_index(ti: Any) -> int:
-    map_index = getattr(ti, "map_index", -1)
-    return -1 if map_index is None else int(map_index)
+    # not owner.map_index_of: this plugin loads in every Airflow process, owner is slower
+    return -1 if ti.map_index is None else int(ti.map_index)
 
 
 def _in_task_process(ti: Any) -> bool:
@@ -80,8 +80,7 @@ def _operator(ti: Any) -> Any:
     """The ``TorchXOperator`` a task process runs (None for any other task)."""
     from torchx.pipelines.airflow.operator import TorchXOperator
 
-    task = getattr(ti, "task", None)
-    return task if isinstance(task, TorchXOperator) else None
+    return ti.task if isinstance(ti.task, TorchXOperator) else None
 
 
 def _app_handle(ti: Any) -> Optional[str]:
@@ -148,7 +147,7 @@ def record_dag_run(dag_run: Any) -> List[Reapable]:
     for row in rows:
         handle = X.deserialize_value(row)
         if handle:
-            state = str(getattr(row.state, "value", row.state)).lower()
+            state = str(row.state).lower()
             ids = (dag_run.dag_id, dag_run.run_id, row.task_id, int(row.map_index))
             found.append(Reapable(str(handle), *ids, state))
     return found

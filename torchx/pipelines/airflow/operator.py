@@ -34,32 +34,28 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from airflow.exceptions import AirflowConfigException, AirflowException
 from airflow.sdk import Asset, BaseOperator, BaseOperatorLink
 
 from torchx.components.torchrun import COMPONENT
 from torchx.pipelines import core
 from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, TorchXHook
 from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
-from torchx.pipelines.owner import airflow_owner, is_airflow_task
+from torchx.pipelines.owner import airflow_owner, is_airflow_task, map_index_of
 from torchx.pipelines.reap import cancel_if_owned
 from torchx.pipelines.torchrun import torchrun_stage
 from torchx.specs.api import AppDef, AppStatus
-
-try:  # Airflow 3
-    from airflow.exceptions import AirflowException
-except ImportError:  # pragma: no cover
-    AirflowException = RuntimeError  # type: ignore[misc, assignment]
 
 STATE_STORE_KEY = "torchx_app_handle"
 STAGE_SCHEME = "x-torchx://"
 
 
 def _default_deferrable() -> bool:
-    try:
-        from airflow.configuration import conf
+    from airflow.configuration import conf
 
+    try:
         return conf.getboolean("operators", "default_deferrable", fallback=False)
-    except Exception:
+    except AirflowConfigException:  # a value that is not a boolean
         return False
 
 
@@ -75,8 +71,9 @@ class _TorchXLink(BaseOperatorLink):
     kind = ""
 
     def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        links = getattr(operator, "torchx_links", None)
-        return str(links.get(self.kind, "")) if isinstance(links, dict) else ""
+        if not isinstance(operator, TorchXOperator):
+            return ""  # a serialized operator: its link was stored when the task ran
+        return str(operator.torchx_links.get(self.kind, ""))
 
 
 class TorchXAppLink(_TorchXLink):
@@ -108,7 +105,7 @@ def close_pipeline_run(
     from torchx.runner.config import get_configured_trackers
 
     dag_run = context["dag_run"]
-    state = str(getattr(dag_run, "state", "") or "")
+    state = str(dag_run.state or "")
     succeeded = state.endswith("success")
     if trackers is None:
         trackers = TorchXHook().settings.trackers
@@ -275,8 +272,7 @@ class TorchXOperator(BaseOperator):
         if not self.durable:
             return None
         ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, map_index)
+        return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
 
     def _cached_handle(self, context: Mapping[str, Any], runner: Any) -> Optional[str]:
         """The handle an earlier try kept in Airflow's task state store, if still reusable."""
@@ -285,7 +281,7 @@ class TorchXOperator(BaseOperator):
             return None
         try:
             handle = store.get(self.external_id_key)
-        except Exception:
+        except Exception:  # a cache only (any state store backend's error): ask the scheduler
             return None
         if not handle:
             return None
@@ -418,9 +414,7 @@ class TorchXOperator(BaseOperator):
 
     def _remember(self, ti: Any) -> None:
         """Keep the task instance's identity: ``on_kill`` cancels only a job it owns."""
-        map_index = getattr(ti, "map_index", -1)
-        map_index = -1 if map_index is None else int(map_index)
-        self._task_instance = (ti.dag_id, ti.run_id, ti.task_id, map_index)
+        self._task_instance = (ti.dag_id, ti.run_id, ti.task_id, map_index_of(ti))
 
     def _emit(self, role: str, replica: int, line: str) -> None:
         self.log.info("%s/%d %s", role, replica, line)
@@ -475,7 +469,7 @@ class TorchXOperator(BaseOperator):
                 if asset is not None:
                     events[asset].extra.update(extra)
                     continue
-            except Exception as e:  # an unusual URI is never worth failing the stage
+            except ValueError as e:  # Airflow's URI checks: never worth failing the stage
                 self.log.warning("no Asset event for %s: %s", output.uri, e)
             rest.append(extra)
         if not has_stage_asset:
@@ -533,7 +527,7 @@ class TorchXOperator(BaseOperator):
         if handle is None:
             try:
                 handle = task_instance.xcom_pull(task_ids=self.task_id, key="app_handle")
-            except Exception:
+            except Exception:  # an OpenLineage hook never fails the task: no handle, no lineage
                 handle = None
         if not handle:
             return None
@@ -569,8 +563,7 @@ def is_retry(ti: Any, retries: Optional[int]) -> bool:
     first try of a series is ``max_tries - retries + 1`` (as the task SDK computes it for
     reschedules) and any later try of the series is a retry.
     """
-    try_number = getattr(ti, "try_number", None)
-    max_tries = getattr(ti, "max_tries", None)
+    try_number, max_tries = ti.try_number, ti.max_tries
     if not isinstance(try_number, int) or not isinstance(max_tries, int):
         return False
     return try_number > max_tries - (retries or 0) + 1
@@ -578,8 +571,8 @@ def is_retry(ti: Any, retries: Optional[int]) -> bool:
 
 def run_name(ti: Any) -> str:
     """The job's tracker run name: the task id (with the map index of a mapped task)."""
-    map_index = getattr(ti, "map_index", -1)
-    if map_index is not None and map_index >= 0:
+    map_index = map_index_of(ti)
+    if map_index >= 0:
         return f"{ti.task_id}[{map_index}]"
     return str(ti.task_id)
 
@@ -596,17 +589,16 @@ def run_params(context: Mapping[str, Any]) -> Dict[str, object]:
         "airflow.task_id": ti.task_id,
         "airflow.run_id": ti.run_id,
     }
-    try_number = getattr(ti, "try_number", None)
-    if try_number is not None:
-        params["airflow.try_number"] = try_number
-    map_index = getattr(ti, "map_index", -1)
-    if map_index is not None and map_index >= 0:
+    if ti.try_number is not None:
+        params["airflow.try_number"] = ti.try_number
+    map_index = map_index_of(ti)
+    if map_index >= 0:
         params["airflow.map_index"] = map_index
     dag_params = context.get("params") or {}
     for key in list(dag_params):
         params[f"airflow.params.{key}"] = dag_params[key]
     dag_run = context.get("dag_run")
-    conf = getattr(dag_run, "conf", None) or {}
+    conf = (dag_run.conf if dag_run is not None else None) or {}
     for key, value in dict(conf).items():
         if key not in dag_params:
             params[f"airflow.conf.{key}"] = value

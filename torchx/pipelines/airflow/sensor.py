@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from airflow.exceptions import AirflowException
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
 from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, runner_for_connection
 from torchx.specs.api import AppState
-
-try:
-    from airflow.exceptions import AirflowException
-except ImportError:  # pragma: no cover
-    AirflowException = RuntimeError  # type: ignore[misc, assignment]
 
 
 class TorchXSensor(BaseSensorOperator):

@@ -60,6 +60,8 @@ class TorchXTrigger(BaseTrigger):
     (``on_kill``, when ``cancel_on_kill``); a triggerer restart leaves it running.
     """
 
+    timeout_after: Optional[datetime] = None  # the triggerer sets it: the task's trigger timeout
+
     def __init__(
         self,
         app_handle: str,
@@ -107,7 +109,7 @@ class TorchXTrigger(BaseTrigger):
                 await watch.changed.wait()
                 watch.changed.clear()
                 self._log_news(watch)
-        except BaseException as e:  # cancelled (triggerer stop, task killed)
+        except asyncio.CancelledError as e:  # triggerer stop, task killed
             if self._killed_by_user(e):
                 self._start_cancel()  # before any await: see the module's docstring
             raise
@@ -149,14 +151,14 @@ class TorchXTrigger(BaseTrigger):
             self.streamed[key] = self.streamed.get(key, 0) + 1
         self.log.info("%s", "\n".join(f"{key} {line}" for key, line in lines))
 
-    def _killed_by_user(self, error: BaseException) -> bool:
+    def _killed_by_user(self, error: asyncio.CancelledError) -> bool:
         """Whether ``error`` is Airflow's cancellation for a user's action on the task, by
         the rule Airflow calls ``on_kill`` by (not after the trigger's own timeout)."""
-        if not self.cancel_on_kill or not isinstance(error, asyncio.CancelledError):
+        if not self.cancel_on_kill:
             return False
         if error.args[:1] != (USER_ACTION,):
             return False
-        timeout = getattr(self, "timeout_after", None)
+        timeout = self.timeout_after
         if timeout is not None:
             when = timeout if timeout.tzinfo else timeout.replace(tzinfo=timezone.utc)
             return bool(when >= datetime.now(timezone.utc))

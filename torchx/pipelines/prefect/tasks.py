@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -261,13 +262,18 @@ class ProgressArtifact:
             return
         description = f"{self.handle}: {line}"
         if self.artifact_id is None:
-            self.artifact_id = create_progress_artifact(  # type: ignore[call-arg]
-                percent, key=self.key, description=description, _sync=True
+            self.artifact_id = _sync(create_progress_artifact)(
+                percent, key=self.key, description=description
             )
         else:
-            update_progress_artifact(  # type: ignore[call-arg]
-                self.artifact_id, percent, description=description, _sync=True
-            )
+            _sync(update_progress_artifact)(self.artifact_id, percent, description=description)
+
+
+def _sync(dispatching: Callable[..., Any]) -> Callable[..., Any]:
+    """The sync form of a Prefect artifact function (its ``_sync`` keyword, which its typed
+    signature does not show): it also runs in a thread of an async flow (``TorchXJob``),
+    where Prefect would dispatch to the coroutine form and nothing would await it."""
+    return functools.partial(dispatching, _sync=True)
 
 
 def _in_run() -> bool:
@@ -291,18 +297,13 @@ def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -
         return
     safe = _safe(artifact_key)
     links = core.stage_links(handle, status, runner.trackers())
-    # always the sync form: this runs in a thread of an async flow too (TorchXJob), where
-    # Prefect would dispatch to the coroutine form and nothing would await it
     if "app" in links:
-        create_link_artifact(  # type: ignore[call-arg]
-            links["app"], link_text=f"{handle} logs", key=f"torchx-logs-{safe}", _sync=True
+        _sync(create_link_artifact)(
+            links["app"], link_text=f"{handle} logs", key=f"torchx-logs-{safe}"
         )
     if "tracker" in links:
-        create_link_artifact(  # type: ignore[call-arg]
-            links["tracker"],
-            link_text=f"MLflow run of {handle}",
-            key=f"torchx-mlflow-{safe}",
-            _sync=True,
+        _sync(create_link_artifact)(
+            links["tracker"], link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
         )
     rows = [
         {"role": r.role, "replica": x.id, "state": str(x.state), "host": x.hostname}
@@ -310,11 +311,8 @@ def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -
         for x in r.replicas
     ]
     if rows:
-        create_table_artifact(  # type: ignore[call-arg]
-            rows,
-            key=f"torchx-replicas-{safe}",
-            description=f"{handle}: {status.state}",
-            _sync=True,
+        _sync(create_table_artifact)(
+            rows, key=f"torchx-replicas-{safe}", description=f"{handle}: {status.state}"
         )
 
 
@@ -541,8 +539,8 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
         flow_run: the flow run whose apps to cancel (default: the current one)
         state: the flow run's state (unused: any end by cancel or crash is KILLED)
     """
-    fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
-    name = getattr(flow, "name", None) or _flow_run()[1]
+    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
+    name = flow.name if flow is not None else _flow_run()[1]
     logger = _hook_logger(flow_run)
     with _runner() as runner:
         trackers = runner.trackers()
@@ -570,8 +568,8 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
         flow_run: the flow run that ended (default: the current one)
         state: its final state: completed ends the run FINISHED, anything else FAILED
     """
-    fid = str(getattr(flow_run, "id", None) or _flow_run()[0])
-    name = getattr(flow, "name", None) or _flow_run()[1]
+    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
+    name = flow.name if flow is not None else _flow_run()[1]
     succeeded = bool(state.is_completed()) if state is not None else True
     with _runner() as runner:
         core.close_pipeline_run(
