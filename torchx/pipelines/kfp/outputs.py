@@ -34,9 +34,8 @@ class StageRecord:
 
 def _backend_run_id(tracker: TrackerBase, handle: str) -> Optional[str]:
     """The backend's id of the app's run (MLflow's run id), None if it has no run."""
-    native = getattr(tracker, "mlflow_run_id", None)
-    if native is not None:
-        return native(handle)
+    if tracker.keeps_metrics:  # a backend with runs of its own (MLflow)
+        return tracker.backend_run_id(handle)
     return handle if list(tracker.metadata(handle) or {}) else None
 
 
