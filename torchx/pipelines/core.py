@@ -86,7 +86,7 @@ def _error_time(structured: str) -> float:
         message = data.get("message", {})
         extra = message.get("extraInfo", {}) if isinstance(message, dict) else {}
         return float(extra.get("timestamp", data.get("timestamp")))
-    except Exception:  # no error file, or not torchelastic's
+    except (ValueError, TypeError, AttributeError):  # no error file, or not torchelastic's
         return float("inf")
 
 
@@ -277,7 +277,7 @@ class ProgressFollower:
             self._next = now + self.interval
             try:
                 report = self.runner.progress(self.handle)
-            except Exception as e:
+            except Exception as e:  # any scheduler's or tracker's failure: no report this time
                 logger.warning("could not read the progress of %s: %s", self.handle, e)
                 return None
             if report is None or _same(report, self.last):
@@ -375,7 +375,7 @@ def cancel_quietly(runner: Runner, handle: str, log: Optional[Log] = None) -> No
     """Cancel the app; an app already gone or unreachable is logged (to ``log``), not raised."""
     try:
         runner.cancel(handle)
-    except Exception as e:
+    except Exception as e:  # any scheduler's failure: the reaper can still cancel it
         (log or logger).warning("could not cancel %s: %s", handle, e)
 
 
