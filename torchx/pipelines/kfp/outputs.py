@@ -46,7 +46,7 @@ def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecor
         return StageRecord()
     try:
         backends = build_trackers(trackers)
-    except Exception as e:
+    except Exception as e:  # a tracker plugin may raise anything: a stage never fails on it
         logger.warning("could not open trackers to read %s back: %s", handle, e)
         return StageRecord()
     for tracker in backends:
@@ -60,7 +60,7 @@ def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecor
                 metrics=run_metrics(tracker, run_id),
                 artifacts=dict(tracker.artifacts(handle)),
             )
-        except Exception as e:
+        except Exception as e:  # any tracker's failure: the outputs go without the run
             logger.warning("could not read the tracker run of %s: %s", handle, e)
     return StageRecord()
 
