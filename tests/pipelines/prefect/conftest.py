@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -21,3 +22,14 @@ def prefect_server() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=300):
         yield
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_server: None) -> Path:
+    """A test's own torchx home and MLflow sqlite store, in its own working directory."""
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
+    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

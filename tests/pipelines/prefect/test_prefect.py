@@ -21,16 +21,6 @@ from tests.processes import job_processes, wait_for_job_processes
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture()
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_server: None) -> Path:
-    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.delenv("TORCHXCONFIG", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 async def _artifact_keys() -> list:
     from prefect.client.orchestration import get_client
 

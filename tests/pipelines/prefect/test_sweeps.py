@@ -19,16 +19,6 @@ SWEEP = 50
 MAX_WORKERS = 8
 
 
-@pytest.fixture()
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_server: None) -> Path:
-    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
-    monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.delenv("TORCHXCONFIG", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 class PeakThreads:
     """This process's largest thread count while the block runs (sampled every 50 ms)."""
 
