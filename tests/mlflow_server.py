@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import ssl
@@ -27,10 +28,27 @@ from typing import Dict, Iterator, Optional, Tuple, Union
 START_TIMEOUT = 240.0  # a cold start on a loaded 2-core machine takes 15-60 s
 
 
+def _ephemeral_floor() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on, below the kernel's ephemeral range and above Ray's
+    worker ports (10002-19999): a port from the ephemeral range can be taken by any outgoing
+    connection between this check and the server's bind (a Ray head binds nine, one by one)."""
+    top = max(_ephemeral_floor(), 20001)
+    while True:
+        port = random.randrange(20000, top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def answers_health(url: str, ca: Optional[Path] = None) -> bool:

@@ -13,23 +13,31 @@ from typing import Iterator
 
 import pytest
 
+from tests.schedulers.ray.head import answers
 from tests.schedulers.ray.head import ray_head as start_head
 
 BIN = os.path.dirname(sys.executable)
 
 
 @pytest.fixture(scope="package")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def ray_head_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ray-head") / "head.log"
+
+
+@pytest.fixture(scope="package")
+def ray_head(ray_head_log: Path) -> Iterator[str]:
     """The head's dashboard address (``127.0.0.1:PORT``)."""
     if not os.path.exists(os.path.join(BIN, "ray")) or shutil.which("bash") is None:
         pytest.skip("ray is not installed (pip install 'torchx[ray]')")
-    log = tmp_path_factory.mktemp("ray-head") / "head.log"
-    with start_head(BIN, log, dict(os.environ)) as url:
+    with start_head(BIN, ray_head_log, dict(os.environ)) as url:
         yield url.split("://")[1]
 
 
 @pytest.fixture()
-def env(ray_head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def env(ray_head: str, ray_head_log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # a head that died is named with why, not as each test's "Failed to connect"
+    if not answers(f"http://{ray_head}"):
+        pytest.fail(f"the Ray head at {ray_head} died: {ray_head_log.read_text()[-3000:]}")
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://{ray_head}")
     monkeypatch.delenv("TORCHX_TRACKERS", raising=False)

@@ -10,6 +10,7 @@ over each): "another host" that shares only the network.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -37,12 +38,34 @@ PORTS = (
 )
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/api/version", timeout=2) as r:
             return bool(r.status == 200)
     except OSError:
         return False
+
+
+def _submit_probe(url: str) -> str:
+    """A trivial job's submission id, or "" while the head has no agent to take it (the
+    dashboard answers before its agent registers: "No available agent to submit job")."""
+    body = json.dumps({"entrypoint": "true"}).encode()
+    request = urllib.request.Request(
+        f"{url}/api/jobs/", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return str(json.load(r)["submission_id"])
+    except OSError:
+        return ""
+
+
+def _probe_status(url: str, submission_id: str) -> str:
+    try:
+        with urllib.request.urlopen(f"{url}/api/jobs/{submission_id}", timeout=10) as r:
+            return str(json.load(r)["status"])
+    except OSError:
+        return ""
 
 
 def _outermost(dirs: Sequence[str]) -> List[str]:
@@ -84,6 +107,13 @@ def ray_head(
         env,
         PATH=f"{bindir}{os.pathsep}{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # loopback only
+        # A loaded 2-core machine stalls a process for seconds: Ray's defaults (5 failed
+        # health checks, 3 s apart) then declare the head's own node dead and `--block` tears
+        # the whole head down in the middle of the tests.
+        RAY_health_check_failure_threshold="60",
+        RAY_health_check_timeout_ms="30000",
+        RAY_gcs_rpc_server_reconnect_timeout_s="300",
+        RAY_agent_register_timeout_ms="300000",
     )
     url = f"http://127.0.0.1:{ports['dashboard-port']}"
     with open(log, "w") as out:
@@ -92,12 +122,18 @@ def ray_head(
         )
         try:
             up = poll_until(
-                lambda: head.poll() is None and _answers(url),
+                lambda: head.poll() is None and answers(url),
                 lambda answered: answered or head.poll() is not None,
                 300,
                 every=1,
             )
             assert up, f"no Ray head at {url}: {log.read_text()[-3000:]}"
+            # ready when it runs a job: the first tests must not meet a head still starting
+            probe = poll_until(lambda: _submit_probe(url), bool, 300, every=1)
+            assert probe, f"the Ray head at {url} takes no job: {log.read_text()[-3000:]}"
+            ended = ("SUCCEEDED", "FAILED", "STOPPED")
+            status = poll_until(lambda: _probe_status(url, probe), ended.__contains__, 300, 1)
+            assert status == "SUCCEEDED", f"a probe job {status}: {log.read_text()[-3000:]}"
             yield url
         finally:
             # at once: a SIGTERM'd head drains for 30 s; nothing of a test head needs keeping
