@@ -8,6 +8,7 @@
 #   eval "$(bash scripts/docker_engine.sh env)"   # export DOCKER_HOST (and TORCHX_TEST_REGISTRY)
 #   bash scripts/docker_engine.sh images    # make the base images once, build torchx's image
 #   bash scripts/docker_engine.sh stop      # stop exactly the daemons started
+#   bash scripts/docker_engine.sh status    # exit 0 while its dockerd runs
 #
 # Base images (kept in the engine's data root between runs on one machine):
 #   local/debian:bookworm          debootstrap --variant=minbase
@@ -167,5 +168,6 @@ case "${1:-}" in
     env) env_ ;;
     images) images ;;
     stop) stop ;;
-    *) echo "usage: $0 install|start|env|images|stop" >&2; exit 2 ;;
+    status) alive "$DIR/dockerd.pid" ;;
+    *) echo "usage: $0 install|start|env|images|stop|status" >&2; exit 2 ;;
 esac

@@ -6,8 +6,13 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 # A throwaway local Slurm cluster for the Slurm tests (root + apt only; skipped otherwise).
-# It starts while the linters run.
+# It starts while the linters run. A cluster or engine that already ran (another checkout's
+# run, a developer's) is used and left running: only what this run started is stopped.
 slurm=""
+slurm_stop=1
+docker_stop=1
+bash scripts/slurm_cluster.sh status >/dev/null 2>&1 && slurm_stop=""
+bash scripts/docker_engine.sh status 2>/dev/null && docker_stop=""
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null && [ -x scripts/slurm_cluster.sh ]; then
     if bash scripts/slurm_cluster.sh install; then
         bash scripts/slurm_cluster.sh start &
@@ -32,8 +37,8 @@ else
     echo "test: Docker packages unavailable; container tests will be skipped" >&2
 fi
 cleanup() {
-    [ -n "$slurm" ] && { wait "$slurm" 2>/dev/null; bash scripts/slurm_cluster.sh stop || true; }
-    [ -n "$engine" ] && { wait "$docker" 2>/dev/null; bash scripts/docker_engine.sh stop || true; }
+    [ -n "$slurm" ] && { wait "$slurm" 2>/dev/null; [ -z "$slurm_stop" ] || bash scripts/slurm_cluster.sh stop || true; }
+    [ -n "$engine" ] && { wait "$docker" 2>/dev/null; [ -z "$docker_stop" ] || bash scripts/docker_engine.sh stop || true; }
 }
 trap cleanup EXIT
 if [ $# -eq 0 ]; then
