@@ -36,6 +36,7 @@ from torchx.runtime.progress import PROGRESS_KEYS, Progress, progress_from_metri
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
+from torchx.util.backend_errors import backend_errors
 from torchx.util.types import to_dict
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ class JobRecorder:
     def _report(self, handle: str) -> Optional[Progress]:
         try:
             return self._read_progress(handle)
-        except Exception as e:  # a report is never worth failing a wait
+        except backend_errors() as e:  # a report is never worth failing a wait
             logger.warning("could not read the progress of %s: %s", handle, e)
             return None
 

@@ -554,7 +554,7 @@ def _hook_logger(flow_run: Any) -> Logger:
     if flow_run is not None:
         try:
             return flow_run_logger(flow_run)
-        except Exception:  # a logger is never worth missing a cancel
+        except (AttributeError, ValueError):  # not a FlowRun: never worth missing a cancel
             pass
     return logging.getLogger(__name__)
 
