@@ -195,14 +195,12 @@ def with_env(
     sched: Scheduler, info: AppDryRunInfo[Any], env: Mapping[str, str]
 ) -> AppDryRunInfo[Any]:
     """The request again, with the job's tracker run (its id) in every role's env."""
-    if not env or info._app is None:
+    if not env or info.app is None:
         return info
-    app = copy.deepcopy(info._app)
+    app = copy.deepcopy(info.app)
     for role in app.roles:
         role.env.update(env)
-    new = sched.submit_dryrun(app, info._cfg)
-    new._workspace, new._run_request = info._workspace, info._run_request
-    return new
+    return info.keeping_context(sched.submit_dryrun(app, info.cfg))
 
 
 # ---------------------------------------------------------------------------- while it runs
