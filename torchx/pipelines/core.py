@@ -31,7 +31,7 @@ from torchx.runner.api import Runner, get_runner
 from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
 from torchx.specs.api import AppDef, AppState, AppStatus
-from torchx.util.backend_errors import backend_errors
+from torchx.specs.errors import backend_errors
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence
 
 from torchx.specs.api import Role
-from torchx.util.backend_errors import backend_errors
+from torchx.specs.errors import backend_errors
 
 logger = logging.getLogger(__name__)
 

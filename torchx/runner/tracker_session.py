@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from torchx.specs.api import AppState, TorchXError
-from torchx.util.backend_errors import backend_errors
+from torchx.specs.errors import backend_errors
 
 if TYPE_CHECKING:  # ``api`` is loaded when a tracker is first used (``backends``)
     from torchx.trackers.api import JobRun, OpenedRun, TrackerBackend

@@ -35,8 +35,8 @@ from torchx.runner.tracker_session import TrackerSession, warn_on_error
 from torchx.runtime.progress import PROGRESS_KEYS, Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
+from torchx.specs.errors import backend_errors
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
-from torchx.util.backend_errors import backend_errors
 from torchx.util.types import to_dict
 
 if TYPE_CHECKING:

@@ -234,7 +234,7 @@ class _TrackerSender:
                 self.cond.notify_all()
 
     def _send(self, batch: List[Progress]) -> None:
-        from torchx.util.backend_errors import backend_errors  # here: a training script loads us
+        from torchx.specs.errors import backend_errors  # here: a training script loads us
 
         try:
             from torchx.trackers.api import app_run_from_env

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
-from torchx.util.backend_errors import backend_errors
+from torchx.specs.errors import backend_errors
 
 if TYPE_CHECKING:
     from torchx.trackers.api import TrackerArtifact

@@ -55,7 +55,7 @@ from torchx.specs.api import (
     is_terminal,
     parse_app_handle,
 )
-from torchx.util.backend_errors import backend_errors
+from torchx.specs.errors import backend_errors
 
 T = TypeVar("T")
 

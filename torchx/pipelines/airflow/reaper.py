@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, List, Optional
 
 from torchx.pipelines.settings import TorchXSettings
-from torchx.util.backend_errors import backend_errors
+from torchx.specs.errors import backend_errors
 
 logger = logging.getLogger("torchx.pipelines.airflow.listener")  # the listener's lines
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
 from torchx.runner.resource_hours import run_metrics
+from torchx.specs.errors import backend_errors
 from torchx.trackers.api import TrackerArtifact, TrackerBase, build_trackers
-from torchx.util.backend_errors import backend_errors
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -575,10 +574,3 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
         core.close_pipeline_run(
             f"prefect://{name}/{fid}", runner.trackers(), core.final_state(succeeded)
         )
-
-
-def status_json(handle: str) -> str:
-    """The app's status as JSON text (``null`` if its scheduler no longer knows it)."""
-    with _runner() as runner:
-        status = runner.status(handle)
-    return json.dumps(status.to_json() if status else None)
