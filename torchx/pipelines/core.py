@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
-from torchx.runner.api import Runner, get_runner
+from torchx.runner.api import Runner
 from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
 from torchx.specs.api import AppDef, AppState, AppStatus
@@ -104,11 +104,6 @@ class Submission:
 
     handle: str
     reattached: bool
-
-
-def runner_for(trackers: Optional[Mapping[str, Optional[str]]] = None) -> Runner:
-    """A Runner whose jobs report to ``trackers`` (None: the configured ones)."""
-    return get_runner(trackers=trackers)
 
 
 # ---------------------------------------------------------------------------- keys
