@@ -288,7 +288,7 @@ class _Reporter:
                 self.last_write = now
                 if self.path:
                     _write_atomic(self.path, json.dumps(report.to_json()))
-        except (OSError, TypeError, ValueError) as e:  # a full disk, a metric not JSON
+        except (OSError, TypeError, ValueError, RuntimeError) as e:  # disk full, no thread left
             if not self.warned:
                 self.warned = True
                 logger.warning("report_progress: cannot write %s (%s); ignoring", self.path, e)
