@@ -15,7 +15,7 @@ TORCHX = ROOT / "torchx"
 SCRIPT = ROOT / "scripts" / "code_counts.py"
 # issue 38's measure of the tree when it was taken up: no count may grow past it again
 # (lines are left to code_counts.py's target: a fix may cost a few)
-BASELINE = {"broad excepts": 73, "type: ignores": 38, "getattr probes": 75}
+BASELINE = {"broad excepts": 23, "type: ignores": 38, "getattr probes": 75}
 
 
 def lines(path: Path) -> int:

@@ -208,12 +208,12 @@ class CmdRun(SubCommand):
         from torchx.specs.serialize import appdef_to_dict
 
         print("=== APPLICATION ===")
-        print(pprint.pformat(appdef_to_dict(info._app), width=100, sort_dicts=False))
+        print(pprint.pformat(appdef_to_dict(info.app), width=100, sort_dicts=False))
         print("=== SCHEDULER REQUEST ===")
         print(repr(info))
-        if info._workspace is not None:
+        if info.workspace is not None:
             print("=== WORKSPACE ===")
-            print(info._workspace)
+            print(info.workspace)
 
     def _wait_and_stream(
         self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool

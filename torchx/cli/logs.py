@@ -12,6 +12,7 @@ import threading
 from typing import List, Optional, TextIO, Tuple
 
 from torchx.runner.api import Runner
+from torchx.runner.logs import each_replica
 from torchx.schedulers.api import Stream
 from torchx.schedulers.local.logs import LogLines
 
@@ -48,34 +49,21 @@ def stream_logs(
     """Print every replica's lines concurrently; returns the errors of the reader threads."""
     lock = threading.Lock()
     color = out.isatty() and not os.environ.get("NO_COLOR")
-    errors: List[BaseException] = []
 
     def read(role: str, k: int, idx: int) -> None:
         prefix = f"{role}/{k}"
         if color:
             prefix = f"{_COLORS[idx % len(_COLORS)]}{prefix}{_RESET}"
         prefix += " "
-        try:
-            lines = runner.log_lines(
-                handle, role, k, regex=regex, should_tail=should_tail, streams=streams
-            )
-            # local_cwd's give many lines at a time
-            for text in lines.blocks() if isinstance(lines, LogLines) else lines:
-                body = text[:-1] if text.endswith("\n") else text
-                text = prefix + body.replace("\n", "\n" + prefix) + "\n"
-                with lock:
-                    out.write(text)
-                    out.flush()
-        except Exception as e:  # reported by the caller
-            errors.append(e)
+        lines = runner.log_lines(
+            handle, role, k, regex=regex, should_tail=should_tail, streams=streams
+        )
+        # local_cwd's give many lines at a time
+        for text in lines.blocks() if isinstance(lines, LogLines) else lines:
+            body = text[:-1] if text.endswith("\n") else text
+            text = prefix + body.replace("\n", "\n" + prefix) + "\n"
+            with lock:
+                out.write(text)
+                out.flush()
 
-    threads = [
-        threading.Thread(target=read, args=(role, k, i), daemon=True)
-        for i, (role, k) in enumerate(pairs)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(timeout=0.2)  # wakes up for Ctrl-C
-    return errors
+    return each_replica(pairs, read)

@@ -27,10 +27,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
-from torchx.runner.api import Runner, get_runner
+from torchx.runner.api import Runner
 from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
 from torchx.specs.api import AppDef, AppState, AppStatus
+from torchx.specs.errors import backend_errors
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +106,6 @@ class Submission:
     reattached: bool
 
 
-def runner_for(trackers: Optional[Mapping[str, Optional[str]]] = None) -> Runner:
-    """A Runner whose jobs report to ``trackers`` (None: the configured ones)."""
-    return get_runner(trackers=trackers)
-
-
 # ---------------------------------------------------------------------------- keys
 
 
@@ -163,7 +159,7 @@ def close_pipeline_run(
     try:
         for tracker in build_trackers(trackers):
             tracker.end_run(run_id, state)
-    except Exception as e:  # closing a run is never worth failing the pipeline
+    except backend_errors() as e:  # closing a run is never worth failing the pipeline
         logger.warning("could not end pipeline run %s as %s: %s", run_id, state, e)
     return record_pipeline_hours(run_id, trackers)
 
@@ -277,7 +273,7 @@ class ProgressFollower:
             self._next = now + self.interval
             try:
                 report = self.runner.progress(self.handle)
-            except Exception as e:  # any scheduler's or tracker's failure: no report this time
+            except backend_errors() as e:  # no report this time
                 logger.warning("could not read the progress of %s: %s", self.handle, e)
                 return None
             if report is None or _same(report, self.last):
@@ -285,7 +281,7 @@ class ProgressFollower:
             self.last = report
         try:
             self.on_progress(report)
-        except Exception as e:  # an orchestrator's hiccup is never worth failing the stage
+        except Exception as e:  # an orchestrator's API raises its own errors: never fatal
             logger.warning("could not publish the progress of %s: %s", self.handle, e)
         return report
 
@@ -375,7 +371,7 @@ def cancel_quietly(runner: Runner, handle: str, log: Optional[Log] = None) -> No
     """Cancel the app; an app already gone or unreachable is logged (to ``log``), not raised."""
     try:
         runner.cancel(handle)
-    except Exception as e:  # any scheduler's failure: the reaper can still cancel it
+    except backend_errors() as e:  # the reaper can still cancel it
         (log or logger).warning("could not cancel %s: %s", handle, e)
 
 
@@ -391,7 +387,7 @@ def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Opti
     for tracker in build_trackers(trackers):
         try:
             url = tracker.run_url(handle)
-        except Exception as e:  # a link is never worth failing a stage
+        except backend_errors() as e:  # a link is never worth failing a stage
             logger.warning("could not link the tracker run of %s: %s", handle, e)
             continue
         if url:

@@ -1,12 +1,13 @@
-"""Follow the replicas' logs of an app (used by the pipeline adapters): all at once with a
-thread per replica (``tail_app_logs``), or on demand without any (``LogCursor``)."""
+"""Follow the replicas' logs of an app (the pipeline adapters, ``torchx log``): all at once
+with a thread per replica (``tail_app_logs``, ``each_replica``), or on demand without any
+(``LogCursor``)."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import threading
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from torchx.runner.api import Runner
 from torchx.schedulers.api import Stream
@@ -22,28 +23,40 @@ def tail_app_logs(
 ) -> List[BaseException]:
     """Call ``emit(role, replica, line)`` for each line (without its newline) as it is written.
 
-    One thread per replica; ``emit`` calls are serialized. Returns the readers' errors, or
-    within half a second of ``stop`` being set, without waiting for a replica's next line
-    (its reader, a daemon thread, ends at that line if ``emit`` then raises).
+    One thread per replica (``each_replica``); ``emit`` calls are serialized.
     """
     app = runner.describe(handle)
     if app is None:
         return []
     lock = threading.Lock()
+
+    def copy(role: str, k: int, _: int) -> None:
+        for line in runner.log_lines(handle, role, k, should_tail=should_tail):
+            with lock:
+                emit(role, k, line.rstrip("\n"))
+
+    return each_replica([(r.name, k) for r in app.roles for k in range(r.num_replicas)], copy, stop)
+
+
+def each_replica(
+    replicas: Sequence[Tuple[str, int]],
+    read: Callable[[str, int, int], None],
+    stop: Optional[threading.Event] = None,
+) -> List[BaseException]:
+    """Run ``read(role, replica, index in replicas)`` in a daemon thread per replica. Returns
+    the errors they raised once all ended, or soon after ``stop`` is set, without waiting
+    for a replica's next line (its reader ends at that line if ``read`` then raises)."""
     errors: List[BaseException] = []
 
-    def copy(role: str, k: int) -> None:
+    def run(role: str, k: int, i: int) -> None:
         try:
-            for line in runner.log_lines(handle, role, k, should_tail=should_tail):
-                with lock:
-                    emit(role, k, line.rstrip("\n"))
-        except Exception as e:  # reported to the caller
+            read(role, k, i)
+        except Exception as e:  # a reader thread's error is handed to the caller to report
             errors.append(e)
 
     threads = [
-        threading.Thread(target=copy, args=(r.name, k), daemon=True)
-        for r in app.roles
-        for k in range(r.num_replicas)
+        threading.Thread(target=run, args=(role, k, i), daemon=True)
+        for i, (role, k) in enumerate(replicas)
     ]
     for t in threads:
         t.start()
@@ -51,7 +64,7 @@ def tail_app_logs(
         while t.is_alive():
             if stop is not None and stop.is_set():
                 return list(errors)
-            t.join(timeout=0.5)  # wakes up for signals (Ctrl-C, SIGTERM) and ``stop``
+            t.join(timeout=0.2)  # wakes up for signals (Ctrl-C, SIGTERM) and ``stop``
     return errors
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence
 
 from torchx.specs.api import Role
+from torchx.specs.errors import backend_errors
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,6 @@ def record_pipeline_hours(
             if total is not None:
                 tracker.log_metrics(tracker.resolve_run_id(run_id), total.metrics())
                 found = found or total
-        except Exception as e:  # a sum is never worth failing the pipeline's end
+        except backend_errors() as e:  # a sum is never worth failing the pipeline's end
             logger.warning("could not sum the resource-hours of %s in %s: %s", run_id, name, e)
     return found

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from torchx.specs.api import AppState, TorchXError
+from torchx.specs.errors import backend_errors
 
 if TYPE_CHECKING:  # ``api`` is loaded when a tracker is first used (``backends``)
     from torchx.trackers.api import JobRun, OpenedRun, TrackerBackend
@@ -79,7 +80,7 @@ class TrackerSession:
         for backend in self.backends(trackers):
             try:
                 opened.runs.append((backend, backend.open_job_run(job)))
-            except Exception as e:  # whatever a tracker raises fails the submit as one line
+            except backend_errors() as e:  # fails the submit as one line
                 self.abort(opened)
                 raise TrackerRunError(
                     f"could not open the job's tracker run in {backend.store}: {error_reason(e)}"
@@ -140,7 +141,7 @@ def warn_on_error(
     and None: recording on a tracker run is never worth failing a submit or a wait."""
     try:
         return call(*args)
-    except Exception as e:  # a tracker is any store or a user's own code: it may raise anything
+    except backend_errors() as e:
         logger.warning("could not %s in %s: %s", what, backend.store, error_reason(e))
         return None
 

@@ -35,6 +35,7 @@ from torchx.runner.tracker_session import TrackerSession, warn_on_error
 from torchx.runtime.progress import PROGRESS_KEYS, Progress, progress_from_metrics
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
+from torchx.specs.errors import backend_errors
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
 from torchx.util.types import to_dict
 
@@ -194,14 +195,12 @@ def with_env(
     sched: Scheduler, info: AppDryRunInfo[Any], env: Mapping[str, str]
 ) -> AppDryRunInfo[Any]:
     """The request again, with the job's tracker run (its id) in every role's env."""
-    if not env or info._app is None:
+    if not env or info.app is None:
         return info
-    app = copy.deepcopy(info._app)
+    app = copy.deepcopy(info.app)
     for role in app.roles:
         role.env.update(env)
-    new = sched.submit_dryrun(app, info._cfg)
-    new._workspace, new._run_request = info._workspace, info._run_request
-    return new
+    return info.keeping_context(sched.submit_dryrun(app, info.cfg))
 
 
 # ---------------------------------------------------------------------------- while it runs
@@ -257,7 +256,7 @@ class JobRecorder:
     def _report(self, handle: str) -> Optional[Progress]:
         try:
             return self._read_progress(handle)
-        except Exception as e:  # a report is never worth failing a wait
+        except backend_errors() as e:  # a report is never worth failing a wait
             logger.warning("could not read the progress of %s: %s", handle, e)
             return None
 

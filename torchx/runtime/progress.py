@@ -234,12 +234,14 @@ class _TrackerSender:
                 self.cond.notify_all()
 
     def _send(self, batch: List[Progress]) -> None:
+        from torchx.specs.errors import backend_errors  # here: a training script loads us
+
         try:
             from torchx.trackers.api import app_run_from_env
 
             steps = [(r.as_metrics(), r.step, r.time_ms) for r in batch]
             app_run_from_env().log_metrics_batch(steps)
-        except Exception as e:  # never break training over a progress report
+        except backend_errors() as e:  # never break training over a progress report
             if not self.warned:
                 self.warned = True
                 logger.warning("report_progress: cannot reach the tracker (%s); ignoring", e)
@@ -286,7 +288,7 @@ class _Reporter:
                 self.last_write = now
                 if self.path:
                     _write_atomic(self.path, json.dumps(report.to_json()))
-        except Exception as e:  # never break training over a progress report
+        except (OSError, TypeError, ValueError, RuntimeError) as e:  # disk full, no thread left
             if not self.warned:
                 self.warned = True
                 logger.warning("report_progress: cannot write %s (%s); ignoring", self.path, e)

@@ -313,9 +313,9 @@ class AppStatus:
     def _format_error_message(self, msg: str, header: str, width: int = 80) -> str:
         """``msg`` (an RPC error cut to its message) broken at the first space after
         ``width`` characters, under ``header`` (upstream's helper; its tests call it)."""
-        from torchx.specs.status_format import _wrap
+        from torchx.specs.status_format import wrap_error_message
 
-        return _wrap(msg, header, width)
+        return wrap_error_message(msg, header, width)
 
     def format(self, filter_roles: Optional[List[str]] = None) -> str:
         """Human-readable multi-line status, as ``torchx status`` prints it (upstream's layout)."""
@@ -346,6 +346,24 @@ class AppDryRunInfo(Generic[T]):
 
     def __repr__(self) -> str:
         return self._fmt(self.request)
+
+    # read-only names for torchx's own readers (upstream's private fields stay the store)
+    @property
+    def app(self) -> Optional[AppDef]:
+        return self._app
+
+    @property
+    def cfg(self) -> Mapping[str, CfgVal]:
+        return self._cfg
+
+    @property
+    def workspace(self) -> Optional[Any]:
+        return self._workspace
+
+    def keeping_context(self, new: AppDryRunInfo[Any]) -> AppDryRunInfo[Any]:
+        """``new`` (this request made again) with this one's workspace build and run request."""
+        new._workspace, new._run_request = self._workspace, self._run_request
+        return new
 
 
 # --------------------------------------------------------------------------- handles

@@ -122,7 +122,7 @@ def _argparse_type(param: inspect.Parameter) -> Callable[[str], object]:
 def _type_hints(fn: Callable[..., Any]) -> Dict[str, Any]:
     try:
         return typing.get_type_hints(fn)
-    except Exception:  # an annotation naming something not importable: use it as written
+    except (NameError, AttributeError, TypeError, SyntaxError):  # an unresolvable annotation
         return {k: p.annotation for k, p in inspect.signature(fn).parameters.items()}
 
 

@@ -36,7 +36,7 @@ _RPC_ERROR = re.compile(r"(?P<exception_type>\w*)\('On WorkerInfo\(.+\):\n(.*\n)
 _EMBEDDED_ERROR = re.compile(r"(?P<msg>.+)\nException.*")
 
 
-def _wrap(msg: str, header: str, width: int = 80) -> str:
+def wrap_error_message(msg: str, header: str, width: int = 80) -> str:
     """Break ``msg`` at the first space after ``width`` chars; later lines indent under header."""
     rpc = _RPC_ERROR.search(msg)
     if rpc:
@@ -81,10 +81,10 @@ def _replica(replica: ReplicaStatus) -> str:
             f"{state} (exitcode: {message.get('errorCode') or '<N/A>'})\n"
             f"        timestamp: {when}\n"
             f"        hostname: {replica.hostname}\n"
-            f"    {_wrap(str(message.get('message', '')), '    error_msg: ')}"
+            f"    {wrap_error_message(str(message.get('message', '')), '    error_msg: ')}"
         )
     elif err and err != NONE:
-        body = f"{state}\n    {_wrap(err.strip(), '    error_msg: ')}"
+        body = f"{state}\n    {wrap_error_message(err.strip(), '    error_msg: ')}"
     else:
         body = state
         if replica.state in (AppState.CANCELLED, AppState.FAILED):

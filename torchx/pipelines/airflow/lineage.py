@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
+from torchx.specs.errors import backend_errors
+
 if TYPE_CHECKING:
     from torchx.trackers.api import TrackerArtifact
 
@@ -105,7 +107,7 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
         from torchx.trackers.mlflow_backend import MLflowTracker
 
         built = build_trackers(trackers)
-    except Exception as e:  # a tracker plugin may raise anything: lineage never fails a stage
+    except backend_errors() as e:  # lineage never fails a stage
         logger.warning("no lineage for %s: could not build trackers: %s", handle, e)
         return lineage
     for name, tracker in zip(trackers, built, strict=True):
@@ -123,12 +125,12 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
                 if run_id:
                     lineage.tracker, lineage.tracker_run_id = name, str(run_id)
                     _read_hours(lineage, tracker, str(run_id))
-        except Exception as e:  # lineage is never worth failing a stage
+        except backend_errors() as e:  # lineage is never worth failing a stage
             logger.warning("could not read the lineage of %s from %s: %s", handle, name, e)
         if lineage.tracker_run_url is None:
             try:
                 lineage.tracker_run_url = tracker.run_url(handle)
-            except Exception as e:  # nor is a link
+            except backend_errors() as e:  # nor is a link
                 logger.warning("could not link the tracker run of %s: %s", handle, e)
     return lineage
 

@@ -524,11 +524,8 @@ class TorchXOperator(BaseOperator):
         if self.stage_lineage is not None:
             return self.stage_lineage
         handle = self.app_handle
-        if handle is None:
-            try:
-                handle = task_instance.xcom_pull(task_ids=self.task_id, key="app_handle")
-            except Exception:  # an OpenLineage hook never fails the task: no handle, no lineage
-                handle = None
+        if handle is None:  # a failure here is caught and logged by Airflow's OpenLineage
+            handle = task_instance.xcom_pull(task_ids=self.task_id, key="app_handle")
         if not handle:
             return None
         return read_stage_lineage(str(handle), self._runner().trackers())

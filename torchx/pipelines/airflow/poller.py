@@ -55,6 +55,7 @@ from torchx.specs.api import (
     is_terminal,
     parse_app_handle,
 )
+from torchx.specs.errors import backend_errors
 
 T = TypeVar("T")
 
@@ -209,7 +210,7 @@ class TriggerPoller:
             sched = self._scheduler(key)
             runner = self._runner(key[1], key[2])
             states = await pool.run(functools.partial(_list_states, runner, key[0], sched))
-        except Exception as e:  # the scheduler cannot answer: its triggers fail, as they
+        except backend_errors() as e:  # the scheduler cannot answer: its triggers fail, as they
             # did when each one's status check failed (their apps run on, for the retry)
             for watch in watches:
                 self._apply(watch, _Look(error=e))
@@ -307,7 +308,7 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
             look.progress = watch.follower.poll(force=ended)
         if ended:
             look.ended, look.status = True, status
-    except Exception as e:  # handed to the trigger, which fails (its app runs on)
+    except backend_errors() as e:  # handed to the trigger, which fails (its app runs on)
         look.error = e
     return look
 
@@ -382,7 +383,7 @@ def _new_lines(
         try:
             log = sched.log_iter(app_id, cursor.role, cursor.replica, streams=cursor.stream)
             lines += [(key, line) for line in cursor.read_new(log, final)]
-        except Exception as e:  # a log that cannot be read is reported, never fatal
+        except backend_errors() as e:  # a log that cannot be read is reported, never fatal
             warnings.append(f"could not read logs of {watch.handle} ({key}): {e}")
     return lines
 

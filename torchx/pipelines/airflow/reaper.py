@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, List, Optional
 
 from torchx.pipelines.settings import TorchXSettings
+from torchx.specs.errors import backend_errors
 
 logger = logging.getLogger("torchx.pipelines.airflow.listener")  # the listener's lines
 
@@ -81,7 +82,7 @@ def reap_recorded(runner: Any, found: List[Reapable]) -> List[str]:
             owned = cancel_if_owned(
                 runner, r.handle, r.is_owner, r.what(), f"ended {r.state}", logger
             )
-        except Exception:  # one job's failure stops no other's cancel; torchx reap retries
+        except backend_errors():  # one job's failure stops no other's cancel; reap retries
             logger.exception("torchx: could not cancel the job of %s", r.what())
             continue
         if owned:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
 from torchx.pipelines.owner import kfp_owner, metadata_value
+from torchx.runner.api import get_runner
 from torchx.runner.tracking import redact_args
 from torchx.specs.api import AppDef, Resource
 from torchx.util.quantity import cpu_whole_cores, memory_mib
@@ -130,7 +131,7 @@ def launch(
     run_name, run_params = run_identity(
         component, component_args, scheduler, cfg, parent_run_id, job_id, task_name
     )
-    with core.runner_for(trackers) as runner:
+    with get_runner(trackers=trackers) as runner:
         app = runner.materialize_component(component, list(component_args))
         given = set(cfg)  # the caller's keys: the runner rejects any its scheduler lacks
         apply_task_config(app, cfg, task_config)

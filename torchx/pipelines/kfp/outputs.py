@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
 from torchx.runner.resource_hours import run_metrics
+from torchx.specs.errors import backend_errors
 from torchx.trackers.api import TrackerArtifact, TrackerBase, build_trackers
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecor
         return StageRecord()
     try:
         backends = build_trackers(trackers)
-    except Exception as e:  # a tracker plugin may raise anything: a stage never fails on it
+    except backend_errors() as e:  # a stage never fails on its tracker
         logger.warning("could not open trackers to read %s back: %s", handle, e)
         return StageRecord()
     for tracker in backends:
@@ -60,7 +61,7 @@ def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecor
                 metrics=run_metrics(tracker, run_id),
                 artifacts=dict(tracker.artifacts(handle)),
             )
-        except Exception as e:  # any tracker's failure: the outputs go without the run
+        except backend_errors() as e:  # the outputs go without the run
             logger.warning("could not read the tracker run of %s: %s", handle, e)
     return StageRecord()
 

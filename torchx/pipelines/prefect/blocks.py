@@ -16,6 +16,7 @@ from pydantic import Field
 
 from torchx.pipelines import core
 from torchx.pipelines.prefect.tasks import CANCELLATIONS, stage_name, submit_stage, wait_stage
+from torchx.runner.api import get_runner
 
 
 class TorchXJobRun(JobRun[Dict[str, Any]]):
@@ -64,7 +65,7 @@ class TorchXJobRun(JobRun[Dict[str, Any]]):
 
 
 def _cancel(handle: str, logger: Any) -> None:
-    with core.runner_for() as runner:
+    with get_runner() as runner:
         core.cancel_quietly(runner, handle, logger)
 
 

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from uuid import UUID
 
 from torchx.pipelines import core
+from torchx.runner.api import get_runner
 from torchx.util.paths import ENV_TORCHX_HOME, torchx_home
 
 logger = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ def _cancel_here(
     trackers: Dict[str, Optional[str]],
     log: Log,
 ) -> None:
-    with core.runner_for(trackers) as runner:
+    with get_runner(trackers=trackers) as runner:
         for r in records:
             handle = runner.find_by_idempotency_key(r.scheduler, r.key, cfg=r.cfg)  # live
             if handle is not None:

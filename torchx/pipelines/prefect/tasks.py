@@ -33,7 +33,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -50,6 +49,7 @@ from prefect.exceptions import TerminationSignal
 from torchx.pipelines import core
 from torchx.pipelines.owner import current_prefect_owner, metadata_value
 from torchx.pipelines.prefect import stages
+from torchx.runner.api import get_runner
 from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
@@ -60,10 +60,6 @@ Logger = Union[logging.Logger, logging.LoggerAdapter]  # what Prefect's loggers 
 # raises its CancelledError, an asyncio.CancelledError), and the SIGTERM the worker sends a
 # cancelled flow run's process (TerminationSignal); a retry re-attaches after anything else
 CANCELLATIONS = core.CANCELLATIONS + (TerminationSignal,)
-
-
-def _runner() -> Any:
-    return core.runner_for()
 
 
 def _flow_run() -> tuple[str, str]:
@@ -179,7 +175,7 @@ def submit_stage(
     under ``parent_run_id``, else the flow run's."""
     name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
-    with _runner() as runner:
+    with get_runner() as runner:
         # a misspelled cfg key fails here, before the flow run records a stage the cancel
         # hook could not look up
         runner.scheduler_run_opts(scheduler).check_known(cfg or {}, scheduler)
@@ -222,7 +218,7 @@ def wait_stage(
     progress = None
     if progress_interval is not None:
         progress = ProgressArtifact(handle, artifact_key, logger)
-    with _runner() as runner:
+    with get_runner() as runner:
         try:
             status = core.wait_or_cancel(
                 runner,
@@ -489,7 +485,7 @@ def cancel(handle: str) -> None:
     Args:
         handle: the app handle ``submit`` returned
     """
-    with _runner() as runner:
+    with get_runner() as runner:
         runner.cancel(handle)
 
 
@@ -542,7 +538,7 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
     fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
     name = flow.name if flow is not None else _flow_run()[1]
     logger = _hook_logger(flow_run)
-    with _runner() as runner:
+    with get_runner() as runner:
         trackers = runner.trackers()
     stages.cancel_stages(stages.read_stages(fid), f"prefect://{name}/{fid}", logger, trackers)
 
@@ -554,7 +550,7 @@ def _hook_logger(flow_run: Any) -> Logger:
     if flow_run is not None:
         try:
             return flow_run_logger(flow_run)
-        except Exception:  # a logger is never worth missing a cancel
+        except (AttributeError, ValueError):  # not a FlowRun: never worth missing a cancel
             pass
     return logging.getLogger(__name__)
 
@@ -571,14 +567,7 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
     fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
     name = flow.name if flow is not None else _flow_run()[1]
     succeeded = bool(state.is_completed()) if state is not None else True
-    with _runner() as runner:
+    with get_runner() as runner:
         core.close_pipeline_run(
             f"prefect://{name}/{fid}", runner.trackers(), core.final_state(succeeded)
         )
-
-
-def status_json(handle: str) -> str:
-    """The app's status as JSON text (``null`` if its scheduler no longer knows it)."""
-    with _runner() as runner:
-        status = runner.status(handle)
-    return json.dumps(status.to_json() if status else None)

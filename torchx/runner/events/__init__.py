@@ -10,10 +10,10 @@ import json
 import logging
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, Dict, Iterator, Optional
+from types import TracebackType
+from typing import Any, Dict, Optional, Type
 
 
 class SourceType(str, Enum):
@@ -70,38 +70,48 @@ def record(event: TorchxEvent, destination: str = "null") -> None:
         logger.info(event.serialize())
 
 
-@contextmanager
-def log_event(
-    api: str,
-    scheduler: Optional[str] = None,
-    app_id: Optional[str] = None,
-    app_image: Optional[str] = None,
-    app_metadata: Optional[Dict[str, str]] = None,
-    runcfg: Any = None,
-    workspace: Optional[str] = None,
-) -> Iterator[TorchxEvent]:
-    """Time the wrapped Runner call and record it (with the exception, if any)."""
-    event = TorchxEvent(
-        session="torchx",
-        scheduler=scheduler or "",
-        api=api,
-        app_id=app_id,
-        app_image=app_image,
-        app_metadata=app_metadata,
-        runcfg=json.dumps(runcfg, default=str) if runcfg is not None else None,
-        workspace=workspace,
-        source=SourceType.UNKNOWN,
-    )
-    start_wall, start_cpu = time.perf_counter_ns(), time.process_time_ns()
-    event.start_epoch_time_usec = time.time_ns() // 1000
-    try:
-        yield event
-    except BaseException as e:  # recorded, then raised again
-        event.raw_exception = traceback.format_exc()
-        event.exception_type = type(e).__name__
-        event.exception_message = str(e)
-        raise
-    finally:
-        event.wall_time_usec = (time.perf_counter_ns() - start_wall) // 1000
-        event.cpu_time_usec = (time.process_time_ns() - start_cpu) // 1000
+class log_event:  # upstream's (lowercase) name
+    """Time the wrapped Runner call and record it (with the exception, if any);
+    ``with log_event(...) as event`` gives the ``TorchxEvent`` to fill in."""
+
+    def __init__(
+        self,
+        api: str,
+        scheduler: Optional[str] = None,
+        app_id: Optional[str] = None,
+        app_image: Optional[str] = None,
+        app_metadata: Optional[Dict[str, str]] = None,
+        runcfg: Any = None,
+        workspace: Optional[str] = None,
+    ) -> None:
+        self.event = TorchxEvent(
+            session="torchx",
+            scheduler=scheduler or "",
+            api=api,
+            app_id=app_id,
+            app_image=app_image,
+            app_metadata=app_metadata,
+            runcfg=json.dumps(runcfg, default=str) if runcfg is not None else None,
+            workspace=workspace,
+            source=SourceType.UNKNOWN,
+        )
+
+    def __enter__(self) -> TorchxEvent:
+        self._start_wall, self._start_cpu = time.perf_counter_ns(), time.process_time_ns()
+        self.event.start_epoch_time_usec = time.time_ns() // 1000
+        return self.event
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        event = self.event
+        if exc is not None:  # recorded, then raised on (``__exit__`` returns None)
+            event.raw_exception = "".join(traceback.format_exception(exc_type, exc, tb))
+            event.exception_type = type(exc).__name__
+            event.exception_message = str(exc)
+        event.wall_time_usec = (time.perf_counter_ns() - self._start_wall) // 1000
+        event.cpu_time_usec = (time.process_time_ns() - self._start_cpu) // 1000
         record(event)
