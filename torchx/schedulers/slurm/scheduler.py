@@ -319,10 +319,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
         Slurm filters by user (``-u``) and, for finished jobs, by age (``SACCT_SINCE``);
         neither squeue nor sacct can filter on a comment, so that match is ours. Keyed jobs
-        are submitted held (``--hold``): this releases the oldest live one and cancels the
-        other held ones, which never ran (listed CANCELLED). Idempotent: every racer's
-        ``schedule_keyed`` calls it, and so does a retry that finds the winner still held
-        after its submitter died.
+        are submitted held (``--hold``): this releases the oldest live one, the token's
+        winner; the others are cancelled still held by their submitter (or the next
+        lookup of the key). Every racer's ``schedule_keyed`` calls it, and so does a
+        retry that finds the winner still held after its submitter died.
         """
         found: Dict[str, ListAppResponse] = {}
         held = set()
@@ -347,14 +347,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             if app_id not in found and token_of(job_comment) == token:
                 found[app_id] = self._listed(app_id, state, job_name)
         apps = sorted(found.values(), key=lambda a: (int(a.app_id), a.app_id))
-        live = [a for a in apps if not is_terminal(a.state)]
-        if live and live[0].app_id in held:
-            run(["scontrol", "release", live[0].app_id])
-        losers = [a for a in live[1:] if a.app_id in held]
-        if losers:
-            run(["scancel", *(a.app_id for a in losers)])
-            for a in losers:
-                a.state = AppState.CANCELLED
+        live = [a.app_id for a in apps if not is_terminal(a.state)]
+        if live and live[0] in held:
+            run(["scontrol", "release", live[0]])
         return apps
 
     def _cancel_existing(self, app_id: str) -> None:
