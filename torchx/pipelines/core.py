@@ -220,7 +220,7 @@ def submit_or_attach(
             owner=owner,
             stall_timeout=stall_timeout,
         )
-    return Submission(handle, reattached=not runner.launched(handle))
+    return Submission(handle, reattached=runner.reattached(handle))
 
 
 # ---------------------------------------------------------------------------- wait

@@ -99,6 +99,7 @@ class Runner:
         self._scheduler_instances: Dict[str, Scheduler] = {}
         self._apps: Dict[AppHandle, AppDef] = {}
         self._ended: set[AppHandle] = set()  # apps whose tracker run this runner ended
+        self._reattached: set[AppHandle] = set()  # apps run() returned without launching
         self._tracking = TrackerSession()  # tracker clients, built once, closed with the runner
         # progress, resource-hours and failure reasons onto the runs of the apps it watches
         self._recorder = JobRecorder(self._tracking, self._apps, self.trackers, self.progress)
@@ -231,6 +232,7 @@ class Runner:
             )
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
+                self._reattached.add(existing)
                 return existing
         meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
         info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
@@ -273,9 +275,9 @@ class Runner:
         except UnknownAppException:  # gone meanwhile (cancelled by its own submitter)
             pass
 
-    def launched(self, app_handle: AppHandle) -> bool:
-        """Whether this runner launched the app (False: e.g. :meth:`run` re-attached to it)."""
-        return app_handle in self._apps
+    def reattached(self, app_handle: AppHandle) -> bool:
+        """Whether :meth:`run` returned this app without launching it (a keyed re-attach)."""
+        return app_handle in self._reattached
 
     def dryrun(
         self,
@@ -382,6 +384,7 @@ class Runner:
         if ours is None:  # the token's holder: this launches nothing, its run ends
             logger.info("re-attaching to %s (claimed)", handle_of(winner))
             self._tracking.supersede(opened, handle_of(winner))
+            self._reattached.add(handle_of(winner))
             return handle_of(winner)
         handle = handle_of(ours)
         if app is not None:
@@ -393,6 +396,7 @@ class Runner:
         if winner != ours:  # ours lost a race and was cancelled: its run names the winner
             self._tracking.supersede(opened, handle_of(winner), end=False)
             self._end_job_run(handle, AppState.CANCELLED, [])
+            self._reattached.add(handle_of(winner))
         return handle_of(winner)
 
     # ------------------------------------------------------------------ inspect
