@@ -92,6 +92,31 @@ def test_running_app_is_reattached_succeeded_only_on_request_failed_never(home: 
         assert retried != failed  # a FAILED app is never re-attached
 
 
+def test_a_stage_submit_or_reattach_looks_the_key_up_once(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One scheduler lookup per keyed submit (not one by the pipeline adapter, one by
+    ``Runner.run`` and one after the launch); where the key is claimed (``local_cwd``)
+    nothing is reconciled after the fact."""
+    from torchx.pipelines import core
+    from torchx.schedulers.local.scheduler import LocalScheduler
+
+    lookups: List[str] = []
+    find = LocalScheduler.find_by_idempotency_token
+
+    def counted(self: LocalScheduler, token: str, cfg: Any = None) -> Any:
+        lookups.append(token)
+        return find(self, token, cfg)
+
+    monkeypatch.setattr(LocalScheduler, "find_by_idempotency_token", counted)
+    with get_runner(trackers={}) as runner:
+        first = core.submit_or_attach(runner, "utils.sh", ["sleep", "30"], "local_cwd", {}, "k")
+        assert not first.reattached and len(lookups) == 1, lookups
+        again = core.submit_or_attach(runner, "utils.sh", ["sleep", "30"], "local_cwd", {}, "k")
+        assert again.reattached and again.handle == first.handle and len(lookups) == 2, lookups
+        runner.cancel(first.handle)
+
+
 def test_two_processes_racing_with_one_key_end_with_one_live_app(home: Path) -> None:
     workers = [_worker(home, "local_cwd", "race", {}, "sleep", "30") for _ in range(2)]
     handles = {_handle(w) for w in workers}

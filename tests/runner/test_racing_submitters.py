@@ -211,3 +211,28 @@ def test_racing_submitters_get_one_handle_and_one_job_runs_on_slurm(tmp_path: Pa
         assert winner == apps[0].app_id, apps  # the oldest job won
         assert all(a.state == AppState.CANCELLED for a in apps[1:]), apps
         assert _started_apps(started) == [handle]  # no loser's command ran
+
+
+@pytest.mark.slurm
+def test_a_held_winner_whose_submitter_died_is_released_by_the_retry_on_slurm(
+    tmp_path: Path,
+) -> None:
+    """A keyed Slurm job is submitted held and released once it won its key. Its submitter
+    died in between (it submitted, never looked the key up): the retry re-attaches to that
+    job, whose lookup releases it, and the job runs to its end."""
+    from torchx.components.utils import sh
+    from torchx.schedulers.api import IDEMPOTENCY_TOKEN, idempotency_token
+
+    if not _slurm_up():
+        pytest.skip("no running Slurm cluster (bash scripts/slurm_cluster.sh start)")
+    tmp_path.chmod(0o755)
+    key = f"slurm-held/{uuid.uuid4().hex}"  # Slurm remembers older tests' jobs
+    cfg = {"job_dir": str(tmp_path / "job")}
+    app = sh("true")
+    app.metadata[IDEMPOTENCY_TOKEN] = idempotency_token(key)
+    held = get_scheduler_factories()["slurm"]("torchx").submit(app, cfg)
+    with get_runner(trackers={}) as runner:
+        handle = runner.run(sh("true"), "slurm", cfg, idempotency_key=key)
+        assert handle.rsplit("/", 1)[1] == held
+        status = runner.wait(handle, wait_interval=1, timeout=120)
+    assert status is not None and status.state == AppState.SUCCEEDED, status

@@ -32,13 +32,18 @@ CLAIMANT = textwrap.dedent("""
     app.metadata[IDEMPOTENCY_TOKEN] = token
     sched = create_scheduler("torchx")
     info = sched.submit_dryrun(app, {})
-    assert sched.claim_idempotency_token(token, info, False) is None
-    print(info.request.app_id, flush=True)
-    if go == "die":
-        os.kill(os.getpid(), signal.SIGKILL)  # a submitter crashing between claim and launch
-    while not os.path.exists(go):
-        time.sleep(0.01)
-    sched.schedule(info)
+    launch = sched.schedule
+
+    def schedule_once_claimed(info):
+        print(info.request.app_id, flush=True)
+        if go == "die":
+            os.kill(os.getpid(), signal.SIGKILL)  # a submitter crashing between claim and launch
+        while not os.path.exists(go):
+            time.sleep(0.01)
+        return launch(info)
+
+    sched.schedule = schedule_once_claimed
+    assert sched.schedule_keyed(token, info, False)[1] == info.request.app_id
 """)
 
 

@@ -188,10 +188,6 @@ def submit_or_attach(
     ``stall_timeout`` (seconds) is stored with the job, which fails ``stalled: ...`` when
     it neither prints nor reports progress for that long.
     """
-    if key:
-        found = runner.find_by_idempotency_key(scheduler, key, reattach_succeeded, cfg)
-        if found is not None:
-            return Submission(found, reattached=True)
     cfg = dict(cfg or {})
     if isinstance(component, AppDef):
         handle = runner.run(
@@ -220,7 +216,7 @@ def submit_or_attach(
             owner=owner,
             stall_timeout=stall_timeout,
         )
-    return Submission(handle, reattached=False)
+    return Submission(handle, reattached=runner.reattached(handle))
 
 
 # ---------------------------------------------------------------------------- wait

@@ -22,7 +22,6 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
-from torchx.runner import idempotency
 from torchx.runner.compat import (  # noqa: F401 (upstream's names in this module)
     NONE,
     get_component,
@@ -45,6 +44,7 @@ from torchx.schedulers.api import (
     ListAppResponse,
     Scheduler,
     Stream,
+    cancel_loser,
     idempotency_token,
     validate_app,
 )
@@ -99,6 +99,7 @@ class Runner:
         self._scheduler_instances: Dict[str, Scheduler] = {}
         self._apps: Dict[AppHandle, AppDef] = {}
         self._ended: set[AppHandle] = set()  # apps whose tracker run this runner ended
+        self._reattached: set[AppHandle] = set()  # apps run() returned without launching
         self._tracking = TrackerSession()  # tracker clients, built once, closed with the runner
         # progress, resource-hours and failure reasons onto the runs of the apps it watches
         self._recorder = JobRecorder(self._tracking, self._apps, self.trackers, self.progress)
@@ -214,11 +215,11 @@ class Runner:
         With ``idempotency_key``, at most one live app runs per key on the scheduler: a
         pending or running app of the key (submitted from any process or machine) is
         returned and nothing is submitted; a SUCCEEDED one only with ``reattach_succeeded``;
-        a FAILED or CANCELLED one never. Racing callers get one handle: where the scheduler
-        can, the key is claimed before launching (``local_cwd``: a claim file; Slurm: held
-        until it won); elsewhere the oldest live submission wins, newer ones are cancelled
-        (by their submitter, else by the next caller that finds them live). A loser's
-        tracker run ends KILLED, tagged with the winner's handle (``idempotency``).
+        a FAILED or CANCELLED one never. Racing callers get one handle
+        (``Scheduler.schedule_keyed``): where the scheduler can, the key is claimed before
+        launching; elsewhere the oldest live submission wins, newer ones are cancelled (by
+        their submitter, else by the next caller that finds them live). A loser's tracker
+        run ends KILLED, tagged with the winner's handle.
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
@@ -231,35 +232,15 @@ class Runner:
             )
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
+                self._reattached.add(existing)
                 return existing
         meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
         info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
         info._run_request = RunRequest(
             name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
         )
-        if not token:
-            return self.schedule(info)
-        sched = self._scheduler(scheduler)  # the claim names the request with its run's env
         info, opened = self._open_job_run(scheduler, info)
-        holder = sched.claim_idempotency_token(token, info, reattach_succeeded)
-        if holder is not None:
-            logger.info("re-attaching to %s (idempotency key %r, claimed)", holder, idempotency_key)
-            handle = make_app_handle(scheduler, self._name, holder)
-            self._tracking.supersede(opened, handle)  # it launches nothing: its run ends
-            return handle
-        try:
-            handle = self._launch(scheduler, info, opened)
-        except BaseException:  # nothing launched (an interrupt too): free the key, re-raise
-            sched.release_idempotency_claim(token, info)
-            raise
-        handle_of = functools.partial(make_app_handle, scheduler, self._name)
-        ours = parse_app_handle(handle).app_id
-        winner, cancelled = idempotency.converge(sched.scoped(cfg or {}), handle_of, token, ours)
-        if winner != handle:  # ours lost the race: its run names the winner
-            self._tracking.supersede(opened, winner, end=False)
-            if cancelled:  # else its run ends when a later caller finds it and cancels it
-                self._end_job_run(handle, AppState.CANCELLED, [])
-        return winner
+        return self._launch(scheduler, info, opened, token, reattach_succeeded)
 
     def find_by_idempotency_key(
         self,
@@ -269,16 +250,34 @@ class Runner:
         cfg: Optional[Mapping[str, CfgVal]] = None,
     ) -> Optional[AppHandle]:
         """The app :meth:`run` (with ``cfg``: e.g. the Kubernetes namespace it looks in)
-        would re-attach to for this key (None: it would submit, or wait); as :meth:`run`,
-        it cancels the key's newer live apps (a race's losers)."""
-        token = idempotency_token(idempotency_key)
-        base = self._scheduler(scheduler)
-        base.run_opts().check_known(cfg or {}, scheduler)  # a typo never re-attaches either
+        would re-attach to for this key (None: it would submit): the oldest live one, else
+        with ``reattach_succeeded`` the newest SUCCEEDED one. As :meth:`run`, it cancels the
+        key's newer live apps (a race's losers whose submitter died before cancelling them),
+        and ends the tracker runs of its ended ones that no waiter ended."""
+        sched = self._scheduler(scheduler)
+        sched.run_opts().check_known(cfg or {}, scheduler)  # a typo never re-attaches either
+        apps = sched.find_by_idempotency_token(idempotency_token(idempotency_key), cfg or {})
         handle_of = functools.partial(make_app_handle, scheduler, self._name)
-        sched = base.scoped(cfg or {})
-        return idempotency.reusable_app(
-            sched, handle_of, token, reattach_succeeded, self.status, self.cancel
-        )
+        for app in (a for a in apps if is_terminal(a.state)):
+            try:
+                self.status(handle_of(app.app_id))
+            except Exception as e:  # a run left open is never worth failing a re-attach or submit
+                logger.warning("could not end the tracker run of %s: %s", app.app_id, e)
+        live = [handle_of(a.app_id) for a in apps if not is_terminal(a.state)]
+        for loser in live[1:]:
+            cancel_loser(loser, live[0], functools.partial(self._cancel_if_known, loser))
+        done = [a for a in apps if reattach_succeeded and a.state == AppState.SUCCEEDED]
+        return live[0] if live else handle_of(done[-1].app_id) if done else None
+
+    def _cancel_if_known(self, handle: AppHandle) -> None:
+        try:
+            self.cancel(handle)  # ends its tracker run (KILLED) as a cancel does
+        except UnknownAppException:  # gone meanwhile (cancelled by its own submitter)
+            pass
+
+    def reattached(self, app_handle: AppHandle) -> bool:
+        """Whether :meth:`run` returned this app without launching it (a keyed re-attach)."""
+        return app_handle in self._reattached
 
     def dryrun(
         self,
@@ -359,26 +358,46 @@ class Runner:
             raise
 
     def _launch(
-        self, scheduler: str, dryrun_info: AppDryRunInfo[Any], opened: Optional[OpenedJobRun]
+        self,
+        scheduler: str,
+        dryrun_info: AppDryRunInfo[Any],
+        opened: Optional[OpenedJobRun],
+        token: Optional[str] = None,
+        reattach_succeeded: bool = False,
     ) -> AppHandle:
-        """Submit the request; a failure ends the runs opened for it (nothing was submitted)."""
+        """Submit the request (with ``token``: as the token's app, unless another submission
+        holds it); a failure ends the runs opened for it (nothing was submitted)."""
         app, submitted = dryrun_info._app, time.time()
+        sched = self._scheduler(scheduler)
         try:
             with log_event("schedule", scheduler) as event:
-                app_id = self._scheduler(scheduler).schedule(dryrun_info)
-                event.app_id = app_id
+                if token:
+                    winner, ours = sched.schedule_keyed(token, dryrun_info, reattach_succeeded)
+                else:
+                    winner = ours = sched.schedule(dryrun_info)
+                event.app_id = ours
         except BaseException:  # nothing launched: the opened runs end, then it is raised
             if opened is not None:
                 self._tracking.abort(opened)
             raise
-        handle = make_app_handle(scheduler, self._name, app_id)
+        handle_of = functools.partial(make_app_handle, scheduler, self._name)
+        if ours is None:  # the token's holder: this launches nothing, its run ends
+            logger.info("re-attaching to %s (claimed)", handle_of(winner))
+            self._tracking.supersede(opened, handle_of(winner))
+            self._reattached.add(handle_of(winner))
+            return handle_of(winner)
+        handle = handle_of(ours)
         if app is not None:
             self._apps[handle] = app
             self._recorder.watch(handle, app.roles, submitted)
         if opened is not None:
             self._tracking.bind(opened, handle)
         logger.info("launched %s", handle)
-        return handle
+        if winner != ours:  # ours lost a race and was cancelled: its run names the winner
+            self._tracking.supersede(opened, handle_of(winner), end=False)
+            self._end_job_run(handle, AppState.CANCELLED, [])
+            self._reattached.add(handle_of(winner))
+        return handle_of(winner)
 
     # ------------------------------------------------------------------ inspect
 

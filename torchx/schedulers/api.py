@@ -8,12 +8,15 @@ for app ids it issued. It knows nothing of the runner or the CLI.
 from __future__ import annotations
 
 import abc
+import functools
+import logging
 import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import (
     TYPE_CHECKING,
     Any,
+    Callable,
     Dict,
     Generic,
     Iterable,
@@ -36,6 +39,8 @@ from torchx.specs.api import (
     Role,
     RoleStatus,
     TorchXError,
+    is_terminal,
+    make_app_handle,
     runopts,
 )
 from torchx.specs.names import validate_app_names
@@ -54,6 +59,7 @@ __all__ = [
     "Stream",
     "WorkspaceMixin",
     "app_idempotency_token",
+    "cancel_loser",
     "filter_regex",
     "idempotency_token",
     "role_by_name",
@@ -61,6 +67,8 @@ __all__ = [
     "split_lines_iterator",
     "stall_reason",
 ]
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")  # the scheduler's request type
 
@@ -214,46 +222,41 @@ class Scheduler(abc.ABC, Generic[T]):
     def list(self) -> List[ListAppResponse]:
         """Apps this scheduler knows about."""
 
-    def scoped(self, cfg: Mapping[str, CfgVal]) -> Scheduler[T]:
-        """This scheduler as it finds the apps submitted with ``cfg``
-        (``find_by_idempotency_token``): a scheduler whose lookups depend on a run option
-        returns one bound to it (Kubernetes: the namespace). Default: itself."""
-        return self
+    # Keyed submission (``Runner.run(..., idempotency_key=K)``): the two hooks below are
+    # the whole contract. The Runner hands the key's token (``idempotency_token``) to the
+    # dry run in ``app.metadata``; the scheduler stores it with the job, so any process
+    # finds the token's apps. The token's oldest live app is its app: a caller re-attaches
+    # to it, and of racing submitters only its submitter keeps what it launched. Where the
+    # backend refuses a second job under one name, that refusal is the claim; elsewhere
+    # racers reconcile after the fact (the default ``schedule_keyed``).
 
-    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
-        """Apps submitted with ``token`` (see ``idempotency_token``), oldest first.
-
-        "Oldest" is the backend's own submission order (job id, creation time) with the
-        app id breaking ties, so every process that asks gets the same order. Schedulers
-        filter on the backend's side where its API allows it (a label selector, a name).
-        """
+    def find_by_idempotency_token(
+        self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> List[ListAppResponse]:
+        """Apps submitted with ``token`` (with ``cfg``: where such a submission went, e.g.
+        its Kubernetes namespace), oldest first: the backend's own submission order (job
+        id, creation time), the app id breaking ties, so every process gets one order."""
         raise NotImplementedError(f"{self.backend} does not support idempotent submission")
 
-    def claim_idempotency_token(
+    def schedule_keyed(
         self, token: str, dryrun_info: AppDryRunInfo[T], reattach_succeeded: bool
-    ) -> Optional[str]:
-        """Claim ``token`` for the app ``dryrun_info`` submits, before it is scheduled.
+    ) -> tuple[str, Optional[str]]:
+        """Schedule ``dryrun_info`` as the app of ``token`` unless another submission holds
+        the token; returns (the token's app id, the id of the app this call launched, None
+        if none). A launched app that lost the token is cancelled here (a warning if it
+        cannot be). The holder found may be SUCCEEDED only with ``reattach_succeeded``.
 
-        Returns None if the caller now holds the claim and must ``schedule`` (calling
-        ``release_idempotency_claim`` if that fails), or the id of the app that holds it
-        (live, or SUCCEEDED with ``reattach_succeeded``), which the caller re-attaches to.
-        A claim held by a submitter that is still launching is waited for. The default
-        claims nothing and returns None: racing submissions are then reconciled after
-        the fact (see ``settle_idempotency_token``), and a loser may start its command.
-        """
-        return None
-
-    def release_idempotency_claim(self, token: str, dryrun_info: AppDryRunInfo[T]) -> None:
-        """Give up a claim whose ``schedule`` failed, so the next submitter need not wait."""
-
-    def settle_idempotency_token(self, live: List[ListAppResponse]) -> None:
-        """Called with the token's live apps, oldest first: the first one wins the key.
-
-        A scheduler that submits keyed apps held (so that no loser's command runs) starts
-        the winner here and cancels the held others, which never ran; it must be
-        idempotent, as every racer (and every re-attaching caller) calls it. The default
-        does nothing: the Runner cancels a losing submission itself.
-        """
+        Default, for backends without unique names: schedule, then the oldest live app of
+        the token wins, so a racing loser may start its command before it is cancelled."""
+        ours = self.schedule(dryrun_info)
+        listed = self.find_by_idempotency_token(token, dryrun_info._cfg)
+        ended = {a.app_id for a in listed if is_terminal(a.state)}
+        live = [a.app_id for a in listed if a.app_id not in ended]
+        winner = live[0] if live else ours  # ours may not be listed yet
+        if winner != ours and ours not in ended:
+            handle_of = functools.partial(make_app_handle, self.backend, self.session_name)
+            cancel_loser(handle_of(ours), handle_of(winner), functools.partial(self.cancel, ours))
+        return winner, ours
 
     def exists(self, app_id: str) -> bool:
         return self.describe(app_id) is not None
@@ -374,6 +377,21 @@ def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
             buf = buf[i + 1 :]
     if buf:
         yield buf
+
+
+def cancel_loser(loser: str, winner: str, cancel: Callable[[], None]) -> bool:
+    """Cancel a keyed submission that lost its token to ``winner``; False (and a warning
+    naming it) if that failed: the caller still gets the winner."""
+    logger.info("%s lost a submission race to %s: cancelling it", loser, winner)
+    try:
+        cancel()
+        return True
+    except Exception as e:  # any scheduler's failure: the caller still gets the winner
+        logger.warning(
+            "could not cancel %s, a duplicate of %s (%s); cancel it with: torchx cancel %s",
+            *(loser, winner, e, loser),
+        )
+        return False
 
 
 def role_by_name(roles: List[Role], name: str) -> Role:

@@ -370,7 +370,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
                     apps.append(self._entry(queue, job))
         return apps
 
-    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+    def find_by_idempotency_token(
+        self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> List[ListAppResponse]:
         """Jobs tagged with ``token`` in every queue, oldest first (``createdAt``, app id).
 
         ListJobs cannot filter on tags; keyed jobs share the job definition

@@ -376,7 +376,9 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     def list(self) -> List[ListAppResponse]:
         return self._listing(self._containers())
 
-    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+    def find_by_idempotency_token(
+        self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> List[ListAppResponse]:
         return self._listing(self._containers(**{LABEL_IDEMPOTENCY_TOKEN: token}))
 
     def _listing(self, containers: List[Container]) -> List[ListAppResponse]:

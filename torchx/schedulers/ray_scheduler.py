@@ -396,7 +396,9 @@ class RayScheduler(Scheduler[RayJob]):
     def list(self) -> List[ListAppResponse]:
         return [self._entry(job) for job in self._torchx_jobs()]
 
-    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+    def find_by_idempotency_token(
+        self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> List[ListAppResponse]:
         """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id).
 
         The Job Submission API cannot filter: this lists the cluster's jobs and filters

@@ -13,8 +13,7 @@
   come from the ``TorchXHook`` Connection ``torchx_conn_id`` when there is one, else from
   the environment (``torchx.pipelines.airflow.hook``).
 - Retries re-attach on any worker: the submission's idempotency key (dag, task, run, map
-  index) is stored by the scheduler with the job, and on Airflow >= 3.3 the handle is also
-  kept in the task state store (a cache). A retry (a try after a failed or crashed one)
+  index) is stored by the scheduler with the job. A retry (a try after a failed or crashed one)
   returns the app even if it already SUCCEEDED, so a worker that dies after its job
   succeeded does not run the job twice. A cleared task runs again (a new app), unless
   ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
@@ -46,7 +45,6 @@ from torchx.pipelines.reap import cancel_if_owned
 from torchx.pipelines.torchrun import torchrun_stage
 from torchx.specs.api import AppDef, AppStatus
 
-STATE_STORE_KEY = "torchx_app_handle"
 STAGE_SCHEME = "x-torchx://"
 
 
@@ -161,9 +159,8 @@ class TorchXOperator(BaseOperator):
     :param parent_run_id: tracker run to nest the job's run under (default: the DAG run's
         ``airflow://<dag_id>/<run_id>``). Templated.
     :param durable: re-attach a retry to the app an earlier try of the same task instance
-        submitted (found by the scheduler through the idempotency key; the handle is cached
-        in the task state store under ``external_id_key``), instead of submitting a second
-        one; named as Airflow's ``ResumableJobMixin`` names it.
+        submitted (found by the scheduler through the idempotency key), instead of
+        submitting a second one.
     :param reuse_succeeded: with ``durable``, a cleared task whose app already SUCCEEDED
         returns that app instead of running again (a retry always does).
     :param record_assets: add the stable Asset ``x-torchx://<dag_id>/<task_id>`` (named
@@ -191,9 +188,6 @@ class TorchXOperator(BaseOperator):
     )
     template_fields_renderers = {"component_args": "json", "cfg": "json"}
     operator_extra_links = (TorchXAppLink(), TorchXMLflowLink())
-    # the task state store key of the app handle (ResumableJobMixin's attribute name);
-    # renaming it strands the handles of in-flight retries (the scheduler's key still finds them)
-    external_id_key = STATE_STORE_KEY
     ui_color = "#ee4c2c"
 
     def __init__(
@@ -274,26 +268,6 @@ class TorchXOperator(BaseOperator):
         ti = context["ti"]
         return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
 
-    def _cached_handle(self, context: Mapping[str, Any], runner: Any) -> Optional[str]:
-        """The handle an earlier try kept in Airflow's task state store, if still reusable."""
-        store = context.get("task_state_store")
-        if store is None or not self.durable:
-            return None
-        try:
-            handle = store.get(self.external_id_key)
-        except Exception:  # a cache only (any state store backend's error): ask the scheduler
-            return None
-        if not handle:
-            return None
-        status = runner.status(handle)
-        if status is None:
-            return None
-        if not status.is_terminal() or (
-            self._reuse_succeeded(context) and status.state.name == "SUCCEEDED"
-        ):
-            return str(handle)
-        return None
-
     def _reuse_succeeded(self, context: Mapping[str, Any]) -> bool:
         """Whether a SUCCEEDED app of this task instance is returned rather than run again:
         always on a retry (a crash after the app succeeded must not run it twice), on the
@@ -302,10 +276,6 @@ class TorchXOperator(BaseOperator):
 
     def _submit(self, context: Mapping[str, Any], runner: Any) -> str:
         ti = context["ti"]
-        handle = self._cached_handle(context, runner)
-        if handle is not None:
-            self.log.info("re-attaching to %s (task state store)", handle)
-            return handle
         parent = self.parent_run_id or core.open_pipeline_run(
             pipeline_run_id(ti.dag_id, ti.run_id),
             runner.trackers(),
@@ -331,14 +301,6 @@ class TorchXOperator(BaseOperator):
         )
         verb = "re-attaching to" if submission.reattached else "submitted"
         self.log.info("%s %s", verb, submission.handle)
-        store = context.get("task_state_store")
-        if store is not None and self.durable:
-            try:
-                store.set(self.external_id_key, submission.handle)
-            except Exception as e:  # a cache only: the scheduler holds the key
-                self.log.warning(
-                    "could not keep %s in the task state store: %s", submission.handle, e
-                )
         return submission.handle
 
     def _link(self, ti: Any, link: _TorchXLink, url: Optional[str]) -> None:

@@ -1,7 +1,7 @@
 """torchx's apps in one Kubernetes namespace, found by their labels: Volcano Jobs, and the
 Indexed Jobs of one app grouped by its unique-name label.
 
-Only one namespace, the run's (``KubernetesScheduler.scoped``), never the cluster: two
+Only one namespace, the run's (its ``cfg``), never the cluster: two
 teams' keys can be equal (the same DAG, task and run id), and a cluster-wide lookup would
 re-attach to, or cancel as a race's loser, another team's app.
 """

@@ -451,34 +451,33 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
         return [app for _, app in self._apps({LABEL_ORGANIZATION: ORGANIZATION})]
 
-    def scoped(self, cfg: Mapping[str, CfgVal]) -> KubernetesScheduler:
-        """This scheduler in ``cfg``'s namespace (a keyed app submitted with
-        ``-cfg namespace=...`` is found there by its retry), sharing its API client."""
-        namespace = cfg.get("namespace")
-        if not namespace or str(namespace) == self.default_namespace():
-            return self
-        return KubernetesScheduler(self.session_name, self._api_client(), namespace=str(namespace))
-
     @api_errors
-    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
-        """Apps labelled with ``token`` in the scheduler's namespace (``scoped``: the
-        run's), oldest first.
+    def find_by_idempotency_token(
+        self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> List[ListAppResponse]:
+        """Apps labelled with ``token`` in ``cfg``'s namespace (a keyed app submitted with
+        ``-cfg namespace=...`` is found there by its retry), oldest first.
 
         The API server filters by label selector. Order: creationTimestamp (whole
         seconds), then the submitter's submit time, then the app id.
 
-        No claim before launching (``claim_idempotency_token`` is the default): of racing
-        submitters, each creates its job and the losers cancel theirs at once, so their
-        pods may start. Within one second the order rests on submitters' clocks, so two
+        No claim before launching (the default ``schedule_keyed``): of racing submitters,
+        each creates its job and the losers cancel theirs at once, so their pods may
+        start. Within one second the order rests on submitters' clocks, so two
         submissions that see each other late may both be kept.
         """
-        found = self._apps({LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token})
+        labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
+        found = self._apps(labels, str((cfg or {}).get("namespace") or "") or None)
         found.sort(key=lambda pair: (*created(pair[0]), pair[1].app_id))
         return [app for _, app in found]
 
-    def _apps(self, labels: Dict[str, str]) -> List[Tuple[Dict[str, Any], ListAppResponse]]:
-        """(oldest object, entry) of each app in the scheduler's namespace with ``labels``."""
-        return find_apps(self._custom(), self._batch(), self.default_namespace(), labels)
+    def _apps(
+        self, labels: Dict[str, str], namespace: Optional[str] = None
+    ) -> List[Tuple[Dict[str, Any], ListAppResponse]]:
+        """(oldest object, entry) of each app in ``namespace`` (default: the scheduler's)
+        with ``labels``."""
+        namespace = namespace or self.default_namespace()
+        return find_apps(self._custom(), self._batch(), namespace, labels)
 
     @api_errors
     def _cancel_existing(self, app_id: str) -> None:

@@ -477,7 +477,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         apps = [a for a in found if a is not None]
         return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id), reverse=True)]
 
-    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+    def find_by_idempotency_token(
+        self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> List[ListAppResponse]:
         """Apps submitted with ``token``, oldest first (app id breaking ties). Reads an index
         of the token's apps, so its cost does not grow with the number of other apps."""
         token_dir = self._state_root() / TOKENS_DIR / token
@@ -487,22 +489,22 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         apps = [a for a in found if a is not None]
         return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id))]
 
-    def claim_idempotency_token(
+    def schedule_keyed(
         self, token: str, dryrun_info: AppDryRunInfo[PopenRequest], reattach_succeeded: bool
-    ) -> Optional[str]:
-        """An atomic claim file per token (``claims``): one racer launches."""
+    ) -> tuple[str, Optional[str]]:
+        """An atomic claim file per token (``claims``): of racing submitters one launches,
+        the others get its app; a failed launch gives its claim up."""
         from torchx.schedulers.local import claims
 
-        return claims.claim(
-            self._token_dir(token), dryrun_info.request.app_id, self._app_state, reattach_succeeded
-        )
-
-    def release_idempotency_claim(
-        self, token: str, dryrun_info: AppDryRunInfo[PopenRequest]
-    ) -> None:
-        from torchx.schedulers.local import claims
-
-        claims.release(self._token_dir(token), dryrun_info.request.app_id, self._app_state)
+        token_dir, app_id = self._token_dir(token), dryrun_info.request.app_id
+        holder = claims.claim(token_dir, app_id, self._app_state, reattach_succeeded)
+        if holder is not None:
+            return holder, None
+        try:
+            return app_id, self.schedule(dryrun_info)
+        except BaseException:  # nothing launched (an interrupt too): free the key, re-raise
+            claims.release(token_dir, app_id, self._app_state)
+            raise
 
     def _token_dir(self, token: str) -> str:
         if not token or "/" in token or token.startswith("."):

@@ -11,7 +11,7 @@ in the job comment (after the user's ``comment``; ``describe`` returns both as m
 ``find_by_idempotency_token`` reads the token back from
 the user's jobs in ``squeue`` and, for finished ones, ``sacct`` (which keeps comments with
 ``AccountingStoreFlags=job_comment``). A keyed job is submitted held and released only once
-it is the oldest live job of its token (``settle_idempotency_token``), so of racing
+it is the oldest live job of its token (``find_by_idempotency_token``), so of racing
 submitters only one job starts its command; the others are cancelled while still held.
 
 The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_HOME/slurm``
@@ -178,7 +178,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         )
         cmd = ["sbatch", "--parsable"]
         if app_idempotency_token(app):
-            cmd.append("--hold")  # released by settle_idempotency_token once it won its key
+            cmd.append("--hold")  # released by find_by_idempotency_token once it won its key
         for key in sorted(SBATCH_JOB_OPTIONS):
             value = comment if key == "comment" else cfg.get(key)
             if value:
@@ -312,52 +312,45 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         record = self._record(app_id)
         return ListAppResponse(app_id, state, name=record["app"]["name"] if record else job_name)
 
-    def find_by_idempotency_token(self, token: str) -> List[ListAppResponse]:
+    def find_by_idempotency_token(
+        self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
+    ) -> List[ListAppResponse]:
         """This user's jobs whose comment carries ``token``, oldest (lowest id) first.
 
         Slurm filters by user (``-u``) and, for finished jobs, by age (``SACCT_SINCE``);
-        neither squeue nor sacct can filter on a comment, so that match is ours.
+        neither squeue nor sacct can filter on a comment, so that match is ours. Keyed jobs
+        are submitted held (``--hold``): this releases the oldest live one, the token's
+        winner; the others are cancelled still held by their submitter (or the next
+        lookup of the key). Every racer's ``schedule_keyed`` calls it, and so does a
+        retry that finds the winner still held after its submitter died.
         """
         found: Dict[str, ListAppResponse] = {}
-        fields = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,Name:|,Comment:"
+        held = set()
+        fields = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,Reason:|,Name:|,Comment:"
         out = run(["squeue", "-h", "-t", "all", "-u", _user(), "-O", fields])
         for line in out.splitlines():
-            cols = line.split("|", 5)
-            if len(cols) < 6 or cols[2] not in ("0", "N/A"):
+            cols = line.split("|", 6)
+            if len(cols) < 7 or cols[2] not in ("0", "N/A"):
                 continue
-            jid, het, _, slurm_state, name, comment = cols
+            jid, het, _, slurm_state, reason, name, comment = cols
             if token_of(comment) == token:
                 app_id = het if het.isdigit() else jid
                 found[app_id] = self._listed(
                     app_id, SLURM_STATES.get(slurm_state, AppState.UNKNOWN), name
                 )
+                if slurm_state.strip() == "PENDING" and reason.strip() == HELD_REASON:
+                    held.add(app_id)
         # ended jobs by state: without -s, sacct skips jobs that were never eligible (a
         # losing submission cancelled while still held)
         args = ["-u", _user(), "-E", "now", "-s", ENDED_STATES, "-o", "JobID,State,JobName,Comment"]
         for app_id, state, job_name, job_comment in _sacct_leaders(args):
             if app_id not in found and token_of(job_comment) == token:
                 found[app_id] = self._listed(app_id, state, job_name)
-        return sorted(found.values(), key=lambda a: (int(a.app_id), a.app_id))
-
-    def settle_idempotency_token(self, live: List[ListAppResponse]) -> None:
-        """Keyed jobs are submitted held (``--hold``): release the winner (the oldest live
-        job) and cancel the other held ones, which never ran. Idempotent: every racer
-        calls it, and so does a retry that finds the winner still held after its
-        submitter died."""
-        if not live:
-            return
-        fields = "JobID:|,HetJobOffset:|,Reason:"
-        out = run(["squeue", "-h", "-t", "PENDING", "-u", _user(), "-O", fields])
-        held = set()
-        for line in out.splitlines():
-            cols = [c.strip() for c in line.split("|")]
-            if len(cols) >= 3 and cols[1] in ("0", "N/A") and cols[2] == HELD_REASON:
-                held.add(cols[0])
-        winner, losers = live[0].app_id, [a.app_id for a in live[1:] if a.app_id in held]
-        if winner in held:
-            run(["scontrol", "release", winner])
-        if losers:
-            run(["scancel", *losers])
+        apps = sorted(found.values(), key=lambda a: (int(a.app_id), a.app_id))
+        live = [a.app_id for a in apps if not is_terminal(a.state)]
+        if live and live[0] in held:
+            run(["scontrol", "release", live[0]])
+        return apps
 
     def _cancel_existing(self, app_id: str) -> None:
         run(["scancel", app_id])
