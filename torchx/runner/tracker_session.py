@@ -78,13 +78,17 @@ class TrackerSession:
         """Open the job's run in every tracker; raises ``TrackerRunError`` naming the store."""
         opened = OpenedJobRun([])
         for backend in self.backends(trackers):
+            done = False
             try:
                 opened.runs.append((backend, backend.open_job_run(job)))
+                done = True
             except backend_errors() as e:  # fails the submit as one line
-                self.abort(opened)
                 raise TrackerRunError(
                     f"could not open the job's tracker run in {backend.store}: {error_reason(e)}"
                 ) from e
+            finally:
+                if not done:  # whatever failed, the runs opened so far end (none left RUNNING)
+                    self.abort(opened)
         return opened
 
     def bind(self, opened: OpenedJobRun, handle: str) -> None:
