@@ -25,6 +25,7 @@ from torchx import specs
 from torchx.runner import get_runner
 
 pytestmark = pytest.mark.slurm
+WATCHED = 2  # a replica's processes: its command and the watchdog that runs it
 
 
 def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_every_reader(
@@ -32,7 +33,7 @@ def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_eve
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    handle, status, store = wait_out_a_silent_tracked_job("slurm", tmp_path, monkeypatch)
+    handle, status, store = wait_out_a_silent_tracked_job("slurm", tmp_path, monkeypatch, WATCHED)
     assert status.msg.startswith("stalled: no progress or output for 10 s ("), status.msg
     assert_every_reader_sees_it_stalled(handle, status.msg, store)
 
@@ -70,7 +71,7 @@ def test_a_suspended_slurm_job_is_not_judged_and_never_stopped(env: Path) -> Non
         handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=5)
         job_id = specs.parse_app_handle(handle).app_id
         try:
-            wait_for_job_processes(handle, 1, timeout=120)
+            wait_for_job_processes(handle, WATCHED, timeout=120)
             subprocess.run(["scontrol", "suspend", job_id], check=True, timeout=60)
             status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
             assert status is not None and status.state == specs.AppState.RUNNING, status
@@ -93,7 +94,7 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
         handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=60)
         job_id = specs.parse_app_handle(handle).app_id
         try:
-            wait_for_job_processes(handle, 1, timeout=120)
+            wait_for_job_processes(handle, WATCHED, timeout=120)
             poll(  # the first run wrote its progress file
                 lambda: (env / f"slurm-{job_id}.progress.json").exists(),
                 DEADLINE,
@@ -116,7 +117,7 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
             subprocess.run(
                 ["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True, timeout=60
             )
-            wait_for_job_processes(handle, 1, timeout=120)
+            wait_for_job_processes(handle, WATCHED, timeout=120)
             status = runner.wait(handle, wait_interval=1, timeout=5)
             assert status is not None and status.state == specs.AppState.RUNNING, status
         finally:

@@ -87,8 +87,9 @@ class StallClock:
     def active(self, at: Optional[float] = None) -> None:
         self.last = max(self.last, time.monotonic() if at is None else at)
 
-    def stalled(self) -> Optional[str]:
-        """The stall's reason once nothing showed life for the timeout; else None."""
+    def stalled(self, step: Optional[int] = None) -> Optional[str]:
+        """The stall's reason once nothing showed life for the timeout; else None. ``step``:
+        the last step reported, for a clock without a progress file of its own."""
         now = time.monotonic()
         if now - self.checked > SUSPEND_GAP:
             self.last = now  # this process was stopped (the job suspended): start over
@@ -98,7 +99,9 @@ class StallClock:
             self.progress_key, self.last = key, now
         if now - self.last < self.timeout:
             return None
-        return stall_reason(self.timeout, _last_step(self.progress_path))
+        if self.progress_path:
+            step = _last_step(self.progress_path)
+        return stall_reason(self.timeout, step)
 
 
 def report(reason: str) -> None:
