@@ -43,6 +43,20 @@ SUSPEND_GAP = 10.0
 GRACE = 10.0
 
 
+COMMAND = ["python", "-m", "torchx.runtime.watchdog"]
+
+
+def wrap(cmd: List[str], stall_timeout: Optional[float]) -> List[str]:
+    """``cmd`` run under the watchdog with ``stall_timeout``; ``cmd`` itself without one."""
+    return [*COMMAND, f"{stall_timeout:g}", "--", *cmd] if stall_timeout else cmd
+
+
+def unwrap(cmd: List[str]) -> List[str]:
+    """The replica's own command from a (maybe) wrapped one (``wrap``'s inverse)."""
+    n = len(COMMAND)
+    return cmd[n + 2 :] if cmd[:n] == COMMAND and cmd[n + 1 : n + 2] == ["--"] else cmd
+
+
 def stall_reason(timeout: float, step: Optional[int]) -> str:
     """The message of an app stopped as stalled (the same text on every scheduler)."""
     last = f"last step {step}" if step is not None else "no step reported"

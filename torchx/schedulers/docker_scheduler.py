@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict
 
 import torchx
+from torchx.runtime.watchdog import wrap
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
     OWNER,
@@ -300,10 +301,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     kwargs["device_requests"] = [
                         DeviceRequest(count=resource.gpu, capabilities=[["compute", "utility"]])
                     ]
-                command = [replica.entrypoint] + list(replica.args)
-                if app_stall_timeout(app):
-                    watchdog = ["python", "-m", "torchx.runtime.watchdog"]
-                    command = [*watchdog, f"{app_stall_timeout(app):g}", "--", *command]
+                command = wrap([replica.entrypoint, *replica.args], app_stall_timeout(app))
                 req.containers.append(DockerContainer(replica.image, command, kwargs))
         return AppDryRunInfo(req, repr)
 

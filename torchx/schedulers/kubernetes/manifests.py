@@ -19,6 +19,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torchx
+from torchx.runtime import watchdog
 from torchx.schedulers.api import (
     OWNER,
     STALL_TIMEOUT,
@@ -277,13 +278,6 @@ def _ports(role: Role) -> Optional[List[Any]]:
     return ports or None
 
 
-def watched(cmd: List[str], stall_timeout: Optional[float]) -> List[str]:
-    """``cmd`` under ``torchx.runtime.watchdog`` with a stall timeout; else ``cmd``."""
-    if not stall_timeout:
-        return cmd
-    return ["python", "-m", "torchx.runtime.watchdog", f"{stall_timeout:g}", "--", *cmd]
-
-
 def pod_template(
     role: Role,
     container_name: str,
@@ -322,7 +316,7 @@ def pod_template(
     container = V1Container(
         name=container_name,
         image=role.image,
-        command=watched([role.entrypoint, *role.args], stall_timeout),
+        command=watchdog.wrap([role.entrypoint, *role.args], stall_timeout),
         termination_message_policy="FallbackToLogsOnError" if stall_timeout else None,
         env=_env(env, env_first) or None,
         resources=resource_requirements(role.resource),

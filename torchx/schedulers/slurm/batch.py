@@ -17,7 +17,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict
 
-from torchx.runtime.watchdog import STALLED_EXIT
+from torchx.runtime.watchdog import STALLED_EXIT, wrap
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, InvalidAppError
 from torchx.specs import NONE, Role, macros
 
@@ -186,9 +186,8 @@ class SlurmReplicaRequest:
             # a failed replica ends the job, unless the role is elastic (the rest carry on)
             "kill-on-bad-exit": "0" if elastic else "1",
         }
-        cmd = [role.entrypoint, *role.args]
-        if stall_timeout:  # the job's Python (PATH has it first): it has torchx
-            cmd = ["python", "-m", "torchx.runtime.watchdog", f"{stall_timeout:g}", "--", *cmd]
+        # the watchdog runs on the job's Python (first on PATH), which has torchx
+        cmd = wrap([role.entrypoint, *role.args], stall_timeout)
         return cls(name, cmd[0], cmd[1:], srun, sbatch, dict(role.env))
 
     def materialize(self) -> Tuple[List[str], List[str]]:
