@@ -269,11 +269,14 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         )
         job_dir = record["job_dir"] if record else parts[0]["work_dir"]
         structured = NONE
-        if failing and job_dir:
-            role_name, k = failing[0].split(" ")[0].split("/")
-            err = os.path.join(job_dir, f"slurm-{app_id}-{role_name}-{k}.err")
-            structured = _last_error(err)
-            msg = _stall_reason(err) or msg
+        errs = [
+            os.path.join(job_dir, f"slurm-{app_id}-{f.split(' ')[0].replace('/', '-')}.err")
+            for f in (failing if job_dir else [])
+        ]
+        if errs:
+            structured = _last_error(errs[0])
+            # a replica's watchdog stopped it (its peers then failed too: kill-on-bad-exit)
+            msg = next(filter(None, map(_stall_reason, errs)), msg)
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
