@@ -370,6 +370,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         )
         return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
 
+    @api_errors
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         namespace, name = parse_app_id(app_id)
         kind = self._kinds.get(app_id)
