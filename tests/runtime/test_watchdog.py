@@ -68,6 +68,26 @@ def test_output_or_progress_keeps_a_command_alive_and_its_exit_code_passes(
     assert done.returncode == 0, done
 
 
+def test_a_peer_that_shows_life_keeps_a_silent_replica_alive(tmp_path: Path) -> None:
+    """The gang is judged as a whole: a peer's file (its log, or its watchdog's beacon)
+    that changes is activity; this replica's own output touches its beacon."""
+    peer = tmp_path / "peer.active"
+    touches = (
+        f"import os, time\nfor i in range(10):\n    os.utime({str(peer)!r}); time.sleep(0.5)\n"
+    )
+    peer.touch()
+    cmd = [sys.executable, "-m", "torchx.runtime.watchdog", "2", "--peers", str(tmp_path / "*")]
+    beacon = tmp_path / "me.active"
+    done = subprocess.run(
+        [*cmd, "--beacon", str(beacon), "--", sys.executable, "-c", touches + "print('bye')"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert done.returncode == 0, done  # silent itself for 5 s, with a timeout of 2 s
+    assert done.stdout == "bye\n" and beacon.exists()
+
+
 def test_a_stop_reaches_the_command(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "torchx.runtime.watchdog", "600", "--"]
     proc = subprocess.Popen(

@@ -124,23 +124,26 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
             runner.cancel(handle)
 
 
-def test_one_silent_replica_stops_the_gang_and_its_reason_is_the_apps(
+def test_a_gang_is_judged_as_a_whole_and_its_reason_is_the_apps(
     env: Path,  # noqa: F811
 ) -> None:
-    """Replica 1 is silent while replica 0 prints: replica 1's watchdog ends it, Slurm ends
-    its printing peer (kill-on-bad-exit), and the app reads FAILED with replica 1's reason,
-    whichever replica failed first."""
+    """Replica 1 is silent from the start while replica 0 prints for 10 s (twice the
+    timeout) and then goes silent: replica 1 is not stopped while its peer prints (their
+    logs share the job directory), then the gang stalls and reads FAILED with the reason,
+    whichever replica's watchdog ended first."""
     code = (
-        "import os, sys, time\n"
-        "if os.environ['TORCHX_REPLICA_ID'] == '1':\n    time.sleep(600)\n"
-        "for i in range(600):\n    print('tick', i, flush=True); time.sleep(0.5)\n"
+        "import os, time\n"
+        "if os.environ['TORCHX_REPLICA_ID'] == '0':\n"
+        "    for i in range(20):\n        print('tick', i, flush=True); time.sleep(0.5)\n"
+        "time.sleep(600)\n"
     )
     with get_runner(trackers={}) as runner:
         handle = runner.run_component(
             "utils.python", ["--num_replicas", "2", "--c", code], "slurm", stall_timeout=5
         )
         status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
-    assert status is not None and status.state == specs.AppState.FAILED, status
-    assert status.msg == "stalled: no progress or output for 5 s (no step reported)", status
+        assert status is not None and status.state == specs.AppState.FAILED, status
+        assert status.msg == "stalled: no progress or output for 5 s (no step reported)", status
+        assert "tick 19" in "".join(runner.log_lines(handle, "python", 0))
     left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
     assert left == []

@@ -26,6 +26,7 @@ judged before the command started.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import signal
@@ -46,15 +47,16 @@ GRACE = 10.0
 COMMAND = ["python", "-m", "torchx.runtime.watchdog"]
 
 
-def wrap(cmd: List[str], stall_timeout: Optional[float]) -> List[str]:
-    """``cmd`` run under the watchdog with ``stall_timeout``; ``cmd`` itself without one."""
-    return [*COMMAND, f"{stall_timeout:g}", "--", *cmd] if stall_timeout else cmd
+def wrap(cmd: List[str], stall_timeout: Optional[float], *options: str) -> List[str]:
+    """``cmd`` run under the watchdog with ``stall_timeout`` (and ``options``: ``--peers
+    GLOB``, ``--beacon PATH``); ``cmd`` itself without a timeout."""
+    return [*COMMAND, f"{stall_timeout:g}", *options, "--", *cmd] if stall_timeout else cmd
 
 
 def unwrap(cmd: List[str]) -> List[str]:
     """The replica's own command from a (maybe) wrapped one (``wrap``'s inverse)."""
-    n = len(COMMAND)
-    return cmd[n + 2 :] if cmd[:n] == COMMAND and cmd[n + 1 : n + 2] == ["--"] else cmd
+    wrapped = cmd[: len(COMMAND)] == COMMAND and "--" in cmd
+    return cmd[cmd.index("--") + 1 :] if wrapped else cmd
 
 
 def stall_reason(timeout: float, step: Optional[int]) -> str:
@@ -83,11 +85,23 @@ def _last_step(progress_path: Optional[str]) -> Optional[int]:
 
 class StallClock:
     """When a job last showed life: ``active()`` on output; a change of the progress file
-    (inode, mtime) counts when ``stalled()`` looks. Monotonic time, one process's view."""
+    (inode, mtime) counts when ``stalled()`` looks. Monotonic time, one process's view.
 
-    def __init__(self, timeout: float, progress_path: Optional[str]) -> None:
+    A gang is judged as a whole where its replicas share a directory: ``peers`` is a glob
+    of files whose mtime is a peer's output (Slurm's logs, or the ``beacon`` files the
+    peers' watchdogs touch at most once a second on output), looked at only once this
+    replica itself has been silent for the timeout (so a gang costs few ``stat`` calls)."""
+
+    def __init__(
+        self,
+        timeout: float,
+        progress_path: Optional[str],
+        peers: Optional[str] = None,
+        beacon: Optional[str] = None,
+    ) -> None:
         self.timeout = timeout
         self.progress_path = progress_path
+        self.peers, self.beacon, self.touched = peers, beacon, 0.0
         self.progress_key: Optional[Tuple[int, int]] = self._progress_key()
         self.last = self.checked = time.monotonic()
 
@@ -99,7 +113,21 @@ class StallClock:
             return None
 
     def active(self, at: Optional[float] = None) -> None:
-        self.last = max(self.last, time.monotonic() if at is None else at)
+        now = time.monotonic()
+        self.last = max(self.last, now if at is None else at)
+        if self.beacon and at is None and now - self.touched >= 1.0:
+            self.touched = now
+            with contextlib.suppress(OSError), open(self.beacon, "a"):
+                os.utime(self.beacon)
+
+    def _peer_activity(self, now: float) -> None:
+        """The newest peer file's mtime, as this process's monotonic time (wall clocks)."""
+        mtimes = []
+        for path in glob.glob(self.peers or ""):
+            with contextlib.suppress(OSError):
+                mtimes.append(os.stat(path).st_mtime)
+        if mtimes:
+            self.active(min(now, now - (time.time() - max(mtimes))))
 
     def stalled(self, step: Optional[int] = None) -> Optional[str]:
         """The stall's reason once nothing showed life for the timeout; else None. ``step``:
@@ -111,6 +139,8 @@ class StallClock:
         key = self._progress_key()
         if key != self.progress_key:
             self.progress_key, self.last = key, now
+        if now - self.last >= self.timeout and self.peers:
+            self._peer_activity(now)
         if now - self.last < self.timeout:
             return None
         if self.progress_path:
@@ -154,9 +184,11 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run(timeout: float, cmd: List[str]) -> int:
+def run(
+    timeout: float, cmd: List[str], peers: Optional[str] = None, beacon: Optional[str] = None
+) -> int:
     """Run ``cmd`` under a watchdog of ``timeout`` s; its exit code, or ``STALLED_EXIT``."""
-    clock = StallClock(timeout, os.environ.get("TORCHX_PROGRESS_FILE"))
+    clock = StallClock(timeout, os.environ.get("TORCHX_PROGRESS_FILE"), peers, beacon)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -192,16 +224,23 @@ def run(timeout: float, cmd: List[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
+USAGE = "usage: python -m torchx.runtime.watchdog SECONDS [--peers GLOB] [--beacon PATH] -- CMD"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    head, cmd = (
+        (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else ([], [])
+    )
+    options = dict(zip(head[1::2], head[2::2], strict=False))  # pairs: checked below
     try:
-        timeout, sep, cmd = float(args[0]), args[1], args[2:]
+        timeout = float(head[0])
     except (IndexError, ValueError):
-        timeout, sep, cmd = 0.0, "", []
-    if sep != "--" or not cmd or not timeout > 0:
-        print("usage: python -m torchx.runtime.watchdog SECONDS -- CMD [ARGS...]", file=sys.stderr)
+        timeout = 0.0
+    if not cmd or not timeout > 0 or len(head) % 2 == 0 or set(options) - {"--peers", "--beacon"}:
+        print(USAGE, file=sys.stderr)
         return 2
-    return run(timeout, cmd)
+    return run(timeout, cmd, options.get("--peers"), options.get("--beacon"))
 
 
 if __name__ == "__main__":

@@ -301,7 +301,12 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     kwargs["device_requests"] = [
                         DeviceRequest(count=resource.gpu, capabilities=[["compute", "utility"]])
                     ]
-                command = wrap([replica.entrypoint, *replica.args], app_stall_timeout(app))
+                # the replicas share the state dir: each watchdog judges the whole gang
+                beacon = ["--beacon", f"{STATE_MOUNT}/{role.name}-{replica_id}.active"]
+                peers = ["--peers", f"{STATE_MOUNT}/*.active"]
+                command = wrap(
+                    [replica.entrypoint, *replica.args], app_stall_timeout(app), *beacon, *peers
+                )
                 req.containers.append(DockerContainer(replica.image, command, kwargs))
         return AppDryRunInfo(req, repr)
 

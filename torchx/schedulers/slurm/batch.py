@@ -153,12 +153,14 @@ class SlurmReplicaRequest:
         cfg: Mapping[str, Any],
         nomem: bool = False,
         stall_timeout: Optional[float] = None,
+        job_dir: str = "",
     ) -> SlurmReplicaRequest:
         """The request for replica ``name`` of ``role`` (macros already applied).
 
         ``cfg``'s ``SBATCH_GROUP_OPTIONS`` go on the group's ``#SBATCH`` line; ``nomem``
         leaves out ``--mem`` (for partitions that declare no memory); with
-        ``stall_timeout`` the command runs under ``torchx.runtime.watchdog``.
+        ``stall_timeout`` the command runs under ``torchx.runtime.watchdog``, which judges
+        the gang: every replica's logs in ``job_dir`` count.
         """
         for key in role.env:
             check_env_name(key, role.name)
@@ -187,7 +189,8 @@ class SlurmReplicaRequest:
             "kill-on-bad-exit": "0" if elastic else "1",
         }
         # the watchdog runs on the job's Python (first on PATH), which has torchx
-        cmd = wrap([role.entrypoint, *role.args], stall_timeout)
+        peers = os.path.join(job_dir, f"slurm-{macros.app_id}-*")
+        cmd = wrap([role.entrypoint, *role.args], stall_timeout, "--peers", peers)
         return cls(name, cmd[0], cmd[1:], srun, sbatch, dict(role.env))
 
     def materialize(self) -> Tuple[List[str], List[str]]:

@@ -167,7 +167,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 replica_role.env.setdefault(ENV_PROGRESS_FILE, progress)
                 name = f"{role.name}-{i}"
                 replicas[name] = SlurmReplicaRequest.from_role(
-                    name, replica_role, cfg, stall_timeout=app_stall_timeout(app)
+                    name, replica_role, cfg, stall_timeout=app_stall_timeout(app), job_dir=job_dir
                 )
         comment = with_token(
             str(cfg["comment"]) if cfg.get("comment") else None,
