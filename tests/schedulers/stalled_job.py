@@ -1,5 +1,5 @@
 """The stall tests' shared shape on a real scheduler (Slurm, Ray): a tracked job that
-reports one step and then stays silent is stopped by ``Runner.wait``, and every later
+reports one step and then stays silent is stopped by its watchdog, and every later
 reader (a fresh runner, the MLflow run) sees the same ``stalled: ...`` reason."""
 
 from __future__ import annotations
@@ -25,16 +25,17 @@ PRINTS = "import time\nfor i in range(20):\n    print('tick', i, flush=True); ti
 
 
 def wait_out_a_silent_tracked_job(
-    scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processes: int = 1
 ) -> Tuple[str, specs.AppStatus, str]:
     """Run ``STALLS`` with a 10 s stall timeout on a new sqlite store and wait on it: its
-    handle, the FAILED status ``wait`` returned, and the store."""
+    handle, the FAILED status ``wait`` returned, and the store. ``processes``: the
+    replica's processes (with its watchdog, if one wraps it)."""
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("TORCHX_TRACKERS", "mlflow")
     monkeypatch.setenv("TORCHX_TRACKER_MLFLOW_CONFIG", store)
     with get_runner() as runner:
         handle = runner.run_component("utils.python", ["--c", STALLS], scheduler, stall_timeout=10)
-        wait_for_job_processes(handle, 1, timeout=120)  # the replica runs
+        wait_for_job_processes(handle, processes, timeout=120)  # the replica runs
         status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
     assert status is not None and status.state == specs.AppState.FAILED, status
     return handle, status, store

@@ -1,6 +1,7 @@
-"""Stall detection by the waiter on the real local Slurm cluster: ``Runner.wait`` cancels
-a job whose replicas neither print nor report progress for its ``stall_timeout``; every
-later reader sees it FAILED ``stalled: ...`` (the reason is a file in the job directory),
+"""Stall detection on the real local Slurm cluster: the watchdog that runs each replica
+(``torchx.runtime.watchdog``) ends a job whose replicas neither print nor report progress
+for its ``stall_timeout``; every later reader sees it FAILED ``stalled: ...`` (the reason
+is the last line of the replica's ``.err``),
 its MLflow run (real sqlite store) ends FAILED with the reason as a tag, no process of it
 is left, and a job that keeps printing is never stopped."""
 
@@ -24,6 +25,7 @@ from torchx import specs
 from torchx.runner import get_runner
 
 pytestmark = pytest.mark.slurm
+WATCHED = 2  # a replica's processes: its command and the watchdog that runs it
 
 
 def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_every_reader(
@@ -31,7 +33,7 @@ def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_eve
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    handle, status, store = wait_out_a_silent_tracked_job("slurm", tmp_path, monkeypatch)
+    handle, status, store = wait_out_a_silent_tracked_job("slurm", tmp_path, monkeypatch, WATCHED)
     assert status.msg.startswith("stalled: no progress or output for 10 s ("), status.msg
     assert_every_reader_sees_it_stalled(handle, status.msg, store)
 
@@ -61,43 +63,39 @@ def test_a_pipeline_stage_that_did_not_submit_stops_a_stalled_slurm_job(
 
 
 def test_a_suspended_slurm_job_is_not_judged_and_never_stopped(env: Path) -> None:  # noqa: F811
-    """SUSPENDED reads RUNNING for torchx, but its replicas cannot print: no activity to
-    judge (``last_activity`` None), so the waiter leaves it alone."""
+    """SUSPENDED reads RUNNING for torchx, but its replicas cannot print: the watchdog is
+    suspended with them, and counts its own suspension as none of their silence."""
     import subprocess
-
-    from torchx.schedulers.slurm.scheduler import create_scheduler
 
     with get_runner(trackers={}) as runner:
         handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=5)
         job_id = specs.parse_app_handle(handle).app_id
         try:
-            wait_for_job_processes(handle, 1, timeout=120)
+            wait_for_job_processes(handle, WATCHED, timeout=120)
             subprocess.run(["scontrol", "suspend", job_id], check=True, timeout=60)
-            assert create_scheduler("t").last_activity(job_id) is None
             status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
             assert status is not None and status.state == specs.AppState.RUNNING, status
-            assert not (env / f"slurm-{job_id}.stalled").exists()
+            subprocess.run(["scontrol", "resume", job_id], check=True, timeout=60)
+            # judged again from its resume: it stalls 5 s later, FAILED with the reason
+            status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+            assert status is not None and status.state == specs.AppState.FAILED, status
+            assert status.msg.startswith("stalled: no progress or output for 5 s"), status
         finally:
             subprocess.run(["scontrol", "resume", job_id], timeout=60)
             runner.cancel(handle)
 
 
 def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  # noqa: F811
-    """After a requeue the previous run's files may be old (the new run has yet to rewrite
-    them): activity is at least the current run's start, so the waiter keeps the job."""
-    import os
+    """A requeue starts the replicas, and their watchdogs, afresh: the new run is judged
+    from its own start, not from its previous run's output."""
     import subprocess
-    import time
-
-    from torchx.schedulers.slurm.scheduler import create_scheduler
 
     with get_runner(trackers={}) as runner:
         handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=60)
         job_id = specs.parse_app_handle(handle).app_id
-        sched = create_scheduler("t")
         try:
-            wait_for_job_processes(handle, 1, timeout=120)
-            poll(  # the first run wrote its progress file: the files below are all there
+            wait_for_job_processes(handle, WATCHED, timeout=120)
+            poll(  # the first run wrote its progress file
                 lambda: (env / f"slurm-{job_id}.progress.json").exists(),
                 DEADLINE,
                 "the first run's progress report",
@@ -119,51 +117,33 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
             subprocess.run(
                 ["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True, timeout=60
             )
-            wait_for_job_processes(handle, 1, timeout=120)
-            requeued_at = time.time()
-            files = [p for p in env.glob(f"slurm-{job_id}*") if p.suffix in (".out", ".err")]
-            files.append(env / f"slurm-{job_id}.progress.json")
-            an_hour_ago = time.time() - 3600
-            for path in files:  # the previous run's, not yet rewritten by this one
-                os.utime(path, (an_hour_ago, an_hour_ago))
-            last = sched.last_activity(job_id)
-            assert last is not None and last > requeued_at - 60, (last, requeued_at)
+            wait_for_job_processes(handle, WATCHED, timeout=120)
             status = runner.wait(handle, wait_interval=1, timeout=5)
             assert status is not None and status.state == specs.AppState.RUNNING, status
-            assert not (env / f"slurm-{job_id}.stalled").exists()
         finally:
             runner.cancel(handle)
 
 
-def test_a_stall_stop_that_fails_leaves_no_reason_behind(
+def test_a_gang_is_judged_as_a_whole_and_its_reason_is_the_apps(
     env: Path,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``scancel`` fails (slurmctld unreachable, here an ``scancel`` that says so): the job
-    runs on, and its later cancel by the user reads CANCELLED, not FAILED "stalled"."""
-    import os
-
+    """Replica 1 is silent from the start while replica 0 prints for 10 s (twice the
+    timeout) and then goes silent: replica 1 is not stopped while its peer prints (their
+    logs share the job directory), then the gang stalls and reads FAILED with the reason,
+    whichever replica's watchdog ended first."""
+    code = (
+        "import os, time\n"
+        "if os.environ['TORCHX_REPLICA_ID'] == '0':\n"
+        "    for i in range(20):\n        print('tick', i, flush=True); time.sleep(0.5)\n"
+        "time.sleep(600)\n"
+    )
     with get_runner(trackers={}) as runner:
-        handle = runner.run_component("utils.python", ["--c", STALLS], "slurm", stall_timeout=5)
-        job_id = specs.parse_app_handle(handle).app_id
-        path = os.environ["PATH"]
-        try:
-            wait_for_job_processes(handle, 1, timeout=120)
-            fake = env / "fake-bin"
-            fake.mkdir()
-            (fake / "scancel").write_text(
-                "#!/bin/sh\necho 'scancel: error: Unable to contact slurm controller' >&2\nexit 1\n"
-            )
-            (fake / "scancel").chmod(0o755)
-            monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{path}")
-            status = runner.wait(handle, wait_interval=1, timeout=15)  # 3 stall timeouts
-            assert status is not None and status.state == specs.AppState.RUNNING, status
-            assert not (env / f"slurm-{job_id}.stalled").exists()
-        finally:
-            monkeypatch.setenv("PATH", path)
-            runner.cancel(handle)
-        # polled, not waited on: a waiter would now stop the (still stalled) job itself
-        status = poll_until(
-            lambda: runner.status(handle), lambda s: s is None or s.is_terminal(), DEADLINE
+        handle = runner.run_component(
+            "utils.python", ["--num_replicas", "2", "--c", code], "slurm", stall_timeout=5
         )
-        assert status is not None and status.state == specs.AppState.CANCELLED, status
+        status = runner.wait(handle, wait_interval=1, timeout=DEADLINE)
+        assert status is not None and status.state == specs.AppState.FAILED, status
+        assert status.msg == "stalled: no progress or output for 5 s (no step reported)", status
+        assert "tick 19" in "".join(runner.log_lines(handle, "python", 0))
+    left = poll_until(lambda: job_processes(handle), lambda procs: not procs, timeout=60)
+    assert left == []

@@ -25,6 +25,8 @@ ROOT_PACKAGE = "torchx"
 SUPERVISOR = "torchx.schedulers.local.supervisor"
 SUPERVISOR_CLOSURE = {
     "torchx",
+    "torchx.runtime",
+    "torchx.runtime.watchdog",  # its stall clock, shared with every scheduler's watchdog
     "torchx.schedulers",
     "torchx.schedulers.local",
     "torchx.schedulers.local.logs",

@@ -95,7 +95,8 @@ class CmdRun(SubCommand):
             default=None,
             metavar="S",
             help="fail the app (and stop all its processes) when it neither prints a line nor"
-            " reports progress (torchx.trackers.report_progress) for S seconds",
+            " reports progress (torchx.trackers.report_progress) for S seconds; a watchdog"
+            " runs with the job (in containers: the image needs torchx, as torchx's own has)",
         )
         subparser.add_argument(
             "--stdin", action="store_true", help="read the run arguments as JSON from stdin"

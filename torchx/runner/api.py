@@ -32,7 +32,6 @@ from torchx.runner.compat import (  # noqa: F401 (upstream's names in this modul
 )
 from torchx.runner.events import log_event
 from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
-from torchx.runner.stall import stop_if_stalled
 from torchx.runner.tracker_session import OpenedJobRun, TrackerSession
 from torchx.runner.tracking import JobRecorder, RunRequest, job_run, trackers_of, with_env
 from torchx.runtime.progress import Progress, read_progress
@@ -429,7 +428,8 @@ class Runner:
         """Block until the app is terminal (or ``timeout`` s); None if the app is unknown.
 
         ``wait_interval`` bounds the time between status checks, but schedulers that
-        can see the app end (local) wake up at once. It stops a stalled app (``runner.stall``).
+        can see the app end (local) wake up at once. A stalled app is ended by its own
+        watchdog (``torchx.runtime.watchdog``), FAILED like any failure.
         """
         sched, _, app_id = self._scheduler_app_id(app_handle)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -437,7 +437,6 @@ class Runner:
             status = self.status(app_handle)
             if status is None or status.is_terminal():
                 return status
-            stop_if_stalled(self, sched, app_id, app_handle, status.state)
             remaining = wait_interval
             if deadline is not None:
                 remaining = min(remaining, deadline - time.monotonic())

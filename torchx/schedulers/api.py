@@ -65,7 +65,6 @@ __all__ = [
     "role_by_name",
     "split_lines",
     "split_lines_iterator",
-    "stall_reason",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,12 +106,6 @@ def app_stall_timeout(app: AppDef) -> Optional[float]:
     """The stall timeout the Runner put on ``app`` (None: no stall detection)."""
     value = app.metadata.get(STALL_TIMEOUT)
     return float(value) if value else None
-
-
-def stall_reason(timeout: float, step: Optional[int]) -> str:
-    """The message of an app stopped as stalled (the same text on every scheduler)."""
-    last = f"last step {step}" if step is not None else "no step reported"
-    return f"stalled: no progress or output for {timeout:g} s ({last})"
 
 
 class Stream(str, Enum):
@@ -297,25 +290,6 @@ class Scheduler(abc.ABC, Generic[T]):
     def progress_path(self, app_id: str) -> Optional[str]:
         """The file the app's progress reports go to, if this scheduler gives one."""
         return None
-
-    # Stall detection by whoever waits (``torchx.runner.stall``), for schedulers without a
-    # supervisor of their own (``local_cwd``'s supervisor enforces stalls itself and keeps
-    # the default: its waiters then never stop an app as stalled, so nothing is cancelled
-    # twice).
-
-    def last_activity(self, app_id: str) -> Optional[float]:
-        """Epoch seconds of the app's newest log output or progress report.
-
-        None when this scheduler cannot tell (no such record, or the record is stale because
-        whatever keeps it stopped answering): a waiter then never stops the app as stalled.
-        """
-        return None
-
-    def stop_stalled(self, app_id: str, reason: str) -> None:
-        """Stop the whole app as stalled, keeping ``reason`` with the job so that every
-        later ``describe`` (from any process) shows it FAILED with that reason. Required
-        of a scheduler that answers ``last_activity``."""
-        raise NotImplementedError(f"{self.backend} cannot stop a stalled app")
 
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         """Checks that must pass before a workspace is built."""

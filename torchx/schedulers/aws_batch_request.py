@@ -14,7 +14,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 import torchx
-from torchx.schedulers.api import IDEMPOTENCY_TOKEN, InvalidAppError, app_idempotency_token
+from torchx.runtime.watchdog import unwrap, wrap
+from torchx.schedulers.api import (
+    IDEMPOTENCY_TOKEN,
+    InvalidAppError,
+    app_idempotency_token,
+    app_stall_timeout,
+)
 from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     AppDef,
@@ -146,7 +152,11 @@ def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Lis
     return volumes, mount_points, devices
 
 
-def container_properties(role: Role, cfg: Mapping[str, CfgVal]) -> Dict[str, Any]:
+def container_properties(
+    role: Role, cfg: Mapping[str, CfgVal], stall_timeout: Optional[float] = None
+) -> Dict[str, Any]:
+    """A node range's container; with ``stall_timeout`` its command runs under
+    ``torchx.runtime.watchdog`` (the image needs torchx)."""
     volumes, mount_points, devices = _mounts(role)
     # as local, slurm and ray: prints reach CloudWatch at once (a block-buffered print loop
     # looks silent to stall detection), unless the role says otherwise
@@ -154,7 +164,7 @@ def container_properties(role: Role, cfg: Mapping[str, CfgVal]) -> Dict[str, Any
     env.setdefault("PYTHONUNBUFFERED", "1")
     container: Dict[str, Any] = {
         "image": role.image,
-        "command": [role.entrypoint, *role.args],
+        "command": wrap([role.entrypoint, *role.args], stall_timeout),
         "environment": [{"name": k, "value": v} for k, v in env.items()],
         "privileged": bool(cfg.get("privileged")),
         "resourceRequirements": resource_requirements(role.resource),
@@ -211,7 +221,7 @@ def batch_job(
         node_ranges.append(
             {
                 "targetNodes": f"{start}:{start + role.num_replicas - 1}",
-                "container": container_properties(node_role, cfg),
+                "container": container_properties(node_role, cfg, app_stall_timeout(app)),
             }
         )
         start += role.num_replicas
@@ -264,7 +274,7 @@ def roles_of(job: Dict[str, Any]) -> List[Role]:
         container = node_range.get("container") or {}
         env = {e["name"]: e["value"] for e in container.get("environment") or []}
         reqs = {r["type"]: int(r["value"]) for r in container.get("resourceRequirements") or []}
-        command = list(container.get("command") or [])
+        command = unwrap(list(container.get("command") or []))
         roles.append(
             Role(
                 name=env.get(ENV_TORCHX_ROLE_NAME, f"role{len(roles)}"),

@@ -30,7 +30,6 @@ or a Docker daemon the submission fails in one line naming ``--workspace ""``.
 
 from __future__ import annotations
 
-import functools
 import getpass
 import logging
 import time
@@ -49,6 +48,7 @@ from typing import (
     TypedDict,
 )
 
+from torchx.runtime.watchdog import STALLED_EXIT, stall_reason_in
 from torchx.schedulers.api import (
     DescribeAppResponse,
     InvalidAppError,
@@ -145,15 +145,19 @@ def parse_app_id(app_id: str) -> Tuple[str, str]:
     return queue, name
 
 
+def _container(job: Dict[str, Any]) -> Dict[str, Any]:
+    """A job's or node's last container state."""
+    container = job.get("container") or {}
+    attempts = job.get("attempts") or []
+    return {**container, **(attempts[-1].get("container") or {})} if attempts else container
+
+
 def _error_text(job: Dict[str, Any]) -> str:
     """Why a job or node failed, from its status reason and last container state."""
     parts = []
     if job.get("statusReason"):
         parts.append(str(job["statusReason"]))
-    container = job.get("container") or {}
-    attempts = job.get("attempts") or []
-    if attempts:
-        container = {**container, **(attempts[-1].get("container") or {})}
+    container = _container(job)
     if container.get("reason"):
         parts.append(str(container["reason"]))
     if container.get("exitCode") not in (None, 0):
@@ -342,6 +346,8 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             if state in (AppState.FAILED, AppState.CANCELLED)
             else str(job.get("statusReason") or "")
         )
+        if state == AppState.FAILED:
+            msg = self._stall_reason(job, nodes) or msg
         region = self.client.meta.region_name
         return DescribeAppResponse(
             app_id=app_id,
@@ -439,28 +445,29 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
 
     # ------------------------------------------------------------------ stalls
 
-    def last_activity(self, app_id: str) -> Optional[float]:
-        """The newest log event of any node, or the start (``aws_batch_activity``)."""
-        from torchx.schedulers.aws_batch_activity import newest_activity
+    def _stall_reason(self, job: Dict[str, Any], nodes: Dict[int, Dict[str, Any]]) -> str:
+        """The reason a node's watchdog (``torchx.runtime.watchdog``) left as its last log
+        line, for the first node that ended with the watchdog's exit code; "" if none did
+        (or its log cannot be read: the ordinary message stays)."""
+        from botocore.exceptions import BotoCoreError, ClientError
 
-        job = self._get_job(app_id)
-        if job is None or self._state(job) != AppState.RUNNING:
-            return None
-        return newest_activity(
-            self.log_client,
-            self._log_group,
-            job,
-            list(self._node_jobs(job).values()),
-            sum(r.num_replicas for r in self._roles(job)),
-            functools.partial(self._log_stream, job),
-        )
-
-    def stop_stalled(self, app_id: str, reason: str) -> None:
-        """Terminate the job with ``reason`` as its status reason: Batch keeps it with the
-        job, which ends FAILED (not CANCELLED: the reason is not ``CANCEL_REASON``)."""
-        job = self._get_job(app_id)
-        if job is not None:
-            self._call(self.client.terminate_job, jobId=job["jobId"], reason=reason)
+        for index, node in sorted((nodes or {0: job}).items()):
+            if _container(node).get("exitCode") != STALLED_EXIT:
+                continue
+            stream = self._log_stream(job, index)
+            if stream is None:
+                return ""
+            try:
+                events = self.log_client.get_log_events(
+                    logGroupName=self._log_group,
+                    logStreamName=stream,
+                    startFromHead=False,
+                    limit=20,
+                ).get("events")
+            except (BotoCoreError, ClientError):
+                return ""
+            return stall_reason_in("\n".join(e.get("message", "") for e in events or [])) or ""
+        return ""
 
     # ------------------------------------------------------------------ logs
 

@@ -10,8 +10,10 @@ never removed by torchx, so a failed or cancelled app's logs stay readable (``do
 Beside the labels, each app has a state directory on the engine's host
 (``$TORCHX_HOME/docker/<app id>``, its path in a label), bind-mounted into every replica at
 ``/var/run/torchx``: the job's progress reports and torchelastic error files go there, and a
-cancel or a stall is recorded there before the containers are stopped, so ``describe`` from
-any process tells CANCELLED and a stall's reason from an ordinary failure.
+cancel is recorded there before the containers are stopped, so ``describe`` from any
+process tells CANCELLED from an ordinary failure. With a stall timeout each replica's
+command runs under ``torchx.runtime.watchdog`` (the image needs torchx, as torchx's own
+has), which leaves a stall's reason in the replica's error file.
 
 As upstream: the run options ``copy_env``, ``env`` and ``privileged`` (plus the workspace's
 ``image_repo`` and ``quiet``), bind, volume and device mounts, GPUs as device requests,
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict
 
 import torchx
+from torchx.runtime.watchdog import wrap
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
     OWNER,
@@ -40,6 +43,7 @@ from torchx.schedulers.api import (
     ListAppResponse,
     Scheduler,
     Stream,
+    app_stall_timeout,
     filter_regex,
     split_lines_iterator,
 )
@@ -91,7 +95,6 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 STATE_MOUNT = "/var/run/torchx"  # the app's state directory inside each container
 PROGRESS_FILE = "progress.json"
 CANCELLED_FILE = "cancelled"
-STALLED_FILE = "stalled"
 STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL on cancel, as `docker stop`
 
 CONTAINER_STATE: Dict[str, AppState] = {
@@ -298,7 +301,12 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     kwargs["device_requests"] = [
                         DeviceRequest(count=resource.gpu, capabilities=[["compute", "utility"]])
                     ]
-                command = [replica.entrypoint] + list(replica.args)
+                # the replicas share the state dir: each watchdog judges the whole gang
+                beacon = ["--beacon", f"{STATE_MOUNT}/{role.name}-{replica_id}.active"]
+                peers = ["--peers", f"{STATE_MOUNT}/*.active"]
+                command = wrap(
+                    [replica.entrypoint, *replica.args], app_stall_timeout(app), *beacon, *peers
+                )
                 req.containers.append(DockerContainer(replica.image, command, kwargs))
         return AppDryRunInfo(req, repr)
 
@@ -440,44 +448,19 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             return None
         return str(_state_dir(containers) / PROGRESS_FILE)
 
-    def last_activity(self, app_id: str) -> Optional[float]:
-        """The newest log line's time of any replica, or its last progress report."""
-        containers = self._containers(app_id)
-        if not containers:
-            return None
-        times: List[float] = []
-        for c in containers:
-            started = _parse_time(str(c.attrs.get("State", {}).get("StartedAt", "")))
-            if started:
-                times.append(started)
-            tail = c.logs(timestamps=True, tail=1)
-            stamp = _parse_time(tail.decode("utf-8", "replace").split(" ", 1)[0])
-            if stamp:
-                times.append(stamp)
-        progress = _state_dir(containers) / PROGRESS_FILE
-        if progress.is_file():
-            times.append(progress.stat().st_mtime)
-        return max(times) if times else None
-
     # ------------------------------------------------------------------ stopping
 
     def _cancel_existing(self, app_id: str) -> None:
-        self._stop(app_id, CANCELLED_FILE, "cancelled")
-
-    def stop_stalled(self, app_id: str, reason: str) -> None:
-        self._stop(app_id, STALLED_FILE, reason)
-
-    def _stop(self, app_id: str, marker: str, text: str) -> None:
-        """Record why the app ends (unless it already ended), then stop every replica: SIGTERM,
+        """Record the cancel (unless the app already ended), then stop every replica: SIGTERM,
         SIGKILL after ``STOP_GRACE`` s. A restart policy does not restart a stopped container."""
         containers = self._containers(app_id)
         states = [_container_state(c) for c in containers]
         if not containers or all(is_terminal(s) for s in states):
             return
         state_dir = _state_dir(containers)
-        if not (state_dir / CANCELLED_FILE).exists() and not (state_dir / STALLED_FILE).exists():
+        if not (state_dir / CANCELLED_FILE).exists():
             state_dir.mkdir(parents=True, exist_ok=True)
-            (state_dir / marker).write_text(text)
+            (state_dir / CANCELLED_FILE).write_text("cancelled")
         from docker.errors import APIError
 
         client = self._docker_client
@@ -545,18 +528,28 @@ def _app_state(replicas: List[AppState], state_dir: Path) -> Tuple[AppState, str
     """The app's state from its replicas' and the reason recorded when it was stopped (a
     replica created but never started does not keep a stopped app alive)."""
     cancelled = (state_dir / CANCELLED_FILE).exists()
-    stalled = state_dir / STALLED_FILE
-    stopped = cancelled or stalled.exists()
-    live = [s for s in replicas if not is_terminal(s) and not (stopped and s == AppState.SUBMITTED)]
+    live = [
+        s for s in replicas if not is_terminal(s) and not (cancelled and s == AppState.SUBMITTED)
+    ]
     if live:
         return live[0], NONE
     if cancelled:
         return AppState.CANCELLED, NONE
-    if stalled.exists():
-        return AppState.FAILED, stalled.read_text()
     if all(s == AppState.SUCCEEDED for s in replicas):
         return AppState.SUCCEEDED, NONE
-    return AppState.FAILED, NONE
+    return AppState.FAILED, _stall_reason(state_dir) or NONE
+
+
+def _stall_reason(state_dir: Path) -> Optional[str]:
+    """A watchdog's stall reason in a replica's error file (``torchx.runtime.watchdog``)."""
+    for path in state_dir.glob("*-error.json"):
+        try:
+            message = json.loads(path.read_text())["message"]["message"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(message, str) and message.startswith("stalled: "):
+            return message
+    return None
 
 
 def _first_error(state_dir: Path) -> str:

@@ -10,8 +10,11 @@ path on the cluster), with the cluster's Python first on ``PATH``, printing each
 line prefixed ``role/replica``. The rank-0 host is the node of replica 0. When the job is
 stopped (SIGTERM), every actor kills its replica's process tree before the driver exits.
 
-For stall detection and progress the driver prints activity records into the job's log
-(``ray_activity``), which any process that reaches the dashboard reads.
+The driver asks its replicas every ``WATCH_INTERVAL`` s how long they have been silent and
+what they last reported (``Watch``): it prints each new progress report into the job's log
+(``torchx-progress {json}``, which any process that reaches the dashboard reads) and, with a
+stall timeout, is the job's watchdog (``torchx.runtime.watchdog``): it stops a silent job,
+leaving the reason as a log line, and exits ``STALLED_EXIT``.
 
 A driver whose job Ray already ended (a stop while the job was PENDING can miss a driver
 not started yet) runs nothing, or stops its replicas within ``ORPHAN_CHECK_ROUNDS`` rounds.
@@ -23,6 +26,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -36,9 +40,14 @@ import zlib
 from http.client import HTTPException
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchx.schedulers.ray_activity import PUBLISH_INTERVAL, Activity, due
+from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock
 
 REQUEST_ENV = "TORCHX_RAY_REQUEST"
+STALL_TIMEOUT = "torchx.stall_timeout"  # the app's metadata (``torchx.schedulers.api``)
+PROGRESS_RECORD = "torchx-progress "
+WATCH_INTERVAL = 1.0
+# what Ray puts before an actor's line: "(Replica pid=12) ", maybe in color
+ACTOR_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*m)?\s")
 FORWARD_INTERVAL = 0.2
 # set once every replica ended: the loops stop asking the actors (a thread asking Ray as
 # the driver exits would connect it again)
@@ -171,35 +180,56 @@ class Forwarder:
                 print(f"torchx: could not forward output: {e}", file=sys.stderr, flush=True)
 
 
-class Publisher:
-    """Prints the replicas' activity records into the job's log (``ray_activity``)."""
+def last_progress(lines: List[str]) -> Optional[str]:
+    """The newest progress report the driver printed into ``lines`` (the job's log)."""
+    for line in reversed(lines):
+        line = ACTOR_PREFIX.sub("", line)
+        if line.startswith(PROGRESS_RECORD):
+            return line[len(PROGRESS_RECORD) :].strip() or None
+    return None
 
-    def __init__(self, actors: List[Any]) -> None:
+
+def _step(report: Optional[str]) -> Optional[int]:
+    try:
+        step = json.loads(report or "")["step"]
+        return step if isinstance(step, int) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class Watch:
+    """The replicas' progress reports into the job's log, and their watchdog (module
+    docstring). Silence counts as the replicas' nodes measured it: a slow answer adds none."""
+
+    def __init__(self, actors: List[Any], stall_timeout: Optional[float]) -> None:
         self.actors = actors
-        self.last: Optional[Activity] = None
+        self.clock = StallClock(stall_timeout, None) if stall_timeout else None
+        self.report: Optional[str] = None
         self.lock = threading.Lock()  # the loop and the final round
 
     def once(self, final: bool = False) -> None:
         import ray
 
         answers = ray.get([a.activity.remote() for a in self.actors], timeout=10)
-        now = Activity(  # silence as each node measured it: a slow answer or skew adds none
-            silence=max(0.0, min(age for age, _, _ in answers)),
-            checked=time.time(),
-            running=sum(1 for _, _, running in answers if running),
-            progress=next((r for _, r, _ in answers if r), None),
-        )
+        report = next((r for _, r, _ in answers if r), None)
         with self.lock:
-            if final or due(now, self.last):
+            if report and report != self.report:
                 with OUTPUT_LOCK:
-                    print(now.line(), flush=True)
-                self.last = now
+                    print(PROGRESS_RECORD + " ".join(report.split()), flush=True)
+                self.report = report
+        if self.clock is None or final or not any(running for _, _, running in answers):
+            return
+        self.clock.active(time.monotonic() - max(0.0, min(age for age, _, _ in answers)))
+        reason = self.clock.stalled(_step(report))
+        if reason is not None:
+            with OUTPUT_LOCK:
+                print(MARK + reason, flush=True)
+            _stop_replicas(self.actors, reason, STALLED_EXIT)
 
     def loop(self, req: Dict[str, Any]) -> None:
-        """``once`` every ``PUBLISH_INTERVAL`` s. A round whose actors do not answer prints
-        nothing, so the last record goes stale (cannot tell) rather than wrong. Every
-        ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended stops its
-        replicas and exits (see ``ended_by_ray``)."""
+        """``once`` every ``WATCH_INTERVAL`` s (a round whose actors do not answer judges
+        nothing). Every ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended
+        stops its replicas and exits (see ``ended_by_ray``)."""
         from ray.exceptions import RayError
 
         rounds = 0
@@ -207,11 +237,11 @@ class Publisher:
             try:
                 self.once()
             except (RayError, OSError) as e:  # a slow round or a stopping job: try again
-                print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
+                print(f"torchx: could not ask the replicas: {e}", file=sys.stderr, flush=True)
             rounds += 1
             if rounds % ORPHAN_CHECK_ROUNDS == 0 and ended_by_ray(req):
                 _stop_replicas(self.actors, "its job ended in Ray but this driver ran on")
-            ENDING.wait(PUBLISH_INTERVAL)
+            ENDING.wait(WATCH_INTERVAL)
 
 
 def dashboard_url(address: str) -> str:
@@ -338,9 +368,10 @@ def main() -> int:
                 f"{r['role']}/{r['replica_id']}", r["args"], env, req.get("working_dir") or ""
             )
         )
-    forwarder, publisher = Forwarder(actors), Publisher(actors)
+    stall_timeout = (req.get("app") or {}).get("metadata", {}).get(STALL_TIMEOUT)
+    forwarder, watch = Forwarder(actors), Watch(actors, float(stall_timeout or 0) or None)
     threading.Thread(target=forwarder.loop, daemon=True).start()
-    threading.Thread(target=publisher.loop, args=(req,), daemon=True).start()
+    threading.Thread(target=watch.loop, args=(req,), daemon=True).start()
     mins: Dict[str, int] = {}
     for r in replicas:
         mins[r["role"]] = int(r.get("min_replicas") or 0)
@@ -369,10 +400,10 @@ def main() -> int:
     ENDING.set()
     try:  # the last lines and reports (a final step) land before the job is seen to end
         forwarder.once()
-        publisher.once(final=True)
+        watch.once(final=True)
         ray.get([a.cleanup.remote() for a in actors], timeout=10)
     except (RayError, OSError) as e:  # the replicas ended: their records are a nicety
-        print(f"torchx: could not publish activity: {e}", file=sys.stderr, flush=True)
+        print(f"torchx: could not ask the replicas: {e}", file=sys.stderr, flush=True)
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
     print("torchx-exit-codes " + json.dumps(summary), flush=True)
     return 1 if failed or not all(role_can_succeed(role) for role in mins) else 0

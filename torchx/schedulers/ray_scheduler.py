@@ -17,12 +17,9 @@ nothing from the submitter's disk or Python.
   (``Runner.run(idempotency_key=...)``) puts its token in the job's metadata, and
   ``Runner.run(owner=...)`` its owner; ``describe`` returns both.
 
-Stalls (``Runner.run(stall_timeout=...)``) are detected by whoever waits, from the activity
-records the driver prints into the job's log (``ray_activity``). Ray's job metadata is fixed
-at submission and ``stop_job`` takes no message, so a waiter that stops a stalled job
-(``stop_stalled``) first submits a marker job ``<app>-stalled-<id>`` (entrypoint ``true``)
-whose metadata holds the reason: a STOPPED job with a marker is FAILED with its reason for
-every reader. A marker whose stop failed is voided by a second one (``<marker>-void``).
+Stalls (``Runner.run(stall_timeout=...)``): the driver is the job's watchdog
+(``ray_driver``); it stops a silent job and leaves the reason in the job's log, where
+``describe`` reads it for a FAILED job.
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
-from torchx.schedulers import ray_activity
+from torchx.runtime.watchdog import stall_reason_in
 from torchx.schedulers.api import (
     IDEMPOTENCY_TOKEN,
     OWNER,
@@ -53,7 +50,14 @@ from torchx.schedulers.api import (
     filter_regex,
 )
 from torchx.schedulers.ids import unique_name
-from torchx.schedulers.ray_driver import REQUEST_ENV, dashboard_url, decode_request, encode_request
+from torchx.schedulers.ray_driver import (
+    ACTOR_PREFIX,
+    REQUEST_ENV,
+    dashboard_url,
+    decode_request,
+    encode_request,
+    last_progress,
+)
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -74,9 +78,6 @@ META_TORCHX = "torchx"
 META_APP_NAME = "app_name"
 META_IDEMPOTENCY_TOKEN = "idempotency_token"
 META_OWNER = "owner"
-META_STALLED_OF = "torchx_stalled_of"  # a stall marker job's metadata: the app it stopped
-META_REASON = "reason"
-META_VOIDS = "voids"  # a void marker's metadata: the marker whose stop failed
 DRIVER = "python -m torchx.schedulers.ray_driver"
 NO_TORCHX_ON_CLUSTER = (
     "the Ray cluster's Python has no torchx: install torchx on the cluster"
@@ -84,7 +85,7 @@ NO_TORCHX_ON_CLUSTER = (
     f" `{DRIVER}` with the cluster's own Python"
 )
 _ENV_LOCK = threading.Lock()
-TAIL_LINES = 400  # the log lines read for the last activity record
+TAIL_LINES = 400  # the log lines read for the last progress record
 RAY_STATES = {
     "PENDING": AppState.PENDING,
     "RUNNING": AppState.RUNNING,
@@ -284,57 +285,14 @@ class RayScheduler(Scheduler[RayJob]):
     def progress_path(self, app_id: str) -> Optional[str]:
         """The first replica's last report, from the job's log, cached in this process's
         ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
-        lines = self._job_log_tail(app_id)
-        if ray_activity.last_record(lines) is None:  # chatty replicas: each record has it
-            lines = self._logs(app_id).splitlines()
-        report = ray_activity.last_progress(lines)
+        report = last_progress(self._job_log_tail(app_id))
+        if report is None:  # chatty replicas: the record may be further back
+            report = last_progress(self._logs(app_id).splitlines())
         if not report:
             return None
         path = str(torchx_home() / "ray" / f"{app_id}.progress.json")
         write_private(path, report)
         return path
-
-    def last_activity(self, app_id: str) -> Optional[float]:
-        """When a replica last printed or reported progress, from the activity records in
-        the job's log (see ``ray_activity.last_activity``)."""
-        found = ray_activity.last_record(self._job_log_tail(app_id))
-        return ray_activity.last_activity(found, time.time())
-
-    def stop_stalled(self, app_id: str, reason: str) -> None:
-        client = self._client(self._address())
-        marker = f"{app_id}-stalled-{os.urandom(4).hex()}"  # one per attempt
-        client.submit_job(  # first: seen as soon as the job is stopped
-            entrypoint="true",
-            submission_id=marker,
-            entrypoint_num_cpus=0,
-            metadata={META_STALLED_OF: app_id, META_REASON: reason},
-        )
-        try:
-            self.cancel(app_id)
-        except Exception:  # the job runs on: a later stop is not a stall
-            # voided by a second marker: Ray deletes a job only once it ended, and the
-            # first one's `true` may take seconds to end on a busy head
-            client.submit_job(
-                entrypoint="true",
-                submission_id=f"{marker}-void",
-                entrypoint_num_cpus=0,
-                metadata={META_STALLED_OF: app_id, META_VOIDS: marker},
-            )
-            raise
-
-    def _stall(self, client: Any, app_id: str) -> Optional[str]:
-        """The reason of the newest stall marker of ``app_id`` no marker voids."""
-        markers = [
-            j for j in client.list_jobs() if (j.metadata or {}).get(META_STALLED_OF) == app_id
-        ]
-        voided = {(j.metadata or {}).get(META_VOIDS) for j in markers}
-        markers.sort(key=lambda j: j.start_time or 0)
-        reasons = [
-            (j.metadata or {}).get(META_REASON)
-            for j in markers
-            if j.submission_id not in voided and (j.metadata or {}).get(META_REASON)
-        ]
-        return reasons[-1] if reasons else None
 
     def _address(self) -> str:
         """The dashboard this process reaches (the run option's default: its env)."""
@@ -355,9 +313,6 @@ class RayScheduler(Scheduler[RayJob]):
 
         app = appdef_from_dict(req["app"]) if req else None
         msg = info.message or NONE
-        stalled = self._stall(client, app_id) if state == AppState.CANCELLED else None
-        if stalled:  # stopped by a waiter as stalled: FAILED, with why
-            state, msg = AppState.FAILED, stalled
         codes: Dict[str, Optional[int]] = {}
         if is_terminal(state):
             logs = client.get_job_logs(app_id)
@@ -365,13 +320,15 @@ class RayScheduler(Scheduler[RayJob]):
             codes = json.loads(m[-1]) if m else {}
             if state == AppState.FAILED and "No module named torchx" in logs:
                 msg = NO_TORCHX_ON_CLUSTER
+            elif state == AppState.FAILED:
+                msg = stall_reason_in(logs[-65536:]) or msg
         roles = []
         for role in app.roles if app else []:
             reps = []
             for i in range(role.num_replicas):
                 code = codes.get(f"{role.name}/{i}")
-                if state == AppState.CANCELLED or stalled:
-                    rs = AppState.CANCELLED if not stalled else AppState.FAILED
+                if state == AppState.CANCELLED:
+                    rs = AppState.CANCELLED
                 elif is_terminal(state):
                     rs = AppState.SUCCEEDED if code == 0 else AppState.FAILED
                 else:
@@ -456,9 +413,7 @@ class RayScheduler(Scheduler[RayJob]):
     @staticmethod
     def _select(text: str, prefix: str, skip: int = 0) -> Iterator[str]:
         for line in text.splitlines(keepends=True)[skip:]:
-            line = ray_activity.ACTOR_PREFIX.sub(
-                "", line
-            )  # Ray prefixes actor output with "(Replica pid=N)"
+            line = ACTOR_PREFIX.sub("", line)  # Ray prefixes actor output "(Replica pid=N)"
             if line.startswith(prefix):
                 yield line[len(prefix) :]
 

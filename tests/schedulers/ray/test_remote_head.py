@@ -144,9 +144,9 @@ def test_cancel_from_the_submitter_stops_the_replicas(submitter: Path) -> None:
 
 
 def test_progress_and_a_stall_reach_the_submitter_through_the_dashboard(submitter: Path) -> None:
-    """Rank 0 reports a step, then hangs: the waiter stops it as stalled from the activity
-    records in the job's log, and another process (the CLI) reads it FAILED with the reason
-    and the report, through the dashboard alone."""
+    """Rank 0 reports a step, then hangs: the job's driver stops it as stalled and leaves
+    the reason in the job's log, and another process (the CLI) reads it FAILED with the
+    reason and the report, through the dashboard alone."""
     from torchx.runner import get_runner
 
     hangs = (

@@ -12,10 +12,10 @@ round per poll interval serves them all:
 - every call runs in a small fixed pool of daemon threads (``POOL_SIZE``), never on the
   loop and never one thread per trigger; a triggerer that stops never waits for one.
 
-An app costs calls of its own only when it is first seen (one ``describe``: its roles,
-stall timeout and log files), when it ends (the rest of its logs, its last progress
-report, and its status unless the list's state says all: see ``_final_word``) and, if it
-has a stall timeout, once a round to check for a stall (``torchx.runner.stall``).
+An app costs calls of its own only when it is first seen (one ``describe``: its roles and
+log files) and when it ends (the rest of its logs, its last progress report, and its
+status unless the list's state says all: see ``_final_word``). A stall is the job's own
+business (``torchx.runtime.watchdog``): it ends FAILED like any failure.
 
 The pool, the Runners and the scheduler clients live while the loop has triggers to
 serve, and are closed when the last one leaves.
@@ -43,11 +43,9 @@ from torchx.runner.api import (
     get_scheduler_factories,
 )
 from torchx.runner.logs import LogCursor
-from torchx.runner.stall import stall_timeout_of, stop_if_stalled
 from torchx.runtime.progress import Progress
 from torchx.schedulers.api import Scheduler, Stream
 from torchx.specs.api import (
-    AppDef,
     AppState,
     AppStatus,
     MalformedAppHandleException,
@@ -88,7 +86,6 @@ class Watch:
     # the poller's, touched by one pool thread at a time (one round at a time)
     seen: bool = False
     cursors: List[LogCursor] = field(default_factory=list)
-    stall_timeout: Optional[float] = None
     follower: Optional[core.ProgressFollower] = None
     next_look: float = 0.0
 
@@ -291,18 +288,14 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
             look.ended = True  # not found
             return look
         status: Optional[AppStatus] = None
-        if listed is None or (is_terminal(listed) and not _final_word(listed, watch)):
+        if listed is None or (is_terminal(listed) and not _final_word(listed)):
             status = runner.status(watch.handle)  # ends the job's tracker run if it ended
             if status is None:
                 look.ended = True  # not found
                 return look
         elif is_terminal(listed):
             status = AppStatus(state=listed)
-        state = status.state if status is not None else listed
         ended = status is not None and status.is_terminal()
-        if not ended and watch.stall_timeout is not None and state is not None:
-            app_id = parse_app_handle(watch.handle).app_id
-            stop_if_stalled(runner, sched, app_id, watch.handle, state)  # ended next round
         look.lines = _new_lines(sched, watch, look.warnings, final=ended)
         if watch.follower is not None and (ended or watch.follower.due()):
             look.progress = watch.follower.poll(force=ended)
@@ -313,24 +306,19 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
     return look
 
 
-def _final_word(listed: AppState, watch: Watch) -> bool:
+def _final_word(listed: AppState) -> bool:
     """Whether the list's terminal state is all the event needs, so the app costs no call
-    of its own at its end: SUCCEEDED, or CANCELLED unless a stall stop may have kept a
-    reason beside it (the app is then FAILED). A failure's reason needs the app's status.
+    of its own at its end: SUCCEEDED or CANCELLED. A failure's reason needs the app's status.
     (The job's tracker run is then ended by ``execute_complete``'s status, in the worker.)"""
-    if listed == AppState.SUCCEEDED:
-        return True
-    return listed == AppState.CANCELLED and watch.stall_timeout is None
+    return listed in (AppState.SUCCEEDED, AppState.CANCELLED)
 
 
 def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
-    """Read what the app needs polled for (roles, stall timeout, its log files), in one
+    """Read what the app needs polled for (roles, its log files), in one
     scheduler call; False if the scheduler does not know it."""
     desc = sched.describe(parse_app_handle(watch.handle).app_id)
     if desc is None:
         return False
-    app = AppDef(name=desc.app_id, roles=desc.roles, metadata=desc.metadata)
-    watch.stall_timeout = stall_timeout_of(app)
     if watch.progress_interval is not None:
         # the follower returns the report; the trigger logs it, on the loop
         watch.follower = core.ProgressFollower(
@@ -346,7 +334,7 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
                 stream,
                 path=_log_file(sched.backend, desc.ui_url, app_id, role.name, k, stream),
             )
-            for role in app.roles
+            for role in desc.roles
             for k in range(role.num_replicas)
             for stream in streams
         ]

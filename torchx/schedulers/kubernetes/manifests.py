@@ -19,7 +19,14 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torchx
-from torchx.schedulers.api import OWNER, STALL_TIMEOUT, InvalidAppError, app_idempotency_token
+from torchx.runtime import watchdog
+from torchx.schedulers.api import (
+    OWNER,
+    STALL_TIMEOUT,
+    InvalidAppError,
+    app_idempotency_token,
+    app_stall_timeout,
+)
 from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     AppDef,
@@ -54,9 +61,8 @@ ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 ANNOTATION_SUBMITTED_AT = "torchx.pytorch.org/submitted-at"
 # the job's owner (``Runner.run(owner=...)``, compact JSON: a label value cannot hold it)
 ANNOTATION_OWNER = "torchx.pytorch.org/owner"
-# ``Runner.run(stall_timeout=S)``; and why a waiter stopped the job as stalled (``activity``)
+# ``Runner.run(stall_timeout=S)``
 ANNOTATION_STALL_TIMEOUT = "torchx.pytorch.org/stall-timeout"
-ANNOTATION_FAILURE_REASON = "torchx.pytorch.org/failure-reason"
 
 VOLCANO_GROUP = "batch.volcano.sh"
 VOLCANO_VERSION = "v1alpha1"
@@ -281,8 +287,11 @@ def pod_template(
     env_first: Optional[List[Any]] = None,
     subdomain: Optional[str] = None,
     priority_class: Optional[str] = None,
+    stall_timeout: Optional[float] = None,
 ) -> Any:
-    """A V1PodTemplateSpec for one replica (or, for Indexed Jobs, for all replicas of a role)."""
+    """A V1PodTemplateSpec for one replica (or, for Indexed Jobs, for all replicas of a role).
+    With ``stall_timeout`` the command runs under ``torchx.runtime.watchdog`` (the image
+    needs torchx), whose last stderr line becomes the container's termination message."""
     from kubernetes.client.models import (
         V1Container,
         V1LocalObjectReference,
@@ -307,7 +316,8 @@ def pod_template(
     container = V1Container(
         name=container_name,
         image=role.image,
-        command=[role.entrypoint, *role.args],
+        command=watchdog.wrap([role.entrypoint, *role.args], stall_timeout),
+        termination_message_policy="FallbackToLogsOnError" if stall_timeout else None,
         env=_env(env, env_first) or None,
         resources=resource_requirements(role.resource),
         ports=_ports(role),
@@ -424,7 +434,14 @@ def volcano_job(
                 replica_role.env[RANK0_ENV] = "localhost"
             labels = _role_labels(app, unique_name, role_idx, role)
             labels[LABEL_REPLICA_ID] = str(replica_id)
-            template = pod_template(replica_role, name, labels, _annotations(app, role), cfg)
+            template = pod_template(
+                replica_role,
+                name,
+                labels,
+                _annotations(app, role),
+                cfg,
+                stall_timeout=app_stall_timeout(app),
+            )
             task: Dict[str, Any] = {"name": name, "replicas": 1}
             if role.min_replicas is not None:
                 task["minAvailable"] = 1 if replica_id < role.min_replicas else 0
@@ -543,6 +560,7 @@ def indexed_jobs(
             env_first=[replica_env],
             subdomain=unique_name,
             priority_class=cfg.get("priority_class"),
+            stall_timeout=app_stall_timeout(app),
         )
         job = V1Job(
             api_version="batch/v1",

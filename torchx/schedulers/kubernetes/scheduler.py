@@ -28,7 +28,6 @@ daemon the submission fails in one line naming ``--workspace ""`` (run the image
 
 from __future__ import annotations
 
-import functools
 import logging
 from datetime import datetime
 from typing import (
@@ -53,7 +52,6 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.schedulers.kubernetes import activity
 from torchx.schedulers.kubernetes import logs as kl
 from torchx.schedulers.kubernetes import status as ks
 from torchx.schedulers.kubernetes.api import (
@@ -372,32 +370,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         )
         return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
 
-    def last_activity(self, app_id: str) -> Optional[float]:
-        """Epoch seconds of the newest log line of a running pod (or start); None: cannot tell."""
-        from kubernetes.client.rest import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            if not activity.all_running(self.describe(app_id)):
-                return None
-            namespace, name = app_id.split(":", 1)
-            return activity.newest_activity(self._core(), namespace, self._pods(namespace, name))
-        except (ApiException, HTTPError, KubernetesError):
-            return None  # the API cannot tell: never stop on doubt
-
-    @api_errors
-    def stop_stalled(self, app_id: str, reason: str) -> None:
-        """Stop the gang without deleting its objects, keeping ``reason`` on them."""
-        namespace, name = app_id.split(":", 1)
-        indexed = self._kinds.get(app_id) == JOB_TYPE_INDEXED
-        job = None if indexed else self._get_volcano(namespace, name)
-        if job is not None:
-            activity.abort_volcano(self._custom(), namespace, job, reason)
-            return
-        jobs = self._indexed_jobs(namespace, name)
-        pods = functools.partial(self._pods, namespace, name)
-        activity.suspend_indexed(self._batch(), self._core(), namespace, jobs, pods, reason)
-
     @api_errors
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         namespace, name = parse_app_id(app_id)
@@ -431,8 +403,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
         restarts = int((job.get("status") or {}).get("retryCount") or 0)
         state = ks.volcano_state(job)
-        msg = ks.failure_reason(job) if state == AppState.FAILED else ""  # why torchx stopped it
-        return ks.describe_response(app_id, state, roles, pods, from_task_counts, restarts, msg)
+        return ks.describe_response(app_id, state, roles, pods, from_task_counts, restarts, "")
 
     def _describe_indexed(
         self, app_id: str, jobs: List[Dict[str, Any]], pods: List[Dict[str, Any]]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from torchx.runtime.watchdog import stall_reason_in
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, STALL_TIMEOUT, DescribeAppResponse
 from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_COMPLETION_INDEX,
-    ANNOTATION_FAILURE_REASON,
     ANNOTATION_OWNER,
     ANNOTATION_ROLE_NAME,
     ANNOTATION_STALL_TIMEOUT,
@@ -156,6 +156,9 @@ def pod_problem(pod: Obj) -> Tuple[str, bool]:
             if terminated.get("reason") == "OOMKilled":
                 return "OOMKilled: the container exceeded its memory limit (raise memMB)", False
             if state_key == "state" and terminated.get("exitCode") not in (None, 0):
+                stalled = stall_reason_in(terminated.get("message") or "")
+                if stalled:  # the watchdog's last line (``FallbackToLogsOnError``)
+                    return stalled, False
                 detail = terminated.get("message") or f"exit code {terminated.get('exitCode')}"
                 return _reason(terminated.get("reason") or "Error", detail), False
         if reason == "CrashLoopBackOff":
@@ -214,16 +217,8 @@ def most_advanced(states: Iterable[AppState], default: AppState) -> AppState:
     return default if best is None else best
 
 
-def failure_reason(job: Obj) -> str:
-    """Why torchx stopped the job (a stalled app, ``activity``); "" if it did not."""
-    return str((_meta(job).get("annotations") or {}).get(ANNOTATION_FAILURE_REASON) or "")
-
-
 def volcano_state(job: Obj) -> AppState:
     phase = ((job.get("status") or {}).get("state") or {}).get("phase")
-    # stopped by a waiter as stalled: FAILED even once aborted, unless it completed first
-    if failure_reason(job) and phase != "Completed":
-        return AppState.FAILED
     if _meta(job).get("deletionTimestamp"):
         return AppState.CANCELLED
     if not phase:
@@ -245,13 +240,6 @@ def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
     """(state, message) of a ``batch/v1`` Job from its conditions and counters."""
     status = job.get("status") or {}
-    complete = any(
-        c.get("type") == "Complete" and str(c.get("status")) == "True"
-        for c in status.get("conditions") or []
-    )
-    # stopped by a waiter as stalled (suspended): FAILED, unless it completed first
-    if failure_reason(job) and not complete:
-        return AppState.FAILED, failure_reason(job)
     if _meta(job).get("deletionTimestamp"):
         return AppState.CANCELLED, ""
     for cond in status.get("conditions") or []:
@@ -318,7 +306,10 @@ def describe_response(
             replicas.append(ReplicaStatus(i, r_state, role.name, host, err or NONE))
         statuses.append(RoleStatus(role.name, replicas))
     fatal = [p for f, p in problems if f]
-    if fatal and state in (AppState.SUBMITTED, AppState.PENDING):
+    stalled = [p.split(": ", 1)[1] for _, p in problems if ": stalled: " in p]
+    if stalled and state == AppState.FAILED:  # a replica's watchdog stopped it
+        msg = stalled[0]
+    elif fatal and state in (AppState.SUBMITTED, AppState.PENDING):
         # A pod that can never start: report it instead of PENDING forever (torchx#207).
         state = AppState.FAILED
         msg = f"{fatal[0]} (the job is still on the cluster: `torchx cancel` deletes it)"

@@ -27,7 +27,6 @@ and the ``protocol``, ``processes`` and ``logs`` modules of this package
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import select
 import signal
@@ -38,6 +37,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Set
 
+from torchx.runtime.watchdog import StallClock
 from torchx.schedulers.local import processes as procs
 from torchx.schedulers.local import protocol as files
 from torchx.schedulers.local.logs import LineBuffer
@@ -255,10 +255,8 @@ class Supervisor:
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
         stall = self.request["stall_timeout"]
-        self.stall_timeout: Optional[float] = float(stall) if stall else None
-        self.progress_path = os.path.join(app_dir, files.PROGRESS)
-        self.progress_key: Optional[tuple[int, int]] = None
-        self.last_activity = time.monotonic()
+        progress = os.path.join(app_dir, files.PROGRESS)
+        self.stall = StallClock(float(stall), progress) if stall else None
 
     # ------------------------------------------------------------------ state
 
@@ -414,32 +412,15 @@ class Supervisor:
 
     def stalled(self) -> bool:
         """True (with the app's message set) once nothing was printed or reported for
-        ``stall_timeout`` s; a report is a change of ``progress.json``."""
-        if self.stall_timeout is None:
+        ``stall_timeout`` s (``torchx.runtime.watchdog.StallClock``)."""
+        if self.stall is None:
             return False
-        try:
-            st = os.stat(self.progress_path)
-            key: Optional[tuple[int, int]] = (st.st_ino, st.st_mtime_ns)
-        except OSError:
-            key = None
-        now = time.monotonic()
-        if key != self.progress_key:
-            self.progress_key, self.last_activity = key, now
-        outputs = [t.last_output for r in self.running() for t in r.tees]
-        last = max([self.last_activity, *outputs])
-        if now - last < self.stall_timeout:
-            return False
-        self.msg = (
-            f"stalled: no progress or output for {self.stall_timeout:g} s ({self.last_step()})"
-        )
-        return True
-
-    def last_step(self) -> str:
-        try:
-            with open(self.progress_path, "rb") as f:
-                return f"last step {json.loads(f.read())['step']}"
-        except (OSError, ValueError, KeyError, TypeError):
-            return "no step reported"
+        for t in (t for r in self.running() for t in r.tees):
+            self.stall.active(t.last_output)
+        reason = self.stall.stalled()
+        if reason is not None:
+            self.msg = reason
+        return reason is not None
 
     # ------------------------------------------------------------------ main
 

@@ -17,6 +17,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict
 
+from torchx.runtime.watchdog import STALLED_EXIT, wrap
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, InvalidAppError
 from torchx.specs import NONE, Role, macros
 
@@ -146,12 +147,20 @@ class SlurmReplicaRequest:
 
     @classmethod
     def from_role(
-        cls, name: str, role: Role, cfg: Mapping[str, Any], nomem: bool = False
+        cls,
+        name: str,
+        role: Role,
+        cfg: Mapping[str, Any],
+        nomem: bool = False,
+        stall_timeout: Optional[float] = None,
+        job_dir: str = "",
     ) -> SlurmReplicaRequest:
         """The request for replica ``name`` of ``role`` (macros already applied).
 
         ``cfg``'s ``SBATCH_GROUP_OPTIONS`` go on the group's ``#SBATCH`` line; ``nomem``
-        leaves out ``--mem`` (for partitions that declare no memory).
+        leaves out ``--mem`` (for partitions that declare no memory); with
+        ``stall_timeout`` the command runs under ``torchx.runtime.watchdog``, which judges
+        the gang: every replica's logs in ``job_dir`` count.
         """
         for key in role.env:
             check_env_name(key, role.name)
@@ -179,7 +188,10 @@ class SlurmReplicaRequest:
             # a failed replica ends the job, unless the role is elastic (the rest carry on)
             "kill-on-bad-exit": "0" if elastic else "1",
         }
-        return cls(name, role.entrypoint, list(role.args), srun, sbatch, dict(role.env))
+        # the watchdog runs on the job's Python (first on PATH), which has torchx
+        peers = os.path.join(job_dir, f"slurm-{macros.app_id}-*")
+        cmd = wrap([role.entrypoint, *role.args], stall_timeout, "--peers", peers)
+        return cls(name, cmd[0], cmd[1:], srun, sbatch, dict(role.env))
 
     def materialize(self) -> Tuple[List[str], List[str]]:
         """``(sbatch args, srun group)``: the group's ``#SBATCH`` options and its shell-quoted
@@ -231,7 +243,9 @@ export {RANK0_ENV}=${{{RANK0_ENV}:-$first_node}}
 set +e
 srun {srun_line}
 rc=$?
-if [ $rc -ne 0 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$TORCHX_MAX_RETRIES" ]; then
+# a stall (the watchdog's exit) is never retried
+if [ $rc -ne 0 ] && [ $rc -ne {STALLED_EXIT} ] \\
+    && [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$TORCHX_MAX_RETRIES" ]; then
     scontrol requeue "$SLURM_JOB_ID"
 fi
 exit $rc

@@ -18,14 +18,9 @@ The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_H
 and next to the logs as ``slurm-<jobid>.torchx.json``, so another machine or another
 ``$TORCHX_HOME`` that re-attaches to the job finds it through the job's working directory.
 
-Stalls (``Runner.run(stall_timeout=...)``) are stopped by whoever waits: the job's last
-activity is the newest mtime of its log files (and its progress file), which live in the
-job directory every node writes to, and never before the current run's start (a requeue);
-a waiter that stops a stalled job writes ``slurm-<jobid>.stalled`` there before
-``scancel``, and a CANCELLED job with that file is FAILED with its reason for every reader.
-A file rather than the job comment: the comment carries the idempotency token, and sacct
-keeps comments only with ``AccountingStoreFlags=job_comment``, while the job directory
-holds the job's logs anyway.
+With a stall timeout (``Runner.run(stall_timeout=...)``) each replica's command runs under
+``torchx.runtime.watchdog``, which ends a silent replica and leaves its reason as the last
+line of the replica's ``.err``, where ``describe`` reads it.
 """
 
 from __future__ import annotations
@@ -40,6 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
+from torchx.runtime.watchdog import stall_reason_in
 from torchx.schedulers.api import (
     ENV_PROGRESS_FILE,
     OWNER,
@@ -48,6 +44,7 @@ from torchx.schedulers.api import (
     Scheduler,
     Stream,
     app_idempotency_token,
+    app_stall_timeout,
     filter_regex,
 )
 from torchx.schedulers.slurm.batch import (
@@ -63,7 +60,6 @@ from torchx.schedulers.slurm.batch import (
 from torchx.schedulers.slurm.status import (
     SLURM_STATES,
     SlurmError,
-    current_run,
     job_state,
     json_number,
     query_job,
@@ -170,7 +166,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 replica_role.env.setdefault("TORCHX_REPLICA_ID", str(i))
                 replica_role.env.setdefault(ENV_PROGRESS_FILE, progress)
                 name = f"{role.name}-{i}"
-                replicas[name] = SlurmReplicaRequest.from_role(name, replica_role, cfg)
+                replicas[name] = SlurmReplicaRequest.from_role(
+                    name, replica_role, cfg, stall_timeout=app_stall_timeout(app), job_dir=job_dir
+                )
         comment = with_token(
             str(cfg["comment"]) if cfg.get("comment") else None,
             app_idempotency_token(app),
@@ -270,13 +268,15 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             f"failed replicas: {', '.join(failing)}" if failing and state == AppState.FAILED else ""
         )
         job_dir = record["job_dir"] if record else parts[0]["work_dir"]
-        stalled = self._stall(job_dir, app_id) if state == AppState.CANCELLED and job_dir else None
-        if stalled:  # cancelled by a waiter as stalled: FAILED, with why
-            state, msg = AppState.FAILED, stalled
         structured = NONE
-        if failing and job_dir:
-            role_name, k = failing[0].split(" ")[0].split("/")
-            structured = _last_error(os.path.join(job_dir, f"slurm-{app_id}-{role_name}-{k}.err"))
+        errs = [
+            os.path.join(job_dir, f"slurm-{app_id}-{f.split(' ')[0].replace('/', '-')}.err")
+            for f in (failing if job_dir else [])
+        ]
+        if errs:
+            structured = _last_error(errs[0])
+            # a replica's watchdog stopped it (its peers then failed too: kill-on-bad-exit)
+            msg = next(filter(None, map(_stall_reason, errs)), msg)
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
@@ -354,51 +354,6 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def _cancel_existing(self, app_id: str) -> None:
         run(["scancel", app_id])
-
-    def last_activity(self, app_id: str) -> Optional[float]:
-        """Newest mtime of the job's log files and progress file (None before any exists:
-        the batch script has not started its step, so there is nothing to judge).
-
-        None too unless every group is RUNNING in Slurm's own terms: SUSPENDED and
-        COMPLETING read RUNNING for torchx, but their replicas cannot print. It is never
-        before the current run's start: a requeued job's files may be its last run's."""
-        try:
-            job_dir = self._job_dir(app_id)
-        except ValueError:
-            return None
-        times = []
-        paths = [Path(job_dir) / PROGRESS_FILE.format(job_id=app_id)]
-        paths += Path(job_dir).glob(f"slurm-{app_id}-*.out")
-        paths += Path(job_dir).glob(f"slurm-{app_id}-*.err")
-        for path in paths:
-            try:
-                times.append(path.stat().st_mtime)
-            except OSError:
-                pass
-        if not times or not app_id.isdigit():
-            return None
-        states, start = current_run(app_id)  # asked only once there is output to judge
-        if not states or any(state != "RUNNING" for state in states):
-            return None
-        return max(times) if start is None else max(*times, start)
-
-    def stop_stalled(self, app_id: str, reason: str) -> None:
-        """``slurm-<jobid>.stalled`` in the job directory (first: whoever sees the job
-        cancelled sees why), then ``scancel``; if that fails the job runs on, and the file
-        goes (a later cancel is not a stall)."""
-        path = Path(self._job_dir(app_id)) / f"slurm-{app_id}.stalled"
-        write_private(path, reason)
-        try:
-            self.cancel(app_id)
-        except Exception:  # whatever kept the job running: no stall to report, then raised
-            path.unlink(missing_ok=True)
-            raise
-
-    def _stall(self, job_dir: str, app_id: str) -> Optional[str]:
-        try:
-            return (Path(job_dir) / f"slurm-{app_id}.stalled").read_text().strip() or None
-        except OSError:
-            return None
 
     def _job_dir(self, app_id: str) -> str:
         record = self._record(app_id)
@@ -492,6 +447,16 @@ def _read(path: str) -> Iterator[str]:
         return
     for line in data.splitlines(keepends=True):
         yield line.decode(errors="replace")
+
+
+def _stall_reason(path: str) -> Optional[str]:
+    """The watchdog's stall reason at the end of a replica's stderr, if it stopped it."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            return stall_reason_in(f.read().decode(errors="replace"))
+    except OSError:
+        return None
 
 
 def _last_error(path: str) -> str:

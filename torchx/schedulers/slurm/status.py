@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from datetime import datetime
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 from torchx.specs import AppState, TorchXError
 
@@ -256,25 +255,6 @@ def query_job(job_id: str) -> List[Dict[str, Any]]:
     if not found and failure is not None:
         raise failure
     return found
-
-
-def current_run(job_id: str) -> Tuple[List[str], Optional[float]]:
-    """The squeue states of the job's groups and the start of its current run (the latest
-    ``StartTime`` of its groups: a requeued job's is its restart's), in one squeue call;
-    ``([], None)`` if squeue lists no group of it."""
-    fields = "JobID:|,HetJobID:|,State:|,StartTime:"
-    out = run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", fields])
-    states, starts = [], []
-    for line in out.splitlines():
-        jid, het, state, start = (line.split("|", 3) + ["", "", ""])[:4]
-        if (het if het.isdigit() else jid) != job_id:
-            continue
-        states.append(state.strip())
-        try:  # squeue prints the local time
-            starts.append(datetime.fromisoformat(start.strip()).timestamp())
-        except ValueError:  # N/A, Unknown
-            pass
-    return states, (max(starts) if starts else None)
 
 
 def jobcomp_parts(job_id: str) -> Optional[List[Dict[str, Any]]]:

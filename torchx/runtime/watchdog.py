@@ -1,0 +1,247 @@
+"""Stall detection that runs WITH the job, whatever the scheduler.
+
+An app submitted with ``stall_timeout=S`` stalls when neither a log line nor a progress
+report (a change of its ``TORCHX_PROGRESS_FILE``) came for S seconds. What watches it runs
+beside the replica, so the job is judged whether or not anyone waits on it, and nothing
+on the waiter's side needs to reach the job's output:
+
+- ``python -m torchx.runtime.watchdog S -- cmd args...`` wraps a replica's command (Slurm's
+  batch script, ``local_docker``'s containers: the image needs torchx, as torchx's own has).
+  It runs ``cmd`` in a session of its own, copies its output through unchanged and, on a
+  stall, ends ``cmd``'s process group (TERM, KILL after ``GRACE`` s) and exits
+  ``STALLED_EXIT``.
+- ``local_cwd``'s supervisor and Ray's driver already run with the job: they use
+  ``StallClock`` themselves.
+
+The reason (``stalled: no progress or output for S s (last step N)``) goes where the
+scheduler already carries a replica's failure: the last line of its stderr
+(``torchx-watchdog: stalled: ...``, read back by ``stall_reason_in``), and torchelastic's
+error file (``TORCHELASTIC_ERROR_FILE``) when the job has one.
+
+Never on doubt: a watchdog that was itself stopped for a while (a suspended Slurm job, a
+paused container: a gap between two of its checks) starts counting again, and nothing is
+judged before the command started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, List, Optional, Tuple
+
+STALLED_EXIT = 124  # as coreutils' ``timeout``
+MARK = "torchx-watchdog: "
+CHECK_INTERVAL = 1.0
+# a gap between two checks longer than this: the watchdog was stopped, not the job silent
+SUSPEND_GAP = 10.0
+GRACE = 10.0
+
+
+COMMAND = ["python", "-m", "torchx.runtime.watchdog"]
+
+
+def wrap(cmd: List[str], stall_timeout: Optional[float], *options: str) -> List[str]:
+    """``cmd`` run under the watchdog with ``stall_timeout`` (and ``options``: ``--peers
+    GLOB``, ``--beacon PATH``); ``cmd`` itself without a timeout."""
+    return [*COMMAND, f"{stall_timeout:g}", *options, "--", *cmd] if stall_timeout else cmd
+
+
+def unwrap(cmd: List[str]) -> List[str]:
+    """The replica's own command from a (maybe) wrapped one (``wrap``'s inverse)."""
+    wrapped = cmd[: len(COMMAND)] == COMMAND and "--" in cmd
+    return cmd[cmd.index("--") + 1 :] if wrapped else cmd
+
+
+def stall_reason(timeout: float, step: Optional[int]) -> str:
+    """The message of an app stopped as stalled (the same text on every scheduler)."""
+    last = f"last step {step}" if step is not None else "no step reported"
+    return f"stalled: no progress or output for {timeout:g} s ({last})"
+
+
+def stall_reason_in(text: str) -> Optional[str]:
+    """The stall reason a watchdog left in a replica's output ``text`` (its tail), or None."""
+    for line in reversed(text.splitlines()):
+        at = line.find(MARK + "stalled: ")
+        if at >= 0:
+            return line[at + len(MARK) :].strip()
+    return None
+
+
+def _last_step(progress_path: Optional[str]) -> Optional[int]:
+    try:
+        with open(progress_path or "", "rb") as f:
+            step = json.loads(f.read())["step"]
+        return step if isinstance(step, int) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class StallClock:
+    """When a job last showed life: ``active()`` on output; a change of the progress file
+    (inode, mtime) counts when ``stalled()`` looks. Monotonic time, one process's view.
+
+    A gang is judged as a whole where its replicas share a directory: ``peers`` is a glob
+    of files whose mtime is a peer's output (Slurm's logs, or the ``beacon`` files the
+    peers' watchdogs touch at most once a second on output), looked at only once this
+    replica itself has been silent for the timeout (so a gang costs few ``stat`` calls)."""
+
+    def __init__(
+        self,
+        timeout: float,
+        progress_path: Optional[str],
+        peers: Optional[str] = None,
+        beacon: Optional[str] = None,
+    ) -> None:
+        self.timeout = timeout
+        self.progress_path = progress_path
+        self.peers, self.beacon, self.touched = peers, beacon, 0.0
+        self.progress_key: Optional[Tuple[int, int]] = self._progress_key()
+        self.last = self.checked = time.monotonic()
+
+    def _progress_key(self) -> Optional[Tuple[int, int]]:
+        try:
+            st = os.stat(self.progress_path or "")
+            return st.st_ino, st.st_mtime_ns
+        except OSError:
+            return None
+
+    def active(self, at: Optional[float] = None) -> None:
+        now = time.monotonic()
+        self.last = max(self.last, now if at is None else at)
+        if self.beacon and at is None and now - self.touched >= 1.0:
+            self.touched = now
+            with contextlib.suppress(OSError), open(self.beacon, "a"):
+                os.utime(self.beacon)
+
+    def _peer_activity(self, now: float) -> None:
+        """The newest peer file's mtime, as this process's monotonic time (wall clocks)."""
+        mtimes = []
+        for path in glob.glob(self.peers or ""):
+            with contextlib.suppress(OSError):
+                mtimes.append(os.stat(path).st_mtime)
+        if mtimes:
+            self.active(min(now, now - (time.time() - max(mtimes))))
+
+    def stalled(self, step: Optional[int] = None) -> Optional[str]:
+        """The stall's reason once nothing showed life for the timeout; else None. ``step``:
+        the last step reported, for a clock without a progress file of its own."""
+        now = time.monotonic()
+        if now - self.checked > SUSPEND_GAP:
+            self.last = now  # this process was stopped (the job suspended): start over
+        self.checked = now
+        key = self._progress_key()
+        if key != self.progress_key:
+            self.progress_key, self.last = key, now
+        if now - self.last >= self.timeout and self.peers:
+            self._peer_activity(now)
+        if now - self.last < self.timeout:
+            return None
+        if self.progress_path:
+            step = _last_step(self.progress_path)
+        return stall_reason(self.timeout, step)
+
+
+def report(reason: str) -> None:
+    """Leave ``reason`` where the replica's failure is read: its stderr's last line, and
+    torchelastic's error file if the job has one (the stall is the failure: it replaces
+    what the killed command may have written there)."""
+    print(MARK + reason, file=sys.stderr, flush=True)
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        doc = {"message": {"message": reason, "extraInfo": {"timestamp": str(int(time.time()))}}}
+        try:
+            with open(path, "w") as f:
+                json.dump(doc, f)
+        except OSError as e:
+            print(f"{MARK}cannot write {path}: {e}", file=sys.stderr, flush=True)
+
+
+def _copy(src: IO[bytes], dst: IO[bytes], clock: StallClock) -> None:
+    for chunk in iter(lambda: os.read(src.fileno(), 65536), b""):
+        clock.active()
+        dst.write(chunk)
+        dst.flush()
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """TERM the command's process group, KILL it after ``GRACE`` s."""
+    for sig, wait in ((signal.SIGTERM, GRACE), (signal.SIGKILL, GRACE)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run(
+    timeout: float, cmd: List[str], peers: Optional[str] = None, beacon: Optional[str] = None
+) -> int:
+    """Run ``cmd`` under a watchdog of ``timeout`` s; its exit code, or ``STALLED_EXIT``."""
+    clock = StallClock(timeout, os.environ.get("TORCHX_PROGRESS_FILE"), peers, beacon)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    copiers = [
+        threading.Thread(target=_copy, args=(src, dst, clock), daemon=True)
+        for src, dst in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer))
+    ]
+    for t in copiers:
+        t.start()
+
+    def forward(signum: int, _: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # this is the process' main
+        signal.signal(sig, forward)
+    while True:
+        try:
+            code = proc.wait(CHECK_INTERVAL)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        reason = clock.stalled()
+        if reason is not None:
+            _end_group(proc)
+            for t in copiers:
+                t.join(GRACE)
+            report(reason)
+            return STALLED_EXIT
+    for t in copiers:
+        t.join(GRACE)
+    return code if code >= 0 else 128 - code
+
+
+USAGE = "usage: python -m torchx.runtime.watchdog SECONDS [--peers GLOB] [--beacon PATH] -- CMD"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    head, cmd = (
+        (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else ([], [])
+    )
+    options = dict(zip(head[1::2], head[2::2], strict=False))  # pairs: checked below
+    try:
+        timeout = float(head[0])
+    except (IndexError, ValueError):
+        timeout = 0.0
+    if not cmd or not timeout > 0 or len(head) % 2 == 0 or set(options) - {"--peers", "--beacon"}:
+        print(USAGE, file=sys.stderr)
+        return 2
+    return run(timeout, cmd, options.get("--peers"), options.get("--beacon"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
