@@ -222,7 +222,8 @@ class Runner:
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
-        (``stalled: ...``), by ``local_cwd``'s supervisor or else ``wait``. ``owner``: alike.
+        (``stalled: ...``) by the watchdog that runs with it (``torchx.runtime.watchdog``).
+        ``owner``: alike.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
         if idempotency_key:
