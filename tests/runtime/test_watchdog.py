@@ -128,3 +128,23 @@ def test_the_clock_restarts_after_the_watchdog_was_stopped(
         now[0] += 1
         found = clock.stalled(step=3)
     assert found == "stalled: no progress or output for 5 s (last step 3)"
+
+
+def test_only_where_judges_the_rank0_replica_and_leaves_the_others_alone() -> None:
+    """Kubernetes and AWS Batch wrap every replica with ``--only-where INDEX=0``: a silent
+    replica of another index runs to its end (DDP ranks that never print), index 0 and an
+    unset index are judged."""
+    cmd = [sys.executable, "-m", "torchx.runtime.watchdog", "1", "--only-where", "IDX=0", "--"]
+    silent = [sys.executable, "-c", "import time; time.sleep(4); raise SystemExit(5)"]
+
+    def run(env: Dict[str, str]) -> subprocess.CompletedProcess:
+        base = {k: v for k, v in os.environ.items() if k != "IDX"}
+        return subprocess.run(
+            [*cmd, *silent], capture_output=True, text=True, timeout=DEADLINE, env={**base, **env}
+        )
+
+    other = run({"IDX": "1"})
+    assert other.returncode == 5 and MARK not in other.stderr, other
+    for env in ({"IDX": "0"}, {}):
+        judged = run(env)
+        assert judged.returncode == STALLED_EXIT and stall_reason_in(judged.stderr), judged

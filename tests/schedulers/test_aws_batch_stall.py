@@ -46,7 +46,9 @@ def test_a_watched_batch_job_runs_its_nodes_under_the_watchdog(moto: MotoBatchSe
     definition = moto.job(_job_id(handle)).job_definition
     (node_range,) = definition.node_properties["nodeRangeProperties"]
     command = node_range["container"]["command"]
-    assert command == ["python", "-m", "torchx.runtime.watchdog", "2", "--", "sleep", "600"]
+    watch = ["python", "-m", "torchx.runtime.watchdog", "2"]
+    # nodes share no directory: the watchdog judges node 0 only
+    assert command == [*watch, "--only-where", "AWS_BATCH_JOB_NODE_INDEX=0", "--", "sleep", "600"]
     app = runner.describe(handle)
     assert app is not None and (app.roles[0].entrypoint, app.roles[0].args) == ("sleep", ["600"])
 

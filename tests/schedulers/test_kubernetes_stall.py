@@ -1,7 +1,7 @@
 """Stall detection on kubernetes, against kmock (the official client over HTTP to an
 in-memory API server).
 
-What kmock shows: with a stall timeout, every replica's container runs its command under
+What kmock shows: with a stall timeout, the rank-0 replica's container runs its command under
 ``torchx.runtime.watchdog`` with ``terminationMessagePolicy: FallbackToLogsOnError`` (the
 manifests the real client sends), the timeout is stored on the job objects, and a fresh
 runner reads an app whose container ended with the watchdog's last line as its
@@ -40,7 +40,7 @@ def ended(code: int, message: str) -> Dict[str, Any]:
     return {"containerStatuses": [{"name": "echo", "state": {"terminated": terminated}}]}
 
 
-def test_a_watched_app_runs_each_replica_under_the_watchdog(srv: KMockServer) -> None:
+def test_a_watched_app_runs_its_rank0_replica_under_the_watchdog(srv: KMockServer) -> None:
     runner = get_runner(trackers={})
     for cfg in ({"queue": "q"}, {"job_type": "indexed"}):
         handle = runner.run(echo_app(n=2), "kubernetes", cfg, stall_timeout=60)
@@ -54,10 +54,16 @@ def test_a_watched_app_runs_each_replica_under_the_watchdog(srv: KMockServer) ->
             assert job is not None
             templates = [job["spec"]["template"]]
         assert job["metadata"]["annotations"][ANNOTATION_STALL_TIMEOUT] == "60"
-        for tmpl in templates:
-            (container,) = tmpl["spec"]["containers"]
-            assert container["command"][: len(WATCHDOG) + 1] == [*WATCHDOG, "echo"]
-            assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        # pods share no directory: the rank-0 pod is judged, the others run as they are
+        # (a DDP rank that prints nothing while rank 0 prints is not stalled)
+        rank0, *others = [tmpl["spec"]["containers"][0] for tmpl in templates]
+        if cfg.get("queue"):
+            assert rank0["command"][: len(WATCHDOG) + 1] == [*WATCHDOG, "echo"]
+            assert [c["command"][0] for c in others] == ["echo"]
+        else:  # one template for every index: the watchdog judges index 0 only
+            only = ["--only-where", "TORCHX_REPLICA_ID=0", "--"]
+            assert rank0["command"][: len(WATCHDOG) + 3] == [*WATCHDOG[:-1], *only, "echo"]
+        assert rank0["terminationMessagePolicy"] == "FallbackToLogsOnError"
     handle = runner.run(echo_app(n=1), "kubernetes", {"queue": "q"})  # no timeout: as is
     ns, name = specs.parse_app_handle(handle).app_id.split(":")
     job = srv.get(VOLCANO_JOBS, ns, name)

@@ -49,7 +49,8 @@ COMMAND = ["python", "-m", "torchx.runtime.watchdog"]
 
 def wrap(cmd: List[str], stall_timeout: Optional[float], *options: str) -> List[str]:
     """``cmd`` run under the watchdog with ``stall_timeout`` (and ``options``: ``--peers
-    GLOB``, ``--beacon PATH``); ``cmd`` itself without a timeout."""
+    GLOB``, ``--beacon PATH``, ``--only-where NAME=VALUE``); ``cmd`` itself without a
+    timeout."""
     return [*COMMAND, f"{stall_timeout:g}", *options, "--", *cmd] if stall_timeout else cmd
 
 
@@ -224,7 +225,18 @@ def run(
     return code if code >= 0 else 128 - code
 
 
-USAGE = "usage: python -m torchx.runtime.watchdog SECONDS [--peers GLOB] [--beacon PATH] -- CMD"
+USAGE = (
+    "usage: python -m torchx.runtime.watchdog SECONDS [--peers GLOB] [--beacon PATH]"
+    " [--only-where NAME=VALUE] -- CMD"
+)
+
+
+def _judged_here(only_where: Optional[str]) -> bool:
+    """``--only-where NAME=VALUE``: judge only where env NAME is VALUE (or unset): the rank-0
+    replica of a gang whose replicas share no directory, so a rank that prints nothing while
+    rank 0 prints (most DDP ranks) is never stopped on its own."""
+    name, _, value = (only_where or "").partition("=")
+    return not name or os.environ.get(name, value) == value
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -237,9 +249,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         timeout = float(head[0])
     except (IndexError, ValueError):
         timeout = 0.0
-    if not cmd or not timeout > 0 or len(head) % 2 == 0 or set(options) - {"--peers", "--beacon"}:
+    known = {"--peers", "--beacon", "--only-where"}
+    if not cmd or not timeout > 0 or len(head) % 2 == 0 or set(options) - known:
         print(USAGE, file=sys.stderr)
         return 2
+    if not _judged_here(options.get("--only-where")):
+        os.execvp(cmd[0], cmd)  # an unjudged replica: its command as if unwrapped
     return run(timeout, cmd, options.get("--peers"), options.get("--beacon"))
 
 

@@ -156,7 +156,9 @@ def container_properties(
     role: Role, cfg: Mapping[str, CfgVal], stall_timeout: Optional[float] = None
 ) -> Dict[str, Any]:
     """A node range's container; with ``stall_timeout`` its command runs under
-    ``torchx.runtime.watchdog`` (the image needs torchx)."""
+    ``torchx.runtime.watchdog`` (the image needs torchx), which judges node 0 only: nodes
+    share no directory, and a rank that prints nothing while rank 0 prints is not stalled
+    (node 0's stop ends the job)."""
     volumes, mount_points, devices = _mounts(role)
     # as local, slurm and ray: prints reach CloudWatch at once (a block-buffered print loop
     # looks silent to stall detection), unless the role says otherwise
@@ -164,7 +166,9 @@ def container_properties(
     env.setdefault("PYTHONUNBUFFERED", "1")
     container: Dict[str, Any] = {
         "image": role.image,
-        "command": wrap([role.entrypoint, *role.args], stall_timeout),
+        "command": wrap(
+            [role.entrypoint, *role.args], stall_timeout, "--only-where", f"{NODE_INDEX_ENV}=0"
+        ),
         "environment": [{"name": k, "value": v} for k, v in env.items()],
         "privileged": bool(cfg.get("privileged")),
         "resourceRequirements": resource_requirements(role.resource),
@@ -221,7 +225,9 @@ def batch_job(
         node_ranges.append(
             {
                 "targetNodes": f"{start}:{start + role.num_replicas - 1}",
-                "container": container_properties(node_role, cfg, app_stall_timeout(app)),
+                "container": container_properties(
+                    node_role, cfg, app_stall_timeout(app) if start == 0 else None
+                ),
             }
         )
         start += role.num_replicas

@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torchx
 from torchx.runtime import watchdog
@@ -288,10 +288,12 @@ def pod_template(
     subdomain: Optional[str] = None,
     priority_class: Optional[str] = None,
     stall_timeout: Optional[float] = None,
+    watch_options: Sequence[str] = (),
 ) -> Any:
     """A V1PodTemplateSpec for one replica (or, for Indexed Jobs, for all replicas of a role).
     With ``stall_timeout`` the command runs under ``torchx.runtime.watchdog`` (the image
-    needs torchx), whose last stderr line becomes the container's termination message."""
+    needs torchx, ``watch_options`` its options), whose last stderr line becomes the
+    container's termination message."""
     from kubernetes.client.models import (
         V1Container,
         V1LocalObjectReference,
@@ -316,7 +318,7 @@ def pod_template(
     container = V1Container(
         name=container_name,
         image=role.image,
-        command=watchdog.wrap([role.entrypoint, *role.args], stall_timeout),
+        command=watchdog.wrap([role.entrypoint, *role.args], stall_timeout, *watch_options),
         termination_message_policy="FallbackToLogsOnError" if stall_timeout else None,
         env=_env(env, env_first) or None,
         resources=resource_requirements(role.resource),
@@ -440,7 +442,9 @@ def volcano_job(
                 labels,
                 _annotations(app, role),
                 cfg,
-                stall_timeout=app_stall_timeout(app),
+                # pods share no directory: rank 0 is judged (its stop ends the gang), a
+                # rank that prints nothing while rank 0 prints is not
+                stall_timeout=app_stall_timeout(app) if is_rank0 else None,
             )
             task: Dict[str, Any] = {"name": name, "replicas": 1}
             if role.min_replicas is not None:
@@ -560,7 +564,9 @@ def indexed_jobs(
             env_first=[replica_env],
             subdomain=unique_name,
             priority_class=cfg.get("priority_class"),
-            stall_timeout=app_stall_timeout(app),
+            # only the rank-0 pod is judged, as for Volcano (one template for every index)
+            stall_timeout=app_stall_timeout(app) if role_idx == 0 else None,
+            watch_options=("--only-where", f"{REPLICA_ID_ENV}=0"),
         )
         job = V1Job(
             api_version="batch/v1",
