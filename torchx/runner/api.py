@@ -342,12 +342,12 @@ class Runner:
     ) -> tuple[AppDryRunInfo[Any], Optional[OpenedJobRun]]:
         """Open the job's tracker runs (if it has trackers) and make the request again
         with their ids in every role's env; a failure ends the opened runs."""
-        app = info._app
+        app = info.app
         trackers = trackers_of(app) if app is not None else {}
         if app is None or not trackers:
             return info, None
         self._tracking.validate(trackers)
-        request = info._run_request or RunRequest(cfg=dict(info._cfg))
+        request = info._run_request or RunRequest(cfg=dict(info.cfg))
         job = job_run(app, scheduler, request, int(time.time() * 1000))
         opened = self._tracking.open(trackers, job)
         try:
@@ -367,7 +367,7 @@ class Runner:
     ) -> AppHandle:
         """Submit the request (with ``token``: as the token's app, unless another submission
         holds it); a failure ends the runs opened for it (nothing was submitted)."""
-        app, submitted = dryrun_info._app, time.time()
+        app, submitted = dryrun_info.app, time.time()
         sched = self._scheduler(scheduler)
         try:
             with log_event("schedule", scheduler) as event:

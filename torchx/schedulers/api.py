@@ -242,7 +242,7 @@ class Scheduler(abc.ABC, Generic[T]):
         Default, for backends without unique names: schedule, then the oldest live app of
         the token wins, so a racing loser may start its command before it is cancelled."""
         ours = self.schedule(dryrun_info)
-        listed = self.find_by_idempotency_token(token, dryrun_info._cfg)
+        listed = self.find_by_idempotency_token(token, dryrun_info.cfg)
         ended = {a.app_id for a in listed if is_terminal(a.state)}
         live = [a.app_id for a in listed if a.app_id not in ended]
         winner = live[0] if live else ours  # ours may not be listed yet
