@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slurm
 WATCHED = 2  # a replica's processes: its command and the watchdog that runs it
 
 
-def test_a_silent_slurm_job_is_cancelled_by_wait_and_ends_failed_stalled_for_every_reader(
+def test_a_silent_slurm_job_is_stopped_by_its_watchdog_and_ends_failed_for_every_reader(
     env: Path,  # noqa: F811
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -45,11 +45,12 @@ def test_a_slurm_job_that_keeps_printing_is_never_stopped(env: Path) -> None:  #
         assert status is not None and status.state == specs.AppState.SUCCEEDED, status
 
 
-def test_a_pipeline_stage_that_did_not_submit_stops_a_stalled_slurm_job(
+def test_a_pipeline_stage_that_did_not_submit_sees_a_stalled_slurm_job_fail(
     env: Path,  # noqa: F811
 ) -> None:
     """The stages' wait (``core.wait_or_cancel``, as Airflow, Prefect and KFP run it) with a
-    fresh Runner, as the Airflow trigger polls: the timeout comes from the job itself."""
+    fresh Runner, as the Airflow trigger polls: the job's watchdog stopped it, the stage
+    reads why."""
     from torchx.pipelines.core import StageFailed, wait_or_cancel
 
     with get_runner(trackers={}) as submitter:

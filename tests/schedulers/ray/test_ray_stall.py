@@ -32,7 +32,7 @@ REPORTS = (
 )
 
 
-def test_a_silent_ray_job_is_stopped_by_wait_and_ends_failed_stalled_for_every_reader(
+def test_a_silent_ray_job_is_stopped_by_its_driver_and_ends_failed_for_every_reader(
     env: Path,  # noqa: F811
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
