@@ -245,7 +245,8 @@ class Runner:
         stale = 0
         while True:
             meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
-            meta[IDEMPOTENCY_GENERATION] = str(generation) if token else None
+            named = token and self._scheduler(scheduler).names_keyed_apps
+            meta[IDEMPOTENCY_GENERATION] = str(generation) if named else None
             info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
             info._run_request = request
             info, opened = self._open_job_run(scheduler, info)

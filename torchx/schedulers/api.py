@@ -109,6 +109,12 @@ def keyed_app_id(app: AppDef) -> Optional[str]:
     return keyed_name(app.name, token, generation) if token and generation else None
 
 
+def stored_app(app: AppDef) -> AppDef:
+    """``app`` as a job keeps it: the generation is the dry run's input only."""
+    meta = {k: v for k, v in app.metadata.items() if k != IDEMPOTENCY_GENERATION}
+    return AppDef(app.name, app.roles, meta)
+
+
 class GenerationTaken(Exception):
     """A keyed submission's app id is an ended app's that the caller may not reuse (its
     lookup was stale): submit again as ``generation``."""
@@ -250,7 +256,9 @@ class Scheduler(abc.ABC, Generic[T]):
     # racers reconcile after the fact (the default ``schedule_keyed``). The Runner also hands
     # the number of the token's apps it found (all ended) as the generation: Ray and
     # local_docker name the app ``keyed_app_id`` and their backend's refusal of a taken name
-    # is the claim (``schedule_named``), so a racing loser never starts its command.
+    # is the claim (``schedule_named``), so a racing loser never starts its command; such a
+    # scheduler sets ``names_keyed_apps`` (only it is handed the generation).
+    names_keyed_apps = False
 
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None

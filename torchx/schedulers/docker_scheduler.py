@@ -50,6 +50,7 @@ from torchx.schedulers.api import (
     keyed_app_id,
     schedule_named,
     split_lines_iterator,
+    stored_app,
 )
 from torchx.schedulers.devices import get_device_mounts
 from torchx.schedulers.ids import make_unique
@@ -169,6 +170,8 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     Docker has no gang scheduling: a failed replica is restarted alone (``max_retries``).
     """
 
+    names_keyed_apps = True  # the engine refuses a taken container name: the claim
+
     def __init__(self, session_name: str, docker_client: Optional[DockerClient] = None) -> None:
         super().__init__("local_docker", session_name, docker_client=docker_client)
 
@@ -218,7 +221,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
 
         app_id = keyed_app_id(app) or make_unique(app.name)
         state_dir = str(torchx_home() / "docker" / app_id)
-        app_json = json.dumps(appdef_to_dict(app), separators=(",", ":"))
+        app_json = json.dumps(appdef_to_dict(stored_app(app)), separators=(",", ":"))
         req = DockerJob(app_id=app_id, containers=[], state_dir=state_dir)
         # Every replica's host name resolves to a loopback address of its own (all share the
         # host's network): torchrun tells nodes apart by fully qualified host name and pid, and

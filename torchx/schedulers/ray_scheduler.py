@@ -52,6 +52,7 @@ from torchx.schedulers.api import (
     filter_regex,
     keyed_app_id,
     schedule_named,
+    stored_app,
 )
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.ray_driver import (
@@ -155,6 +156,8 @@ class RayJob:
 
 
 class RayScheduler(Scheduler[RayJob]):
+    names_keyed_apps = True  # Ray refuses a reused submission id: the claim
+
     def __init__(self, session_name: str) -> None:
         super().__init__("ray", session_name)
 
@@ -237,7 +240,7 @@ class RayScheduler(Scheduler[RayJob]):
             None if working_dir else os.getcwd(),
             working_dir,
             bool(cfg.get("spread")),
-            appdef_to_dict(app),
+            appdef_to_dict(stored_app(app)),
             app_idempotency_token(app),
             app.metadata.get(OWNER) or None,
         )
