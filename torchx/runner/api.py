@@ -242,10 +242,10 @@ class Runner:
         request = RunRequest(
             name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
         )
+        named = token and self._scheduler(scheduler).names_keyed_apps
         stale = 0
         while True:
             meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
-            named = token and self._scheduler(scheduler).names_keyed_apps
             meta[IDEMPOTENCY_GENERATION] = str(generation) if named else None
             info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
             info._run_request = request

@@ -367,7 +367,6 @@ class RayScheduler(Scheduler[RayJob]):
 
         The Job Submission API cannot filter: this lists the cluster's jobs and filters
         their metadata here.
-
         """
         jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))

@@ -59,7 +59,8 @@ def out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_racing_submitters_start_one_command(docker_client: Any, out: Path) -> None:
     key = f"race-{uuid.uuid4().hex}"
-    app = _appending(out, "sleep 3")
+    # the app outlives the race: a racer slowed past its end would rightly start the key again
+    app = _appending(out, "sleep 10")
     n = 6
     barrier = threading.Barrier(n)
     handles: List[str] = []

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import List
 
 import pytest
 
-from tests.runner.test_racing_submitters import _settled, _started_apps, race
+from tests.polling import poll_until
+from tests.runner.test_racing_submitters import race
 from torchx import specs
 from torchx.components import utils
 from torchx.runner import get_runner
@@ -17,21 +19,37 @@ from torchx.schedulers.api import (
     IDEMPOTENCY_GENERATION,
     IDEMPOTENCY_TOKEN,
     GenerationTaken,
+    ListAppResponse,
     idempotency_token,
 )
 from torchx.schedulers.ray_scheduler import create_scheduler
-from torchx.specs import AppState
+from torchx.specs import AppState, is_terminal
+
+
+def _started_apps(started: Path) -> List[str]:
+    return started.read_text().split() if started.exists() else []
+
+
+def _settled(key: str) -> List[ListAppResponse]:
+    """The key's apps once none is live any more."""
+    sched, token = create_scheduler("torchx"), idempotency_token(key)
+    return poll_until(
+        lambda: sched.find_by_idempotency_token(token),
+        lambda found: all(is_terminal(a.state) for a in found),
+        timeout=300,
+    )
 
 
 def test_racing_submitters_get_one_job_and_one_command_on_ray(env: Path) -> None:
     key = f"ray-race-{uuid.uuid4().hex}"
-    handles, started = race(env, "ray", key, 5)
+    # the app outlives the race: a racer slowed past its end would rightly start the key again
+    handles, started = race(env, "ray", key, 5, seconds=10)
     assert len(set(handles)) == 1, sorted(set(handles))
     handle = handles[0]
     with get_runner(trackers={}) as runner:
         status = runner.wait(handle, wait_interval=1, timeout=300)
     assert status is not None and status.state == AppState.SUCCEEDED, status
-    assert [a.app_id for a in _settled("ray", key)] == [handle.rsplit("/", 1)[1]]
+    assert [a.app_id for a in _settled(key)] == [handle.rsplit("/", 1)[1]]
     assert _started_apps(started) == [handle]  # exactly one command ever started
     assert handle.endswith(f"-{idempotency_token(key)[-12:]}-0"), handle
 
