@@ -37,9 +37,11 @@ from torchx.runner.tracking import JobRecorder, RunRequest, job_run, trackers_of
 from torchx.runtime.progress import Progress, read_progress
 from torchx.schedulers import SchedulerFactories, SchedulerFactory
 from torchx.schedulers.api import (
+    IDEMPOTENCY_GENERATION,
     IDEMPOTENCY_TOKEN,
     OWNER,
     STALL_TIMEOUT,
+    GenerationTaken,
     ListAppResponse,
     Scheduler,
     Stream,
@@ -71,6 +73,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_SESSION_NAME = "torchx"
+# a keyed submission whose app id an ended app took meanwhile tries the next one, this often
+STALE_GENERATIONS = 3
 
 ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
 ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
@@ -226,21 +230,33 @@ class Runner:
         ``owner``: alike.
         """
         token = idempotency_token(idempotency_key) if idempotency_key else None
+        generation = 0  # how many apps of the key the lookup found (all ended)
         if idempotency_key:
-            existing = self.find_by_idempotency_key(
+            existing, generation = self._find_key(
                 scheduler, idempotency_key, reattach_succeeded, cfg
             )
             if existing is not None:
                 logger.info("re-attaching to %s (idempotency key %r)", existing, idempotency_key)
                 self._reattached.add(existing)
                 return existing
-        meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
-        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
-        info._run_request = RunRequest(
+        request = RunRequest(
             name=run_name, params=dict(run_params or {}), component=_component, cfg=dict(cfg or {})
         )
-        info, opened = self._open_job_run(scheduler, info)
-        return self._launch(scheduler, info, opened, token, reattach_succeeded)
+        named = token and self._scheduler(scheduler).names_keyed_apps
+        stale = 0
+        while True:
+            meta = {IDEMPOTENCY_TOKEN: token, OWNER: owner}
+            meta[IDEMPOTENCY_GENERATION] = str(generation) if named else None
+            info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, stall_timeout, meta)
+            info._run_request = request
+            info, opened = self._open_job_run(scheduler, info)
+            try:
+                return self._launch(scheduler, info, opened, token, reattach_succeeded)
+            except GenerationTaken as e:  # our lookup was stale: the next generation
+                stale += 1
+                if stale == STALE_GENERATIONS:
+                    raise
+                generation = max(e.generation, generation + 1)
 
     def find_by_idempotency_key(
         self,
@@ -254,6 +270,16 @@ class Runner:
         with ``reattach_succeeded`` the newest SUCCEEDED one. As :meth:`run`, it cancels the
         key's newer live apps (a race's losers whose submitter died before cancelling them),
         and ends the tracker runs of its ended ones that no waiter ended."""
+        return self._find_key(scheduler, idempotency_key, reattach_succeeded, cfg)[0]
+
+    def _find_key(
+        self,
+        scheduler: str,
+        idempotency_key: str,
+        reattach_succeeded: bool,
+        cfg: Optional[Mapping[str, CfgVal]],
+    ) -> tuple[Optional[AppHandle], int]:
+        """``find_by_idempotency_key``, and how many apps the key has."""
         sched = self._scheduler(scheduler)
         sched.run_opts().check_known(cfg or {}, scheduler)  # a typo never re-attaches either
         apps = sched.find_by_idempotency_token(idempotency_token(idempotency_key), cfg or {})
@@ -267,7 +293,7 @@ class Runner:
         for loser in live[1:]:
             cancel_loser(loser, live[0], functools.partial(self._cancel_if_known, loser))
         done = [a for a in apps if reattach_succeeded and a.state == AppState.SUCCEEDED]
-        return live[0] if live else handle_of(done[-1].app_id) if done else None
+        return live[0] if live else handle_of(done[-1].app_id) if done else None, len(apps)
 
     def _cancel_if_known(self, handle: AppHandle) -> None:
         try:

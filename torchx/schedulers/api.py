@@ -28,6 +28,7 @@ from typing import (
     Union,
 )
 
+from torchx.schedulers.ids import keyed_name
 from torchx.specs.api import (
     MISSING,
     NONE,
@@ -58,6 +59,7 @@ __all__ = [
     "Scheduler",
     "Stream",
     "WorkspaceMixin",
+    "GenerationTaken",
     "app_idempotency_token",
     "cancel_loser",
     "filter_regex",
@@ -93,6 +95,36 @@ def idempotency_token(key: str) -> str:
 def app_idempotency_token(app: AppDef) -> Optional[str]:
     """The token the Runner put on ``app`` (None for a submission without a key)."""
     return app.metadata.get(IDEMPOTENCY_TOKEN) or None
+
+
+# beside the token: how many apps of it the Runner's lookup found (all ended), so a
+# scheduler whose backend enforces unique names can name the app after both (``keyed_app_id``)
+IDEMPOTENCY_GENERATION = "torchx.idempotency_generation"
+
+
+def keyed_app_id(app: AppDef) -> Optional[str]:
+    """The app id of a keyed submission, ``{name}-{token hash}-{generation}`` (None without
+    a key): racers that saw the same apps pick the same id, and the backend takes one."""
+    token, generation = app_idempotency_token(app), app.metadata.get(IDEMPOTENCY_GENERATION)
+    return keyed_name(app.name, token, generation) if token and generation else None
+
+
+def stored_app(app: AppDef) -> AppDef:
+    """``app`` as a job keeps it: the generation is the dry run's input only."""
+    meta = {k: v for k, v in app.metadata.items() if k != IDEMPOTENCY_GENERATION}
+    return AppDef(app.name, app.roles, meta)
+
+
+class GenerationTaken(Exception):
+    """A keyed submission's app id is an ended app's that the caller may not reuse (its
+    lookup was stale): submit again as ``generation``."""
+
+    def __init__(self, generation: int) -> None:
+        super().__init__(
+            "the app id of this keyed submission is taken by an ended app of its key;"
+            " submit it again"
+        )
+        self.generation = generation
 
 
 # ``Runner.run(stall_timeout=S)`` stores S (seconds) in the app's metadata, so the scheduler
@@ -221,7 +253,12 @@ class Scheduler(abc.ABC, Generic[T]):
     # finds the token's apps. The token's oldest live app is its app: a caller re-attaches
     # to it, and of racing submitters only its submitter keeps what it launched. Where the
     # backend refuses a second job under one name, that refusal is the claim; elsewhere
-    # racers reconcile after the fact (the default ``schedule_keyed``).
+    # racers reconcile after the fact (the default ``schedule_keyed``). The Runner also hands
+    # the number of the token's apps it found (all ended) as the generation: Ray and
+    # local_docker name the app ``keyed_app_id`` and their backend's refusal of a taken name
+    # is the claim (``schedule_named``), so a racing loser never starts its command; such a
+    # scheduler sets ``names_keyed_apps`` (only it is handed the generation).
+    names_keyed_apps = False
 
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
@@ -351,6 +388,42 @@ def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
             buf = buf[i + 1 :]
     if buf:
         yield buf
+
+
+def schedule_named(
+    sched: Scheduler[T],
+    token: str,
+    dryrun_info: AppDryRunInfo[T],
+    reattach_succeeded: bool,
+    app_id: str,
+    taken: Callable[[Exception], bool],
+) -> tuple[str, Optional[str]]:
+    """``schedule_keyed`` where the backend refuses a second job under one name (``taken``
+    tells that refusal) and ``dryrun_info`` names the app ``app_id`` (``keyed_app_id``): a
+    refused submitter launched nothing and re-attaches to the token's oldest live app (its
+    newest SUCCEEDED only with ``reattach_succeeded``); if none, its lookup was stale:
+    ``GenerationTaken``."""
+    import time
+
+    try:
+        ours = sched.schedule(dryrun_info)
+        return ours, ours
+    except Exception as e:  # the backend's own error types; only its refusal is handled
+        if not taken(e):
+            raise
+    # a name is reserved before its job is listed (Docker): wait until the holder shows
+    deadline = time.monotonic() + 30
+    listed = sched.find_by_idempotency_token(token, dryrun_info.cfg)
+    while app_id not in {a.app_id for a in listed} and time.monotonic() < deadline:
+        time.sleep(0.1)
+        listed = sched.find_by_idempotency_token(token, dryrun_info.cfg)
+    live = [a.app_id for a in listed if not is_terminal(a.state)]
+    done = [a.app_id for a in listed if reattach_succeeded and a.state == AppState.SUCCEEDED]
+    if live:
+        return live[0], None
+    if done:
+        return done[-1], None
+    raise GenerationTaken(len(listed))
 
 
 def cancel_loser(loser: str, winner: str, cancel: Callable[[], None]) -> bool:

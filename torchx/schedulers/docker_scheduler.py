@@ -5,7 +5,9 @@ rendezvous works across them as it does across ``local_cwd`` processes. What any
 to find and read an app lives with the engine, in the containers' labels: app id, role,
 replica, the AppDef (for ``describe``), the idempotency token and the owner. Containers are
 never removed by torchx, so a failed or cancelled app's logs stay readable (``docker rm`` or
-``docker container prune`` them).
+``docker container prune`` them). A keyed submission's app id, hence its container names, is
+derived from its token (``keyed_app_id``): the engine refuses a racing second submitter's
+first container, and it re-attaches without starting anything.
 
 Beside the labels, each app has a state directory on the engine's host
 (``$TORCHX_HOME/docker/<app id>``, its path in a label), bind-mounted into every replica at
@@ -45,7 +47,10 @@ from torchx.schedulers.api import (
     Stream,
     app_stall_timeout,
     filter_regex,
+    keyed_app_id,
+    schedule_named,
     split_lines_iterator,
+    stored_app,
 )
 from torchx.schedulers.devices import get_device_mounts
 from torchx.schedulers.ids import make_unique
@@ -165,6 +170,8 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     Docker has no gang scheduling: a failed replica is restarted alone (``max_retries``).
     """
 
+    names_keyed_apps = True  # the engine refuses a taken container name: the claim
+
     def __init__(self, session_name: str, docker_client: Optional[DockerClient] = None) -> None:
         super().__init__("local_docker", session_name, docker_client=docker_client)
 
@@ -212,9 +219,9 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         if isinstance(env_opt, dict):
             default_env.update({str(k): str(v) for k, v in env_opt.items()})
 
-        app_id = make_unique(app.name)
+        app_id = keyed_app_id(app) or make_unique(app.name)
         state_dir = str(torchx_home() / "docker" / app_id)
-        app_json = json.dumps(appdef_to_dict(app), separators=(",", ":"))
+        app_json = json.dumps(appdef_to_dict(stored_app(app)), separators=(",", ":"))
         req = DockerJob(app_id=app_id, containers=[], state_dir=state_dir)
         # Every replica's host name resolves to a loopback address of its own (all share the
         # host's network): torchrun tells nodes apart by fully qualified host name and pid, and
@@ -349,7 +356,10 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     def _containers(self, app_id: Optional[str] = None, **labels: str) -> List[Container]:
         selectors = [f"{LABEL_APP_ID}={app_id}" if app_id else LABEL_APP_ID]
         selectors += [f"{k}={v}" for k, v in labels.items()]
-        return self._docker_client.containers.list(all=True, filters={"label": selectors})
+        # ignore_removed: one removed meanwhile (docker rm) is not listed, not a 404
+        return self._docker_client.containers.list(
+            all=True, filters={"label": selectors}, ignore_removed=True
+        )
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         containers = self._containers(app_id)
@@ -388,6 +398,14 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         return self._listing(self._containers(**{LABEL_IDEMPOTENCY_TOKEN: token}))
+
+    def schedule_keyed(
+        self, token: str, dryrun_info: AppDryRunInfo[DockerJob], reattach_succeeded: bool
+    ) -> tuple[str, Optional[str]]:
+        """The engine refuses a second container under a name (409), stopped or not: the
+        claim. Containers are created in one order, so a racing loser's first one fails."""
+        app_id = dryrun_info.request.app_id
+        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _name_taken)
 
     def _listing(self, containers: List[Container]) -> List[ListAppResponse]:
         """One entry per app, oldest first (the engine's creation time, then the app id)."""
@@ -498,6 +516,13 @@ def _str_list(value: object) -> List[str]:
 def _container_name(app_id: str, role: str, replica_id: int) -> str:
     """Unique per engine; app id and role trimmed as upstream (a host name is <= 64 chars)."""
     return f"{app_id[-30:]}-{role[:30]}-{replica_id}"
+
+
+def _name_taken(e: Exception) -> bool:
+    """Whether creating a container failed because its name is taken (409 Conflict)."""
+    from docker.errors import APIError
+
+    return isinstance(e, APIError) and e.status_code == 409
 
 
 def _replica_key(c: Container) -> Tuple[str, int]:

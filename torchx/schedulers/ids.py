@@ -47,5 +47,15 @@ def unique_name(
 ) -> str:
     """``make_unique`` of ``name`` lower-cased, with characters outside ``pattern``'s complement
     turned into ``-`` and the base cut to ``max_base`` characters (never empty)."""
-    base = re.sub(pattern, "-", name.lower()).strip("-_")[:max_base].strip("-_") or "app"
-    return f"{base}-{random_id(suffix_length)}"
+    return f"{_base(name, max_base, pattern)}-{random_id(suffix_length)}"
+
+
+def keyed_name(name: str, token: str, generation: str, max_base: int = 40) -> str:
+    """``{name}-{token's last 12 hex digits}-{generation}``, ``name`` as ``unique_name``
+    cuts it: the id every racing submission of one key picks when they saw the same apps,
+    so the backend's refusal of a second job under one name decides between them."""
+    return f"{_base(name, max_base, r'[^a-z0-9-]+')}-{token[-12:]}-{generation}"
+
+
+def _base(name: str, max_base: int, pattern: str) -> str:
+    return re.sub(pattern, "-", name.lower()).strip("-_")[:max_base].strip("-_") or "app"

@@ -15,7 +15,9 @@ nothing from the submitter's disk or Python.
 - Status, logs, ``describe`` (the AppDef included), progress and stalls come from the
   dashboard alone: job info, metadata and logs. A keyed submission
   (``Runner.run(idempotency_key=...)``) puts its token in the job's metadata, and
-  ``Runner.run(owner=...)`` its owner; ``describe`` returns both.
+  ``Runner.run(owner=...)`` its owner; ``describe`` returns both. Its submission id is
+  derived from the token (``keyed_app_id``): Ray refuses it to a racing second submitter,
+  which re-attaches without starting anything.
 
 Stalls (``Runner.run(stall_timeout=...)``): the driver is the job's watchdog
 (``ray_driver``); it stops a silent job and leaves the reason in the job's log, where
@@ -48,6 +50,9 @@ from torchx.schedulers.api import (
     Stream,
     app_idempotency_token,
     filter_regex,
+    keyed_app_id,
+    schedule_named,
+    stored_app,
 )
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.ray_driver import (
@@ -151,6 +156,8 @@ class RayJob:
 
 
 class RayScheduler(Scheduler[RayJob]):
+    names_keyed_apps = True  # Ray refuses a reused submission id: the claim
+
     def __init__(self, session_name: str) -> None:
         super().__init__("ray", session_name)
 
@@ -199,7 +206,7 @@ class RayScheduler(Scheduler[RayJob]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
         from torchx.specs.serialize import appdef_to_dict
 
-        app_id = unique_name(app.name, max_base=40, suffix_length=8)
+        app_id = keyed_app_id(app) or unique_name(app.name, max_base=40, suffix_length=8)
         working_dir = str(cfg.get("working_dir") or "") or None
         replicas = []
         for role in app.roles:
@@ -233,7 +240,7 @@ class RayScheduler(Scheduler[RayJob]):
             None if working_dir else os.getcwd(),
             working_dir,
             bool(cfg.get("spread")),
-            appdef_to_dict(app),
+            appdef_to_dict(stored_app(app)),
             app_idempotency_token(app),
             app.metadata.get(OWNER) or None,
         )
@@ -360,13 +367,17 @@ class RayScheduler(Scheduler[RayJob]):
 
         The Job Submission API cannot filter: this lists the cluster's jobs and filters
         their metadata here.
-
-        Ray has no claim and no held submission: of racing submitters each job starts
-        its entrypoint and the losers are stopped at once.
         """
         jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
         return [self._entry(job) for job in jobs]
+
+    def schedule_keyed(
+        self, token: str, dryrun_info: AppDryRunInfo[RayJob], reattach_succeeded: bool
+    ) -> tuple[str, Optional[str]]:
+        """Ray refuses a reused ``submission_id`` (live or stopped job): the claim."""
+        app_id = dryrun_info.request.app_id
+        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _id_taken)
 
     def _torchx_jobs(self) -> List[Any]:
         client = self._client(self._address())
@@ -431,6 +442,11 @@ class RayScheduler(Scheduler[RayJob]):
             if desc is None or is_terminal(desc.state):
                 return
             time.sleep(0.5)
+
+
+def _id_taken(e: Exception) -> bool:
+    """Whether ``submit_job`` failed because the submission id is a job's already."""
+    return isinstance(e, (RuntimeError, ValueError)) and "already exists" in str(e)
 
 
 def _env_address() -> str:
