@@ -514,8 +514,9 @@ def _str_list(value: object) -> List[str]:
 
 
 def _container_name(app_id: str, role: str, replica_id: int) -> str:
-    """Unique per engine; app id and role trimmed as upstream (a host name is <= 64 chars)."""
-    return f"{app_id[-30:]}-{role[:30]}-{replica_id}"
+    """Unique per engine; app id and role trimmed as upstream (a host name is <= 64 chars),
+    never starting with a character Docker refuses there (``-``, ``_``, ``.``)."""
+    return f"{app_id[-30:].lstrip('-_.')}-{role[:30]}-{replica_id}"
 
 
 def _name_taken(e: Exception) -> bool:

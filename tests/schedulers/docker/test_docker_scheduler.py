@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -251,6 +252,18 @@ def test_dryrun_request_gpus_labels_and_no_upstream_image() -> None:
         (request,) = c.kwargs["device_requests"]
         assert request["Count"] == 1 and request["Capabilities"] == [["compute", "utility"]]
     assert "ghcr.io" not in str(info)
+
+
+def test_container_names_start_as_docker_requires() -> None:
+    """A container name is the app id's last 30 characters (as upstream); where that tail
+    starts with ``-`` the engine would refuse the name."""
+    resource = specs.Resource(cpu=1, gpu=0, memMB=256)
+    role = specs.Role("echo", torchx.IMAGE, entrypoint="echo", args=["hi"], resource=resource)
+    app = specs.AppDef("ab-" + "c" * 18, roles=[role])  # its id's 30-char tail starts "-c"
+    with get_runner() as runner:
+        info = runner.dryrun(app, "local_docker", workspace=None)
+    (container,) = info.request.containers
+    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", container.kwargs["name"]), container
 
 
 def test_a_missing_image_is_one_line(docker_client: Any) -> None:
