@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, List, Optional, Tuple
+from typing import IO, List, Optional, Tuple, Union
 
 STALLED_EXIT = 124  # as coreutils' ``timeout``
 MARK = "torchx-watchdog: "
@@ -75,12 +75,20 @@ def stall_reason_in(text: str) -> Optional[str]:
     return None
 
 
+def step_of(report: Optional[Union[str, bytes]]) -> Optional[int]:
+    """The step of a progress report (the progress file's JSON), None if it has none."""
+    try:
+        step = json.loads(report or "")["step"]
+        return step if isinstance(step, int) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _last_step(progress_path: Optional[str]) -> Optional[int]:
     try:
         with open(progress_path or "", "rb") as f:
-            step = json.loads(f.read())["step"]
-        return step if isinstance(step, int) else None
-    except (OSError, ValueError, KeyError, TypeError):
+            return step_of(f.read())
+    except OSError:
         return None
 
 

@@ -32,7 +32,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict
 
@@ -582,18 +582,6 @@ def _first_error(state_dir: Path) -> str:
     """The earliest torchelastic error file of the app's replicas, as ``local_cwd`` reports."""
     files = sorted(state_dir.glob("*-error.json"), key=lambda p: p.stat().st_mtime)
     return files[0].read_text() if files else NONE
-
-
-def _parse_time(text: str) -> Optional[float]:
-    """Docker's RFC 3339 time (nanoseconds) as epoch seconds; None for none or zero."""
-    if not text or text.startswith("0001-"):
-        return None
-    head, _, frac = text.rstrip("Z").partition(".")
-    try:
-        stamp = datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
-    return stamp.timestamp() + (float("0." + frac[:9]) if frac.isdigit() else 0.0)
 
 
 def _engine_cpus(client: DockerClient) -> int:

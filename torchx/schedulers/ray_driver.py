@@ -40,7 +40,7 @@ import zlib
 from http.client import HTTPException
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock
+from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock, step_of
 
 REQUEST_ENV = "TORCHX_RAY_REQUEST"
 STALL_TIMEOUT = "torchx.stall_timeout"  # the app's metadata (``torchx.schedulers.api``)
@@ -189,14 +189,6 @@ def last_progress(lines: List[str]) -> Optional[str]:
     return None
 
 
-def _step(report: Optional[str]) -> Optional[int]:
-    try:
-        step = json.loads(report or "")["step"]
-        return step if isinstance(step, int) else None
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 class Watch:
     """The replicas' progress reports into the job's log, and their watchdog (module
     docstring). Silence counts as the replicas' nodes measured it: a slow answer adds none."""
@@ -220,7 +212,7 @@ class Watch:
         if self.clock is None or final or not any(running for _, _, running in answers):
             return
         self.clock.active(time.monotonic() - max(0.0, min(age for age, _, _ in answers)))
-        reason = self.clock.stalled(_step(report))
+        reason = self.clock.stalled(step_of(report))
         if reason is not None:
             with OUTPUT_LOCK:
                 print(MARK + reason, flush=True)
