@@ -39,6 +39,7 @@ BATCH_JOBS = "batch/v1/jobs"
 PODS = "v1/pods"
 SERVICES = "v1/services"
 COMMANDS = "bus.volcano.sh/v1alpha1/commands"  # Volcano's job commands (AbortJob, ...)
+CONFIG_MAPS = "v1/configmaps"  # keyed submissions' claims
 
 _LOG_PATH = re.compile(r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/log")
 
@@ -98,13 +99,14 @@ class KMockServer:
         self._stop = asyncio.Event()
         async with kmock.KubernetesEmulator() as km, kmock.Server(km) as server:
             self.km = km
-            for res in (VOLCANO_JOBS, BATCH_JOBS, PODS, SERVICES, COMMANDS):
+            for res in (VOLCANO_JOBS, BATCH_JOBS, PODS, SERVICES, COMMANDS, CONFIG_MAPS):
                 km.resources[res] = {}
             km.resources[VOLCANO_JOBS].kind = "Job"
             km.resources[BATCH_JOBS].kind = "Job"
             km.resources[PODS].kind = "Pod"
             km.resources[SERVICES].kind = "Service"
             km.resources[COMMANDS].kind = "Command"
+            km.resources[CONFIG_MAPS].kind = "ConfigMap"
             km["get", _LOG_PATH] << self._serve_log
             self.url = str(server.url).rstrip("/")
             self._ready.set()

@@ -289,7 +289,8 @@ def test_token_is_a_label_and_found_oldest_first(srv: KMockServer) -> None:
     ]
     selector = f"app.kubernetes.io/managed-by=torchx.pytorch.org,{LABEL_IDEMPOTENCY_TOKEN}={t1}"
     lists = srv.list_selectors(since=mark)
-    assert {path.rsplit("/", 1)[-1] for path, _ in lists} == {"jobs"} and len(lists) == 2
+    kinds = sorted(path.rsplit("/", 1)[-1] for path, _ in lists)  # Volcano, batch, claims
+    assert kinds == ["configmaps", "jobs", "jobs"]
     assert all(sel == selector for _, sel in lists)  # the API server filters
     assert [a.app_id for a in sched.find_by_idempotency_token(t2)] == [other]
     assert sched.find_by_idempotency_token(idempotency_token("never used")) == []
@@ -359,38 +360,34 @@ def test_cancelled_or_foreign_jobs_with_the_label_are_not_found(srv: KMockServer
     assert sched.find_by_idempotency_token(token) == []
 
 
-def test_a_tracked_submit_that_loses_the_race_cancels_its_app_and_names_the_winner(
+def test_a_tracked_submit_that_loses_the_race_launches_nothing_and_names_the_winner(
     srv: KMockServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Kubernetes has no atomic claim: each racer submits, then the oldest live app wins.
-    Another submitter's app lands while ours is being submitted; ours is cancelled and its
-    tracker run ends KILLED naming the winner, not FAILED or silently."""
+    """Another submitter claims the key between our lookup and our submit: our claim is
+    refused (409), we create no job, and our tracker run ends KILLED naming the winner, not
+    FAILED or silently."""
     from mlflow import MlflowClient
 
     from torchx.runner.tracker_session import REATTACHED_TO_TAG
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    other_sched = create_scheduler("test")  # the other submitter, as another process
-    token = idempotency_token("dag/train/race")
+    key = "dag/train/race"
     winner: List[str] = []
     with get_runner(trackers={"mlflow": store}) as runner:
         sched = runner._scheduler("kubernetes")
         ours_schedule = sched.schedule
 
         def racing_schedule(dryrun_info: Any) -> str:
-            winner.append(other_sched.submit(_keyed(token), {"queue": "q"}))
-            _stamp(srv, VOLCANO_JOBS, winner[0], "2025-01-01T00:00:01Z")  # it was first
-            app_id = ours_schedule(dryrun_info)
-            _stamp(srv, VOLCANO_JOBS, app_id, "2025-01-01T00:00:02Z")
-            return app_id
+            with get_runner() as other:  # the other submitter, as another process
+                winner.append(
+                    other.run(echo_app(), "kubernetes", {"queue": "q"}, idempotency_key=key)
+                )
+            return ours_schedule(dryrun_info)
 
         monkeypatch.setattr(sched, "schedule", racing_schedule)
-        handle = runner.run(
-            echo_app(), "kubernetes", {"queue": "q"}, idempotency_key="dag/train/race"
-        )
-    assert handle == specs.make_app_handle("kubernetes", "torchx", winner[0])
-    live = [a.app_id for a in other_sched.find_by_idempotency_token(token)]
-    assert live == winner, live  # ours was cancelled (deleted)
+        handle = runner.run(echo_app(), "kubernetes", {"queue": "q"}, idempotency_key=key)
+    assert handle == winner[0]
+    assert srv.names(VOLCANO_JOBS, NS) == [specs.parse_app_handle(handle).app_id.split(":")[1]]
     client = MlflowClient(store)
     exps = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(exps)
@@ -428,44 +425,6 @@ def test_a_loser_whose_submitter_died_is_cancelled_by_the_next_caller(
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     status = {r.data.tags.get("torchx.job_id"): r.info.status for r in runs}
     assert status == {first: "RUNNING", second: "KILLED"}, status
-
-
-def test_a_loser_that_cannot_be_cancelled_is_a_warning_and_the_caller_gets_the_winner(
-    srv: KMockServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The API server refuses us our losing app (403 on reading it, so it cannot be
-    cancelled): the caller still gets the winner, and one warning names the duplicate and
-    how to cancel it."""
-    other_sched = create_scheduler("test")
-    token = idempotency_token("dag/train/refused")
-    winner: List[str] = []
-    cfg = {"queue": "q"}
-    with get_runner() as runner:
-        sched = runner._scheduler("kubernetes")
-        ours_schedule = sched.schedule
-
-        def racing_schedule(dryrun_info: Any) -> str:
-            winner.append(other_sched.submit(_keyed(token), cfg))
-            _stamp(srv, VOLCANO_JOBS, winner[0], "2025-01-01T00:00:01Z")
-            app_id = ours_schedule(dryrun_info)
-            _stamp(srv, VOLCANO_JOBS, app_id, "2025-01-01T00:00:02Z")
-            ns, name = app_id.split(":")  # from now on (a rule of this server: a fresh name)
-            ours = re.compile(f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/{name}")
-            srv.call(lambda: srv.km["get", ours] << 403)
-            return app_id
-
-        monkeypatch.setattr(sched, "schedule", racing_schedule)
-        handle = runner.run(echo_app(), "kubernetes", cfg, idempotency_key="dag/train/refused")
-    assert handle == specs.make_app_handle("kubernetes", "torchx", winner[0])
-    live = [a.app_id for a in other_sched.find_by_idempotency_token(token)]
-    assert live[0] == winner[0] and len(live) == 2, live
-    ours = specs.make_app_handle("kubernetes", "torchx", live[1])
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(
-        w.startswith(f"could not cancel {ours}, a duplicate of {handle}")
-        and w.endswith(f"cancel it with: torchx cancel {ours}")
-        for w in warnings
-    ), warnings
 
 
 def test_a_token_that_is_not_a_label_value_is_refused(srv: KMockServer) -> None:

@@ -5,10 +5,10 @@ models (so field names and required fields are checked by the client) and turned
 plain dicts with ``ApiClient().sanitize_for_serialization``. The Volcano Job has no
 model in the client; its envelope is a dict around model-built pod templates.
 
-Names: ``{app}-{random}`` (DNS-1035, at most 33 characters) for the Volcano Job and
-the Service; one Volcano task per replica, ``{role}-{replica_id}``, so that per-replica
-macros (``${replica_id}``, ``${rank0_env}``) can differ. Pod host names stay under the
-63-character DNS label limit.
+Names: ``{app}-{random}`` (DNS-1035, at most 33 characters; a keyed submission's
+``{app}-{token}-{generation}``, as long) for the Volcano Job and the Service; one Volcano
+task per replica, ``{role}-{replica_id}``, so that per-replica macros (``${replica_id}``,
+``${rank0_env}``) can differ. Pod host names stay under the 63-character DNS label limit.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torchx
 from torchx.runtime import watchdog
 from torchx.schedulers.api import (
+    IDEMPOTENCY_GENERATION,
     OWNER,
     STALL_TIMEOUT,
     InvalidAppError,
     app_idempotency_token,
     app_stall_timeout,
 )
-from torchx.schedulers.ids import random_id
+from torchx.schedulers.ids import keyed_name, random_id
 from torchx.specs.api import (
     AppDef,
     BindMount,
@@ -120,6 +121,21 @@ def label_value(value: str) -> str:
 
 def unique_app_name(app_name: str) -> str:
     return f"{normalize_name(app_name, APP_NAME_MAX)}-{random_id(8)}"
+
+
+def app_object_name(app: AppDef) -> str:
+    """``unique_app_name``; a keyed submission's is ``keyed_name`` instead (as long, with a
+    one-digit generation): its racers pick one name and the API server keeps one object."""
+    token, generation = app_idempotency_token(app), app.metadata.get(IDEMPOTENCY_GENERATION)
+    if not (token and generation):
+        return unique_app_name(app.name)
+    return keyed_name(normalize_name(app.name, APP_NAME_MAX - 6), token, generation)
+
+
+def claim_config_map(app: AppDef, name: str, namespace: str) -> Dict[str, Any]:
+    """The ConfigMap that claims a keyed app's name (``claims``), labelled as the app."""
+    meta = _metadata(name, namespace, _app_labels(app, name), _job_annotations(app))
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": serialize(meta), "data": {}}
 
 
 def role_dns_names(app: AppDef) -> List[str]:

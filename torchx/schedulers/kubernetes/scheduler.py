@@ -17,7 +17,8 @@ pods and names the reason a pod cannot run (ImagePullBackOff, ErrImagePull, OOMK
 Unschedulable, ...); a bad image fails the app instead of leaving it PENDING forever
 (torchx#207). ``log_iter`` streams pod logs with the client's ``follow`` and keeps
 every line's newline (torchx#983; see ``logs``). Client set-up and error
-translation live in ``api``.
+translation live in ``api``. A keyed submission (``Runner.run(idempotency_key=...)``)
+claims its name with a ConfigMap before creating its job (``claims``).
 
 Workspaces (``DockerWorkspaceMixin``): ``torchx run --workspace DIR`` (the CLI's default
 is the current directory) plans an image of the role's image plus the workspace at dry
@@ -51,7 +52,10 @@ from torchx.schedulers.api import (
     Scheduler,
     Stream,
     filter_regex,
+    keyed_app_id,
+    schedule_named,
 )
+from torchx.schedulers.kubernetes import claims
 from torchx.schedulers.kubernetes import logs as kl
 from torchx.schedulers.kubernetes import status as ks
 from torchx.schedulers.kubernetes.api import (
@@ -62,7 +66,7 @@ from torchx.schedulers.kubernetes.api import (
     load_api_client,
     status_message,
 )
-from torchx.schedulers.kubernetes.listing import created, find_apps, labels_of, list_json
+from torchx.schedulers.kubernetes.listing import app_name, created, find_apps, labels_of, list_json
 from torchx.schedulers.kubernetes.manifests import (
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
@@ -75,6 +79,8 @@ from torchx.schedulers.kubernetes.manifests import (
     VOLCANO_GROUP,
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
+    app_object_name,
+    claim_config_map,
     indexed_jobs,
     normalize_name,
     parse_toleration,
@@ -117,8 +123,13 @@ class KubernetesOpts(TypedDict, total=False):
     job_type: str
 
 
+class NameTaken(KubernetesError):
+    """A keyed submission's name is claimed (``claims``) by another submission."""
+
+
 class KubernetesJob:
-    """The manifests ``schedule`` creates; ``str()`` is YAML ``kubectl apply -f`` accepts."""
+    """The manifests ``schedule`` creates (a keyed submission's claim first); ``str()`` is
+    YAML ``kubectl apply -f`` accepts."""
 
     def __init__(
         self,
@@ -127,7 +138,9 @@ class KubernetesJob:
         name: str,
         job_type: str,
         images_to_push: Optional[ImagesToPush] = None,
+        claim: Optional[Dict[str, Any]] = None,
     ) -> None:
+        self.claim = claim
         self.manifests = manifests
         self.namespace = namespace
         self.name = name
@@ -140,9 +153,14 @@ class KubernetesJob:
         return self.manifests[0] if self.job_type == JOB_TYPE_VOLCANO else self.manifests[1]
 
     def __str__(self) -> str:
-        return yaml.safe_dump_all(self.manifests, sort_keys=False, width=1000)
+        claim = [self.claim] if self.claim else []
+        return yaml.safe_dump_all(claim + self.manifests, sort_keys=False, width=1000)
 
     __repr__ = __str__
+
+
+def _name_taken(e: Exception) -> bool:
+    return isinstance(e, NameTaken)
 
 
 def parse_app_id(app_id: str) -> Tuple[str, str]:
@@ -171,6 +189,9 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         self._namespace = namespace
         self._kinds: Dict[str, str] = {}  # app_id -> job type, for apps this process saw
         self._cancelled: Set[str] = set()  # deleted by this process: CANCELLED, not "unknown"
+
+    # a keyed app's name is its claim (``claims``): the API server keeps one of a name
+    names_keyed_apps = True
 
     # ------------------------------------------------------------------ client
 
@@ -292,12 +313,13 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         opts = dict(cfg)
         namespace = str(opts.get("namespace") or self.default_namespace())
         job_type = str(opts.get("job_type") or JOB_TYPE_VOLCANO)
-        name = unique_app_name(app.name)
+        name = app_object_name(app)
         if job_type == JOB_TYPE_VOLCANO:
             manifests = [volcano_job(app, name, namespace, opts)]
         else:
             manifests = indexed_jobs(app, name, namespace, opts)
-        job = KubernetesJob(manifests, namespace, name, job_type, images_to_push)
+        claim = claim_config_map(app, name, namespace) if keyed_app_id(app) else None
+        job = KubernetesJob(manifests, namespace, name, job_type, images_to_push, claim)
         return AppDryRunInfo(job, str)
 
     @api_errors
@@ -309,6 +331,9 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         app_id = f"{req.namespace}:{req.name}"
         created: List[Tuple[str, str]] = []
         try:
+            if req.claim is not None:
+                self._core().create_namespaced_config_map(req.namespace, req.claim)
+                created.append(("ConfigMap", req.name))
             if req.job_type == JOB_TYPE_VOLCANO:
                 self._custom().create_namespaced_custom_object(
                     VOLCANO_GROUP, VOLCANO_VERSION, req.namespace, VOLCANO_PLURAL, req.manifests[0]
@@ -328,8 +353,17 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         self._kinds[app_id] = req.job_type
         return app_id
 
+    def schedule_keyed(
+        self, token: str, dryrun_info: AppDryRunInfo[KubernetesJob], reattach_succeeded: bool
+    ) -> tuple[str, Optional[str]]:
+        """The API server refuses a second ConfigMap of one name (409): the claim."""
+        app_id = f"{dryrun_info.request.namespace}:{dryrun_info.request.name}"
+        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _name_taken)
+
     def _api_error(self, e: Any, req: KubernetesJob) -> KubernetesError:
         reason = status_message(e)
+        if e.status == 409 and req.claim is not None:
+            return NameTaken(f"{req.name} is claimed in namespace {req.namespace}: {reason}")
         if e.status == 409:
             return KubernetesError(
                 f"a job named {req.name} already exists in namespace {req.namespace}: {reason}"
@@ -386,11 +420,21 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 resp = self._describe_indexed(app_id, jobs, self._pods(namespace, name))
                 resp.metadata = ks.job_metadata(jobs[0])
                 return resp
+        claim = self._claim(namespace, name)
+        if claim is not None:  # its job is gone (cancelled) or not yet created
+            state, msg = claims.claim_state(claim)
+            return DescribeAppResponse(app_id=app_id, state=state, msg=msg)
         if app_id in self._cancelled:
             return DescribeAppResponse(
                 app_id=app_id, state=AppState.CANCELLED, msg="deleted by torchx cancel"
             )
         return None
+
+    def _claim(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
+        items = list_json(
+            self._core().list_namespaced_config_map, namespace, f"{LABEL_UNIQUE_NAME}={name}"
+        )
+        return next((c for c in items if c["metadata"]["name"] == name), None)
 
     def _describe_volcano(
         self, app_id: str, job: Dict[str, Any], pods: List[Dict[str, Any]]
@@ -430,15 +474,19 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         ``-cfg namespace=...`` is found there by its retry), oldest first.
 
         The API server filters by label selector. Order: creationTimestamp (whole
-        seconds), then the submitter's submit time, then the app id.
-
-        No claim before launching (the default ``schedule_keyed``): of racing submitters,
-        each creates its job and the losers cancel theirs at once, so their pods may
-        start. Within one second the order rests on submitters' clocks, so two
-        submissions that see each other late may both be kept.
+        seconds), then the submitter's submit time, then the app id. A claim
+        (``claims``) whose job is gone is its app, CANCELLED or FAILED.
         """
         labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
-        found = self._apps(labels, str((cfg or {}).get("namespace") or "") or None)
+        namespace = str((cfg or {}).get("namespace") or "") or self.default_namespace()
+        found = self._apps(labels, namespace)
+        with_job = {app.app_id for _, app in found}
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        for claim in list_json(self._core().list_namespaced_config_map, namespace, selector):
+            app_id = f"{namespace}:{claim['metadata']['name']}"
+            if labels_of(claim).get(LABEL_IDEMPOTENCY_TOKEN) == token and app_id not in with_job:
+                state = claims.claim_state(claim)[0]
+                found.append((claim, ListAppResponse(app_id, state, name=app_name(claim))))
         found.sort(key=lambda pair: (*created(pair[0]), pair[1].app_id))
         return [app for _, app in found]
 
@@ -452,6 +500,8 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
     @api_errors
     def _cancel_existing(self, app_id: str) -> None:
+        from kubernetes.client.rest import ApiException
+
         namespace, name = parse_app_id(app_id)
         if self._get_volcano(namespace, name) is not None:
             self._delete("VolcanoJob", namespace, name)
@@ -459,6 +509,12 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             for job in self._indexed_jobs(namespace, name):
                 self._delete("Job", namespace, job["metadata"]["name"])
             self._delete("Service", namespace, name)
+        try:  # a keyed app's claim stays, so its name is never another app's
+            body = {"data": {claims.CANCELLED_KEY: "true"}}
+            self._core().patch_namespaced_config_map(name, namespace, body)
+        except ApiException as e:
+            if e.status != 404:  # 404: not a keyed app
+                raise
         self._cancelled.add(app_id)
 
     def _delete(self, kind: str, namespace: str, name: str) -> None:
@@ -479,6 +535,8 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 self._batch().delete_namespaced_job(
                     name, namespace, propagation_policy="Foreground"
                 )
+            elif kind == "ConfigMap":  # a claim whose job could not be created
+                self._core().delete_namespaced_config_map(name, namespace)
             else:
                 self._core().delete_namespaced_service(name, namespace)
         except ApiException as e:
