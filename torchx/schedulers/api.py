@@ -255,7 +255,7 @@ class Scheduler(abc.ABC, Generic[T]):
     # backend refuses a second job under one name, that refusal is the claim; elsewhere
     # racers reconcile after the fact (the default ``schedule_keyed``). The Runner also hands
     # the number of the token's apps it found (all ended) as the generation: Ray and
-    # local_docker name the app ``keyed_app_id`` and their backend's refusal of a taken name
+    # local_docker (Kubernetes too) name the app ``keyed_app_id``; the backend's refusal of a name
     # is the claim (``schedule_named``), so a racing loser never starts its command; such a
     # scheduler sets ``names_keyed_apps`` (only it is handed the generation).
     names_keyed_apps = False
