@@ -5,6 +5,7 @@ key's next lookup counts the cancelled app."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, List
@@ -19,6 +20,7 @@ from torchx.schedulers.api import (
     GenerationTaken,
     idempotency_token,
 )
+from torchx.schedulers.kubernetes.api import KubernetesError
 from torchx.schedulers.kubernetes.claims import CREATE_GRACE_S
 from torchx.schedulers.kubernetes.manifests import ANNOTATION_SUBMITTED_AT
 from torchx.schedulers.kubernetes.scheduler import KubernetesScheduler, create_scheduler
@@ -212,3 +214,20 @@ def test_unkeyed_submits_no_claim_and_a_keyed_claim_is_in_its_namespace(srv: KMo
     assert srv.names(CONFIG_MAPS, NS) == [] and _creates(srv, "configmaps", mark) == 1
     assert again == keyed and srv.names(CONFIG_MAPS, "team-b") == [_name(keyed)]
     assert specs.parse_app_handle(keyed).app_id.startswith("team-b:")
+
+
+def test_without_rights_on_config_maps_only_keyed_submission_fails(srv: KMockServer) -> None:
+    """An account that may not touch ConfigMaps runs, reads and cancels unkeyed apps as
+    before; a keyed submission fails in one line naming the refusal."""
+    locked = re.compile(r"/api/v1/namespaces/locked/configmaps.*")
+    for method in ("get", "post", "patch", "delete"):
+        srv.call(lambda method=method: srv.km[method, locked] << 403)
+    cfg = {**CFGS["volcano"], "namespace": "locked"}
+    with get_runner() as runner:
+        plain = runner.run(echo_app(), "kubernetes", cfg)
+        runner.cancel(plain)
+    with get_runner() as other:
+        assert other.status(plain) is None  # deleted: unknown, as before claims
+        with pytest.raises(KubernetesError, match="403"):
+            other.run(echo_app(), "kubernetes", cfg, idempotency_key="k")
+    assert srv.names(VOLCANO_JOBS, "locked") == []

@@ -13,6 +13,7 @@ it never holds the key for good; before that it is SUBMITTED, the objects on the
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Dict, Tuple
 
@@ -22,6 +23,14 @@ from torchx.specs.api import AppState
 # time a submitter has from its claim to its app's objects (submitters' clocks)
 CREATE_GRACE_S = 60
 CANCELLED_KEY = "cancelled"  # in the claim's data, written by cancel
+# ``keyed_name``'s tail; an unkeyed app's name ends in a random id that starts with a letter
+KEYED_NAME = re.compile(r"-[0-9a-f]{12}-[0-9]+$")
+
+
+def is_keyed(name: str) -> bool:
+    """Whether ``name`` is a keyed app's (only those have a claim, so an account without
+    rights on ConfigMaps still runs, reads and cancels unkeyed apps)."""
+    return KEYED_NAME.search(name) is not None
 
 
 def claim_state(claim: Dict[str, Any]) -> Tuple[AppState, str]:

@@ -420,7 +420,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 resp = self._describe_indexed(app_id, jobs, self._pods(namespace, name))
                 resp.metadata = ks.job_metadata(jobs[0])
                 return resp
-        claim = self._claim(namespace, name)
+        claim = self._claim(namespace, name) if claims.is_keyed(name) else None
         if claim is not None:  # its job is gone (cancelled) or not yet created
             state, msg = claims.claim_state(claim)
             return DescribeAppResponse(app_id=app_id, state=state, msg=msg)
@@ -511,9 +511,10 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             self._delete("Service", namespace, name)
         try:  # a keyed app's claim stays, so its name is never another app's
             body = {"data": {claims.CANCELLED_KEY: "true"}}
-            self._core().patch_namespaced_config_map(name, namespace, body)
+            if claims.is_keyed(name):
+                self._core().patch_namespaced_config_map(name, namespace, body)
         except ApiException as e:
-            if e.status != 404:  # 404: not a keyed app
+            if e.status != 404:  # 404: submitted keyed by a torchx without claims
                 raise
         self._cancelled.add(app_id)
 
