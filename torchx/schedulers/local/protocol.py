@@ -1,19 +1,15 @@
 """What the ``local_cwd`` scheduler and its supervisor agree on: the files of an app's
-directory, the typed request and state written there, the state names and the
-transitions allowed between them, and the lock every writer holds.
+directory, the typed records written there, the states and their transitions, and the
+lock every writer holds. Stdlib only: the supervisor imports it.
 
-Stdlib only, and nothing slow to import: the supervisor imports it (see ``supervisor``).
+An app directory holds ``request.json`` (a ``Request``, written once by the launcher),
+``state.json`` (a ``State``, replaced atomically on every change), ``supervisor.pid``
+(``PID STAMP``, written once its signal handlers are installed), ``cancel``,
+``state.lock`` and ``progress.json`` (rank 0's last progress report). Directories are
+0700 and files 0600: the request holds the replicas' environment, which may hold secrets.
 
-An app directory holds ``request.json`` (a ``Request``: what to run, written once by the
-launcher), ``state.json`` (a ``State``, replaced atomically on every change),
-``supervisor.pid`` (``PID STAMP``, written by the supervisor once its signal handlers are
-installed), ``cancel`` (created by ``cancel``), ``state.lock`` and ``progress.json`` (rank
-0's last progress report, written by the job). Every directory is created 0700 and every
-file 0600: the request holds the replicas' environment, which may hold secrets.
-
-The state on disk only moves forward (``may_follow``): PENDING, RUNNING, then one
-terminal state that never changes again. Every writer goes through ``transition``, which
-holds ``state.lock`` and refuses any other move. Readers never write.
+The state only moves forward (``may_follow``): every writer goes through ``transition``
+under ``state.lock``, so the first terminal state stays. Readers never write.
 """
 
 from __future__ import annotations
@@ -146,11 +142,9 @@ def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
         if any(_problem(value, a, where) is None for a in args):
             return None
         return f"bad {where!r}"
-    if tp is type(None):
-        return None if value is None else f"bad {where!r}"
     if typing.is_typeddict(tp):
         if not isinstance(value, dict):
-            return f"{where or 'it'} is not a JSON object" if where else "not a JSON object"
+            return f"{where} is not a JSON object" if where else "not a JSON object"
         hints = _HINTS.get(tp)
         if hints is None:
             hints = _HINTS[tp] = typing.get_type_hints(tp)
@@ -261,10 +255,18 @@ def read_supervisor(app_dir: str) -> Optional[tuple[int, str]]:
 
 
 def _read_record(path: str) -> Optional[Any]:
+    """The parsed file; None if it does not exist; ``BadRecord`` if unreadable or not JSON."""
     try:
-        return read_json(path)
-    except ValueError as e:
-        raise BadRecord(path, str(e)) from None
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise BadRecord(path, f"cannot read it ({e.strerror})") from None
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise BadRecord(path, "it is not valid JSON") from None
 
 
 # ---------------------------------------------------------------------- files
@@ -297,25 +299,6 @@ def write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_json_atomic(path: str, data: Any) -> None:
-    write_atomic(path, json.dumps(data))
-
-
-def read_json(path: str) -> Optional[Any]:
-    """The parsed file; None if it does not exist. Raises ValueError for other bad content."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise ValueError(f"cannot read it ({e.strerror})") from None
-    try:
-        return json.loads(data)
-    except ValueError:
-        raise ValueError("it is not valid JSON") from None
-
-
 # ---------------------------------------------------------------------- lock, transitions
 
 
@@ -346,7 +329,7 @@ def transition_locked(app_dir: str, doc: State) -> State:
     cur = current_state(app_dir)
     if cur is not None and not may_follow(cur["state"], doc["state"]):
         return cur
-    write_json_atomic(os.path.join(app_dir, STATE), doc)
+    write_atomic(os.path.join(app_dir, STATE), json.dumps(doc))
     return doc
 
 

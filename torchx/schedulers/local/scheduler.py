@@ -9,6 +9,7 @@ are imported by the methods that use them: a dry run needs none of them, and eve
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -337,7 +338,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             stall_timeout=req.stall_timeout,
             submitted=time.time(),
         )
-        files.write_json_atomic(str(app_dir / files.REQUEST), request)
+        files.write_atomic(str(app_dir / files.REQUEST), json.dumps(request))
         if req.idempotency_token:
             token_dir = root / TOKENS_DIR / req.idempotency_token
             files.makedirs_private(str(token_dir))
