@@ -315,7 +315,7 @@ class Supervisor:
         """Live processes of ``targets`` (all our descendants when None)."""
         if not procs.own_children():
             return set()
-        everything = procs.descendants(os.getpid())
+        everything = procs.descendants_of([os.getpid()])
         if targets is None:
             found = everything
         else:
