@@ -1,18 +1,12 @@
 """A ``local_cwd`` app seen from outside its supervisor: its state, and its cancel.
 
-The supervisor records the state; readers (``describe``, ``list``, ``log_iter``) also
-cover the cases it cannot: before it started, and after it died. They only *read*:
-``observed_state`` derives the state from the files and the processes, and writes
-nothing. What it derives is what the writers will record, so a reader never reports a
-terminal state that a later one contradicts:
+Readers also cover what the supervisor cannot record: before it started and after it
+died. ``observed_state`` derives that state without writing it, and derives what the
+writers will record, so no reader reports a terminal state that a later one contradicts:
 
 - no supervisor ``LAUNCH_TIMEOUT`` s after submission: FAILED (a supervisor starting that
   late records the same and runs nothing);
-- the supervisor is dead: RUNNING while a replica of the app still runs, then FAILED (a
-  dead supervisor does not come back).
-
-Writers are the launcher, the supervisor and ``cancel``, all through
-``protocol.transition`` under the app's lock, so the first terminal state wins for good.
+- the supervisor is dead: RUNNING while a replica of the app still runs, then FAILED.
 """
 
 from __future__ import annotations
@@ -103,12 +97,6 @@ def observed_state(app_dir: str, request: Request) -> State:
     return _with(doc, FAILED, DIED)
 
 
-def kill_orphaned(app_dir: str, doc: Optional[State]) -> None:
-    """Kill what is left of an app whose supervisor is gone: its recorded replicas (if
-    pid and start time still match) and every process tagged with the app."""
-    procs.kill_tagged_everywhere(f"{os.path.basename(app_dir)}/", _recorded_live(doc))
-
-
 def cancel(app_dir: str, request: Request) -> None:
     """Cancel the app and return once it is terminal: within the grace period after its
     supervisor got SIGTERM (at once if it had not started or is gone). An app that
@@ -149,7 +137,7 @@ def _end_orphaned(app_dir: str, cur: Optional[State]) -> None:
     """Cancel an app whose supervisor is gone (the caller holds the lock): CANCELLED once
     what is left of it is killed; FAILED as readers already report it if nothing was."""
     if _left_running(app_dir, cur):
-        kill_orphaned(app_dir, cur)
+        procs.kill_tagged_everywhere(f"{os.path.basename(app_dir)}/", _recorded_live(cur))
         finalize(app_dir, CANCELLED, "cancelled (its supervisor was gone)", locked=True)
     else:
         finalize(app_dir, FAILED, DIED, locked=True)
