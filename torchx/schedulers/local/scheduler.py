@@ -1,10 +1,7 @@
-"""``LocalScheduler``: the ``Scheduler`` of ``local_cwd`` over the app files of
-``protocol``, the supervisor it starts, and the readers of ``control`` and ``logs``
-(how it all works: the ``torchx.schedulers.local`` package doc).
+"""``LocalScheduler``: the ``Scheduler`` of ``local_cwd`` (how it works: the package doc).
 
-``launch`` (with the supervisor and ``subprocess``), ``control``, ``claims`` and ``logs``
-are imported by the methods that use them: a dry run needs none of them, and every
-``torchx run`` starts with one.
+``launch``, ``control``, ``claims`` and ``logs`` are imported by the methods that use
+them: a dry run, which every ``torchx run`` starts with, needs none of them.
 """
 
 from __future__ import annotations
@@ -32,10 +29,8 @@ from torchx.schedulers.api import (
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.local import protocol as files
 from torchx.schedulers.local.images import (
-    ENV_CUDA_VISIBLE_DEVICES,
     CWDImageProvider,
     ImageProvider,
-    LocalDirectoryImageProvider,
     LocalOpts,
     ReplicaParam,
     _join_PATH,
@@ -66,23 +61,6 @@ if TYPE_CHECKING:
 
     from torchx.schedulers.local.launch import Started
     from torchx.schedulers.local.logs import LogLines
-
-__all__ = [
-    "COMBINED_LOG",
-    "CWDImageProvider",
-    "ENV_CUDA_VISIBLE_DEVICES",
-    "GRACE_SECONDS",
-    "ImageProvider",
-    "LocalDirectoryImageProvider",
-    "LocalOpts",
-    "LocalScheduler",
-    "PopenRequest",
-    "ReplicaParam",
-    "STDERR_LOG",
-    "STDOUT_LOG",
-    "UnreadableAppError",
-    "create_scheduler",
-]
 
 logger = logging.getLogger(__name__)
 
