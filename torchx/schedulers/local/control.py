@@ -32,27 +32,7 @@ from torchx.schedulers.local.protocol import (
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.01
-NEVER_STARTED = "the local supervisor never started"
 DIED = "the local supervisor process died"
-
-
-def finalize(app_dir: str, state: str, msg: str, locked: bool = False) -> State:
-    """Record a terminal state decided outside the supervisor; returns the state on disk
-    (an earlier terminal state wins)."""
-    doc = _with(protocol.current_state(app_dir), state, msg)
-    doc["updated"] = time.time()
-    if locked:
-        return protocol.transition_locked(app_dir, doc)
-    return protocol.transition(app_dir, doc)
-
-
-def _with(doc: Optional[State], state: str, msg: str) -> State:
-    """``doc`` (if any) with ``state`` and ``msg``."""
-    new: State = {"state": state, "replicas": []}
-    if doc is not None:
-        new.update(doc)
-    new["state"], new["msg"] = state, msg
-    return new
 
 
 def supervisor_alive(app_dir: str) -> Optional[bool]:
@@ -88,13 +68,13 @@ def observed_state(app_dir: str, request: Request) -> State:
     if alive is None:
         if now - request["submitted"] <= protocol.LAUNCH_TIMEOUT:
             return doc or {"state": PENDING, "replicas": []}
-        return _with(doc, FAILED, NEVER_STARTED)
+        return protocol.with_state(doc, FAILED, protocol.NEVER_STARTED)
     doc = protocol.load_state(app_dir)  # it may have finished between the two reads
     if doc is not None and doc["state"] in TERMINAL:
         return doc
     if _left_running(app_dir, doc):
-        return _with(doc, RUNNING, "the local supervisor process died; replicas still running")
-    return _with(doc, FAILED, DIED)
+        return protocol.with_state(doc, RUNNING, f"{DIED}; replicas still running")
+    return protocol.with_state(doc, FAILED, DIED)
 
 
 def cancel(app_dir: str, request: Request) -> None:
@@ -103,16 +83,12 @@ def cancel(app_dir: str, request: Request) -> None:
     readers already see ended keeps that state."""
     os.close(protocol.open_private(os.path.join(app_dir, protocol.CANCEL)))  # for a starting one
     with protocol.locked(app_dir):
-        now = time.time()
         cur = protocol.current_state(app_dir)
         if cur is not None and cur["state"] in TERMINAL:
             return
         sup = protocol.read_supervisor(app_dir)
         if sup is None:  # not started yet: it will find the app ended and stop
-            if now - request["submitted"] > protocol.LAUNCH_TIMEOUT:
-                finalize(app_dir, FAILED, NEVER_STARTED, locked=True)
-            else:
-                finalize(app_dir, CANCELLED, "cancelled before it started", locked=True)
+            protocol.end_unstarted(app_dir, request)
             return
         if not procs.is_ours(*sup):
             _end_orphaned(app_dir, cur)
@@ -138,6 +114,6 @@ def _end_orphaned(app_dir: str, cur: Optional[State]) -> None:
     what is left of it is killed; FAILED as readers already report it if nothing was."""
     if _left_running(app_dir, cur):
         procs.kill_tagged_everywhere(f"{os.path.basename(app_dir)}/", _recorded_live(cur))
-        finalize(app_dir, CANCELLED, "cancelled (its supervisor was gone)", locked=True)
+        protocol.finalize(app_dir, CANCELLED, "cancelled (its supervisor was gone)", locked=True)
     else:
-        finalize(app_dir, FAILED, DIED, locked=True)
+        protocol.finalize(app_dir, FAILED, DIED, locked=True)

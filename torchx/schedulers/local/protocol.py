@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 import typing
 from typing import Any, Dict, Iterator, List, Optional, TypedDict
 
@@ -34,6 +35,7 @@ GRACE_SECONDS = 5.0
 # a request whose supervisor has not published its pid this long after submission never
 # runs: readers report it FAILED, and a supervisor that starts later refuses to run it
 LAUNCH_TIMEOUT = 60.0
+NEVER_STARTED = "the local supervisor never started"
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -331,6 +333,34 @@ def transition_locked(app_dir: str, doc: State) -> State:
         return cur
     write_atomic(os.path.join(app_dir, STATE), json.dumps(doc))
     return doc
+
+
+def with_state(doc: Optional[State], state: str, msg: str) -> State:
+    """``doc`` (if any) with ``state`` and ``msg``."""
+    new: State = {"state": state, "replicas": []}
+    if doc is not None:
+        new.update(doc)
+    new["state"], new["msg"] = state, msg
+    return new
+
+
+def finalize(app_dir: str, state: str, msg: str, locked: bool = False) -> State:
+    """Record a terminal state decided outside the supervisor's run; returns the state on
+    disk (an earlier terminal state wins)."""
+    doc = with_state(current_state(app_dir), state, msg)
+    doc["updated"] = time.time()
+    if locked:
+        return transition_locked(app_dir, doc)
+    return transition(app_dir, doc)
+
+
+def end_unstarted(app_dir: str, request: Request) -> None:
+    """End an app whose replicas never started (the caller holds the lock): FAILED past
+    ``LAUNCH_TIMEOUT``, as readers report it by then, else CANCELLED."""
+    if time.time() - request["submitted"] > LAUNCH_TIMEOUT:
+        finalize(app_dir, FAILED, NEVER_STARTED, locked=True)
+    else:
+        finalize(app_dir, CANCELLED, "cancelled before it started", locked=True)
 
 
 def is_terminal_on_disk(app_dir: str) -> bool:

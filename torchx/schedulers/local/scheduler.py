@@ -340,9 +340,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             if proc.poll() is not None and not state.exists():
                 log = (app_dir / files.SUPERVISOR_LOG).read_text(errors="replace").strip()
                 msg = f"the local supervisor exited with {proc.returncode}: {log[-500:]}"
-                from torchx.schedulers.local import control
-
-                control.finalize(str(app_dir), "FAILED", msg)
+                files.finalize(str(app_dir), files.FAILED, msg)
                 raise RuntimeError(msg)
             if time.monotonic() > deadline:
                 raise RuntimeError(
