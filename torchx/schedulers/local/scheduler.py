@@ -139,7 +139,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         if cache_size <= 0:
             raise ValueError("cache size must be greater than zero")
         self._image_provider_class = image_provider_class
-        self._cache_size = cache_size  # upstream's LRU size; local_cwd keeps every app
+        self._cache_size = cache_size  # upstream's LRU size (its tests read it); all apps are kept
         self._extra_paths = extra_paths or []
 
     def close(self) -> None:
@@ -446,13 +446,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         root = self._state_root()
         if not root.is_dir():
             return []
-        found = [
-            self._summary(d.name)
-            for d in root.iterdir()
-            if not d.name.startswith(".") and d.is_dir()
-        ]
-        apps = [a for a in found if a is not None]
-        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id), reverse=True)]
+        app_ids = [d.name for d in root.iterdir() if not d.name.startswith(".") and d.is_dir()]
+        return self._summaries(app_ids, newest_first=True)
 
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
@@ -462,9 +457,13 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         token_dir = self._state_root() / TOKENS_DIR / token
         if not token or "/" in token or not token_dir.is_dir():
             return []
-        found = [self._summary(app_id) for app_id in os.listdir(token_dir)]
-        apps = [a for a in found if a is not None]
-        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id))]
+        return self._summaries(os.listdir(token_dir), newest_first=False)
+
+    def _summaries(self, app_ids: List[str], newest_first: bool) -> List[ListAppResponse]:
+        """The readable apps of ``app_ids``, by submission time (app id breaking ties)."""
+        found = [s for s in map(self._summary, app_ids) if s is not None]
+        found.sort(key=lambda x: (x[0], x[1].app_id), reverse=newest_first)
+        return [app for _, app in found]
 
     def schedule_keyed(
         self, token: str, dryrun_info: AppDryRunInfo[PopenRequest], reattach_succeeded: bool
