@@ -160,15 +160,14 @@ def replica_tag(pid: int) -> Optional[str]:
     return None
 
 
-def tagged(prefix: str, among: Optional[Iterable[int]] = None) -> Set[int]:
-    """Processes (of ``among``, default all) whose replica tag starts with ``prefix``."""
-    if among is None:
-        if sys.platform.startswith("linux"):
-            among = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        else:
-            import psutil
+def tagged(prefix: str) -> Set[int]:
+    """Processes whose replica tag starts with ``prefix``."""
+    if sys.platform.startswith("linux"):
+        among = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    else:
+        import psutil
 
-            among = psutil.pids()
+        among = psutil.pids()
     me = os.getpid()
     return {p for p in among if p != me and (replica_tag(p) or "").startswith(prefix)}
 
