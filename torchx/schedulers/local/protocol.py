@@ -59,9 +59,6 @@ def may_follow(current: Optional[str], new: str) -> bool:
     return not (current == RUNNING and new == PENDING)
 
 
-# ---------------------------------------------------------------------- typed records
-
-
 class RoleSpec(TypedDict):
     """Retries of one role, as the supervisor applies them."""
 
@@ -271,9 +268,6 @@ def _read_record(path: str) -> Optional[Any]:
         raise BadRecord(path, "it is not valid JSON") from None
 
 
-# ---------------------------------------------------------------------- files
-
-
 def makedirs_private(path: str) -> None:
     """``mkdir -p`` creating each missing directory 0700 (existing ones are left alone)."""
     path = os.path.abspath(path)
@@ -299,9 +293,6 @@ def write_atomic(path: str, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------- lock, transitions
 
 
 @contextlib.contextmanager

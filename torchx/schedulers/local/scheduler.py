@@ -160,8 +160,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 return
         super().build_workspace_and_update_role(role, workspace, cfg)
 
-    # ------------------------------------------------------------------ paths
-
     def _state_root(self) -> Path:
         return torchx_home(self._torchx_home) / "local_cwd" / self.session_name
 
@@ -198,8 +196,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> None:
         """Local runs need no resources; entrypoints must exist (checked at submit, not at run)."""
-
-    # ------------------------------------------------------------------ submit
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         from torchx.specs.serialize import appdef_to_dict
@@ -349,8 +345,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 )
             time.sleep(0.002)
 
-    # ------------------------------------------------------------------ state
-
     def _request(self, app_id: str) -> Optional[Request]:
         """The app's request; None if there is no such app. Raises ``UnreadableAppError``."""
         if not app_id or "/" in app_id or app_id.startswith("."):
@@ -372,8 +366,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             return request, control.observed_state(str(self._app_dir(app_id)), request)
         except BadRecord as e:
             raise UnreadableAppError(app_id, e.path, e.reason) from None
-
-    # ------------------------------------------------------------------ inspect
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         found = self._observe(app_id)
@@ -509,8 +501,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             if checks % 20 == 0 and control.supervisor_alive(str(app_dir)) is False:
                 return
 
-    # ------------------------------------------------------------------ logs
-
     def log_iter(
         self,
         app_id: str,
@@ -544,8 +534,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             return control.observed_state(str(app_dir), request)["state"] in files.TERMINAL
 
         return LogLines(follow_chunks(path, finished), regex)
-
-    # ------------------------------------------------------------------ cancel
 
     def _cancel_existing(self, app_id: str) -> None:
         """Cancel and return once the app is terminal (see ``control.cancel``)."""

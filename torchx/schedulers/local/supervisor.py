@@ -251,8 +251,6 @@ class Supervisor:
         progress = os.path.join(app_dir, files.PROGRESS)
         self.stall = StallClock(float(stall), progress) if stall else None
 
-    # ------------------------------------------------------------------ state
-
     def write_state(self) -> bool:
         """Record the state; False if it was already terminal on disk (then we must stop)."""
         doc: State = {
@@ -273,8 +271,6 @@ class Supervisor:
         if not self.cancel_requested and os.path.exists(os.path.join(self.app_dir, files.CANCEL)):
             self.cancel_requested = True
         return self.cancel_requested
-
-    # ------------------------------------------------------------------ children
 
     def sleep(self, timeout: float) -> None:
         """Until a signal arrives (a child exited, a cancel) or ``timeout`` s passed."""
@@ -358,8 +354,6 @@ class Supervisor:
             self.sleep(0.01)
             self.collect()
 
-    # ------------------------------------------------------------------ policy
-
     def on_exit(self, r: Replica, code: int) -> None:
         r.exited(code)
         if self.quiet:
@@ -401,8 +395,6 @@ class Supervisor:
             return True
         return self.role_ok(role)
 
-    # ------------------------------------------------------------------ stalls
-
     def stalled(self) -> bool:
         """True (with the app's message set) once nothing was printed or reported for
         ``stall_timeout`` s (``torchx.runtime.watchdog.StallClock``)."""
@@ -414,8 +406,6 @@ class Supervisor:
         if reason is not None:
             self.msg = reason
         return reason is not None
-
-    # ------------------------------------------------------------------ main
 
     def _on_term(self, *_: Any) -> None:
         self.cancel_requested = True
