@@ -117,13 +117,9 @@ def _format_request(req: PopenRequest) -> str:
 
 
 class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
-    """Runs replicas as local processes; all state on disk (see module doc).
-
-    A workspace other than the current directory is copied (``LocalDirWorkspaceMixin``)
-    and the role runs in the copy.
-
-    ``close()`` releases nothing and kills nothing: apps outlive the process that launched
-    them (upstream kills them); stop one with ``cancel``.
+    """Runs replicas as local processes, in a copy of the workspace unless it is the current
+    directory. Apps outlive the process that launched them (upstream's ``close()`` kills
+    them; this one does not): stop one with ``cancel``.
     """
 
     def __init__(
@@ -143,8 +139,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         self._extra_paths = extra_paths or []
 
     def close(self) -> None:
-        """Nothing to release: apps and their files live on (see the class doc); only
-        forked supervisors that exited are reaped."""
+        """Reaps forked supervisors that exited; apps and their files live on."""
         launch = sys.modules.get("torchx.schedulers.local.launch")
         if launch is not None:  # not imported: this process started no supervisor
             launch.reap_forked()
