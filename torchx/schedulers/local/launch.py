@@ -4,10 +4,8 @@ is the launcher's child in a session of its own, so it outlives the launcher and
 terminal signal of the launcher reaches it.
 
 A fork without exec is safe only with one thread (another may hold a lock the child then
-waits for forever), counted by ``threading`` and by the kernel (threads of C libraries),
-and the child keeps the launcher's memory for the app's lifetime, so the launcher forks
-only while small (``FORK_MAX_RSS``: the torchx CLI is ~22 MiB). Elsewhere (orchestrator
-workers, notebooks, a process that imported torch, not Linux) it execs.
+waits for forever), counted by ``threading`` and the kernel, and only while the launcher
+is small (``FORK_MAX_RSS``): the child keeps its memory for the app's lifetime.
 
 The forked child inherits nothing that acts on its own: its stdio is ``/dev/null`` and
 ``supervisor.log``, other inherited descriptors point at ``/dev/null`` (replaced, not
