@@ -233,8 +233,7 @@ class Supervisor:
         if request is None:
             raise SystemExit(f"{app_dir}: no request")
         self.request: Request = request
-        self.app_id: str = self.request["app_id"]
-        self.replicas = [Replica(s, self.app_id) for s in self.request["replicas"]]
+        self.replicas = [Replica(s, request["app_id"]) for s in request["replicas"]]
         self.roles: Dict[str, RoleSpec] = self.request["roles"]
         self.retries_left = {name: r["max_retries"] for name, r in self.roles.items()}
         self.num_restarts = 0
