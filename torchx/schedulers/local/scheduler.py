@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from torchx.schedulers.local.launch import Started
     from torchx.schedulers.local.logs import LogLines
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)  # upstream's name for this module's logger
 
 GRACE_SECONDS = files.GRACE_SECONDS
 STDOUT_LOG = "stdout.log"
@@ -421,7 +421,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 return None
             request, doc = found
         except UnreadableAppError as e:
-            logger.warning("skipping %s", e)
+            log.warning("skipping %s", e)
             return None
         resp = ListAppResponse(
             app_id=app_id, state=AppState[doc["state"]], name=request["app"]["name"]
@@ -556,6 +556,3 @@ def create_scheduler(
     **kwargs: Any,
 ) -> LocalScheduler:
     return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths, torchx_home)
-
-
-log = logger  # upstream's name for this module's logger
