@@ -1,20 +1,14 @@
 """Claims on an idempotency token for ``local_cwd``, so racing submitters launch one app.
 
 A token's directory (``$TORCHX_HOME/local_cwd/<session>/.tokens/<token>/``) holds numbered
-claims ``.claim.1``, ``.claim.2``, ... Each names the app its claimant is about to launch
-and the claimant (pid and start stamp). A claim is created whole and at most once: it is
-written to a private temporary file, then hard-linked to its name, which fails if the
-name exists, so of all submitters that try to take claim N exactly one succeeds.
+claims ``.claim.N``, each naming the app its claimant is about to launch and the claimant
+(pid and stamp). A claim is written to a temporary file, then hard-linked to its name,
+which fails if it exists: of all submitters taking claim N, exactly one succeeds.
 
-The highest claim rules the token:
-
-- its app exists: live, the app is the token's (everyone re-attaches to it); SUCCEEDED,
-  it is re-attached on request, else it is stale; FAILED or CANCELLED, it is stale;
-- its app does not exist yet: while the claimant runs it is launching (wait for it);
-  once the claimant died, or gave the claim up (``.claim.N.void``), it is stale.
-
-A stale claim N is replaced by taking claim N+1, again at most one winner. So a submitter
-that crashed between claim and launch blocks nobody: its claim is stale once it is dead.
+The highest claim rules the token. If its app exists, it is the token's while live (or
+SUCCEEDED and re-attached on request), else stale. If not, it is being launched while
+its claimant runs, and stale once the claimant died or gave it up (``.claim.N.void``).
+A stale claim N is replaced by claim N+1, so a crashed submitter blocks nobody.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """A ``local_cwd`` app seen from outside its supervisor: its state, and its cancel.
 
-The supervisor records the state; readers (``describe``, ``list``, ``log_iter``) also
-cover the cases it cannot: before it started, and after it died. They only *read*:
-``observed_state`` derives the state from the files and the processes, and writes
-nothing. What it derives is what the writers will record, so a reader never reports a
-terminal state that a later one contradicts:
+Readers also cover what the supervisor cannot record: before it started and after it
+died. ``observed_state`` derives that state without writing it, and derives what the
+writers will record, so no reader reports a terminal state that a later one contradicts:
 
 - no supervisor ``LAUNCH_TIMEOUT`` s after submission: FAILED (a supervisor starting that
   late records the same and runs nothing);
-- the supervisor is dead: RUNNING while a replica of the app still runs, then FAILED (a
-  dead supervisor does not come back).
-
-Writers are the launcher, the supervisor and ``cancel``, all through
-``protocol.transition`` under the app's lock, so the first terminal state wins for good.
+- the supervisor is dead: RUNNING while a replica of the app still runs, then FAILED.
 """
 
 from __future__ import annotations
@@ -38,27 +32,7 @@ from torchx.schedulers.local.protocol import (
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.01
-NEVER_STARTED = "the local supervisor never started"
 DIED = "the local supervisor process died"
-
-
-def finalize(app_dir: str, state: str, msg: str, locked: bool = False) -> State:
-    """Record a terminal state decided outside the supervisor; returns the state on disk
-    (an earlier terminal state wins)."""
-    doc = _with(protocol.current_state(app_dir), state, msg)
-    doc["updated"] = time.time()
-    if locked:
-        return protocol.transition_locked(app_dir, doc)
-    return protocol.transition(app_dir, doc)
-
-
-def _with(doc: Optional[State], state: str, msg: str) -> State:
-    """``doc`` (if any) with ``state`` and ``msg``."""
-    new: State = {"state": state, "replicas": []}
-    if doc is not None:
-        new.update(doc)
-    new["state"], new["msg"] = state, msg
-    return new
 
 
 def supervisor_alive(app_dir: str) -> Optional[bool]:
@@ -94,19 +68,13 @@ def observed_state(app_dir: str, request: Request) -> State:
     if alive is None:
         if now - request["submitted"] <= protocol.LAUNCH_TIMEOUT:
             return doc or {"state": PENDING, "replicas": []}
-        return _with(doc, FAILED, NEVER_STARTED)
+        return protocol.with_state(doc, FAILED, protocol.NEVER_STARTED)
     doc = protocol.load_state(app_dir)  # it may have finished between the two reads
     if doc is not None and doc["state"] in TERMINAL:
         return doc
     if _left_running(app_dir, doc):
-        return _with(doc, RUNNING, "the local supervisor process died; replicas still running")
-    return _with(doc, FAILED, DIED)
-
-
-def kill_orphaned(app_dir: str, doc: Optional[State]) -> None:
-    """Kill what is left of an app whose supervisor is gone: its recorded replicas (if
-    pid and start time still match) and every process tagged with the app."""
-    procs.kill_tagged_everywhere(f"{os.path.basename(app_dir)}/", _recorded_live(doc))
+        return protocol.with_state(doc, RUNNING, f"{DIED}; replicas still running")
+    return protocol.with_state(doc, FAILED, DIED)
 
 
 def cancel(app_dir: str, request: Request) -> None:
@@ -115,16 +83,12 @@ def cancel(app_dir: str, request: Request) -> None:
     readers already see ended keeps that state."""
     os.close(protocol.open_private(os.path.join(app_dir, protocol.CANCEL)))  # for a starting one
     with protocol.locked(app_dir):
-        now = time.time()
         cur = protocol.current_state(app_dir)
         if cur is not None and cur["state"] in TERMINAL:
             return
         sup = protocol.read_supervisor(app_dir)
         if sup is None:  # not started yet: it will find the app ended and stop
-            if now - request["submitted"] > protocol.LAUNCH_TIMEOUT:
-                finalize(app_dir, FAILED, NEVER_STARTED, locked=True)
-            else:
-                finalize(app_dir, CANCELLED, "cancelled before it started", locked=True)
+            protocol.end_unstarted(app_dir, request)
             return
         if not procs.is_ours(*sup):
             _end_orphaned(app_dir, cur)
@@ -149,7 +113,7 @@ def _end_orphaned(app_dir: str, cur: Optional[State]) -> None:
     """Cancel an app whose supervisor is gone (the caller holds the lock): CANCELLED once
     what is left of it is killed; FAILED as readers already report it if nothing was."""
     if _left_running(app_dir, cur):
-        kill_orphaned(app_dir, cur)
-        finalize(app_dir, CANCELLED, "cancelled (its supervisor was gone)", locked=True)
+        procs.kill_tagged_everywhere(f"{os.path.basename(app_dir)}/", _recorded_live(cur))
+        protocol.finalize(app_dir, CANCELLED, "cancelled (its supervisor was gone)", locked=True)
     else:
-        finalize(app_dir, FAILED, DIED, locked=True)
+        protocol.finalize(app_dir, FAILED, DIED, locked=True)

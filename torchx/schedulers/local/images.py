@@ -1,10 +1,5 @@
-"""Image providers of the local scheduler (upstream's API): what a role's ``image`` means
-on this host, that is which directory a replica runs in and how its entrypoint is found.
-
-``local_cwd`` uses ``CWDImageProvider`` (the image is ignored: run in the current
-directory). ``LocalDirectoryImageProvider`` treats the image as a directory to run in.
-Re-exported by ``torchx.schedulers.local_scheduler``, where upstream defines them.
-Also which GPUs a replica sees (``CUDA_VISIBLE_DEVICES``), the other half of where it runs.
+"""Where a local replica runs: the image providers of upstream's ``local_scheduler`` (what
+a role's ``image`` means on this host, where its entrypoint is found) and which GPUs it sees.
 """
 
 from __future__ import annotations
@@ -177,11 +172,7 @@ def search_path(extra_paths: List[str]) -> str:
     ``python`` are the launcher's, venv activated or not), then ``extra_paths``, then the
     launcher's ``PATH``, without repeats."""
     parts = [os.path.dirname(sys.executable), *extra_paths, os.environ.get("PATH", "")]
-    seen: List[str] = []
-    for p in os.pathsep.join(parts).split(os.pathsep):
-        if p and p not in seen:
-            seen.append(p)
-    return os.pathsep.join(seen)
+    return os.pathsep.join(dict.fromkeys(p for p in os.pathsep.join(parts).split(os.pathsep) if p))
 
 
 def _join_PATH(*paths: Optional[str]) -> str:

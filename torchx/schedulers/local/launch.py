@@ -1,28 +1,16 @@
-"""How the launcher starts an app's supervisor: a fork of itself when that is safe, else
-a new interpreter (``supervisor.command``), as before.
+"""How the launcher starts an app's supervisor: a fork of itself when that is safe (a few
+ms), else a new interpreter (``supervisor.command``, 30-80 ms). Either way the supervisor
+is the launcher's child in a session of its own, so it outlives the launcher and no
+terminal signal of the launcher reaches it.
 
-A new ``python -S -E`` costs 30-80 ms before the replicas start (the interpreter, its
-imports); a fork of the launcher, already initialized, costs a few ms. Both give the same
-process tree: the supervisor is a child of the launcher in a session of its own, so it
-outlives the launcher and no terminal signal of the launcher reaches it.
+A fork without exec is safe only with one thread (another may hold a lock the child then
+waits for forever), counted by ``threading`` and the kernel, and only while the launcher
+is small (``FORK_MAX_RSS``): the child keeps its memory for the app's lifetime.
 
-A fork that does not exec is safe only in a process with one thread (another thread may
-hold a lock the child then waits for forever: the allocator's, logging's, the import
-lock), so the launcher forks only when ``threading`` knows one thread and the kernel too
-(``/proc/self/task``: threads started by C libraries count). And a forked supervisor
-keeps the launcher's memory for the app's lifetime (its pages stay resident in the child
-once the launcher exits), so the launcher forks only while it is small
-(``FORK_MAX_RSS``: the torchx CLI is ~22 MiB, a new supervisor's interpreter ~12 MiB).
-Anywhere else (an orchestrator's worker, a notebook, an event loop with executors, a
-process that imported torch, not Linux) it execs.
-
-The forked child inherits nothing that acts on its own: stdin is ``/dev/null``, stdout
-and stderr go to ``supervisor.log``, every other file descriptor of the launcher now
-points at ``/dev/null`` (a pipe the launcher's caller reads to its end would otherwise
-stay open; replaced rather than closed, so a launcher's object that the child's garbage
-collector finalizes cannot close a file the supervisor opened under the same number),
-Python signal handlers are reset, and it leaves by ``os._exit`` (no ``atexit`` handler,
-no buffered output of the launcher is written twice).
+The forked child inherits nothing that acts on its own: its stdio is ``/dev/null`` and
+``supervisor.log``, other inherited descriptors point at ``/dev/null`` (replaced, not
+closed, so a finalizer cannot close a file the supervisor opened under that number),
+signal handlers are reset, and it leaves by ``os._exit``.
 """
 
 from __future__ import annotations
@@ -47,7 +35,6 @@ class Started:
 
     def __init__(self, pid: int, popen: Optional[subprocess.Popen[bytes]] = None) -> None:
         self.pid = pid
-        self.forked = popen is None
         self._popen = popen
         self.returncode: Optional[int] = None
 

@@ -1,14 +1,9 @@
-"""``local_cwd`` log lines: cut into whole lines (by the supervisor as it writes
-``combined.log``, and by readers), bounded memory, fast for big outputs.
+"""``local_cwd`` log lines, cut into whole lines (by the supervisor as it writes
+``combined.log``, and by readers) in bounded memory. Stdlib only: the supervisor imports it.
 
-Stdlib only: the supervisor imports ``LineBuffer`` from here.
-
-``LogLines`` is what ``LocalScheduler.log_iter`` returns: an iterator of lines (each
-ending in ``\\n``, except a last line that has none), as the Scheduler API promises. A
-printer that wants speed calls ``blocks()`` instead and gets the same text in pieces of
-many whole lines: ``torchx run``/``torchx log`` then print a million lines in a few
-writes instead of a million. A line longer than 1 MiB arrives in marked pieces
-(``LineBuffer``), so a single huge line never has to fit in memory.
+``LogLines`` (what ``LocalScheduler.log_iter`` returns) is an iterator of lines, as the
+Scheduler API promises; its ``blocks()`` gives the same text in pieces of many lines, so
+``torchx run``/``torchx log`` print a million lines in a few writes instead of a million.
 """
 
 from __future__ import annotations

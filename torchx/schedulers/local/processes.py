@@ -1,36 +1,32 @@
-"""Processes of ``local_cwd`` apps: who is ours, and how to end all of them.
+"""Processes of ``local_cwd`` apps: who is ours, and how to end all of them. Stdlib only
+(psutil off Linux, where there is no /proc): the supervisor imports it.
 
-Stdlib only (psutil only off Linux, where /proc is not there to read): the supervisor
-imports it and must start fast.
-
-- A pid alone does not name a process: after it exits, the pid may be reused (or the
-  machine rebooted). Every pid we record comes with a *stamp* (start time and boot id),
-  and a process is ours only if both match.
+- A pid may be reused once its process exited, so every pid we record comes with a
+  *stamp* (start time and boot id), and a process is ours only if both match.
 - Every replica process carries ``TORCHX_LOCAL_REPLICA=<app_id>/<role>/<replica>`` in its
   environment, inherited by everything it starts, so its descendants are found even
-  after they left its process group, its session, or were orphaned.
+  after they left its process group or session, or were orphaned.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 import time
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 REPLICA_ENV = "TORCHX_LOCAL_REPLICA"
-_BOOT_ID: List[str] = []
 
 
+@functools.cache
 def _boot_id() -> str:
-    if not _BOOT_ID:
-        try:
-            with open("/proc/sys/kernel/random/boot_id") as f:
-                _BOOT_ID.append(f.read().strip()[:8])
-        except OSError:
-            _BOOT_ID.append("")
-    return _BOOT_ID[0]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()[:8]
+    except OSError:
+        return ""
 
 
 def _proc_stat(pid: int) -> Optional[List[str]]:
@@ -42,33 +38,31 @@ def _proc_stat(pid: int) -> Optional[List[str]]:
         return None
 
 
-def stamp(pid: int) -> Optional[str]:
-    """A stamp that tells ``pid`` apart from any later process given the same pid."""
+def _probe(pid: int) -> Optional[Tuple[bool, str]]:
+    """``(is a zombie, stamp)`` of ``pid``, or None if there is no such process."""
     if sys.platform.startswith("linux"):
         fields = _proc_stat(pid)
-        return f"{fields[19]}@{_boot_id()}" if fields else None
-    try:
-        import psutil
+        return (fields[0] == "Z", f"{fields[19]}@{_boot_id()}") if fields else None
+    import psutil
 
-        return str(psutil.Process(pid).create_time())
+    try:
+        p = psutil.Process(pid)
+        return p.status() == psutil.STATUS_ZOMBIE, str(p.create_time())
     except psutil.Error:
         return None
+
+
+def stamp(pid: int) -> Optional[str]:
+    """A stamp that tells ``pid`` apart from any later process given the same pid."""
+    found = _probe(pid)
+    return found[1] if found else None
 
 
 def is_ours(pid: object, pid_stamp: object) -> bool:
     """Whether ``pid`` still runs (not a zombie) and is the process that had ``pid_stamp``."""
     if not isinstance(pid, int) or pid <= 0 or not isinstance(pid_stamp, str):
         return False
-    if sys.platform.startswith("linux"):
-        fields = _proc_stat(pid)
-        return fields is not None and fields[0] != "Z" and f"{fields[19]}@{_boot_id()}" == pid_stamp
-    try:
-        import psutil
-
-        p = psutil.Process(pid)
-        return str(p.create_time()) == pid_stamp and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return _probe(pid) == (False, pid_stamp)
 
 
 def set_child_subreaper() -> bool:
@@ -86,15 +80,8 @@ def set_child_subreaper() -> bool:
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not)."""
-    if sys.platform.startswith("linux"):
-        fields = _proc_stat(pid)
-        return fields is not None and fields[0] != "Z"
-    try:
-        import psutil
-
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    found = _probe(pid)
+    return found is not None and not found[0]
 
 
 def own_children() -> Set[int]:
@@ -115,11 +102,6 @@ def own_children() -> Set[int]:
         return kids
     except OSError:
         return set(_children_map().get(os.getpid(), []))
-
-
-def descendants(pid: int) -> Set[int]:
-    """Every live or zombie descendant of ``pid`` (not ``pid`` itself)."""
-    return descendants_of([pid])
 
 
 def descendants_of(pids: Iterable[int]) -> Set[int]:
@@ -159,11 +141,18 @@ def _psutil_children(pid: int, recursive: bool) -> Set[int]:
 
 def replica_tag(pid: int) -> Optional[str]:
     """The ``TORCHX_LOCAL_REPLICA`` of a process (None if unset or unreadable)."""
+    if not sys.platform.startswith("linux"):
+        import psutil
+
+        try:
+            return psutil.Process(pid).environ().get(REPLICA_ENV)
+        except psutil.Error:
+            return None
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             env = f.read()
     except OSError:
-        return _psutil_tag(pid)
+        return None
     key = REPLICA_ENV.encode() + b"="
     for item in env.split(b"\0"):
         if item.startswith(key):
@@ -171,26 +160,14 @@ def replica_tag(pid: int) -> Optional[str]:
     return None
 
 
-def _psutil_tag(pid: int) -> Optional[str]:
+def tagged(prefix: str) -> Set[int]:
+    """Processes whose replica tag starts with ``prefix``."""
     if sys.platform.startswith("linux"):
-        return None
-    try:
+        among = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    else:
         import psutil
 
-        return psutil.Process(pid).environ().get(REPLICA_ENV)
-    except psutil.Error:
-        return None
-
-
-def tagged(prefix: str, among: Optional[Iterable[int]] = None) -> Set[int]:
-    """Processes (of ``among``, default all) whose replica tag starts with ``prefix``."""
-    if among is None:
-        if sys.platform.startswith("linux"):
-            among = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        else:
-            import psutil
-
-            among = psutil.pids()
+        among = psutil.pids()
     me = os.getpid()
     return {p for p in among if p != me and (replica_tag(p) or "").startswith(prefix)}
 
@@ -220,7 +197,7 @@ def kill_tagged_everywhere(prefix: str, roots: Iterable[int] = ()) -> None:
     ``roots`` (pids already checked to be ours); used when the supervisor is gone."""
     known = {}
     for r in roots:
-        for p in {r} | descendants(r):
+        for p in {r} | descendants_of([r]):
             st = stamp(p)
             if st:
                 known[p] = st

@@ -1,19 +1,15 @@
 """What the ``local_cwd`` scheduler and its supervisor agree on: the files of an app's
-directory, the typed request and state written there, the state names and the
-transitions allowed between them, and the lock every writer holds.
+directory, the typed records written there, the states and their transitions, and the
+lock every writer holds. Stdlib only: the supervisor imports it.
 
-Stdlib only, and nothing slow to import: the supervisor imports it (see ``supervisor``).
+An app directory holds ``request.json`` (a ``Request``, written once by the launcher),
+``state.json`` (a ``State``, replaced atomically on every change), ``supervisor.pid``
+(``PID STAMP``, written once its signal handlers are installed), ``cancel``,
+``state.lock`` and ``progress.json`` (rank 0's last progress report). Directories are
+0700 and files 0600: the request holds the replicas' environment, which may hold secrets.
 
-An app directory holds ``request.json`` (a ``Request``: what to run, written once by the
-launcher), ``state.json`` (a ``State``, replaced atomically on every change),
-``supervisor.pid`` (``PID STAMP``, written by the supervisor once its signal handlers are
-installed), ``cancel`` (created by ``cancel``), ``state.lock`` and ``progress.json`` (rank
-0's last progress report, written by the job). Every directory is created 0700 and every
-file 0600: the request holds the replicas' environment, which may hold secrets.
-
-The state on disk only moves forward (``may_follow``): PENDING, RUNNING, then one
-terminal state that never changes again. Every writer goes through ``transition``, which
-holds ``state.lock`` and refuses any other move. Readers never write.
+The state only moves forward (``may_follow``): every writer goes through ``transition``
+under ``state.lock``, so the first terminal state stays. Readers never write.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 import typing
 from typing import Any, Dict, Iterator, List, Optional, TypedDict
 
@@ -38,6 +35,7 @@ GRACE_SECONDS = 5.0
 # a request whose supervisor has not published its pid this long after submission never
 # runs: readers report it FAILED, and a supervisor that starts later refuses to run it
 LAUNCH_TIMEOUT = 60.0
+NEVER_STARTED = "the local supervisor never started"
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -59,9 +57,6 @@ def may_follow(current: Optional[str], new: str) -> bool:
     if current in TERMINAL:
         return False
     return not (current == RUNNING and new == PENDING)
-
-
-# ---------------------------------------------------------------------- typed records
 
 
 class RoleSpec(TypedDict):
@@ -146,11 +141,9 @@ def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
         if any(_problem(value, a, where) is None for a in args):
             return None
         return f"bad {where!r}"
-    if tp is type(None):
-        return None if value is None else f"bad {where!r}"
     if typing.is_typeddict(tp):
         if not isinstance(value, dict):
-            return f"{where or 'it'} is not a JSON object" if where else "not a JSON object"
+            return f"{where} is not a JSON object" if where else "not a JSON object"
         hints = _HINTS.get(tp)
         if hints is None:
             hints = _HINTS[tp] = typing.get_type_hints(tp)
@@ -261,13 +254,18 @@ def read_supervisor(app_dir: str) -> Optional[tuple[int, str]]:
 
 
 def _read_record(path: str) -> Optional[Any]:
+    """The parsed file; None if it does not exist; ``BadRecord`` if unreadable or not JSON."""
     try:
-        return read_json(path)
-    except ValueError as e:
-        raise BadRecord(path, str(e)) from None
-
-
-# ---------------------------------------------------------------------- files
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise BadRecord(path, f"cannot read it ({e.strerror})") from None
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise BadRecord(path, "it is not valid JSON") from None
 
 
 def makedirs_private(path: str) -> None:
@@ -297,28 +295,6 @@ def write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_json_atomic(path: str, data: Any) -> None:
-    write_atomic(path, json.dumps(data))
-
-
-def read_json(path: str) -> Optional[Any]:
-    """The parsed file; None if it does not exist. Raises ValueError for other bad content."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise ValueError(f"cannot read it ({e.strerror})") from None
-    try:
-        return json.loads(data)
-    except ValueError:
-        raise ValueError("it is not valid JSON") from None
-
-
-# ---------------------------------------------------------------------- lock, transitions
-
-
 @contextlib.contextmanager
 def locked(app_dir: str) -> Iterator[None]:
     """Hold the app's state lock (across processes)."""
@@ -346,8 +322,36 @@ def transition_locked(app_dir: str, doc: State) -> State:
     cur = current_state(app_dir)
     if cur is not None and not may_follow(cur["state"], doc["state"]):
         return cur
-    write_json_atomic(os.path.join(app_dir, STATE), doc)
+    write_atomic(os.path.join(app_dir, STATE), json.dumps(doc))
     return doc
+
+
+def with_state(doc: Optional[State], state: str, msg: str) -> State:
+    """``doc`` (if any) with ``state`` and ``msg``."""
+    new: State = {"state": state, "replicas": []}
+    if doc is not None:
+        new.update(doc)
+    new["state"], new["msg"] = state, msg
+    return new
+
+
+def finalize(app_dir: str, state: str, msg: str, locked: bool = False) -> State:
+    """Record a terminal state decided outside the supervisor's run; returns the state on
+    disk (an earlier terminal state wins)."""
+    doc = with_state(current_state(app_dir), state, msg)
+    doc["updated"] = time.time()
+    if locked:
+        return transition_locked(app_dir, doc)
+    return transition(app_dir, doc)
+
+
+def end_unstarted(app_dir: str, request: Request) -> None:
+    """End an app whose replicas never started (the caller holds the lock): FAILED past
+    ``LAUNCH_TIMEOUT``, as readers report it by then, else CANCELLED."""
+    if time.time() - request["submitted"] > LAUNCH_TIMEOUT:
+        finalize(app_dir, FAILED, NEVER_STARTED, locked=True)
+    else:
+        finalize(app_dir, CANCELLED, "cancelled before it started", locked=True)
 
 
 def is_terminal_on_disk(app_dir: str) -> bool:

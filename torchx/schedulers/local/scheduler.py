@@ -1,14 +1,12 @@
-"""``LocalScheduler``: the ``Scheduler`` of ``local_cwd`` over the app files of
-``protocol``, the supervisor it starts, and the readers of ``control`` and ``logs``
-(how it all works: the ``torchx.schedulers.local`` package doc).
+"""``LocalScheduler``: the ``Scheduler`` of ``local_cwd`` (how it works: the package doc).
 
-``launch`` (with the supervisor and ``subprocess``), ``control``, ``claims`` and ``logs``
-are imported by the methods that use them: a dry run needs none of them, and every
-``torchx run`` starts with one.
+``launch``, ``control``, ``claims`` and ``logs`` are imported by the methods that use
+them: a dry run, which every ``torchx run`` starts with, needs none of them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -31,10 +29,8 @@ from torchx.schedulers.api import (
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.local import protocol as files
 from torchx.schedulers.local.images import (
-    ENV_CUDA_VISIBLE_DEVICES,
     CWDImageProvider,
     ImageProvider,
-    LocalDirectoryImageProvider,
     LocalOpts,
     ReplicaParam,
     _join_PATH,
@@ -66,24 +62,7 @@ if TYPE_CHECKING:
     from torchx.schedulers.local.launch import Started
     from torchx.schedulers.local.logs import LogLines
 
-__all__ = [
-    "COMBINED_LOG",
-    "CWDImageProvider",
-    "ENV_CUDA_VISIBLE_DEVICES",
-    "GRACE_SECONDS",
-    "ImageProvider",
-    "LocalDirectoryImageProvider",
-    "LocalOpts",
-    "LocalScheduler",
-    "PopenRequest",
-    "ReplicaParam",
-    "STDERR_LOG",
-    "STDOUT_LOG",
-    "UnreadableAppError",
-    "create_scheduler",
-]
-
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)  # upstream's name for this module's logger
 
 GRACE_SECONDS = files.GRACE_SECONDS
 STDOUT_LOG = "stdout.log"
@@ -138,13 +117,9 @@ def _format_request(req: PopenRequest) -> str:
 
 
 class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
-    """Runs replicas as local processes; all state on disk (see module doc).
-
-    A workspace other than the current directory is copied (``LocalDirWorkspaceMixin``)
-    and the role runs in the copy.
-
-    ``close()`` releases nothing and kills nothing: apps outlive the process that launched
-    them (upstream kills them); stop one with ``cancel``.
+    """Runs replicas as local processes, in a copy of the workspace unless it is the current
+    directory. Apps outlive the process that launched them (upstream's ``close()`` kills
+    them; this one does not): stop one with ``cancel``.
     """
 
     def __init__(
@@ -160,12 +135,11 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         if cache_size <= 0:
             raise ValueError("cache size must be greater than zero")
         self._image_provider_class = image_provider_class
-        self._cache_size = cache_size  # upstream's LRU size; local_cwd keeps every app
+        self._cache_size = cache_size  # upstream's LRU size (its tests read it); all apps are kept
         self._extra_paths = extra_paths or []
 
     def close(self) -> None:
-        """Nothing to release: apps and their files live on (see the class doc); only
-        forked supervisors that exited are reaped."""
+        """Reaps forked supervisors that exited; apps and their files live on."""
         launch = sys.modules.get("torchx.schedulers.local.launch")
         if launch is not None:  # not imported: this process started no supervisor
             launch.reap_forked()
@@ -180,8 +154,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             if os.path.realpath(path) == os.path.realpath(os.getcwd()):
                 return
         super().build_workspace_and_update_role(role, workspace, cfg)
-
-    # ------------------------------------------------------------------ paths
 
     def _state_root(self) -> Path:
         return torchx_home(self._torchx_home) / "local_cwd" / self.session_name
@@ -219,8 +191,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> None:
         """Local runs need no resources; entrypoints must exist (checked at submit, not at run)."""
-
-    # ------------------------------------------------------------------ submit
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         from torchx.specs.serialize import appdef_to_dict
@@ -337,7 +307,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             stall_timeout=req.stall_timeout,
             submitted=time.time(),
         )
-        files.write_json_atomic(str(app_dir / files.REQUEST), request)
+        files.write_atomic(str(app_dir / files.REQUEST), json.dumps(request))
         if req.idempotency_token:
             token_dir = root / TOKENS_DIR / req.idempotency_token
             files.makedirs_private(str(token_dir))
@@ -361,9 +331,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             if proc.poll() is not None and not state.exists():
                 log = (app_dir / files.SUPERVISOR_LOG).read_text(errors="replace").strip()
                 msg = f"the local supervisor exited with {proc.returncode}: {log[-500:]}"
-                from torchx.schedulers.local import control
-
-                control.finalize(str(app_dir), "FAILED", msg)
+                files.finalize(str(app_dir), files.FAILED, msg)
                 raise RuntimeError(msg)
             if time.monotonic() > deadline:
                 raise RuntimeError(
@@ -371,8 +339,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                     f" (see {app_dir})"
                 )
             time.sleep(0.002)
-
-    # ------------------------------------------------------------------ state
 
     def _request(self, app_id: str) -> Optional[Request]:
         """The app's request; None if there is no such app. Raises ``UnreadableAppError``."""
@@ -395,8 +361,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             return request, control.observed_state(str(self._app_dir(app_id)), request)
         except BadRecord as e:
             raise UnreadableAppError(app_id, e.path, e.reason) from None
-
-    # ------------------------------------------------------------------ inspect
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         found = self._observe(app_id)
@@ -457,7 +421,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 return None
             request, doc = found
         except UnreadableAppError as e:
-            logger.warning("skipping %s", e)
+            log.warning("skipping %s", e)
             return None
         resp = ListAppResponse(
             app_id=app_id, state=AppState[doc["state"]], name=request["app"]["name"]
@@ -469,13 +433,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         root = self._state_root()
         if not root.is_dir():
             return []
-        found = [
-            self._summary(d.name)
-            for d in root.iterdir()
-            if not d.name.startswith(".") and d.is_dir()
-        ]
-        apps = [a for a in found if a is not None]
-        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id), reverse=True)]
+        app_ids = [d.name for d in root.iterdir() if not d.name.startswith(".") and d.is_dir()]
+        return self._summaries(app_ids, newest_first=True)
 
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
@@ -485,9 +444,13 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         token_dir = self._state_root() / TOKENS_DIR / token
         if not token or "/" in token or not token_dir.is_dir():
             return []
-        found = [self._summary(app_id) for app_id in os.listdir(token_dir)]
-        apps = [a for a in found if a is not None]
-        return [a for _, a in sorted(apps, key=lambda x: (x[0], x[1].app_id))]
+        return self._summaries(os.listdir(token_dir), newest_first=False)
+
+    def _summaries(self, app_ids: List[str], newest_first: bool) -> List[ListAppResponse]:
+        """The readable apps of ``app_ids``, by submission time (app id breaking ties)."""
+        found = [s for s in map(self._summary, app_ids) if s is not None]
+        found.sort(key=lambda x: (x[0], x[1].app_id), reverse=newest_first)
+        return [app for _, app in found]
 
     def schedule_keyed(
         self, token: str, dryrun_info: AppDryRunInfo[PopenRequest], reattach_succeeded: bool
@@ -533,8 +496,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             if checks % 20 == 0 and control.supervisor_alive(str(app_dir)) is False:
                 return
 
-    # ------------------------------------------------------------------ logs
-
     def log_iter(
         self,
         app_id: str,
@@ -569,8 +530,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
 
         return LogLines(follow_chunks(path, finished), regex)
 
-    # ------------------------------------------------------------------ cancel
-
     def _cancel_existing(self, app_id: str) -> None:
         """Cancel and return once the app is terminal (see ``control.cancel``)."""
         from torchx.schedulers.local import control
@@ -597,6 +556,3 @@ def create_scheduler(
     **kwargs: Any,
 ) -> LocalScheduler:
     return LocalScheduler(session_name, image_provider_class, cache_size, extra_paths, torchx_home)
-
-
-log = logger  # upstream's name for this module's logger

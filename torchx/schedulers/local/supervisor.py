@@ -1,27 +1,20 @@
-"""The per-app supervisor of ``local_cwd``: a small detached process that starts the
-replicas, copies their output to log files, applies retries and records every state
-change on disk (the files and states of ``protocol``).
+"""The per-app supervisor of ``local_cwd``: a detached process that starts the replicas,
+copies their output to log files, applies retries and records every state change.
 
-It is a fork of a small single-threaded launcher, or else started as
-``python -S -E -c BOOT PKG_ROOT APP_DIR`` (``command``; see ``launch``). That bare
-interpreter has no ``site``, so this module and everything it imports must be stdlib only
-(plus psutil off Linux): ``torchx``, ``torchx.schedulers``, ``torchx.schedulers.local``
-and the ``protocol``, ``processes`` and ``logs`` modules of this package
-(``tests/util/test_import_graph.py`` checks it).
+``launch`` forks it or starts it as a bare ``python -S -E`` (``command``), so it and what
+it imports are stdlib only, plus psutil off Linux (``tests/util/test_import_graph.py``).
 
-- Every process an app starts stays under its supervisor: it is a child subreaper
-  (Linux), so descendants that daemonize or ``setsid`` re-parent to it, and each replica's
-  processes carry the replica's tag (``processes``).
-- A replica is its whole process tree: when its main process exits (or is killed, as a
-  torchrun agent may be), whatever it left running is killed at once, as a lost node's.
-- ``cancel`` (SIGTERM, or the ``cancel`` file) sends SIGTERM to every process of the app,
-  then SIGKILL to whatever still runs after ``GRACE_SECONDS``, and only then records
-  CANCELLED. A gang failure stops the other replicas the same way.
+- It is a child subreaper (Linux), so descendants that daemonize or ``setsid`` re-parent
+  to it, and each replica's processes carry the replica's tag (``processes``).
+- A replica is its whole process tree: when its main process exits, whatever it left
+  running is killed at once, as a lost node's.
+- A cancel (SIGTERM, or the ``cancel`` file) or a gang failure sends SIGTERM to every
+  process of the app, SIGKILL after ``GRACE_SECONDS``, and only then records the end.
 - Output goes through pipes read here, so a replica's last line is on disk before its
-  exit is recorded; ``combined.log`` gets whole lines, a line over 1 MiB in marked pieces.
-- With a ``stall_timeout`` in the request, an app whose replicas neither print nor report
-  progress (``progress.json`` changes) for that long is stopped like a gang failure and
-  ends FAILED, ``stalled: ...``: enforced here, so it holds whether or not anyone waits.
+  exit is recorded.
+- With a ``stall_timeout``, an app whose replicas neither print nor report progress for
+  that long is stopped like a gang failure and ends FAILED (``stalled: ...``), enforced
+  here so it holds whether or not anyone waits.
 """
 
 from __future__ import annotations
@@ -240,8 +233,7 @@ class Supervisor:
         if request is None:
             raise SystemExit(f"{app_dir}: no request")
         self.request: Request = request
-        self.app_id: str = self.request["app_id"]
-        self.replicas = [Replica(s, self.app_id) for s in self.request["replicas"]]
+        self.replicas = [Replica(s, request["app_id"]) for s in request["replicas"]]
         self.roles: Dict[str, RoleSpec] = self.request["roles"]
         self.retries_left = {name: r["max_retries"] for name, r in self.roles.items()}
         self.num_restarts = 0
@@ -257,8 +249,6 @@ class Supervisor:
         stall = self.request["stall_timeout"]
         progress = os.path.join(app_dir, files.PROGRESS)
         self.stall = StallClock(float(stall), progress) if stall else None
-
-    # ------------------------------------------------------------------ state
 
     def write_state(self) -> bool:
         """Record the state; False if it was already terminal on disk (then we must stop)."""
@@ -280,8 +270,6 @@ class Supervisor:
         if not self.cancel_requested and os.path.exists(os.path.join(self.app_dir, files.CANCEL)):
             self.cancel_requested = True
         return self.cancel_requested
-
-    # ------------------------------------------------------------------ children
 
     def sleep(self, timeout: float) -> None:
         """Until a signal arrives (a child exited, a cancel) or ``timeout`` s passed."""
@@ -315,7 +303,7 @@ class Supervisor:
         """Live processes of ``targets`` (all our descendants when None)."""
         if not procs.own_children():
             return set()
-        everything = procs.descendants(os.getpid())
+        everything = procs.descendants_of([os.getpid()])
         if targets is None:
             found = everything
         else:
@@ -365,8 +353,6 @@ class Supervisor:
             self.sleep(0.01)
             self.collect()
 
-    # ------------------------------------------------------------------ policy
-
     def on_exit(self, r: Replica, code: int) -> None:
         r.exited(code)
         if self.quiet:
@@ -408,8 +394,6 @@ class Supervisor:
             return True
         return self.role_ok(role)
 
-    # ------------------------------------------------------------------ stalls
-
     def stalled(self) -> bool:
         """True (with the app's message set) once nothing was printed or reported for
         ``stall_timeout`` s (``torchx.runtime.watchdog.StallClock``)."""
@@ -421,8 +405,6 @@ class Supervisor:
         if reason is not None:
             self.msg = reason
         return reason is not None
-
-    # ------------------------------------------------------------------ main
 
     def _on_term(self, *_: Any) -> None:
         self.cancel_requested = True
@@ -442,24 +424,15 @@ class Supervisor:
             cur = files.current_state(self.app_dir)
             if cur is not None and cur["state"] in files.TERMINAL:
                 return False  # finalized already (a cancel before we started)
-            if time.time() - self.request["submitted"] > files.LAUNCH_TIMEOUT:
-                # readers already report it FAILED (pid published after that): agree
-                self.state, self.msg = FAILED, "the local supervisor never started"
-                self.write_locked()
-                return False
-            if self.cancelling():
-                self.state, self.msg = CANCELLED, "cancelled before it started"
-                self.write_locked()
+            late = time.time() - self.request["submitted"] > files.LAUNCH_TIMEOUT
+            if late or self.cancelling():  # late: readers report it FAILED already
+                files.end_unstarted(self.app_dir, self.request)
                 return False
         for r in self.replicas:
             if self.cancelling():
                 break
             r.start()
         return True
-
-    def write_locked(self) -> None:
-        doc: State = {"state": self.state, "msg": self.msg, "replicas": [], "updated": time.time()}
-        files.transition_locked(self.app_dir, doc)
 
     def run(self) -> int:
         if not self.start():
