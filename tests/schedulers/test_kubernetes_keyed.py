@@ -194,6 +194,36 @@ def test_a_claim_without_its_job_is_live_for_a_while_then_failed(srv: KMockServe
     assert srv.names(VOLCANO_JOBS, NS) == [_name(retried)]
 
 
+def test_a_cancel_between_a_claim_and_its_job_ends_the_job(
+    srv: KMockServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A racer re-attaches to the winner's claim before the winner's job exists and cancels
+    it there: the winner, creating its job after that, cancels it at once."""
+    from kubernetes.client import CoreV1Api
+
+    key = "dag/train/gap"
+    create_claim = CoreV1Api.create_namespaced_config_map
+    cancelled: List[str] = []
+
+    def claim_then_a_racer_cancels(self: CoreV1Api, *args: Any, **kwargs: Any) -> Any:
+        created = create_claim(self, *args, **kwargs)
+        monkeypatch.setattr(CoreV1Api, "create_namespaced_config_map", create_claim)
+        with get_runner() as racer:
+            handle = racer.run(echo_app(), "kubernetes", CFGS["volcano"], idempotency_key=key)
+            assert racer.reattached(handle)
+            racer.cancel(handle)
+        cancelled.append(handle)
+        return created
+
+    monkeypatch.setattr(CoreV1Api, "create_namespaced_config_map", claim_then_a_racer_cancels)
+    with get_runner() as runner:
+        winner = runner.run(echo_app(), "kubernetes", CFGS["volcano"], idempotency_key=key)
+        status = runner.status(winner)
+    assert cancelled == [winner]
+    assert status is not None and status.state == AppState.CANCELLED
+    assert srv.names(VOLCANO_JOBS, NS) == []
+
+
 def test_unkeyed_submits_no_claim_and_a_keyed_claim_is_in_its_namespace(srv: KMockServer) -> None:
     mark = srv.request_count()
     with get_runner() as runner:

@@ -351,6 +351,9 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 self._delete(kind, req.namespace, name)
             raise self._api_error(e, req) from None
         self._kinds[app_id] = req.job_type
+        claim = self._claim(req.namespace, req.name) if req.claim is not None else None
+        if claim is not None and claims.claim_state(claim)[0] == AppState.CANCELLED:
+            self._cancel_existing(app_id)  # a re-attached racer cancelled it before its job
         return app_id
 
     def schedule_keyed(
