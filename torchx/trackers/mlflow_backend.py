@@ -1,13 +1,8 @@
-"""MLflow tracker (``mlflow``): one MLflow run per torchx job, with lineage.
+"""MLflow tracker (``mlflow``): one MLflow run per torchx job, with lineage (docs/tracking.md).
 
-Config: a tracking URI (``sqlite:///...``, ``http://host:5000``) or a file of ``key=value``
-lines (``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset:
-``$MLFLOW_TRACKING_URI``, else a sqlite store under ``$TORCHX_HOME/mlflow`` (0700, 0600).
-``MlflowBackend`` (the Runner's) opens a job's run before the submit and gives its roles
-``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI`` and ``MLFLOW_EXPERIMENT_ID``; ``MLflowTracker``
-(ranks, pipelines, ``torchx tracker``) records into that run, and finds a pipeline's run by
-its ``torchx.job_id`` tag. Runs, tags and metrics go by REST, or as rows on a sqlite store
-(``mlflow_sqlite``): no ``import mlflow`` (seconds of CPU).
+Config: a tracking URI or a file of ``key=value`` lines (``tracking_uri``, ``experiment_name``,
+``artifact_location``, ``ui_url``). ``MlflowBackend`` (the Runner's) opens and ends a job's
+run; ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""An MLflow tracking server as MLflow's own client reaches it: its documented client settings
-(credentials, TLS, retries, timeout) read from the environment with MLflow's defaults, and
-credentials in the URI (``https://user:pw@host``) used the way ``requests`` uses them for
-MLflow. ``redact`` gives the URI without them, for every message and link."""
+"""An MLflow tracking server reached as MLflow's own client reaches it: its documented client
+settings from the environment, with MLflow's defaults (docs/tracking.md). ``redact`` gives
+a URI without its credentials, for every message and link."""
 
 from __future__ import annotations
 
