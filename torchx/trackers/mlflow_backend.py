@@ -31,14 +31,13 @@ from torchx.trackers.api import (
     tracker_config_env_var_name,
 )
 from torchx.trackers.mlflow_http import client_env, redact
-from torchx.trackers.mlflow_rest import MlflowRest
+from torchx.trackers.mlflow_rest import MlflowRest, quote
 from torchx.trackers.mlflow_sqlite import SqliteStore, now_ms
 from torchx.trackers.mlflow_store import (
     SQLITE,
     RunStore,
     is_http,
     open_store,
-    quote,
     search_runs,
     sqlite_file,
 )
