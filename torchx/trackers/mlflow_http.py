@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Union
 
 from torchx.trackers.api import TrackerConfigError
 from torchx.util.modules import import_optional
@@ -126,19 +126,12 @@ class HttpSettings:
         return session
 
 
-def split_userinfo(uri: str) -> Tuple[str, Optional[str]]:
-    """``(uri without user:password@, the user)``; the same URI when it has none."""
+def redact(uri: str) -> str:
+    """The URI as messages, links and records may show it: without ``user:password@``."""
     parts = urllib.parse.urlsplit(uri)
     if "@" not in parts.netloc:
-        return uri, None
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user = urllib.parse.unquote(userinfo.partition(":")[0])
-    return urllib.parse.urlunsplit(parts._replace(netloc=host)), user
-
-
-def redact(uri: str) -> str:
-    """The URI as messages, links and records may show it: without credentials."""
-    return split_userinfo(uri)[0]
+        return uri
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def client_env(env: Mapping[str, str] = os.environ) -> Dict[str, str]:
