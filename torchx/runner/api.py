@@ -213,10 +213,7 @@ class Runner:
         pending or running app of the key (submitted from any process or machine) is
         returned and nothing is submitted; a SUCCEEDED one only with ``reattach_succeeded``;
         a FAILED or CANCELLED one never. Racing callers get one handle
-        (``Scheduler.schedule_keyed``): where the scheduler can, the key is claimed before
-        launching; elsewhere the oldest live submission wins, newer ones are cancelled (by
-        their submitter, else by the next caller that finds them live). A loser's tracker
-        run ends KILLED, tagged with the winner's handle.
+        (``Scheduler.schedule_keyed``; how, per scheduler: docs/differences.md).
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED

@@ -69,12 +69,9 @@ def each_replica(
 
 
 class LogCursor:
-    """One log (a replica's stream) read on demand, with no thread: ``read_new`` is given the
-    log as it is now (``Scheduler.log_iter`` without tailing) and returns the lines after
-    those it returned before (a last line still without its newline waits for it, unless
-    ``final``). For a caller that polls many replicas from one place (the Airflow
-    triggerer's shared poller). The log is read from its start each time, so a caller
-    that knows the log's file asks ``grew()`` first."""
+    """One replica's log read on demand, with no thread, for a caller that polls many
+    replicas from one place (the Airflow triggerer's poller): ``read_new`` takes the whole
+    log as it is now and returns the lines it did not return before."""
 
     def __init__(self, role: str, replica: int, stream: Stream, path: Optional[str] = None) -> None:
         self.role = role
@@ -97,7 +94,8 @@ class LogCursor:
         return self._stat != before
 
     def read_new(self, lines: Iterable[str], final: bool = False) -> List[str]:
-        """The new lines of ``lines`` (without their newlines)."""
+        """The new lines of ``lines``, without their newlines (a last line still without its
+        newline waits for it, unless ``final``)."""
         new = _after(lines, self.seen)
         if new and not final and not new[-1].endswith("\n"):
             new.pop()

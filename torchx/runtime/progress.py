@@ -7,6 +7,7 @@ batches. Readers, limits and the tracker's metrics: docs/progress.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -94,13 +95,9 @@ class Progress:
         return ", ".join(parts)
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "step": self.step,
-            "total": self.total,
-            "time": self.time,
-            "rate": self.rate,
-            "metrics": dict(self.metrics),
-        }
+        doc = dataclasses.asdict(self)
+        del doc["from_tracker"]  # how it was read, not part of the report
+        return doc
 
 
 def _duration(seconds: float) -> str:

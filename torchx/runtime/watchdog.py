@@ -76,13 +76,9 @@ def _last_step(progress_path: Optional[str]) -> Optional[int]:
 
 
 class StallClock:
-    """When a job last showed life: ``active()`` on output; a change of the progress file
-    (inode, mtime) counts when ``stalled()`` looks. Monotonic time, one process's view.
-
-    A gang is judged as a whole where its replicas share a directory: ``peers`` is a glob
-    of files whose mtime is a peer's output (Slurm's logs, or the ``beacon`` files the
-    peers' watchdogs touch at most once a second on output), looked at only once this
-    replica itself has been silent for the timeout (so a gang costs few ``stat`` calls)."""
+    """When a job last showed life: ``active()`` on output, a change of the progress file
+    when ``stalled()`` looks. ``peers``: a glob of files whose mtime is a peer's output
+    (Slurm's logs, the peers' ``beacon`` files), stat'ed only once this replica is silent."""
 
     def __init__(
         self,
