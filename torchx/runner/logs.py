@@ -19,7 +19,6 @@ def tail_app_logs(
     handle: str,
     emit: Callable[[str, int, str], None],
     should_tail: bool = True,
-    stop: Optional[threading.Event] = None,
 ) -> List[BaseException]:
     """Call ``emit(role, replica, line)`` for each line (without its newline) as it is written.
 
@@ -35,17 +34,14 @@ def tail_app_logs(
             with lock:
                 emit(role, k, line.rstrip("\n"))
 
-    return each_replica([(r.name, k) for r in app.roles for k in range(r.num_replicas)], copy, stop)
+    return each_replica([(r.name, k) for r in app.roles for k in range(r.num_replicas)], copy)
 
 
 def each_replica(
-    replicas: Sequence[Tuple[str, int]],
-    read: Callable[[str, int, int], None],
-    stop: Optional[threading.Event] = None,
+    replicas: Sequence[Tuple[str, int]], read: Callable[[str, int, int], None]
 ) -> List[BaseException]:
-    """Run ``read(role, replica, index in replicas)`` in a daemon thread per replica. Returns
-    the errors they raised once all ended, or soon after ``stop`` is set, without waiting
-    for a replica's next line (its reader ends at that line if ``read`` then raises)."""
+    """Run ``read(role, replica, index in replicas)`` in a daemon thread per replica; the
+    errors they raised, once all ended."""
     errors: List[BaseException] = []
 
     def run(role: str, k: int, i: int) -> None:
@@ -62,9 +58,7 @@ def each_replica(
         t.start()
     for t in threads:
         while t.is_alive():
-            if stop is not None and stop.is_set():
-                return list(errors)
-            t.join(timeout=0.2)  # wakes up for signals (Ctrl-C, SIGTERM) and ``stop``
+            t.join(timeout=0.2)  # wakes up for signals (Ctrl-C, SIGTERM)
     return errors
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
@@ -19,8 +18,6 @@ from torchx.trackers.env import (  # noqa: F401 (this module's public names)
     UNDEFINED_RUN_ID,
     tracker_config_env_var_name,
 )
-
-logger = logging.getLogger(__name__)
 
 Latest = Dict[str, Tuple[float, int]]  # {metric: (value, timestamp ms)}
 MetricRow = Tuple[str, float, int, int]  # (key, value, timestamp ms, step)

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import importlib.util
 import json
-import logging
 import os
 import re
 import shutil
@@ -43,8 +42,6 @@ from torchx.trackers.mlflow_store import (
 )
 from torchx.util.modules import MissingExtraError, import_optional
 from torchx.util.paths import torchx_home
-
-logger = logging.getLogger(__name__)
 
 TAG_JOB_ID = "torchx.job_id"
 TAG_PARENT = "torchx.parent_run_id"
