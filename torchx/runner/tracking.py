@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import logging
 import re
@@ -283,48 +282,30 @@ class JobRecorder:
         return on_run is not None and on_run.step == step and round(on_run.time * 1000) >= ts
 
     def end(self, handle: str, roles: Sequence[Role], state: AppState, msg: str) -> None:
-        """Record the app's end (``ended``), then end its run with ``state``, unless a late
-        look finds a run that a watcher recorded (its hours) and ended: its end stands."""
+        """Record the app's end on its runs (the last report, resource-hours, a FAILED app's
+        reason), then end them with ``state``. A late look (this Runner did not watch the
+        app) after a watching Runner recorded the end adds nothing and leaves an ended run
+        as it is (docs/tracking.md)."""
         roles, env, trackers = self._job(handle, roles)
-        report = functools.partial(self._report, handle)  # read only if it is recorded
         seen = time.time()  # one end for the hours and the run (recording takes time)
-        recorded = self.ended(handle, trackers, env, roles, state, msg, report, seen)
-        if trackers and not (recorded and self._run_ended(trackers, handle, env)):
-            self._session.close_job_run(trackers, handle, env, state, int(seen * 1000))
-
-    def ended(
-        self,
-        handle: str,
-        trackers: Mapping[str, Optional[str]],
-        env: Mapping[str, str],
-        roles: Sequence[Role],
-        state: AppState,
-        msg: str,
-        report: Callable[[], Optional[Progress]],
-        seen: Optional[float] = None,
-    ) -> bool:
-        """Record the app's end (seen at ``seen``, epoch s; None: now) before its run closes:
-        the last report, resource-hours and a FAILED app's reason. Returns whether a watching
-        Runner recorded it already (a late look then adds nothing; docs/tracking.md)."""
         watch = self._watched.get(handle)
         late = watch is None
         if watch is None:
             watch = self._watched[handle] = _Watch(dict(trackers), dict(env), job_start(env))
-        # a late look after a watching Runner recorded the end adds nothing: its records stand
         settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
         if watch.start is not None and not settled:
-            self.hours[handle] = resource_hours(roles, watch.start, seen or time.time())
-        if settled or not watch.trackers:
-            return settled
-        self.fill_in_report(watch, handle, report())
-        tags = {}
-        if state == AppState.FAILED and msg and msg != "<NONE>":
-            tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
-        hours = self.hours.get(handle)
-        metrics = hours.metrics() if hours is not None else {}
-        if metrics or tags:
-            self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
-        return False
+            self.hours[handle] = resource_hours(roles, watch.start, seen)
+        if watch.trackers and not settled:
+            self.fill_in_report(watch, handle, self._report(handle))
+            tags = {}
+            if state == AppState.FAILED and msg and msg != "<NONE>":
+                tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
+            hours = self.hours.get(handle)
+            metrics = hours.metrics() if hours is not None else {}
+            if metrics or tags:
+                self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
+        if trackers and not (settled and self._run_ended(trackers, handle, env)):
+            self._session.close_job_run(trackers, handle, env, state, int(seen * 1000))
 
     def tracked_progress(
         self, handle: str, describe: Callable[[str], Optional[AppDef]]
