@@ -360,8 +360,7 @@ class Runner:
         """Open the job's tracker runs (if it has trackers) and make the request again
         with their ids in every role's env; a failure ends the opened runs."""
         app = info.app
-        trackers = trackers_of(app) if app is not None else {}
-        if app is None or not trackers:
+        if app is None or not (trackers := trackers_of(app)):
             return info, None
         self._tracking.validate(trackers)
         request = info._run_request or RunRequest(cfg=dict(info.cfg))

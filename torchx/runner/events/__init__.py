@@ -83,7 +83,6 @@ class log_event:  # upstream's (lowercase) name
             app_metadata=app_metadata,
             runcfg=json.dumps(runcfg, default=str) if runcfg is not None else None,
             workspace=workspace,
-            source=SourceType.UNKNOWN,
         )
 
     def __enter__(self) -> TorchxEvent:
