@@ -1,15 +1,7 @@
 """The Runner: one entry point to submit, watch, log and cancel apps on any scheduler.
 
-Upstream-compatible (``get_runner``, ``Runner.run_component``, ``wait``, ...),
-with these differences on purpose:
-
-- ``dryrun``/``run`` never mutate the caller's ``AppDef``;
-- ``wait`` returns as soon as the scheduler sees the app end, whatever ``wait_interval`` is;
-- ``TORCHX_*`` environment variables are not turned into scheduler kwargs;
-- a misconfigured tracker fails at submit time with one line; a dry run never contacts it;
-- ``run(..., idempotency_key=K)`` submits at most one live app per key: the scheduler
-  stores the key's token with the job, so a retry from any process or machine that can
-  see the scheduler re-attaches to the running (or, if asked, succeeded) app.
+Upstream-compatible (``get_runner``, ``Runner.run_component``, ``wait``, ...); its
+differences on purpose are listed in docs/differences.md.
 """
 
 from __future__ import annotations
@@ -64,7 +56,12 @@ from torchx.specs.api import (
     parse_app_handle,
     runopts,
 )
-from torchx.trackers.env import tracker_config_env_var_name
+from torchx.trackers.env import (
+    ENV_TORCHX_JOB_ID,
+    ENV_TORCHX_PARENT_RUN_ID,
+    ENV_TORCHX_TRACKERS,
+    tracker_config_env_var_name,
+)
 from torchx.workspace.api import Workspace, apply_workspace
 
 if TYPE_CHECKING:
@@ -76,9 +73,6 @@ DEFAULT_SESSION_NAME = "torchx"
 # a keyed submission whose app id an ended app took meanwhile tries the next one, this often
 STALE_GENERATIONS = 3
 
-ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
-ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
-ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
 ENV_TORCHX_INTERNAL_SESSION_ID = "TORCHX_INTERNAL_SESSION_ID"
 
 
@@ -219,10 +213,7 @@ class Runner:
         pending or running app of the key (submitted from any process or machine) is
         returned and nothing is submitted; a SUCCEEDED one only with ``reattach_succeeded``;
         a FAILED or CANCELLED one never. Racing callers get one handle
-        (``Scheduler.schedule_keyed``): where the scheduler can, the key is claimed before
-        launching; elsewhere the oldest live submission wins, newer ones are cancelled (by
-        their submitter, else by the next caller that finds them live). A loser's tracker
-        run ends KILLED, tagged with the winner's handle.
+        (``Scheduler.schedule_keyed``; how, per scheduler: docs/differences.md).
 
         With ``stall_timeout`` (seconds), stored with the job, an app that neither prints
         nor reports progress (``report_progress``) for that long is stopped and ends FAILED
@@ -369,8 +360,7 @@ class Runner:
         """Open the job's tracker runs (if it has trackers) and make the request again
         with their ids in every role's env; a failure ends the opened runs."""
         app = info.app
-        trackers = trackers_of(app) if app is not None else {}
-        if app is None or not trackers:
+        if app is None or not (trackers := trackers_of(app)):
             return info, None
         self._tracking.validate(trackers)
         request = info._run_request or RunRequest(cfg=dict(info.cfg))
@@ -429,7 +419,7 @@ class Runner:
 
     def status(self, app_handle: AppHandle) -> Optional[AppStatus]:
         """The app's status, or None if its scheduler does not know it."""
-        sched, _, app_id = self._scheduler_app_id(app_handle)
+        sched, app_id = self._scheduler_app_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             return None
@@ -458,7 +448,7 @@ class Runner:
         can see the app end (local) wake up at once. A stalled app is ended by its own
         watchdog (``torchx.runtime.watchdog``), FAILED like any failure.
         """
-        sched, _, app_id = self._scheduler_app_id(app_handle)
+        sched, app_id = self._scheduler_app_id(app_handle)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.status(app_handle)
@@ -474,7 +464,7 @@ class Runner:
     def progress(self, app_handle: AppHandle) -> Optional[Progress]:
         """The app's last progress report (``report_progress`` from rank 0), if any: from
         its progress file, else from its tracker run (a scheduler without a shared file)."""
-        sched, _, app_id = self._scheduler_app_id(app_handle)
+        sched, app_id = self._scheduler_app_id(app_handle)
         report = read_progress(sched.progress_path(app_id))
         return report or self._recorder.tracked_progress(app_handle, self.describe)
 
@@ -487,7 +477,7 @@ class Runner:
         """The AppDef of a submitted app (from this runner's cache or the scheduler)."""
         if app_handle in self._apps:
             return self._apps[app_handle]
-        sched, _, app_id = self._scheduler_app_id(app_handle)
+        sched, app_id = self._scheduler_app_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             return None
@@ -505,7 +495,7 @@ class Runner:
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
         """Log lines of replica ``k`` of ``role_name`` (each ending in ``\\n``)."""
-        sched, _, app_id = self._scheduler_app_id(app_handle)
+        sched, app_id = self._scheduler_app_id(app_handle)
         if sched.describe(app_id) is None:
             raise UnknownAppException(app_handle)
         return sched.log_iter(
@@ -524,7 +514,7 @@ class Runner:
 
     def cancel(self, app_handle: AppHandle) -> None:
         """Cancel the app if it is still running (idempotent); unknown apps raise."""
-        sched, _, app_id = self._scheduler_app_id(app_handle)
+        sched, app_id = self._scheduler_app_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             raise UnknownAppException(app_handle)
@@ -581,9 +571,9 @@ class Runner:
             self._scheduler_instances[scheduler] = sched
         return sched
 
-    def _scheduler_app_id(self, app_handle: AppHandle) -> tuple[Scheduler, str, str]:
-        scheduler, session, app_id = parse_app_handle(app_handle)
-        return self._scheduler(scheduler), scheduler, app_id
+    def _scheduler_app_id(self, app_handle: AppHandle) -> tuple[Scheduler, str]:
+        scheduler, _, app_id = parse_app_handle(app_handle)
+        return self._scheduler(scheduler), app_id
 
     def __repr__(self) -> str:
         return f"Runner(name={self._name!r}, schedulers={self.scheduler_backends()})"

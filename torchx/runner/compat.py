@@ -4,15 +4,10 @@ them."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 from torchx.runner import config as torchx_config
 from torchx.specs.api import AppDef
-
-
-def get_configured_trackers() -> Dict[str, Optional[str]]:
-    """Upstream's ``torchx.runner.api.get_configured_trackers``: ``{tracker: config}``."""
-    return torchx_config.get_configured_trackers()
 
 
 def get_component(name: str) -> Any:
@@ -29,6 +24,8 @@ def materialize_appdef(*args: Any, **kwargs: Any) -> AppDef:
     return materialize(*args, **kwargs)
 
 
-get_configs = torchx_config.get_configs  # upstream's names, imported here from .config
+# upstream's names, imported here from .config
+get_configured_trackers = torchx_config.get_configured_trackers
+get_configs = torchx_config.get_configs
 get_config = torchx_config.get_config
 NONE = "<NONE>"  # upstream's torchx.runner.api.NONE (the same as torchx.specs.NONE)

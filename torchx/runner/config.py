@@ -13,15 +13,9 @@ Sections (upstream-compatible)::
     [tracker:mlflow]
     config = sqlite:////tmp/mlflow.db
 
-Files: ``$TORCHXCONFIG`` alone if set (it must exist), else ``./.torchxconfig``
-then ``~/.torchxconfig``. ``apply``/``load``/``dump`` read and write what upstream's
-do: unknown options are logged and skipped, lists are ``a;b``, dicts ``k:v;k2:v2``,
-bools as configparser reads them, ``None`` is None. Differences from upstream, on
-purpose: the project file in the cwd wins over the one in $HOME (like git's local
-over global config); keys may contain ``:`` (``mod:fn = ...``; torchx#802), values
-being split on ``=``; ``%`` is literal; a value left as ``dump``'s ``#FIXME``
-placeholder counts as unset; a file that cannot be read or parsed is a one-line
-:class:`ConfigError` naming it.
+Files: ``$TORCHXCONFIG`` alone if set (it must exist), else ``./.torchxconfig`` then
+``~/.torchxconfig``. Read and written as upstream's, with the differences listed in
+docs/differences.md.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, TextIO
 
 from torchx.schedulers import get_scheduler_factories
 from torchx.schedulers.api import Scheduler
-from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt, runopts
+from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt
 
 if TYPE_CHECKING:  # configparser is loaded only when a config file is read (~2 ms)
     import configparser
@@ -42,9 +36,7 @@ if TYPE_CHECKING:  # configparser is loaded only when a config file is read (~2 
 CONFIG_FILE = ".torchxconfig"
 CONFIG_PREFIX_DELIM = ":"
 ENV_TORCHXCONFIG = "TORCHXCONFIG"
-# upstream's search list ($HOME, then the cwd at import). While it holds these values,
-# find_configs() looks in the current cwd first, then $HOME, at call time; a list the
-# caller puts here instead (upstream's tests patch it) is searched as given, in order.
+# upstream's search list; find_configs() searches it as given only once a caller replaced it
 DEFAULT_CONFIG_DIRS: List[str] = [str(Path.home()), str(Path.cwd())]
 _IMPORT_TIME_DIRS: List[str] = list(DEFAULT_CONFIG_DIRS)
 _NONE = "None"
@@ -81,12 +73,8 @@ class ConfigFileNotFound(ConfigError, FileNotFoundError):
 
 
 def find_configs(dirs: Optional[Iterable[str]] = None) -> List[str]:
-    """Config files in precedence order (first wins).
-
-    ``$TORCHXCONFIG`` alone if set; else ``.torchxconfig`` in each of ``dirs``
-    (default, or if empty: the current directory, then ``$HOME``; or
-    ``DEFAULT_CONFIG_DIRS`` in its order, when the caller replaced it).
-    """
+    """Config files in precedence order (first wins): ``$TORCHXCONFIG`` alone if set; else
+    ``.torchxconfig`` in each of ``dirs`` (default: the cwd, then ``$HOME``)."""
     env = os.environ.get(ENV_TORCHXCONFIG)
     if env:
         if not os.path.isfile(env):
@@ -123,20 +111,17 @@ def _new_parser(delimiters: tuple[str, ...]) -> configparser.ConfigParser:
 def _parse(text: str, source: str) -> configparser.ConfigParser:
     import configparser
 
-    try:
-        parser = _new_parser(("=",))
-        parser.read_string(text, source=source)
-        return parser
-    except configparser.ParsingError:
-        pass  # maybe written with "key: value": retry with both delimiters
-    except configparser.Error as e:
-        raise ConfigError(f"malformed {source}: {_first_line(e)}") from None
-    try:
-        parser = _new_parser(("=", ":"))
-        parser.read_string(text, source=source)
-        return parser
-    except configparser.Error as e:
-        raise ConfigError(f"malformed {source}: {_first_line(e)}") from None
+    # "=" first (keys may hold ":"); a file that does not parse so may use "key: value"
+    for delimiters in (("=",), ("=", ":")):
+        parser = _new_parser(delimiters)
+        try:
+            parser.read_string(text, source=source)
+            return parser
+        except configparser.ParsingError as e:
+            error: configparser.Error = e
+        except configparser.Error as e:
+            raise ConfigError(f"malformed {source}: {_first_line(e)}") from None
+    raise ConfigError(f"malformed {source}: {_first_line(error)}") from None
 
 
 def _first_line(e: Exception) -> str:
@@ -162,15 +147,11 @@ def _read(path: str) -> configparser.ConfigParser:
     return _parse(text, path)
 
 
-def _parsers(dirs: Optional[Iterable[str]]) -> List[configparser.ConfigParser]:
-    return [_read(p) for p in find_configs(dirs)]
-
-
 def load_sections(prefix: str, dirs: Optional[Iterable[str]] = None) -> Dict[str, Dict[str, str]]:
     """``{name: {key: value}}`` for every ``[prefix:name]`` section (first file wins per key)."""
     sections: Dict[str, Dict[str, str]] = {}
     head = f"{prefix}{CONFIG_PREFIX_DELIM}"
-    for parser in _parsers(dirs):
+    for parser in map(_read, find_configs(dirs)):
         for section in parser.sections():
             name = section[len(head) :]
             if section.startswith(head) and name:
@@ -215,7 +196,7 @@ def _apply_section(
 ) -> None:
     if not parser.has_section(scheduler):
         return
-    opts = _scheduler_runopts(scheduler)
+    opts = _scheduler(scheduler).run_opts()
     for key, raw in parser.items(scheduler):
         if key in cfg:
             continue
@@ -253,10 +234,6 @@ def _scheduler(name: str) -> Scheduler:
             f" {', '.join(sorted(factories))}"
         )
     return factories[name](session_name="_")
-
-
-def _scheduler_runopts(scheduler: str) -> runopts:
-    return _scheduler(scheduler).run_opts()
 
 
 def apply(scheduler: str, cfg: Dict[str, CfgVal], dirs: Optional[Iterable[str]] = None) -> None:
@@ -312,20 +289,17 @@ def dumps(schedulers: Optional[List[str]] = None, required_only: bool = False) -
 
 
 def get_configured_trackers(dirs: Optional[Iterable[str]] = None) -> Dict[str, Optional[str]]:
-    """``{tracker name: config}``.
+    """``{tracker name: config}``: ``$TORCHX_TRACKERS`` or the keys of ``[torchx:tracker]``;
+    each config from ``$TORCHX_TRACKER_<NAME>_CONFIG`` or ``[tracker:NAME] config``."""
+    from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
 
-    From ``$TORCHX_TRACKERS`` or ``[torchx:tracker]`` + ``[tracker:NAME]``.
-    """
-    env_names = os.environ.get("TORCHX_TRACKERS")
-    names: List[str]
+    env_names = os.environ.get(ENV_TORCHX_TRACKERS)
     if env_names is not None:
         names = [n.strip() for n in env_names.split(",") if n.strip()]
     else:
-        names = list(get_configs("torchx", "tracker", dirs).keys())
+        names = list(get_configs("torchx", "tracker", dirs))
     trackers: Dict[str, Optional[str]] = {}
     for name in names:
-        from torchx.trackers.api import tracker_config_env_var_name
-
         env_cfg = os.environ.get(tracker_config_env_var_name(name))
         trackers[name] = (
             env_cfg if env_cfg is not None else get_config("tracker", name, "config", dirs)

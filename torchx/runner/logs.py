@@ -19,7 +19,6 @@ def tail_app_logs(
     handle: str,
     emit: Callable[[str, int, str], None],
     should_tail: bool = True,
-    stop: Optional[threading.Event] = None,
 ) -> List[BaseException]:
     """Call ``emit(role, replica, line)`` for each line (without its newline) as it is written.
 
@@ -35,17 +34,14 @@ def tail_app_logs(
             with lock:
                 emit(role, k, line.rstrip("\n"))
 
-    return each_replica([(r.name, k) for r in app.roles for k in range(r.num_replicas)], copy, stop)
+    return each_replica([(r.name, k) for r in app.roles for k in range(r.num_replicas)], copy)
 
 
 def each_replica(
-    replicas: Sequence[Tuple[str, int]],
-    read: Callable[[str, int, int], None],
-    stop: Optional[threading.Event] = None,
+    replicas: Sequence[Tuple[str, int]], read: Callable[[str, int, int], None]
 ) -> List[BaseException]:
-    """Run ``read(role, replica, index in replicas)`` in a daemon thread per replica. Returns
-    the errors they raised once all ended, or soon after ``stop`` is set, without waiting
-    for a replica's next line (its reader ends at that line if ``read`` then raises)."""
+    """Run ``read(role, replica, index in replicas)`` in a daemon thread per replica; the
+    errors they raised, once all ended."""
     errors: List[BaseException] = []
 
     def run(role: str, k: int, i: int) -> None:
@@ -62,19 +58,14 @@ def each_replica(
         t.start()
     for t in threads:
         while t.is_alive():
-            if stop is not None and stop.is_set():
-                return list(errors)
-            t.join(timeout=0.2)  # wakes up for signals (Ctrl-C, SIGTERM) and ``stop``
+            t.join(timeout=0.2)  # wakes up for signals (Ctrl-C, SIGTERM)
     return errors
 
 
 class LogCursor:
-    """One log (a replica's stream) read on demand, with no thread: ``read_new`` is given the
-    log as it is now (``Scheduler.log_iter`` without tailing) and returns the lines after
-    those it returned before (a last line still without its newline waits for it, unless
-    ``final``). For a caller that polls many replicas from one place (the Airflow
-    triggerer's shared poller). The log is read from its start each time, so a caller
-    that knows the log's file asks ``grew()`` first."""
+    """One replica's log read on demand, with no thread, for a caller that polls many
+    replicas from one place (the Airflow triggerer's poller): ``read_new`` takes the whole
+    log as it is now and returns the lines it did not return before."""
 
     def __init__(self, role: str, replica: int, stream: Stream, path: Optional[str] = None) -> None:
         self.role = role
@@ -97,7 +88,8 @@ class LogCursor:
         return self._stat != before
 
     def read_new(self, lines: Iterable[str], final: bool = False) -> List[str]:
-        """The new lines of ``lines`` (without their newlines)."""
+        """The new lines of ``lines``, without their newlines (a last line still without its
+        newline waits for it, unless ``final``)."""
         new = _after(lines, self.seen)
         if new and not final and not new[-1].endswith("\n"):
             new.pop()

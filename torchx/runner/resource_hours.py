@@ -1,27 +1,7 @@
 """Resource-hours of a job and of a pipeline run: the one place they are computed.
 
-``cpu_hours = sum over roles of role.resource.cpu x role.num_replicas x wall hours``, and
-``gpu_hours`` alike with ``role.resource.gpu``. They come from the AppDef, so they are what
-the job *asked for* (what a cluster bills or reserves), not what it used; a role without a
-resource (``NULL_RESOURCE``, -1) counts 0.
-
-Where the wall time comes from: no scheduler reports an app's start and end times through
-``describe``, so
-
-- the start is when the Runner submitted the job: the moment it opened the job's tracker
-  run, carried with the job in every role's env as ``TORCHX_JOB_START_MS`` (so a Runner in
-  another process, e.g. a retried stage that re-attaches, finds it), else the submitting
-  Runner's own clock. Time in the scheduler's queue counts.
-- the end is when a Runner that watched the app (submitted it, or saw it not yet ended)
-  sees it end: at once on ``local_cwd`` (its wait wakes up when the app ends), within the
-  poll interval elsewhere. A Runner whose first look finds the app already ended records
-  the hours only if no watching Runner did, with its own clock as the end: an upper bound
-  (``torchx status`` on a detached job a day later counts that day), as the run's end time
-  is. Those are the times the job's tracker run shows as its start and end.
-
-A pipeline run gets the sums over its stage runs (every stage run nested under it, retried
-tries included: each held its resources), read back from the tracker when the pipeline run
-is closed (MLflow only: other trackers keep no metrics).
+What they count (what the AppDef requested) and where the wall time comes from:
+docs/tracking.md, "Resource-hours".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The job's tracker run, owned by the Runner that submits the job.
-
-The Runner opens the run *before* it submits the job, so the run exists when submit
-returns and its id travels with the job in every role's env (MLflow: ``MLFLOW_RUN_ID``,
-``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``). Any Runner that sees the app end
-(``wait``, ``status``, ``cancel``) ends the run by that id. A run that cannot be opened
-fails the submit with one line; one that cannot be ended is one warning line.
-"""
+"""The job's tracker run, owned by the Runner that submits the job: opened before the
+submit (its id travels in every role's env), ended by any Runner that sees the app end
+(docs/tracking.md)."""
 
 from __future__ import annotations
 

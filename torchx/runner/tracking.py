@@ -1,14 +1,10 @@
-"""What a job's tracker run records about the job: its name and params, from the AppDef and
-what the caller of ``Runner.run`` said (component as named, args, scheduler, cfg, per-role
-resources, the orchestrator's params). Env values never leave: ``--env K=V`` and
-``{"env": {...}}`` are recorded as ``K=<redacted>``.
-"""
+"""What a job's tracker run records about the job: its name and params (env values and
+sensitive params redacted), and at its end its last report, hours and failure reason."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import logging
 import re
@@ -20,6 +16,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Iterator,
     List,
     Mapping,
     Optional,
@@ -61,9 +58,7 @@ _TOKEN_WORD = re.compile(r"(^|_)token($|_)")
 # dist.ddp's placeholder experiment: keep a pipeline's stages with their pipeline run
 _PLACEHOLDER_EXPERIMENT = "default-experiment"
 
-# a FAILED app's reason (e.g. ``stalled: ...``) on its run: a tag, searchable in MLflow
-# (``tags.`torchx.failure_reason` LIKE 'stalled%'``) and shown on the run page and as a
-# column; the run's description (``mlflow.note.content``) stays the user's own
+# a FAILED app's reason on its run (a tag: the description is the user's; docs/progress.md)
 FAILURE_REASON_TAG = "torchx.failure_reason"
 MAX_TAG = 5000
 _ENDED = ("FINISHED", "FAILED", "KILLED")  # an MLflow run's terminal statuses
@@ -214,10 +209,8 @@ class _Watch:
 
 
 class JobRecorder:
-    """What a Runner records on the tracker runs of the apps it watches (submitted, or saw
-    not yet ended) when they end: the last progress report if the run lacks it (rank 0
-    sends the others itself), resource-hours and a FAILED app's reason; then it ends the
-    run. All of it is best effort: a store that cannot take it is one warning."""
+    """What a Runner records on the runs of the apps it watches when they end, then ends the
+    runs; best effort: a store that cannot take it is one warning."""
 
     def __init__(
         self,
@@ -236,9 +229,7 @@ class JobRecorder:
     def _job(
         self, handle: str, roles: Sequence[Role]
     ) -> Tuple[Sequence[Role], Dict[str, str], Dict[str, Optional[str]]]:
-        """The app's roles, env and trackers. The app's own env says which trackers it
-        reports to and its run's id; a scheduler that does not return the env falls back
-        to the Runner's trackers (ending a run that does not exist does nothing)."""
+        """The app's roles, env and trackers (the Runner's, if its scheduler returns no env)."""
         app = self._apps.get(handle)
         roles = app.roles if app is not None else roles
         env: Dict[str, str] = dict(roles[0].env) if roles else {}
@@ -260,18 +251,23 @@ class JobRecorder:
             logger.warning("could not read the progress of %s: %s", handle, e)
             return None
 
+    def _runs(
+        self, trackers: Mapping[str, Optional[str]], handle: str, env: Mapping[str, str]
+    ) -> Iterator[Tuple[TrackerBackend, str]]:
+        """Each tracker's backend and the job's run in it (trackers without one skipped)."""
+        for backend in self._session.backends(trackers):
+            run_id = backend.job_run_id(handle, env)
+            if run_id:
+                yield backend, run_id
+
     def fill_in_report(self, watch: _Watch, handle: str, report: Optional[Progress]) -> None:
-        """At the app's end: ``report`` (the progress file's last) onto the job's run, at its
-        own step and time, in each tracker whose run lacks it. Rank 0 sends its reports in
-        batches (``torchx.runtime.progress``); one killed (stalled, cancelled, out of memory)
-        before its last batch left loses that batch, and this keeps at least the last step.
-        """
+        """``report`` (the progress file's last) onto each run that lacks it: a rank killed
+        before its last batch left keeps at least its last step (docs/progress.md)."""
         if report is None or report.from_tracker:
             return  # no file: what the run has is all there is
         ts = report.time_ms
-        for backend in self._session.backends(watch.trackers):
-            run_id = backend.job_run_id(handle, watch.env)
-            if not run_id or self._run_has(backend, run_id, handle, report.step, ts):
+        for backend, run_id in self._runs(watch.trackers, handle, watch.env):
+            if self._run_has(backend, run_id, handle, report.step, ts):
                 continue
             what, metrics = f"record the last progress report of {handle}", report.as_metrics()
             warn_on_error(backend, what, backend.log_job_run, run_id, metrics, report.step, {}, ts)
@@ -286,53 +282,30 @@ class JobRecorder:
         return on_run is not None and on_run.step == step and round(on_run.time * 1000) >= ts
 
     def end(self, handle: str, roles: Sequence[Role], state: AppState, msg: str) -> None:
-        """Record the app's end (``ended``), then end its run with ``state``, unless a late
-        look finds a run that a watcher recorded (its hours) and ended: its end stands."""
+        """Record the app's end on its runs (the last report, resource-hours, a FAILED app's
+        reason), then end them with ``state``. A late look (this Runner did not watch the
+        app) after a watching Runner recorded the end adds nothing and leaves an ended run
+        as it is (docs/tracking.md)."""
         roles, env, trackers = self._job(handle, roles)
-        report = functools.partial(self._report, handle)  # read only if it is recorded
         seen = time.time()  # one end for the hours and the run (recording takes time)
-        recorded = self.ended(handle, trackers, env, roles, state, msg, report, seen)
-        if trackers and not (recorded and self._run_ended(trackers, handle, env)):
-            self._session.close_job_run(trackers, handle, env, state, int(seen * 1000))
-
-    def ended(
-        self,
-        handle: str,
-        trackers: Mapping[str, Optional[str]],
-        env: Mapping[str, str],
-        roles: Sequence[Role],
-        state: AppState,
-        msg: str,
-        report: Callable[[], Optional[Progress]],
-        seen: Optional[float] = None,
-    ) -> bool:
-        """The app ended (seen so at ``seen``, epoch s; None: now), before its run is closed:
-        the last report, resource-hours from ``roles`` over its wall time, and a FAILED app's
-        ``msg`` as ``torchx.failure_reason``.
-
-        A Runner whose first look finds the app ended (it did not watch it) records the
-        hours only if no watching Runner did (``job_run_latest``): the end it knows is now.
-        Returns whether such a Runner already recorded the end (then it adds nothing; whether
-        the run is ended too is ``_run_ended``'s to say)."""
         watch = self._watched.get(handle)
         late = watch is None
         if watch is None:
             watch = self._watched[handle] = _Watch(dict(trackers), dict(env), job_start(env))
-        # a late look after a watching Runner recorded the end adds nothing: its records stand
         settled = late and bool(watch.trackers) and self._recorded(watch, handle, CPU_HOURS)
         if watch.start is not None and not settled:
-            self.hours[handle] = resource_hours(roles, watch.start, seen or time.time())
-        if settled or not watch.trackers:
-            return settled
-        self.fill_in_report(watch, handle, report())
-        tags = {}
-        if state == AppState.FAILED and msg and msg != "<NONE>":
-            tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
-        hours = self.hours.get(handle)
-        metrics = hours.metrics() if hours is not None else {}
-        if metrics or tags:
-            self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
-        return False
+            self.hours[handle] = resource_hours(roles, watch.start, seen)
+        if watch.trackers and not settled:
+            self.fill_in_report(watch, handle, self._report(handle))
+            tags = {}
+            if state == AppState.FAILED and msg and msg != "<NONE>":
+                tags[FAILURE_REASON_TAG] = msg.strip()[:MAX_TAG]
+            hours = self.hours.get(handle)
+            metrics = hours.metrics() if hours is not None else {}
+            if metrics or tags:
+                self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
+        if trackers and not (settled and self._run_ended(trackers, handle, env)):
+            self._session.close_job_run(trackers, handle, env, state, int(seen * 1000))
 
     def tracked_progress(
         self, handle: str, describe: Callable[[str], Optional[AppDef]]
@@ -340,20 +313,15 @@ class JobRecorder:
         """The last report a rank sent to the job's tracker run (no progress file)."""
         app = self._apps.get(handle) or describe(handle)
         _, env, trackers = self._job(handle, app.roles if app is not None else [])
-        for backend in self._session.backends(trackers):
-            run_id = backend.job_run_id(handle, env)
-            latest = backend.job_run_latest(run_id, PROGRESS_KEYS) if run_id else {}
-            report = progress_from_metrics(latest or {})
+        for backend, run_id in self._runs(trackers, handle, env):
+            report = progress_from_metrics(backend.job_run_latest(run_id, PROGRESS_KEYS) or {})
             if report is not None:
                 return report
         return None
 
     def _recorded(self, watch: _Watch, handle: str, metric: str) -> bool:
         """Whether the job's run has ``metric`` in any tracker (True if none can tell)."""
-        for backend in self._session.backends(watch.trackers):
-            run_id = backend.job_run_id(handle, watch.env)
-            if not run_id:
-                continue
+        for backend, run_id in self._runs(watch.trackers, handle, watch.env):
             # cannot tell (None): leave the run as it is
             read = backend.job_run_latest
             latest = warn_on_error(backend, f"read the run of {handle}", read, run_id, ())
@@ -384,11 +352,7 @@ class JobRecorder:
         step: int,
         tags: Optional[Mapping[str, str]] = None,
     ) -> None:
-        """Metrics at ``step`` and tags on the job's run in each tracker that takes them
-        (MLflow: by the run id in the job's env)."""
-        for backend in self._session.backends(trackers):
-            run_id = backend.job_run_id(handle, env)
-            if not run_id:
-                continue
+        """Metrics at ``step`` and tags on the job's run in each tracker that takes them."""
+        for backend, run_id in self._runs(trackers, handle, env):
             what = f"record metrics of {handle}"
             warn_on_error(backend, what, backend.log_job_run, run_id, metrics, step, tags or {})

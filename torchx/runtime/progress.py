@@ -1,27 +1,13 @@
 """Training progress from a rank: ``report_progress(step, total=None, **metrics)``.
 
-Why a file first: a report must cost next to nothing and never block a training step,
-so it is one small atomic file write (write a temp file, rename), at most every
-``MIN_INTERVAL`` seconds, with no import beyond the stdlib and no network. The launcher
-tells the job where to write through ``TORCHX_PROGRESS_FILE`` (``local_cwd``:
-``progress.json`` in the app's directory; a scheduler with a shared job directory, e.g.
-Slurm, points it there). In a tracked job (``TORCHX_TRACKERS`` and ``TORCHX_JOB_ID``),
-every report also goes to the job's tracker run, each at its own step and time, as the
-metrics ``progress_step``, ``progress_total``, ``progress_rate`` and the given ones: a
-thread sends those queued since its last send in one batched call every
-``TORCHX_PROGRESS_INTERVAL`` s (default 10, so a store sees a few requests a minute per
-job), the final step at once, and what is left when the main thread ends; readers without
-a file find the last one there (``progress_from_metrics``).
-
-Only rank 0 counts (``RANK`` as torchrun sets it; a process outside torchrun counts), so
-a multi-rank job reports once per step. Errors are logged once and then ignored.
-
-Readers (``Runner.progress``, ``torchx status``, a scheduler's stall check) see the last
-report: its step, total, metrics, when it was written and the recent rate.
+A report is one small atomic file write (``TORCHX_PROGRESS_FILE``, stdlib only), so it never
+holds a training step; in a tracked job rank 0 also sends it to the job's tracker run, in
+batches. Readers, limits and the tracker's metrics: docs/progress.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -109,13 +95,9 @@ class Progress:
         return ", ".join(parts)
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "step": self.step,
-            "total": self.total,
-            "time": self.time,
-            "rate": self.rate,
-            "metrics": dict(self.metrics),
-        }
+        doc = dataclasses.asdict(self)
+        del doc["from_tracker"]  # how it was read, not part of the report
+        return doc
 
 
 def _duration(seconds: float) -> str:
@@ -169,15 +151,9 @@ def progress_from_metrics(latest: Mapping[str, Tuple[float, int]]) -> Optional[P
 
 
 class _TrackerSender:
-    """Sends every report of a rank to the job's tracker run, each at its own step and time,
-    from a thread of its own so a slow or unreachable store never holds a training step:
-    every ``TORCHX_PROGRESS_INTERVAL`` s the reports queued since the last send go in one
-    batched call. A final report is sent at once without waiting for it; when the main
-    thread ends, the interpreter's exit waits at most ``FINAL_SEND_WAIT`` s for what is
-    still queued (a rank killed before that loses its queue; whoever waits on the job then
-    fills in the last report from the progress file, ``JobRecorder``). At most
-    ``MAX_QUEUED`` wait; past that the oldest are dropped (one warning). A batch the store
-    refuses is dropped too (one warning)."""
+    """Sends a rank's reports to the job's tracker run from a thread of its own, batched every
+    ``TORCHX_PROGRESS_INTERVAL`` s, so a slow or unreachable store never holds a training
+    step (docs/progress.md: what is dropped, and when)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()

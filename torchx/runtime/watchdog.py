@@ -1,26 +1,9 @@
-"""Stall detection that runs WITH the job, whatever the scheduler.
+"""Stall detection that runs WITH the job, whatever the scheduler (docs/progress.md).
 
-An app submitted with ``stall_timeout=S`` stalls when neither a log line nor a progress
-report (a change of its ``TORCHX_PROGRESS_FILE``) came for S seconds. What watches it runs
-beside the replica, so the job is judged whether or not anyone waits on it, and nothing
-on the waiter's side needs to reach the job's output:
-
-- ``python -m torchx.runtime.watchdog S -- cmd args...`` wraps a replica's command (Slurm's
-  batch script, ``local_docker``'s containers: the image needs torchx, as torchx's own has).
-  It runs ``cmd`` in a session of its own, copies its output through unchanged and, on a
-  stall, ends ``cmd``'s process group (TERM, KILL after ``GRACE`` s) and exits
-  ``STALLED_EXIT``.
-- ``local_cwd``'s supervisor and Ray's driver already run with the job: they use
-  ``StallClock`` themselves.
-
-The reason (``stalled: no progress or output for S s (last step N)``) goes where the
-scheduler already carries a replica's failure: the last line of its stderr
-(``torchx-watchdog: stalled: ...``, read back by ``stall_reason_in``), and torchelastic's
-error file (``TORCHELASTIC_ERROR_FILE``) when the job has one.
-
-Never on doubt: a watchdog that was itself stopped for a while (a suspended Slurm job, a
-paused container: a gap between two of its checks) starts counting again, and nothing is
-judged before the command started.
+``python -m torchx.runtime.watchdog S -- cmd args...`` runs ``cmd`` in a session of its own,
+copies its output through and, on a stall, ends ``cmd``'s process group and exits
+``STALLED_EXIT``, leaving the reason as its last stderr line (``stall_reason_in``).
+``local_cwd``'s supervisor and Ray's driver run with the job already: they use ``StallClock``.
 """
 
 from __future__ import annotations
@@ -93,13 +76,9 @@ def _last_step(progress_path: Optional[str]) -> Optional[int]:
 
 
 class StallClock:
-    """When a job last showed life: ``active()`` on output; a change of the progress file
-    (inode, mtime) counts when ``stalled()`` looks. Monotonic time, one process's view.
-
-    A gang is judged as a whole where its replicas share a directory: ``peers`` is a glob
-    of files whose mtime is a peer's output (Slurm's logs, or the ``beacon`` files the
-    peers' watchdogs touch at most once a second on output), looked at only once this
-    replica itself has been silent for the timeout (so a gang costs few ``stat`` calls)."""
+    """When a job last showed life: ``active()`` on output, a change of the progress file
+    when ``stalled()`` looks. ``peers``: a glob of files whose mtime is a peer's output
+    (Slurm's logs, the peers' ``beacon`` files), stat'ed only once this replica is silent."""
 
     def __init__(
         self,

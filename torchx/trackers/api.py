@@ -1,17 +1,11 @@
-"""Tracker API: what a torchx job records (metadata, artifacts, metrics) and where its
-inputs came from (sources), so lineage can be walked both ways.
-
-Upstream-compatible names (``TrackerBase``, ``AppRun``, ``app_run_from_env``, ``TORCHX_*``
-env); beyond upstream: lineage, metrics, pipeline parent runs, run status. A ``TrackerBase``
-records and reads runs (ranks, pipelines); a ``TrackerBackend`` is what the ``Runner``
-holds per tracker to open a job's run before the submit and end it with the app.
-"""
+"""Tracker API (upstream's names, plus lineage, metrics and run status): a ``TrackerBase``
+records and reads runs (ranks, pipelines); a ``TrackerBackend`` is what the ``Runner`` holds
+per tracker to open a job's run before the submit and end it with the app."""
 
 from __future__ import annotations
 
 import abc
 import functools
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
@@ -24,8 +18,6 @@ from torchx.trackers.env import (  # noqa: F401 (this module's public names)
     UNDEFINED_RUN_ID,
     tracker_config_env_var_name,
 )
-
-logger = logging.getLogger(__name__)
 
 Latest = Dict[str, Tuple[float, int]]  # {metric: (value, timestamp ms)}
 MetricRow = Tuple[str, float, int, int]  # (key, value, timestamp ms, step)
@@ -125,8 +117,7 @@ class TrackerBase(abc.ABC):
         """Per-step metrics; backends without metrics ignore them."""
 
     def log_metrics_batch(self, run_id: str, batch: Sequence[StepMetrics]) -> None:
-        """Many steps' metrics at once, each at its own step and time; a backend that
-        can sends them in one call (here: one ``log_metrics`` each)."""
+        """Many steps' metrics at once; a backend that can sends them in one call."""
         for metrics, step, _ in batch:
             self.log_metrics(run_id, metrics, step)
 
@@ -163,8 +154,8 @@ class TrackerBase(abc.ABC):
         return None
 
     def latest_metrics(self, backend_run_id: str, by_time: Sequence[str] = ()) -> Latest:
-        """Each metric's latest value in the run ``backend_run_id`` (its highest step's, the
-        ``by_time`` keys' newest by time); {} in a backend that keeps no metrics."""
+        """Each metric's latest value (the ``by_time`` keys' newest by time); {} in a backend
+        that keeps no metrics."""
         return {}
 
     def lineage(self, run_id: str) -> Lineage:
@@ -252,9 +243,8 @@ class TrackerBackend(Protocol):
 
 
 class FactoryBackend:
-    """A ``TrackerBackend`` over any ``create(config) -> TrackerBase`` (fsspec, and users'
-    own trackers from an entry point or ``module:function``); the run id is the job id, and
-    it cannot read a run back."""
+    """A ``TrackerBackend`` over any ``create(config) -> TrackerBase`` (fsspec, users' own):
+    the run id is the job id, and it cannot read a run back."""
 
     def __init__(self, name: str, config: Optional[str], create: Callable[..., Any]) -> None:
         self.name, self.config, self._create = name, config, create
@@ -358,11 +348,8 @@ class AppRunTrackableSource:
 
 @dataclass
 class AppRun:
-    """The tracked run of the current torchx job; does nothing outside a torchx job.
-
-    Its backends are built on the first call (``import mlflow`` happens then, not before);
-    the MLflow one records into the run the launcher opened (``$MLFLOW_RUN_ID``).
-    """
+    """The tracked run of the current torchx job (its backends built on the first call);
+    does nothing outside a torchx job."""
 
     id: str
     backends: List[TrackerBase]

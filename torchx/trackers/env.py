@@ -1,9 +1,5 @@
-"""The environment names by which a job knows its trackers and its run.
-
-Kept apart from ``torchx.trackers.api`` (its backends, dataclasses and protocols) so that
-the Runner can read and write them on every submit without loading it: a job without
-trackers never imports more of ``torchx.trackers`` than this.
-"""
+"""The environment names by which a job knows its trackers and its run: apart from
+``torchx.trackers.api``, so a submit without trackers never loads more than this."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""MLflow tracker (``mlflow``): one MLflow run per torchx job, with lineage.
+"""MLflow tracker (``mlflow``): one MLflow run per torchx job, with lineage (docs/tracking.md).
 
-Config: a tracking URI (``sqlite:///...``, ``http://host:5000``) or a file of ``key=value``
-lines (``tracking_uri``, ``experiment_name``, ``artifact_location``, ``ui_url``); unset:
-``$MLFLOW_TRACKING_URI``, else a sqlite store under ``$TORCHX_HOME/mlflow`` (0700, 0600).
-``MlflowBackend`` (the Runner's) opens a job's run before the submit and gives its roles
-``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI`` and ``MLFLOW_EXPERIMENT_ID``; ``MLflowTracker``
-(ranks, pipelines, ``torchx tracker``) records into that run, and finds a pipeline's run by
-its ``torchx.job_id`` tag. Runs, tags and metrics go by REST, or as rows on a sqlite store
-(``mlflow_sqlite``): no ``import mlflow`` (seconds of CPU).
+Config: a tracking URI or a file of ``key=value`` lines (``tracking_uri``, ``experiment_name``,
+``artifact_location``, ``ui_url``). ``MlflowBackend`` (the Runner's) opens and ends a job's
+run; ``MLflowTracker`` (ranks, pipelines, ``torchx tracker``) records into it.
 """
 
 from __future__ import annotations
@@ -16,7 +11,6 @@ import contextlib
 import hashlib
 import importlib.util
 import json
-import logging
 import os
 import re
 import shutil
@@ -36,21 +30,18 @@ from torchx.trackers.api import (
     tracker_config_env_var_name,
 )
 from torchx.trackers.mlflow_http import client_env, redact
-from torchx.trackers.mlflow_rest import MlflowRest
+from torchx.trackers.mlflow_rest import MlflowRest, quote
 from torchx.trackers.mlflow_sqlite import SqliteStore, now_ms
 from torchx.trackers.mlflow_store import (
     SQLITE,
     RunStore,
     is_http,
     open_store,
-    quote,
     search_runs,
     sqlite_file,
 )
 from torchx.util.modules import MissingExtraError, import_optional
 from torchx.util.paths import torchx_home
-
-logger = logging.getLogger(__name__)
 
 TAG_JOB_ID = "torchx.job_id"
 TAG_PARENT = "torchx.parent_run_id"

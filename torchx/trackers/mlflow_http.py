@@ -1,14 +1,13 @@
-"""An MLflow tracking server as MLflow's own client reaches it: its documented client settings
-(credentials, TLS, retries, timeout) read from the environment with MLflow's defaults, and
-credentials in the URI (``https://user:pw@host``) used the way ``requests`` uses them for
-MLflow. ``redact`` gives the URI without them, for every message and link."""
+"""An MLflow tracking server reached as MLflow's own client reaches it: its documented client
+settings from the environment, with MLflow's defaults (docs/tracking.md). ``redact`` gives
+a URI without its credentials, for every message and link."""
 
 from __future__ import annotations
 
 import os
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Union
 
 from torchx.trackers.api import TrackerConfigError
 from torchx.util.modules import import_optional
@@ -127,19 +126,12 @@ class HttpSettings:
         return session
 
 
-def split_userinfo(uri: str) -> Tuple[str, Optional[str]]:
-    """``(uri without user:password@, the user)``; the same URI when it has none."""
+def redact(uri: str) -> str:
+    """The URI as messages, links and records may show it: without ``user:password@``."""
     parts = urllib.parse.urlsplit(uri)
     if "@" not in parts.netloc:
-        return uri, None
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user = urllib.parse.unquote(userinfo.partition(":")[0])
-    return urllib.parse.urlunsplit(parts._replace(netloc=host)), user
-
-
-def redact(uri: str) -> str:
-    """The URI as messages, links and records may show it: without credentials."""
-    return split_userinfo(uri)[0]
+        return uri
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def client_env(env: Mapping[str, str] = os.environ) -> Dict[str, str]:

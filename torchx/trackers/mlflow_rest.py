@@ -1,6 +1,5 @@
-"""MLflow calls over the tracking server's REST API (``http(s)://`` URIs): a few small
-requests, no ``import mlflow`` (seconds) and no "View run" line on stdout. The same store
-methods as ``SqliteStore`` and ``MLflowTracker``, so ``MlflowBackend`` is written once."""
+"""A ``RunStore`` over the tracking server's REST API (``http(s)://`` URIs): a few small
+requests, no ``import mlflow`` (seconds) and no "View run" line on stdout."""
 
 from __future__ import annotations
 
@@ -123,9 +122,9 @@ class MlflowRest:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
         exps = self._call("POST", API + "/experiments/search", {"max_results": 1000})
         ids = [e["experiment_id"] for e in exps.get("experiments", [])]
-        quoted, order = value.replace("'", "\\'"), ["attributes.start_time ASC"]
-        query = {"experiment_ids": ids, "filter": f"tags.`{tag}` = '{quoted}'", "order_by": order}
-        runs = self._call("POST", API + "/runs/search", {**query, "max_results": 1}).get("runs")
+        flt, order = f"tags.`{tag}` = '{quote(value)}'", ["attributes.start_time ASC"]
+        query = {"experiment_ids": ids, "filter": flt, "order_by": order, "max_results": 1}
+        runs = self._call("POST", API + "/runs/search", query).get("runs")
         info = runs[0]["info"] if runs else None
         return (str(info["run_id"]), str(info["experiment_id"])) if info else None
 
@@ -140,11 +139,8 @@ class MlflowRest:
         return str(info["experiment_id"]), str(info["status"]), str(info.get("artifact_uri"))
 
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
-        """As ``SqliteStore.latest_metrics``, from histories: with ``by_time`` only theirs (per-
-        step metrics can be millions of points), else MLflow's highest-step rows, or every
-        history once a ``by_time`` key's step went back (limits: docs/progress.md). Read
-        again while a batch lands between the run and its histories (up to ``READ_ATTEMPTS``
-        times), so a report's keys come from one batch."""
+        """As ``SqliteStore.latest_metrics``, from as few histories as it can (limits:
+        docs/progress.md); read again while a batch lands, so a report's keys agree."""
         by_time = None if by_time is None else list(by_time)
         highest = self._highest(run_id)
         for _ in range(READ_ATTEMPTS):
@@ -214,6 +210,11 @@ class MlflowRest:
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         body = {"run_id": run_id, "status": status, "end_time": end_ms or int(time.time() * 1000)}
         self._call("POST", API + "/runs/update", body)
+
+
+def quote(value: str) -> str:
+    """``value`` inside single quotes of an MLflow search filter."""
+    return value.replace("'", "\\'")
 
 
 def _row(metric: Mapping[str, Any]) -> Tuple[int, int, float]:

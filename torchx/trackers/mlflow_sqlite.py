@@ -1,11 +1,5 @@
-"""MLflow on a sqlite store without ``import mlflow`` (seconds of CPU): rows with ``sqlite3``.
-
-Only on a store whose schema revision is the installed MLflow's head (read from its
-migration scripts, not imported) and one the tests have checked these rows against
-(``mlflow_schema_checked.txt``), with rows as MLflow's own store writes them. A missing
-store is created whole, under its lock, from a snapshot of what MLflow creates for that head
-(``mlflow_schema.json``, made by ``scripts/mlflow_schema.py``), else by MLflow itself.
-"""
+"""MLflow on a sqlite store without ``import mlflow`` (seconds of CPU): rows with ``sqlite3``,
+only on a schema revision the tests checked (docs/tracking.md, "A new sqlite store")."""
 
 from __future__ import annotations
 

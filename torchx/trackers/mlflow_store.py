@@ -1,7 +1,5 @@
-"""Where an MLflow run's rows go: one typed ``RunStore``, chosen by ``open_store`` from the
-tracking URI. REST over http(s) and rows on a sqlite store of a checked schema (no
-``import mlflow``: seconds of CPU); any other store (another schema, ``databricks``, a
-plugin's scheme) through MLflow's own client."""
+"""Where an MLflow run's rows go: one ``RunStore``, chosen by ``open_store`` from the tracking
+URI (REST, sqlite rows, else MLflow's own client; docs/tracking.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import logging
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from torchx.trackers.api import Latest, MetricRow
-from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest
+from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest, quote
 from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_checked
 
 logger = logging.getLogger(__name__)
@@ -66,11 +64,6 @@ def search_runs(client: Any, flt: str = "", limit: int = 1000) -> List[Any]:
     exp_ids = [e.experiment_id for e in client.search_experiments()]
     order = ["attributes.start_time ASC"]
     return list(client.search_runs(exp_ids, flt, max_results=limit, order_by=order))
-
-
-def quote(value: str) -> str:
-    """``value`` inside single quotes of an MLflow search filter."""
-    return value.replace("'", "\\'")
 
 
 class ClientStore:

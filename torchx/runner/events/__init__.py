@@ -15,6 +15,8 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, Dict, Optional, Type
 
+from torchx.runner.events.handlers import get_logging_handler  # noqa: F401 (upstream's name)
+
 
 class SourceType(str, Enum):
     UNKNOWN = "<unknown>"
@@ -51,21 +53,9 @@ class TorchxEvent:
         return TorchxEvent(**d)
 
 
-def get_logging_handler(destination: str = "null") -> logging.Handler:
-    """Upstream's name, from ``torchx.runner.events.handlers``."""
-    from torchx.runner.events.handlers import get_logging_handler as make
-
-    return make(destination)
-
-
-def _logger(destination: str) -> logging.Logger:
+def record(event: TorchxEvent, destination: str = "null") -> None:
     logger = logging.getLogger(f"torchx-events-{destination}")
     logger.propagate = False
-    return logger
-
-
-def record(event: TorchxEvent, destination: str = "null") -> None:
-    logger = _logger(destination)
     if logger.isEnabledFor(logging.INFO) and logger.handlers:
         logger.info(event.serialize())
 
@@ -93,7 +83,6 @@ class log_event:  # upstream's (lowercase) name
             app_metadata=app_metadata,
             runcfg=json.dumps(runcfg, default=str) if runcfg is not None else None,
             workspace=workspace,
-            source=SourceType.UNKNOWN,
         )
 
     def __enter__(self) -> TorchxEvent:

@@ -35,24 +35,22 @@ class FsspecResultTracker(ResultTracker):
     def __init__(self, tracker_base: str) -> None:
         self._tracker_base = tracker_base
 
-    def _path(self, key: KeyType, create: bool) -> tuple:
+    def _path(self, key: KeyType) -> tuple:
         import fsspec  # only when a result is read or written
 
         fs, base = fsspec.core.url_to_fs(self._tracker_base)
-        if create:
-            fs.makedirs(base, exist_ok=True)
         return fs, f"{base.rstrip('/')}/{key}"
 
     def put(self, key: KeyType, **results: ResultType) -> None:
-        fs, path = self._path(key, create=True)
-        parent = path.rsplit("/", 1)[0]
+        fs, path = self._path(key)
+        parent = path.rsplit("/", 1)[0]  # the base, or a key's own directory under it
         if parent:
             fs.makedirs(parent, exist_ok=True)
         with fs.open(path, "w") as f:
             f.write(json.dumps(results, indent=2))
 
     def get(self, key: KeyType) -> Dict[str, ResultType]:
-        fs, path = self._path(key, create=False)
+        fs, path = self._path(key)
         try:
             with fs.open(path, "r") as f:
                 return json.loads(f.read())
