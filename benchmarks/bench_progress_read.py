@@ -33,18 +33,13 @@ T0 = 1_700_000_000_000  # ms
 
 def fill_run(store: Any, points: int, report_every: int) -> str:
     """A run with ``points`` per-step ``loss`` rows and a report every ``report_every``."""
-    from torchx.trackers.mlflow_rest import API
+    from torchx.trackers.mlflow_store import metric_rows
 
     run_id = store.create_run(store.experiment_id("bench-progress"), "r", {}, {}, T0)
-    for start in range(0, points, 1000):  # log-batch takes up to 1000 metrics
-        rows = [
-            {"key": "loss", "value": 1.0 / (s + 1), "timestamp": T0 + s, "step": s}
-            for s in range(start, min(points, start + 1000))
-        ]
-        store._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
+    store.log_metric_rows(run_id, [("loss", 1.0 / (s + 1), T0 + s, s) for s in range(points)])
     for s in range(0, points, report_every):
         report = {"progress_step": float(s), "progress_total": float(points), "loss": 0.5}
-        store.log_run_metrics(run_id, report, T0 + s + 1, s)
+        store.log_metric_rows(run_id, metric_rows(report, T0 + s + 1, s))
     return run_id
 
 
@@ -66,11 +61,12 @@ def main() -> None:
     args = parser.parse_args()
     from tests.mlflow_server import mlflow_server
     from torchx.runtime.progress import PROGRESS_KEYS, progress_from_metrics
+    from torchx.trackers.mlflow_http import HttpSettings
     from torchx.trackers.mlflow_rest import MlflowRest
 
     rows: List[str] = []  # the table
     with tempfile.TemporaryDirectory() as work, mlflow_server(work) as url:
-        store = MlflowRest(url, timeout=300)
+        store = MlflowRest(url, HttpSettings(timeout=300))
         run_id = fill_run(store, args.points, args.report_every)
         reads: Dict[str, Optional[Any]] = {"every history": None, "progress keys": PROGRESS_KEYS}
         results = {}

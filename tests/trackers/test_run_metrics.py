@@ -28,6 +28,7 @@ from torchx.schedulers import get_scheduler_factories
 from torchx.specs.api import parse_app_handle
 from torchx.specs.states import is_terminal
 from torchx.trackers.mlflow_rest import MlflowRest
+from torchx.trackers.mlflow_store import metric_rows
 
 DEADLINE = 300  # generous: the machine is shared; nothing here asserts a time
 
@@ -320,9 +321,9 @@ def test_after_a_resume_the_report_is_the_newest_not_the_highest_step(
     )
     run_id = store.create_run(store.experiment_id("resume"), "r", {}, {}, 1_000_000)
     before = {"progress_step": 1000.0, "progress_total": 2000.0, "loss": 0.5}
-    store.log_run_metrics(run_id, before, 1_700_000_000_000, 1000)
+    store.log_metric_rows(run_id, metric_rows(before, 1_700_000_000_000, 1000))
     after = {"progress_step": 800.0, "progress_total": 2000.0, "loss": 0.7}
-    store.log_run_metrics(run_id, after, 1_700_000_600_000, 800)  # ten minutes later
+    store.log_metric_rows(run_id, metric_rows(after, 1_700_000_600_000, 800))  # ten minutes later
     for by_time in (None, PROGRESS_KEYS):  # every key's history, or the Runner's read
         report = progress_from_metrics(store.latest_metrics(run_id, by_time))
         assert report is not None
@@ -342,8 +343,8 @@ def test_a_read_that_asks_no_key_by_time_reads_mlflows_rows_not_the_histories(
     uri = mlflow_http_server if path == "rest" else f"sqlite:///{tmp_path / 'mlflow.db'}"
     store = MLflowTracker(tracking_uri=uri).store
     run_id = store.create_run(store.experiment_id("rows"), "r", {}, {}, 1_000_000)
-    store.log_run_metrics(run_id, {"progress_step": 1000.0}, 1_700_000_000_000, 1000)
-    store.log_run_metrics(run_id, {"progress_step": 800.0}, 1_700_000_600_000, 800)
+    store.log_metric_rows(run_id, metric_rows({"progress_step": 1000.0}, 1_700_000_000_000, 1000))
+    store.log_metric_rows(run_id, metric_rows({"progress_step": 800.0}, 1_700_000_600_000, 800))
     assert store.latest_metrics(run_id, ()) == {"progress_step": (1000.0, 1_700_000_000_000)}
     assert store.latest_metrics(run_id)["progress_step"] == (800.0, 1_700_000_600_000)
 
@@ -366,7 +367,7 @@ def test_a_progress_read_over_rest_downloads_no_per_step_metric_history(
     ]  # the user's own mlflow.log_metric("loss", ..., step=step) at every step
     store._call("POST", API + "/runs/log-batch", {"run_id": run_id, "metrics": rows})
     report_metrics = {"progress_step": 300.0, "progress_total": 1000.0, "loss": 0.25}
-    store.log_run_metrics(run_id, report_metrics, t0 + 300_500, 300)
+    store.log_metric_rows(run_id, metric_rows(report_metrics, t0 + 300_500, 300))
     every_history = store.latest_metrics(run_id)
     calls: List[Dict[str, Any]] = []
     call = store._call

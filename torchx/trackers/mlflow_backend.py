@@ -36,6 +36,7 @@ from torchx.trackers.mlflow_store import (
     SQLITE,
     RunStore,
     is_http,
+    metric_rows,
     open_store,
     search_runs,
     sqlite_file,
@@ -271,7 +272,7 @@ class MLflowTracker(TrackerBase):
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: Optional[int] = None
     ) -> None:
-        self.store.log_run_metrics(self._ensure(run_id), metrics, now_ms(), step or 0)
+        self.store.log_metric_rows(self._ensure(run_id), metric_rows(metrics, now_ms(), step or 0))
 
     def log_metrics_batch(self, run_id: str, batch: Sequence[StepMetrics]) -> None:
         rows = [(k, float(v), ts, step) for metrics, step, ts in batch for k, v in metrics.items()]
@@ -419,7 +420,7 @@ class MlflowBackend:
         for key, value in tags.items():
             store.tag_run(run_id, key, value)
         if metrics:
-            store.log_run_metrics(run_id, metrics, timestamp_ms or now_ms(), step)
+            store.log_metric_rows(run_id, metric_rows(metrics, timestamp_ms or now_ms(), step))
 
     def job_run_latest(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest:
         return dict(self._store_of(run_id).latest_metrics(run_id, by_time))

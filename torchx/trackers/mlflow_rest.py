@@ -195,11 +195,6 @@ class MlflowRest:
     def tag_run(self, run_id: str, key: str, value: str) -> None:
         self._call("POST", API + "/runs/set-tag", {"run_id": run_id, "key": key, "value": value})
 
-    def log_run_metrics(
-        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
-    ) -> None:
-        self.log_metric_rows(run_id, [(k, float(v), ts, step) for k, v in metrics.items()])
-
     def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None:
         """One log-batch request per ``METRICS_BATCH`` rows."""
         items = [{"key": k, "value": v, "timestamp": ts, "step": step} for k, v, ts, step in rows]

@@ -219,11 +219,6 @@ class SqliteStore:
         tag = "INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES (?, ?, ?)"
         self._one(tag, key, value, run_id)
 
-    def log_run_metrics(
-        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
-    ) -> None:
-        self.log_metric_rows(run_id, [(k, float(v), ts, step) for k, v in metrics.items()])
-
     def log_metric_rows(self, run_id: str, metric_rows: Sequence[MetricRow]) -> None:
         """A row per metric, and the latest one per key: the greatest (step, time, value);
         all in one transaction."""

@@ -27,14 +27,16 @@ class RunStore(Protocol):
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str: ...
     def tag_run(self, run_id: str, key: str, value: str) -> None: ...
-    def log_run_metrics(
-        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
-    ) -> None: ...
     # many steps at once, each ``(key, value, timestamp ms, step)``: as few requests as it can
     def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None: ...
     # ``{key: (value, timestamp ms)}``, each key's newest by time (see SqliteStore's)
     def latest_metrics(self, run_id: str, by_time: Optional[Iterable[str]] = None) -> Latest: ...
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None: ...
+
+
+def metric_rows(metrics: Mapping[str, float], ts: int, step: int) -> List[MetricRow]:
+    """``log_metric_rows``' rows of one report: every metric at ``ts`` and ``step``."""
+    return [(k, float(v), ts, step) for k, v in metrics.items()]
 
 
 def sqlite_file(uri: str) -> Optional[str]:
@@ -123,11 +125,6 @@ class ClientStore:
 
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         self.client.set_terminated(run_id, status, end_time=end_ms)
-
-    def log_run_metrics(
-        self, run_id: str, metrics: Mapping[str, float], ts: int, step: int
-    ) -> None:
-        self.log_metric_rows(run_id, [(k, float(v), ts, step) for k, v in metrics.items()])
 
     def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None:
         from mlflow.entities import Metric
