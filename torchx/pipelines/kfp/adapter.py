@@ -25,12 +25,6 @@ from torchx.specs.api import AppDef, InvalidArgumentError, Role
 from torchx.trackers.api import tracker_config_env_var_name
 from torchx.util.modules import import_optional
 
-ARTIFACT_TYPES = {
-    "Dataset": "system.Dataset@0.0.1",
-    "Model": "system.Model@0.0.1",
-    "Metrics": "system.Metrics@0.0.1",
-    "Artifact": "system.Artifact@0.0.1",
-}
 # inputs every container component gets; make_task fills them
 JOB_UUID, TASK_UUID, PARENT_RUN = "torchx_job_uuid", "torchx_task_uuid", "torchx_parent_run_id"
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -98,10 +92,6 @@ def _joined(parts: List[Part]) -> Any:
     return {"concat": parts}
 
 
-def _is_static(value: Any) -> bool:
-    return isinstance(value, str)
-
-
 def tracker_env(trackers: Mapping[str, Optional[str]]) -> Dict[str, str]:
     """The env that sends a job's ``torchx.trackers`` calls to ``trackers``."""
     env = {"TORCHX_TRACKERS": ",".join(trackers)} if trackers else {}
@@ -162,7 +152,7 @@ def component_spec_from_app(
     dynamic_env: Dict[str, Any] = {}
     for name, value in {**role.env, **tracker_env(trackers)}.items():
         joined = _joined(_parts(str(value), io=False))
-        if _is_static(joined):
+        if isinstance(joined, str):  # no placeholder: the task sets it
             static_env[name] = joined
         else:
             dynamic_env[name] = joined
