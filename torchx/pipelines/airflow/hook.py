@@ -83,8 +83,3 @@ class TorchXHook(BaseHook):
     def runner(self, trackers: Trackers = None) -> Runner:
         """A Runner with the Connection's settings; ``trackers`` (an operator's) win."""
         return self.settings.runner(trackers)
-
-
-def runner_for_connection(conn_id: str = DEFAULT_CONN_ID, trackers: Trackers = None) -> Runner:
-    """The Runner the operator and sensor use, for the trigger (same settings)."""
-    return TorchXHook(conn_id).runner(trackers)

@@ -103,9 +103,9 @@ def main(argv: List[str]) -> int:
     if given is not None:
         runner = TorchXSettings(**given).runner()
     else:  # started by the scheduler or the api-server: Airflow's database is readable
-        from torchx.pipelines.airflow.hook import runner_for_connection
+        from torchx.pipelines.airflow.hook import TorchXHook
 
-        runner = runner_for_connection()
+        runner = TorchXHook().runner()
     with runner:
         reap_recorded(runner, found)
     return 0
