@@ -246,11 +246,6 @@ class TorchXOperator(BaseOperator):
         if record_assets and self.has_dag():
             self.outlets = [*self.outlets, stage_asset(self.dag_id, self.task_id)]
 
-    @property
-    def stage_asset(self) -> Asset:
-        """The task's stable Asset: one event per successful run, the run's paths in extra."""
-        return stage_asset(self.dag_id, self.task_id)
-
     # ------------------------------------------------------------------ helpers
 
     @property
@@ -419,7 +414,7 @@ class TorchXOperator(BaseOperator):
         events = context.get("outlet_events")
         if events is None:
             return
-        mine = self.stage_asset
+        mine = stage_asset(self.dag_id, self.task_id)
         declared = {o.uri: o for o in self.outlets if isinstance(o, Asset) and o != mine}
         # a mapped task's outlets come from .partial(): it has no stage Asset
         has_stage_asset = self.record_assets and any(o == mine for o in self.outlets)
