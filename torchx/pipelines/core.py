@@ -189,33 +189,20 @@ def submit_or_attach(
     it neither prints nor reports progress for that long.
     """
     cfg = dict(cfg or {})
+    options: Dict[str, Any] = {
+        "parent_run_id": parent_run_id,
+        "idempotency_key": key,
+        "reattach_succeeded": reattach_succeeded,
+        "run_name": run_name,
+        "run_params": run_params,
+        "owner": owner,
+        "stall_timeout": stall_timeout,
+    }
     if isinstance(component, AppDef):
-        handle = runner.run(
-            component,
-            scheduler,
-            cfg,
-            parent_run_id=parent_run_id,
-            idempotency_key=key,
-            reattach_succeeded=reattach_succeeded,
-            run_name=run_name,
-            run_params=run_params,
-            owner=owner,
-            stall_timeout=stall_timeout,
-        )
+        handle = runner.run(component, scheduler, cfg, **options)
     else:
-        handle = runner.run_component(
-            component,
-            component_args if component_args is not None else [],
-            scheduler,
-            cfg,
-            parent_run_id=parent_run_id,
-            idempotency_key=key,
-            reattach_succeeded=reattach_succeeded,
-            run_name=run_name,
-            run_params=run_params,
-            owner=owner,
-            stall_timeout=stall_timeout,
-        )
+        args = component_args if component_args is not None else []
+        handle = runner.run_component(component, args, scheduler, cfg, **options)
     return Submission(handle, reattached=runner.reattached(handle))
 
 
