@@ -106,6 +106,14 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
 # ---------------------------------------------------------------------------- orchestrators
 
 
+def _api_url(kind: str, given: Optional[str], owner: Owner, env: str, hint: str) -> str:
+    """The orchestrator's API base URL: the one given, else the owner's, else ``$env``."""
+    base = given or owner.api or os.environ.get(env)
+    if not base:
+        raise ReapError(f"no {kind} API URL for {owner.describe()}: {hint}")
+    return base.rstrip("/")
+
+
 class Orchestrators:
     """Asks owners' orchestrators for their state; remembers logins and unreachable
     orchestrators for the run (an owner's state is asked each time)."""
@@ -143,15 +151,6 @@ class Orchestrators:
 
     # -- Airflow
 
-    def _airflow_base(self, owner: Owner) -> str:
-        base = self.airflow_url or owner.api or os.environ.get("AIRFLOW_API_URL")
-        if not base:
-            raise ReapError(
-                f"no Airflow API URL for {owner.describe()}: pass --airflow_url or set "
-                "AIRFLOW_API_URL (or [api] base_url in the deployment's airflow.cfg)"
-            )
-        return base.rstrip("/")
-
     def _airflow_token(self, base: str) -> str:
         if base in self._airflow_tokens:
             return self._airflow_tokens[base]
@@ -167,7 +166,14 @@ class Orchestrators:
         return token
 
     def _airflow(self, owner: Owner) -> Tuple[str, bool]:
-        base = self._airflow_base(owner)
+        base = _api_url(
+            "Airflow",
+            self.airflow_url,
+            owner,
+            "AIRFLOW_API_URL",
+            "pass --airflow_url or set AIRFLOW_API_URL"
+            " (or [api] base_url in the deployment's airflow.cfg)",
+        )
         token = self._airflow_token(base)
         ids = owner.ids
         path = "/".join(
@@ -191,19 +197,20 @@ class Orchestrators:
     # -- Prefect
 
     def _prefect(self, owner: Owner) -> Tuple[str, bool]:
-        base = self.prefect_url or owner.api or os.environ.get("PREFECT_API_URL")
-        if not base:
-            raise ReapError(
-                f"no Prefect API URL for {owner.describe()}: set PREFECT_API_URL "
-                "or pass --prefect_url"
-            )
+        base = _api_url(
+            "Prefect",
+            self.prefect_url,
+            owner,
+            "PREFECT_API_URL",
+            "set PREFECT_API_URL or pass --prefect_url",
+        )
         headers = {}
         if os.environ.get("PREFECT_API_KEY"):
             headers["Authorization"] = f"Bearer {os.environ['PREFECT_API_KEY']}"
         elif os.environ.get("PREFECT_API_AUTH_STRING"):
             auth = base64.b64encode(os.environ["PREFECT_API_AUTH_STRING"].encode()).decode()
             headers["Authorization"] = f"Basic {auth}"
-        run = _get_json(f"{base.rstrip('/')}/flow_runs/{owner.ids.get('flow_run')}", headers)
+        run = _get_json(f"{base}/flow_runs/{owner.ids.get('flow_run')}", headers)
         if run is None:
             return "not found", False
         state = (run.get("state") or {}).get("type") or "none"
@@ -213,18 +220,19 @@ class Orchestrators:
     # -- KFP
 
     def _kfp(self, owner: Owner) -> Tuple[str, bool]:
-        base = self.kfp_url or owner.api or os.environ.get("KF_PIPELINES_ENDPOINT")
-        if not base:
-            raise ReapError(
-                f"no KFP API URL for {owner.describe()}: pass --kfp_url "
-                "or set KF_PIPELINES_ENDPOINT"
-            )
+        base = _api_url(
+            "KFP",
+            self.kfp_url,
+            owner,
+            "KF_PIPELINES_ENDPOINT",
+            "pass --kfp_url or set KF_PIPELINES_ENDPOINT",
+        )
         if "://" not in base:
             base = f"http://{base}"
         token = os.environ.get("KF_PIPELINES_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         run_id = urllib.parse.quote(str(owner.ids.get("run")), safe="")
-        run = _get_json(f"{base.rstrip('/')}/apis/v2beta1/runs/{run_id}", headers)
+        run = _get_json(f"{base}/apis/v2beta1/runs/{run_id}", headers)
         if run is None:
             return "not found", False
         state = str(run.get("state") or "none")
