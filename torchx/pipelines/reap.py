@@ -1,31 +1,10 @@
 """Orphaned jobs: live apps whose owner (``torchx.pipelines.owner``) has ended for good.
 
-A job is reaped only when its owner's orchestrator says the owner ended without success
-and will not retry it: an Airflow task instance in ``failed``, ``removed``, ``skipped`` or
-``upstream_failed`` (``up_for_retry`` and every other state keep the job), a Prefect flow
-run in ``FAILED``, ``CANCELLED``, ``CRASHED`` or ``CANCELLING`` (a user asked for the
-cancel: a run Prefect leaves ``Cancelling`` for good, as a retried run cancelled again is,
-has its job cancelled; ``AwaitingRetry`` is ``SCHEDULED``: kept), a KFP run in ``FAILED``
-or ``CANCELED`` (KFP's API v2beta1 ``GET /runs/{id}``; a task retried by its
-``set_retry`` policy keeps its run ``RUNNING``, so it is kept; a task that failed for good
-in a run that still runs is reaped once the run ends). An owner that succeeded keeps its
-job: a stage may leave its job running on purpose
-(``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a Prefect
-``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator does not
-know is never reaped: a cancel needs a fact, not a doubt. Nor is a job whose owner asked
-to keep it (``cancel_on_kill=False``). ``reap`` asks each owner again just before it
-cancels its job (a user may have cleared the task or retried the run meanwhile, and the
-new try re-attached to the job): it cancels only if the owner still ended without success.
-
-``cancel_if_owned`` is the one cancel decision on a job's side: ``torchx reap``, Airflow's
-listener (in the process it starts) and ``TorchXOperator.on_kill`` all go through it.
-
-Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
-``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
-Prefect: ``PREFECT_API_KEY`` (Prefect Cloud) or ``PREFECT_API_AUTH_STRING`` (``user:pass``
-of a server with basic auth). KFP: ``--kfp_url`` or ``KF_PIPELINES_ENDPOINT`` (as
-``kfp.Client``) for the API's base URL, and ``KF_PIPELINES_TOKEN`` if it wants a bearer
-token.
+A job is reaped only on a fact: its owner's orchestrator says the owner ended without
+success and will not retry it (the states per orchestrator, the credentials and the URLs
+are in docs/orphans.md). Any doubt keeps the job: a missed cancel is reaped later, a wrong
+one throws away hours of training. ``cancel_if_owned`` is the one cancel decision on a
+job's side: ``torchx reap``, Airflow's listener and ``TorchXOperator.on_kill`` share it.
 """
 
 from __future__ import annotations

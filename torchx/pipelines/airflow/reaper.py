@@ -1,15 +1,9 @@
 """The process Airflow's listener starts to cancel what it recorded, so that no cancel
 runs in Airflow's own loops (see ``torchx.pipelines.airflow.listener``).
 
-``start`` writes the records to a file (0600, removed by its reader) and starts
-``python -m torchx.pipelines.airflow.reaper <file>`` through ``sh -c '... &'``: the new
-process is in its own session, nobody's child in the caller (init reaps it), and nothing in
-the caller waits for it (a thread collects ``sh``'s exit). It makes each cancel by the
-decision every torchx canceller shares (``torchx.pipelines.reap.cancel_if_owned``), with
-the settings it was handed (a task process's operator's) or else those of the
-``torchx_default`` Connection (the scheduler's and api-server's children can read
-Airflow's database), and logs where its starter logs. This module imports no Airflow: a
-task process's environment cannot configure Airflow's database.
+It is detached (its own session, reaped by init) so nothing in Airflow waits for it. It
+imports no Airflow unless it must read the ``torchx_default`` Connection: a task process's
+environment cannot configure Airflow's database, so a task hands it its settings.
 """
 
 from __future__ import annotations
