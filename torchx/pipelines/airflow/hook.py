@@ -1,18 +1,10 @@
-"""``TorchXHook``: torchx's settings for every Airflow process, from one Airflow Connection.
+"""``TorchXHook``: torchx's settings for every Airflow process, from one Airflow Connection
+of type ``torchx`` (default id ``torchx_default``), so none depends on its environment.
 
-A Connection of type ``torchx`` (default id ``torchx_default``) holds what each process that
-touches a stage needs (worker, triggerer, the scheduler and api-server for the listener), so
-none depends on its environment. Its extra (JSON)::
-
-    {"torchx_home": "/shared/torchx",                  # torchx's state (local_cwd, Slurm)
-     "cfg": {"slurm": {"partition": "gpu"}},           # run-option defaults per scheduler
-     "trackers": {"mlflow": "https://mlflow:5000"}}    # where jobs report
-
-and its login and password are the tracker's credentials (set into an http(s) tracker URI,
-which MLflow's client and torchx's both honour). An operator's own ``cfg`` and
-``trackers`` win over the Connection's. With no such Connection, or a field left out, the
-environment is read as before (``TORCHX_HOME``, ``TORCHX_TRACKERS``, ``.torchxconfig``).
-Nothing here changes ``os.environ``: the settings are passed to the Runner.
+Its extra holds ``torchx_home``, ``cfg`` (run-option defaults per scheduler) and
+``trackers``; its login and password are the tracker's credentials (see
+docs/deploying_airflow.md). An operator's own ``cfg`` and ``trackers`` win; without the
+Connection the environment is read. Nothing here changes ``os.environ``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""What a torchx stage read and wrote, read back from its tracker run once the app ended
-(with the run's ``cpu_hours`` / ``gpu_hours``).
-
-The stages record their own outputs and inputs (``torchx.trackers.record_output`` /
-``record_input``), so the DAG never names a path twice: ``TorchXOperator`` reads them back
-here and turns them into Airflow Asset events and OpenLineage datasets. Reading lineage is
-best effort: a tracker that cannot answer is logged, never fails the task.
+"""What a torchx stage read and wrote (and its ``cpu_hours`` / ``gpu_hours``), read back
+from its tracker run once the app ended: the stages record their own inputs and outputs,
+so the DAG never names a path twice. Best effort: a tracker that cannot answer is logged.
 """
 
 from __future__ import annotations

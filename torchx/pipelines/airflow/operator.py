@@ -1,32 +1,15 @@
-"""``TorchXOperator``: submit a torchx component or AppDef from an Airflow task.
+"""``TorchXOperator``: submit a torchx component, AppDef or torchrun line from an Airflow
+task, stream its logs, wait (or defer to ``TorchXTrigger``), link and record lineage.
 
-- ``execute`` submits through the Runner, streams the job's log lines into the task log
-  (``role/replica`` prefixed), returns the app handle (XCom ``return_value``, also pushed
-  as ``app_handle`` right after submission) and pushes the final status (``app_status``);
-  a failed app raises with the worker's exception message.
-- ``deferrable=True`` hands the wait to ``TorchXTrigger``, freeing the worker slot.
-- ``on_kill`` (task marked failed, DAG run stopped) cancels the app, by the cancel decision
-  every torchx canceller shares (``torchx.pipelines.reap.cancel_if_owned``: only a live app
-  whose stored owner is this task instance); a deferred task is cancelled by the trigger's
-  cleanup (Airflow does not call ``on_kill`` for it).
-- Settings (torchx's state location, run-option defaults, trackers and their credentials)
-  come from the ``TorchXHook`` Connection ``torchx_conn_id`` when there is one, else from
-  the environment (``torchx.pipelines.airflow.hook``).
-- Retries re-attach on any worker: the submission's idempotency key (dag, task, run, map
-  index) is stored by the scheduler with the job. A retry (a try after a failed or crashed one)
-  returns the app even if it already SUCCEEDED, so a worker that dies after its job
-  succeeded does not run the job twice. A cleared task runs again (a new app), unless
-  ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
-- Tracking: each job has its tracker run, named after the task, with the DAG run's
-  identity and params as run params, nested under one run per DAG run
-  ``airflow://<dag_id>/<run_id>``; give the DAG ``on_success_callback`` and
-  ``on_failure_callback`` = ``close_pipeline_run`` so that run ends FINISHED or FAILED.
-- Lineage in Airflow's own terms: what the stage recorded (``torchx.trackers.record_output``
-  / ``record_input``) becomes Asset events and OpenLineage input and output datasets
-  (``get_openlineage_facets_on_complete``), with a run facet naming the app and its MLflow
-  run. Each task has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG run adds
-  an event to it (the run's concrete output paths go in the event's extra), not a new
-  Asset per run.
+- Retries re-attach on any worker: the idempotency key (dag, task, run, map index) is
+  stored by the scheduler with the job. A retry returns the app even if it SUCCEEDED (a
+  worker that died after its job succeeded does not run it twice); a cleared task runs
+  again unless ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
+- ``on_kill`` cancels only a live app whose stored owner is this task instance
+  (``torchx.pipelines.reap.cancel_if_owned``); a deferred task is cancelled by its trigger.
+- Lineage: what the stage recorded becomes Asset events and OpenLineage datasets. Each task
+  has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG run adds an event to it
+  (the run's paths in its extra), not a new Asset per run.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The poller shared by the ``TorchXTrigger``s of one event loop (one Airflow triggerer).
 
-A triggerer holds up to ``[triggerer] capacity`` (1,000) triggers in one loop. Polling
-each app on its own costs a thread and a scheduler query per trigger per poll; here one
-round per poll interval serves them all:
-
-- one ``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm, one read
-  of the state directory on local_cwd) gives every app's state;
-- the log lines written since the last round are read in the same round (no thread per
-  replica; a log kept in a file that did not grow is not read), and so are progress
-  reports;
-- every call runs in a small fixed pool of daemon threads (``POOL_SIZE``), never on the
-  loop and never one thread per trigger; a triggerer that stops never waits for one.
-
-An app costs calls of its own only when it is first seen (one ``describe``: its roles and
-log files) and when it ends (the rest of its logs, its last progress report, and its
-status unless the list's state says all: see ``_final_word``). A stall is the job's own
-business (``torchx.runtime.watchdog``): it ends FAILED like any failure.
-
-The pool, the Runners and the scheduler clients live while the loop has triggers to
-serve, and are closed when the last one leaves.
+A triggerer holds up to 1,000 triggers in one loop. One round per poll interval serves them
+all: one ``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm), the log
+lines written since the last round (a log file that did not grow is not read) and the
+progress reports. Every call runs in a small fixed pool of daemon threads, never on the
+loop, so a triggerer that stops never waits for one. An app costs calls of its own only
+when first seen (``describe``) and when it ends. Everything is closed when the last
+trigger leaves.
 """
 
 from __future__ import annotations

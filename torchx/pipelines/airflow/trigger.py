@@ -1,32 +1,16 @@
 """``TorchXTrigger``: waits for a torchx app in the triggerer, so no worker slot is held.
 
-Lifecycle, as Airflow 3.3 defines it for triggers:
-
-- the trigger's cancellation (``CancelledError``) is *not* a reason to cancel the app: the
-  triggerer cancels every trigger when it stops or restarts, and the task is still deferred
-  then; the next triggerer's trigger re-attaches to the app;
-- a user's action on the deferred task (mark failed, mark success, clear) cancels the app.
-  Airflow cancels the trigger's task with its user-action message, then calls ``on_kill``;
-  but its handler awaits a log call before ``on_kill``, and the triggerer repeats the
-  cancel every loop (1 s) until the trigger ends, so on a loaded machine the repeat can
-  land in that await and ``on_kill`` never runs. So the trigger starts the cancel itself
-  the moment the user-action cancellation reaches it (no await before), and ``on_kill``
-  joins that one cancel (or starts it, if the cancellation reached Airflow first);
-- status checks, log reads and progress reads run in the poller that every trigger of the
-  triggerer's loop shares (``poller.TriggerPoller``): one scheduler query per poll interval
-  for all of them, in a small pool of daemon threads, so a triggerer that stops never
-  waits for one, and a thousand deferred stages cost no thread each.
-
-Live logs: while the task is deferred, the trigger streams the job's new log lines
-(``role/replica`` prefixed) into its ``self.log``, which Airflow 3 writes to the task
-instance's log (one ``.trigger.<job>.log`` file per triggerer, shown with the task's
-log), and a ``progress: ...`` line when the job's progress report changed, at most every
-``progress_interval`` seconds. The event carries how many lines of each replica were
-streamed, so ``execute_complete`` copies only the rest. Lines and progress are read once
-per poll interval (the poller's round), so they arrive in batches, one log record each. A restarted
-triggerer's trigger streams each replica from its first line again (a trigger's kwargs
-are fixed when the task defers, so there is nowhere to keep an offset): after a
-triggerer restart the lines before it appear twice, none is lost.
+- The trigger's cancellation is *not* a reason to cancel the app: the triggerer cancels
+  every trigger when it stops or restarts, and the next one re-attaches to the app.
+- A user's action on the deferred task (mark failed or success, clear) cancels the app.
+  Airflow may never reach ``on_kill`` on a loaded machine (it repeats the cancel every
+  loop, which can land in the await before ``on_kill``), so ``run`` starts the cancel the
+  moment the user-action cancellation reaches it, and ``on_kill`` joins that one cancel.
+- Status, logs and progress come from the poller every trigger of the loop shares
+  (``poller.TriggerPoller``): a thousand deferred stages cost no thread each.
+- Log lines are streamed into the task's log; the event counts them per replica, so
+  ``execute_complete`` copies only the rest. A restarted triggerer streams each replica from
+  its first line again (a trigger's kwargs are fixed when the task defers).
 """
 
 from __future__ import annotations
