@@ -1,18 +1,8 @@
-"""What every orchestrator adapter does with a torchx stage, written once.
-
-Airflow, KFP and Prefect differ in idioms (XCom and triggers, task outputs, loggers and
-artifacts) but a stage is the same everywhere:
-
-1. open the pipeline's tracker run (idempotent), so stage runs nest under it;
-2. submit or re-attach: the submission carries an idempotency key that the *scheduler*
-   stores with the job, so a retry on any worker finds the app its earlier try started;
-3. follow the replicas' logs into a callback while waiting;
-4. cancel the app only if the wait is cancelled (``CANCELLATIONS`` plus the orchestrator's
-   own signals): an ordinary exception leaves it running for the task's retry to find;
-5. raise one exception, ``StageFailed``, carrying the status and the worker's error;
-6. link the app's UI and its tracker run;
-7. close the pipeline run FINISHED, FAILED or KILLED when the pipeline ends, with the sums
-   of its stages' resource-hours (``torchx.runner.resource_hours``).
+"""What every orchestrator adapter does with a torchx stage, written once: open the
+pipeline's tracker run, submit or re-attach by idempotency key, follow logs and progress
+while waiting, cancel only when the wait itself is cancelled (an ordinary exception leaves
+the app for the retry), raise ``StageFailed``, link the app and its run, and close the
+pipeline run with its stages' resource-hours.
 """
 
 from __future__ import annotations

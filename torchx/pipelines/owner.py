@@ -1,20 +1,12 @@
 """Who owns a job: the orchestrator's task that submitted it, stored with the job.
 
-``Runner.run(owner=...)`` puts the owner in the app's metadata under ``OWNER`` beside the
-idempotency token, so the scheduler keeps it with the job and any process that can list
-the scheduler's apps (``torchx reap``, Airflow's listener) can ask the owner's orchestrator
-whether the owner still wants the job. The value is compact JSON, e.g.::
+``Runner.run(owner=...)`` stores the owner as compact JSON in the app's metadata under
+``OWNER``, so any process that can list the scheduler's apps (``torchx reap``, Airflow's
+listener) can ask the owner's orchestrator whether it still wants the job, e.g.::
 
     {"kind":"airflow","api":"http://airflow:8080","dag":"d","run":"r","task":"t","map":-1,"try":1}
-    {"kind":"prefect","api":"http://prefect:4200/api","flow_run":"<uuid>","task_run":"<uuid>"}
-    {"kind":"kfp","run":"<run id>","task":"<task name>"}
-    {"kind":"airflow",...,"cancel":false}   # TorchXOperator(cancel_on_kill=False)
 
-``"cancel": false`` says the owner wants its job to outlive it: neither Airflow's listener
-nor ``torchx reap`` cancels such a job.
-
-``api`` says where to ask (Airflow's ``[api] base_url``, Prefect's ``PREFECT_API_URL``);
-an owner without it is asked at the URL ``torchx reap`` is given.
+``"cancel": false`` (``cancel_on_kill=False``) says the job may outlive its owner.
 """
 
 from __future__ import annotations

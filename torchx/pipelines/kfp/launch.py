@@ -1,11 +1,6 @@
-"""What the KFP launcher step does (plain Python, testable without KFP).
-
-Submits a component or AppDef through the Runner (its tracker run named after the KFP task,
-with the pipeline job, the task and the launcher's inputs as params; under KFP's own MLflow
-integration, nested under KFP's task run), copies its logs to
-stdout with ``role/replica`` prefixes, cancels the app on SIGTERM (step terminated) while
-it waits (the caller's SIGTERM handler is put back after), raises
-with the worker's error when the app fails, and reads back what a successful stage recorded.
+"""What the KFP launcher step does (plain Python, testable without KFP): submit or
+re-attach, stream logs as ``role/replica`` lines, cancel the app on SIGTERM (the step was
+terminated), fail with the worker's error, and read back what the stage recorded.
 """
 
 from __future__ import annotations

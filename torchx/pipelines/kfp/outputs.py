@@ -1,12 +1,7 @@
-"""What a finished stage recorded, read back from its tracker run, as KFP typed outputs.
-
-After the app ends the launcher reads the app's run (keyed by its handle): the backend's
-own run id (an MLflow run id for ``mlflow``), its UI link, the last value of every metric
-rank 0 logged, and the outputs the stage recorded with ``torchx.trackers.record_output``.
-They fill the launcher's ``Metrics``, ``Model`` and ``Dataset`` artifacts, so the KFP UI
-shows lineage in its own terms. An output is a ``Model`` when recorded with
-``{"type": "model"}`` (or named ``model``), a ``Dataset`` with ``{"type": "dataset"}`` (or
-named ``dataset``); the artifact's URI is where the stage wrote it (no copy is made).
+"""What a finished stage recorded, read back from its tracker run, as the launcher's KFP
+typed outputs (``Metrics``, ``Model``, ``Dataset``), so the KFP UI shows lineage in its own
+terms. An output is a ``Model`` when recorded with ``{"type": "model"}`` (or named
+``model``), a ``Dataset`` likewise; the artifact's URI is where the stage wrote it.
 """
 
 from __future__ import annotations

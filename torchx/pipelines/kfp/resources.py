@@ -1,17 +1,9 @@
-"""The launched app's resources on the launcher's KFP task, set when the pipeline is built.
+"""The launched app's resources on the launcher's KFP task, set when the pipeline is built,
+so the compiled IR shows what the stage asks for (one replica's; KFP has no replica count).
+The task config passes them to the app, not to the launcher's pod.
 
-``torchx_launcher(component="dist.ddp", component_args=["-j", "2x4", "--cpu", "8", ...])``
-materializes the component at build time (as ``torchx run --dryrun`` would) and sets the
-task's CPU, memory and accelerator requests and limits to the resources of one replica
-(node) of the app, so the compiled IR shows what the stage asks for. The launcher's task
-config passes them through to the app, not to the launcher's own pod; at run time they
-come back unchanged (``launch.apply_task_config``). KFP has no replica count, so the node
-count of ``-j`` stays in ``component_args``.
-
-Arguments that are pipeline parameters are unknown at build time: a ``--cpu`` or
-``--gpu`` parameter becomes a runtime resource (KFP resolves it), others use the
-component's default for the build-time view. Resources set on the task afterwards
-(``task.set_cpu_limit(...)``) win.
+Pipeline parameters are unknown at build time: a ``--cpu`` or ``--gpu`` parameter becomes
+a runtime resource (KFP resolves it), others use the component's default for the view.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Where each stage of a flow run lives, recorded on the flow run itself.
 
-Prefect runs ``on_cancellation`` and ``on_crashed`` hooks in the *worker* (after it reloads
-the flow), not in the flow-run process that submitted the stages. The two processes may
-have different settings: a deployment's ``job_variables`` set the flow run's environment
-only. So before a stage is submitted, the flow run is labelled with everything needed to
-reach its app from any process: the scheduler, the idempotency key (the scheduler stores
-it with the job) and torchx's own settings in the flow run (``TORCHX_HOME``, where
-local_cwd and Ray keep their state; the trackers its jobs report to).
-
-The hook (``cancel_stages``) cancels each stage's live app with those settings: in its own
-process when they match, else in a short-lived child process
-(``python -m torchx.pipelines.prefect.stages``) whose ``TORCHX_HOME`` is the flow run's.
-Credentials are not recorded (the scheduler's kubeconfig, AWS or Slurm user; a tracker
-URI's ``user:password@``): the worker needs its own.
+Prefect runs ``on_cancellation`` and ``on_crashed`` hooks in the *worker*, whose settings
+may differ from the flow run's (a deployment's ``job_variables`` set the flow run's env
+only). So before a stage is submitted, the flow run is labelled with what reaches its app
+from any process: scheduler, idempotency key, ``TORCHX_HOME`` and trackers (credentials
+are not recorded: the worker needs its own). ``cancel_stages`` cancels with those settings,
+in a child process when this process's ``TORCHX_HOME`` differs.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """Prefect tasks that submit, wait on and cancel torchx apps.
 
-- ``submit`` is idempotent per flow run and stage: its idempotency key is the flow run
-  plus ``key=`` when given, else a digest of component, args, scheduler and cfg, and the
-  scheduler stores it with the job. A retried task (or flow run) on any worker re-attaches
-  to the app that is still running, or already succeeded in this flow run; two different
-  stages never share an app.
-- ``wait`` streams the job's log lines into ``get_run_logger()`` (``role/replica``
-  prefixed), publishes a link artifact (app UI, MLflow UI) and a table artifact (replica
-  states) under keys stable per stage, and raises ``TorchXJobFailed`` carrying the
-  worker's error. If the wait is cancelled (flow run cancelled or timed out, task timed
-  out, SIGTERM), it cancels the app; any other exception leaves the app running, and the
-  task's retry waits on it again.
-- Task runs are named after the stage (``key=``, else the component). ``wait`` and ``run``
-  persist their results (``persist_result=True``, Prefect's result storage,
-  ``PREFECT_LOCAL_STORAGE_PATH`` by default), so a retried flow run reuses the stages that
-  completed. ``submit`` is never cached: a retried flow run asks the scheduler again,
-  which returns the stage's live or succeeded app, or submits anew after a cancel.
-- ``cancel_flow_run_apps`` is an ``on_cancellation`` / ``on_crashed`` flow hook that
-  cancels every app the flow run submitted (tasks and ``TorchXJob`` blocks) and ends the
-  flow run's tracker run KILLED; Prefect runs it in the worker, which finds the apps from
-  the flow run's labels (``stages``). ``close_pipeline_run`` (``on_completion`` /
-  ``on_failure``, run in the flow-run process) ends it FINISHED or FAILED.
-- Every app of a flow run is nested under the tracker run ``prefect://<flow>/<id>``.
-- ``.map`` (a sweep) gives each item its own stage: its key, task-run name and artifacts
-  end in the map index (``echo-0``, ``echo-1``, ...; ``key=unmapped("train")`` gives
-  ``train-0``, ...), so items with equal arguments still get their own apps. A list of
-  keys is used as given, and must not repeat one.
+- ``submit`` keys a stage by the flow run plus ``key=`` (else a digest of what it runs); the
+  scheduler stores the key with the job, so a retry on any worker re-attaches to the app
+  still running or already succeeded in this flow run. It is never cached: a retried flow
+  run asks the scheduler again (after a cancel it submits anew).
+- ``wait`` cancels the app only if the wait itself is cancelled (``CANCELLATIONS``); any
+  other exception leaves it running for the task's retry.
+- ``cancel_flow_run_apps`` runs in the worker, which finds the flow run's apps from its
+  labels (``stages``); ``close_pipeline_run`` ends the flow run's tracker run.
+- ``.map`` gives each item its own stage (key, task-run name, artifacts: ``echo-0``, ...).
 
 ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
 """
