@@ -34,10 +34,8 @@ OnProgress = Callable[[Progress], None]
 # how often a stage reads its job's progress report into the orchestrator (seconds)
 PROGRESS_INTERVAL = 30.0
 
-# What interrupts a wait because the stage itself is being cancelled: a cancelled asyncio
-# task (also Prefect's timeouts), Ctrl-C, and a SIGTERM handler's exit (KFP's launcher).
-# Adapters add their orchestrator's own signals (Prefect's TerminationSignal). Anything else
-# (a network error, a scheduler hiccup) is not a reason to throw away the app's work.
+# What interrupts a wait because the stage itself is cancelled (a cancelled asyncio task,
+# Ctrl-C, KFP's SIGTERM handler's exit); anything else is no reason to throw away the work.
 CANCELLATIONS: Tuple[Type[BaseException], ...] = (
     asyncio.CancelledError,
     KeyboardInterrupt,
@@ -59,8 +57,8 @@ class StageFailed(Exception):
 
 
 def first_failed_replica(status: AppStatus) -> Optional[str]:
-    """``role/replica`` of the replica that failed first: the earliest error file timestamp
-    (torchelastic's ``timestamp``), else the first FAILED replica in role order."""
+    """``role/replica`` of the replica that failed first (by its error file's timestamp,
+    else in role order)."""
     failed: List[Tuple[float, int, str]] = []
     for role in status.roles:
         for r in role.replicas:
@@ -136,11 +134,9 @@ def open_pipeline_run(
 def close_pipeline_run(
     run_id: str, trackers: Mapping[str, Optional[str]], state: str
 ) -> Optional[ResourceHours]:
-    """End the pipeline's tracker run as ``FINISHED``, ``FAILED`` or ``KILLED``, then log
-    the sums of its stages' ``cpu_hours`` / ``gpu_hours`` on it (returned; None: none
-    recorded). The run ends first: an orchestrator that kills a slow callback (Airflow's
-    dag-processor does) leaves the sums missing, never the run RUNNING for good.
-    Best effort: a tracker that cannot answer is a warning, never the pipeline's failure."""
+    """End the pipeline's tracker run, then log (and return) its stages' summed
+    resource-hours. The run ends first: a killed slow callback (Airflow's dag-processor
+    kills them) leaves the sums missing, never the run RUNNING for good."""
     if not trackers:
         return None
     from torchx.runner.resource_hours import record_pipeline_hours
@@ -171,13 +167,8 @@ def submit_or_attach(
     owner: Optional[str] = None,
     stall_timeout: Optional[float] = None,
 ) -> Submission:
-    """Re-attach to the live app submitted with ``key``, else submit the stage with it.
-
-    ``run_name`` names the job's tracker run (the task or stage name); ``run_params`` are
-    the orchestrator's params (DAG, flow, task) recorded on it with the job's own;
-    ``stall_timeout`` (seconds) is stored with the job, which fails ``stalled: ...`` when
-    it neither prints nor reports progress for that long.
-    """
+    """Re-attach to the live app submitted with ``key``, else submit the stage with it
+    (``run_name`` and ``run_params``: the job's tracker run's, from the orchestrator)."""
     cfg = dict(cfg or {})
     options: Dict[str, Any] = {
         "parent_run_id": parent_run_id,
@@ -208,13 +199,9 @@ def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> N
 
 
 class ProgressFollower:
-    """Reads the job's progress report at most every ``interval`` seconds and hands it to
-    ``on_progress`` only when it changed (step, total or metrics): an orchestrator's log or
-    artifact gets one entry per real change, never a flood.
-
-    ``poll()`` is for a caller's own loop (a trigger); ``start()`` / ``stop()`` run it in a
-    daemon thread beside a blocking wait. A reader or callback error is logged, not raised.
-    """
+    """Hands the job's progress report to ``on_progress`` at most every ``interval``
+    seconds, and only when it changed: one log or artifact entry per real change.
+    ``poll()`` serves a caller's loop; ``start()`` / ``stop()`` a thread beside a wait."""
 
     def __init__(
         self,
@@ -307,14 +294,9 @@ def wait_or_cancel(
     on_progress: Optional[OnProgress] = None,
     progress_interval: float = PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app (following its logs into ``emit``, its progress reports into
-    ``on_progress``, see ``ProgressFollower``); cancel it if the wait is cancelled (one of
-    ``cancel_on``), and log that to ``log`` (the task's own log).
-
-    Any other exception propagates and leaves the app running: the task's retry finds it
-    through its idempotency key instead of submitting a second one.
-    Returns the final status if it SUCCEEDED, else raises ``StageFailed``.
-    """
+    """Wait for the app (logs into ``emit``, progress into ``on_progress``); the final
+    status if it SUCCEEDED, else ``StageFailed``. Only ``cancel_on`` cancels the app: any
+    other exception leaves it running, for the task's retry to re-attach to."""
     follower = None
     if on_progress is not None:
         follower = ProgressFollower(runner, handle, on_progress, progress_interval).start()
