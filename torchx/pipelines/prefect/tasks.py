@@ -66,9 +66,8 @@ def pipeline_run_id() -> str:
 def record_flow_run_stage(
     scheduler: str, key: Optional[str], runner: Any, cfg: Optional[Dict[str, Any]] = None
 ) -> None:
-    """Label the current flow run with what reaches the stage's app (scheduler, key, run
-    options, this process's ``TORCHX_HOME`` and trackers), *before* it is submitted, for
-    ``cancel_flow_run_apps``, which Prefect runs in the worker (see ``stages``)."""
+    """Label the current flow run with what reaches the stage's app, *before* it is
+    submitted, for ``cancel_flow_run_apps`` in the worker (see ``stages``)."""
     from prefect.runtime import flow_run
 
     fid = flow_run.get_id()
@@ -267,11 +266,8 @@ def _safe(artifact_key: str) -> str:
 
 
 def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -> None:
-    """Link and table artifacts under stable per-stage keys (Prefect keeps their history).
-
-    A link exists only where there is a real URL: no MLflow UI, no MLflow link artifact.
-    Outside a flow or task run there is nothing to attach them to: none are created.
-    """
+    """Link (only to a real URL) and table artifacts under stable per-stage keys, so
+    Prefect keeps their history; none outside a flow or task run."""
     if not _in_run():
         return
     safe = _safe(artifact_key)
@@ -302,11 +298,8 @@ def _app_name(handle: str) -> str:
 
 
 class StageTask(Task[Any, Any]):
-    """A torchx task whose ``.map`` names each item's stage after its map index.
-
-    Without it, mapped items share the stage name of their component: their artifacts
-    overwrite each other, and items with the same key (or the same arguments) share an app.
-    """
+    """A torchx task whose ``.map`` names each item's stage after its map index (else the
+    items' artifacts overwrite each other and equal items share an app)."""
 
     def map(self, *args: Any, **kwargs: Any) -> Any:
         """Prefect's ``Task.map``, with ``key`` replaced by one key per item (see
@@ -334,12 +327,8 @@ def stage_task(**options: Any) -> Callable[[Callable[..., Any]], StageTask]:
 
 
 def item_keys(parameters: Dict[str, Any]) -> Any:
-    """The ``key`` of each item of a ``.map`` over ``parameters`` (the call's arguments).
-
-    One key (``unmapped("train")``, ``"train"``) or none (the stage's name: the component's,
-    or the app's for ``wait``) is numbered per item: ``train-0``, ``train-1``, ... A list of
-    keys is kept, and a repeated one is an error (two items would share an app).
-    """
+    """The ``key`` of each item of a ``.map`` over ``parameters``: one key (or the stage's
+    name) numbered per item (``train-0``, ...); a list of keys as given, none repeated."""
     from prefect.futures import PrefectFuture
     from prefect.utilities.annotations import BaseAnnotation, unmapped
     from prefect.utilities.collections import isiterable
@@ -509,6 +498,13 @@ def run(
     return handle
 
 
+def _ended_run(flow: Any, flow_run: Any) -> tuple[str, str]:
+    """A flow hook's flow run id and tracker run (Prefect passes both; else the current)."""
+    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
+    name = flow.name if flow is not None else _flow_run()[1]
+    return fid, f"prefect://{name}/{fid}"
+
+
 def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:
     """Flow hook (``on_cancellation=[...]``, ``on_crashed=[...]``): cancel the flow run's
     apps and end its tracker run KILLED.
@@ -518,12 +514,10 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
         flow_run: the flow run whose apps to cancel (default: the current one)
         state: the flow run's state (unused: any end by cancel or crash is KILLED)
     """
-    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
-    name = flow.name if flow is not None else _flow_run()[1]
-    logger = _hook_logger(flow_run)
+    fid, pipeline_run = _ended_run(flow, flow_run)
     with get_runner() as runner:
         trackers = runner.trackers()
-    stages.cancel_stages(stages.read_stages(fid), f"prefect://{name}/{fid}", logger, trackers)
+    stages.cancel_stages(stages.read_stages(fid), pipeline_run, _hook_logger(flow_run), trackers)
 
 
 def _hook_logger(flow_run: Any) -> Logger:
@@ -547,10 +541,7 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
         flow_run: the flow run that ended (default: the current one)
         state: its final state: completed ends the run FINISHED, anything else FAILED
     """
-    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
-    name = flow.name if flow is not None else _flow_run()[1]
+    _, pipeline_run = _ended_run(flow, flow_run)
     succeeded = bool(state.is_completed()) if state is not None else True
     with get_runner() as runner:
-        core.close_pipeline_run(
-            f"prefect://{name}/{fid}", runner.trackers(), core.final_state(succeeded)
-        )
+        core.close_pipeline_run(pipeline_run, runner.trackers(), core.final_state(succeeded))
