@@ -438,27 +438,22 @@ class TorchXOperator(BaseOperator):
 
     def get_openlineage_facets_on_start(self) -> Any:
         """OpenLineage START: the declared inlets and outlets, and the torchx run facet."""
-        from torchx.pipelines.airflow.openlineage import operator_lineage
-
-        return operator_lineage(
-            self.component, self.scheduler, None, *_declared_uris(self.inlets, self.outlets)
-        )
+        return self._facets(None)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage COMPLETE: the datasets the stage read and wrote (as it recorded them)
         and a run facet with the app handle and its MLflow run id and link."""
-        from torchx.pipelines.airflow.openlineage import operator_lineage
-
-        return operator_lineage(
-            self.component,
-            self.scheduler,
-            self._lineage_for(task_instance),
-            *_declared_uris(self.inlets, self.outlets),
-        )
+        return self._facets(self._lineage_for(task_instance))
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """OpenLineage FAIL: as on complete, with whatever the stage recorded before failing."""
         return self.get_openlineage_facets_on_complete(task_instance)
+
+    def _facets(self, lineage: Optional[StageLineage]) -> Any:
+        from torchx.pipelines.airflow.openlineage import operator_lineage
+
+        inlets, outlets = _declared_uris(self.inlets), _declared_uris(self.outlets)
+        return operator_lineage(self.component, self.scheduler, lineage, inlets, outlets)
 
     def _lineage_for(self, task_instance: Any) -> Optional[StageLineage]:
         if self.stage_lineage is not None:
@@ -471,19 +466,14 @@ class TorchXOperator(BaseOperator):
         return read_stage_lineage(str(handle), self._runner().trackers())
 
 
-def _declared_uris(inlets: Sequence[Any], outlets: Sequence[Any]) -> tuple[List[str], List[str]]:
-    """The URIs of the Assets among a task's inlets and outlets (an Asset named without a
-    URI, or a stage's own Asset, is not a dataset OpenLineage can name)."""
-    ins = [a.uri for a in inlets if _is_dataset(a)]
-    outs = [a.uri for a in outlets if _is_dataset(a)]
-    return ins, outs
-
-
-def _is_dataset(asset: Any) -> bool:
-    # a stage's stable Asset names the task, not a dataset
-    return (
-        isinstance(asset, Asset) and "://" in asset.uri and not asset.uri.startswith(STAGE_SCHEME)
-    )
+def _declared_uris(assets: Sequence[Any]) -> List[str]:
+    """The URIs of the Assets that name a dataset (not one named without a URI, nor a
+    stage's own Asset, which names the task)."""
+    return [
+        a.uri
+        for a in assets
+        if isinstance(a, Asset) and "://" in a.uri and not a.uri.startswith(STAGE_SCHEME)
+    ]
 
 
 def stage_asset(dag_id: str, task_id: str) -> Asset:
