@@ -56,9 +56,9 @@ class StageFailed(Exception):
         self.status = status
 
 
-def first_failed_replica(status: AppStatus) -> Optional[str]:
-    """``role/replica`` of the replica that failed first (by its error file's timestamp,
-    else in role order)."""
+def failure_summary(status: AppStatus) -> str:
+    """``status.error_summary()`` naming the replica that failed first (by its error file's
+    timestamp, else in role order), when one did."""
     failed: List[Tuple[float, int, str]] = []
     for role in status.roles:
         for r in role.replicas:
@@ -66,7 +66,8 @@ def first_failed_replica(status: AppStatus) -> Optional[str]:
                 failed.append(
                     (_error_time(r.structured_error_msg), len(failed), f"{role.role}/{r.id}")
                 )
-    return min(failed)[2] if failed else None
+    summary = status.error_summary()
+    return f"{summary} [first failed: {min(failed)[2]}]" if failed else summary
 
 
 def _error_time(structured: str) -> float:
@@ -77,13 +78,6 @@ def _error_time(structured: str) -> float:
         return float(extra.get("timestamp", data.get("timestamp")))
     except (ValueError, TypeError, AttributeError):  # no error file, or not torchelastic's
         return float("inf")
-
-
-def failure_summary(status: AppStatus) -> str:
-    """``status.error_summary()`` naming the first replica that failed, when one did."""
-    summary = status.error_summary()
-    first = first_failed_replica(status)
-    return f"{summary} [first failed: {first}]" if first else summary
 
 
 @dataclass
