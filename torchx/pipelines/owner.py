@@ -84,9 +84,8 @@ def map_index_of(ti: AirflowTaskInstance) -> int:
 
 
 def airflow_owner(ti: AirflowTaskInstance, cancel: bool = True) -> Owner:
-    """The owner of a job submitted by Airflow task instance ``ti`` (dag, run, task, map
-    index, try), with Airflow's ``[api] base_url`` when it is configured; ``cancel``: the
-    operator's ``cancel_on_kill``."""
+    """The owner of a job submitted by Airflow task instance ``ti``, with Airflow's
+    ``[api] base_url`` when it is configured."""
     api: Optional[str] = None
     try:
         from airflow.configuration import conf

@@ -111,8 +111,7 @@ class Orchestrators:
 
     def state(self, owner: Owner) -> Tuple[str, bool]:
         """``(state, finished for good)`` of ``owner``; ReapError if it cannot be had (an
-        unreachable orchestrator is remembered per URL, so it costs one timeout per run;
-        any other error concerns this owner only)."""
+        unreachable orchestrator is remembered, so it costs one timeout per run)."""
         where = owner.api or owner.kind
         if where in self._down:
             raise Unreachable(self._down[where])
@@ -229,11 +228,9 @@ def cancel_if_owned(
     why: str = "ended",
     log: Any = logger,  # a Logger, or the orchestrator's adapter of one
 ) -> bool:
-    """Cancel ``handle`` only on facts: it still runs, the owner stored with it can be read,
-    does not say ``cancel: false``, and ``is_owner`` (the one asking) recognizes it. Any
-    doubt keeps the job, with a warning: a missed cancel is reaped later, a wrong one throws
-    away hours of training. ``what`` names the asker and ``why`` says what happened to it,
-    for the log line. True if cancelled."""
+    """Cancel ``handle`` only on facts: it still runs, and the owner stored with it can be
+    read, allows a cancel and is one ``is_owner`` recognizes; any doubt keeps it, with a
+    warning. ``what`` and ``why`` name the asker and its end for the log. True if cancelled."""
     status = runner.status(handle)
     if status is None or status.is_terminal():
         return False
@@ -282,12 +279,8 @@ def find_candidates(
 
 
 def reap(runner: Any, candidates: Iterable[Candidate], orchestrators: Orchestrators) -> List[str]:
-    """Cancel the orphans among ``candidates``; their handles.
-
-    Each owner is asked again just before its job is cancelled: since ``find_candidates``
-    asked, a user may have cleared the task or retried the run, and its new try may have
-    re-attached to the job. A candidate whose owner no longer says it ended without
-    success, or cannot be asked, is kept (``orphan`` False, its new state or ``error``)."""
+    """Cancel the orphans among ``candidates``; their handles. Each owner is asked again
+    first: a task cleared (or a run retried) since may have re-attached to the job."""
     cancelled = []
     for c in candidates:
         if not c.orphan:

@@ -24,10 +24,7 @@ _LAZY = {
 
 
 def get_provider_info() -> Dict[str, Any]:
-    """Provider metadata for the ``apache_airflow_provider`` entry point.
-
-    Shown by ``airflow providers list``.
-    """
+    """Provider metadata for the ``apache_airflow_provider`` entry point."""
     from torchx import __version__
 
     return {

@@ -41,12 +41,8 @@ def _default_deferrable() -> bool:
 
 
 class _TorchXLink(BaseOperatorLink):
-    """An extra link the task computed (``""``: no link).
-
-    Airflow 3 calls ``get_link`` on the worker when the task ends or defers and stores the
-    result under ``xcom_key`` for the UI. The link comes from the operator's memory, so a task
-    without one (no UI, not yet known) reads nothing and logs no "XCom not found" error.
-    """
+    """An extra link the task computed (``""``: no link). It comes from the operator's
+    memory, so a task without one reads no XCom and logs no "XCom not found" error."""
 
     name = ""
     kind = ""
@@ -247,9 +243,8 @@ class TorchXOperator(BaseOperator):
         return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
 
     def _reuse_succeeded(self, context: Mapping[str, Any]) -> bool:
-        """Whether a SUCCEEDED app of this task instance is returned rather than run again:
-        always on a retry (a crash after the app succeeded must not run it twice), on the
-        first try after a clear only with ``reuse_succeeded``."""
+        """Whether a SUCCEEDED app is returned rather than run again: on a retry (a crash
+        after it succeeded must not run it twice), after a clear with ``reuse_succeeded``."""
         return self.reuse_succeeded or is_retry(context["ti"], self.retries)
 
     def _submit(self, context: Mapping[str, Any], runner: Any) -> str:
@@ -379,8 +374,7 @@ class TorchXOperator(BaseOperator):
     def _finish(
         self, context: Mapping[str, Any], handle: str, status: Optional[AppStatus], runner: Any
     ) -> str:
-        """Push the final status and the tracker link (only where there is a UI); read the
-        stage's lineage back and turn its outputs into Asset events."""
+        """Push the final status and the tracker link; read the stage's lineage back."""
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key="app_status", value=status.to_json())
@@ -483,13 +477,9 @@ def stage_asset(dag_id: str, task_id: str) -> Asset:
 
 
 def is_retry(ti: Any, retries: Optional[int]) -> bool:
-    """Whether this try retries a failed or crashed try, rather than being the first try
-    since the DAG run started or a user cleared the task.
-
-    Airflow numbers tries on: a clear sets ``max_tries = try_number + retries``, so the
-    first try of a series is ``max_tries - retries + 1`` (as the task SDK computes it for
-    reschedules) and any later try of the series is a retry.
-    """
+    """Whether this try retries a failed or crashed one (not the first try since the run
+    started or a clear): a clear sets ``max_tries = try_number + retries``, so a series
+    starts at ``max_tries - retries + 1``, as the task SDK computes it."""
     try_number, max_tries = ti.try_number, ti.max_tries
     if not isinstance(try_number, int) or not isinstance(max_tries, int):
         return False
@@ -505,11 +495,8 @@ def run_name(ti: Any) -> str:
 
 
 def run_params(context: Mapping[str, Any]) -> Dict[str, object]:
-    """The orchestrator's params on the job's tracker run: the task instance's identity
-    (``airflow.dag_id``, ``task_id``, ``run_id``, ``try_number``, ``map_index``), the DAG's
-    params (``airflow.params.<name>``; Airflow merges the run's conf into them by default)
-    and conf keys that are not params (``airflow.conf.<key>``, when
-    ``[core] dag_run_conf_overrides_params`` is off)."""
+    """The job's tracker-run params: the task instance's identity, the DAG's params (which
+    hold the run's conf by default) and conf keys that are not params."""
     ti = context["ti"]
     params: Dict[str, object] = {
         "airflow.dag_id": ti.dag_id,

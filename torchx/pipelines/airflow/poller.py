@@ -295,9 +295,8 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
 
 
 def _final_word(listed: AppState) -> bool:
-    """Whether the list's terminal state is all the event needs, so the app costs no call
-    of its own at its end: SUCCEEDED or CANCELLED. A failure's reason needs the app's status.
-    (The job's tracker run is then ended by ``execute_complete``'s status, in the worker.)"""
+    """Whether the list's terminal state is all the event needs (a failure's reason needs
+    the app's status)."""
     return listed in (AppState.SUCCEEDED, AppState.CANCELLED)
 
 
@@ -333,9 +332,8 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
 def _log_file(
     backend: str, ui_url: Optional[str], app_id: str, role: str, k: int, stream: Stream
 ) -> Optional[str]:
-    """The file a replica's log is read from, where its scheduler keeps logs as files on
-    this machine (its ``ui_url`` is ``file://<dir>``): a stat then tells whether it grew,
-    so a quiet log is not read. None: read it each round."""
+    """The replica's log file where its scheduler keeps one here (``ui_url`` ``file://``):
+    a stat tells whether it grew, so a quiet log is not read. None: read it each round."""
     if not ui_url or not ui_url.startswith("file://"):
         return None
     root = ui_url[len("file://") :]

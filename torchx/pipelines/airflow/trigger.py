@@ -38,11 +38,7 @@ LINES_PER_RECORD = 1000
 
 class TorchXTrigger(BaseTrigger):
     """Fires one event ``{"app_handle", "state", "message", "streamed"}`` when the app is
-    terminal (``streamed``: ``{"role/replica": lines}`` the trigger logged).
-
-    A user's kill of the deferred task (mark failed or success, clear) cancels the app
-    (``on_kill``, when ``cancel_on_kill``); a triggerer restart leaves it running.
-    """
+    terminal (``streamed``: ``{"role/replica": lines}`` the trigger logged)."""
 
     timeout_after: Optional[datetime] = None  # the triggerer sets it: the task's trigger timeout
 
@@ -128,8 +124,7 @@ class TorchXTrigger(BaseTrigger):
         watch.progress.clear()
 
     def _write(self, lines: List[Tuple[str, str]]) -> None:
-        """Log replica lines as one record (a log call costs the loop about 0.3 ms: a
-        thousand stages printing a line a second would cost a core one call a line) and
+        """Log replica lines as one record (a log call costs the loop about 0.3 ms) and
         count them."""
         for key, _ in lines:
             self.streamed[key] = self.streamed.get(key, 0) + 1

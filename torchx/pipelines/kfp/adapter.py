@@ -124,11 +124,8 @@ def component_spec_from_app(
     image: Optional[str] = None,
     trackers: Optional[Mapping[str, Optional[str]]] = None,
 ) -> Tuple[Dict[str, Any], Role]:
-    """The component spec (as a dict) of a single-role app, and its role.
-
-    Arguments as for :func:`component_from_app`; the spec's ``env`` holds the static env
-    (the task sets it), the command exports the env that needs the task's identity.
-    """
+    """The component spec (as a dict) of a single-role app, and its role (arguments as for
+    :func:`component_from_app`)."""
     from torchx.pipelines.kfp.image import base_image
 
     role = _single_role(app)

@@ -56,11 +56,8 @@ def pipeline_run_id(pipeline_name: str, job_id: str) -> Optional[str]:
 
 
 def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]:
-    """KFP >= 2.17's MLflow integration: KFP opens a run per pipeline run and a nested one
-    per task, and gives the step ``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_ID`` and
-    ``MLFLOW_TRACKING_URI``. Returns the task's run id (the job's run nests under it; no
-    pipeline run of torchx's own) and, when ``TORCHX_TRACKERS`` is unset, the trackers
-    that turn tracking on: ``{"mlflow": $MLFLOW_TRACKING_URI}`` (None: the configured)."""
+    """KFP >= 2.17's MLflow run of this task (the job's run nests under it) and, unless
+    ``TORCHX_TRACKERS`` is set, ``{"mlflow": $MLFLOW_TRACKING_URI}`` (None: configured)."""
     uri, run_id = os.environ.get("MLFLOW_TRACKING_URI"), os.environ.get("MLFLOW_RUN_ID")
     if not uri or not run_id:
         return None, None
@@ -117,9 +114,8 @@ def launch(
     task_name: str = "",
     stall_timeout: Optional[float] = None,
 ) -> Tuple[str, StageRecord]:
-    """Run the component to completion (or re-attach to this step's app if a retried step
-    finds it still running or succeeded); returns the app handle and its tracker run
-    (backend run id, link, metrics, recorded outputs)."""
+    """Run the component to completion (a retried step re-attaches to its running or
+    succeeded app); the app handle and what its tracker run recorded."""
     cfg = dict(cfg or {})
     kfp_run, trackers = kfp_mlflow_run()
     parent_run_id = kfp_run or parent_run_id

@@ -86,12 +86,8 @@ def _one_resource(app: AppDef) -> Optional[Resource]:
 
 
 def launcher_resources(component: Any, component_args: Any) -> Optional[LauncherResources]:
-    """The resources ``torchx_launcher`` will give the app, known when the pipeline is built.
-
-    None when they cannot be known then (the component or its argument list is a pipeline
-    parameter, or the component is only in the launcher's image). Invalid constant
-    arguments (``-j bad``) raise here, at build time, as they would at run time.
-    """
+    """The resources ``torchx_launcher`` will give the app, None when they are unknown at
+    build time. Invalid constant arguments (``-j bad``) raise here, as at run time."""
     if not isinstance(component, str) or _is_channel(component):
         return None
     if not isinstance(component_args, (list, tuple)):

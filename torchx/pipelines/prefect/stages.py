@@ -53,9 +53,8 @@ def here(
     trackers: Dict[str, Optional[str]],
     cfg: Optional[Dict[str, Any]] = None,
 ) -> StageRecord:
-    """The record of a stage submitted by this process (its ``TORCHX_HOME``) with ``cfg``
-    (its run options); a tracker URI's user and password are left out (labels are visible
-    to every Prefect user)."""
+    """The record of a stage this process submits; a tracker URI's user and password are
+    left out (labels are visible to every Prefect user)."""
     public = {name: _without_userinfo(config) for name, config in trackers.items()}
     return StageRecord(scheduler, key, str(torchx_home()), public, dict(cfg or {}))
 
@@ -104,9 +103,8 @@ def cancel_stages(
     log: Log,
     trackers_here: Dict[str, Optional[str]],
 ) -> None:
-    """Cancel every stage's live app and end ``pipeline_run`` KILLED, each with the
-    settings of the flow run that recorded it (``trackers_here``: this process's, used
-    when no stage was recorded)."""
+    """Cancel every stage's live app and end ``pipeline_run`` KILLED, with the settings each
+    was recorded with (``trackers_here`` when none was)."""
     if not records:
         _cancel_here([], pipeline_run, trackers_here, log)
         return

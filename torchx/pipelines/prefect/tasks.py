@@ -122,8 +122,7 @@ def _task_run_name(verb: str) -> Callable[..., str]:
 
 
 def run_params(stage: str) -> Dict[str, object]:
-    """The Prefect params of a stage's tracker run: flow, flow run (id, name), the stage's
-    name and the flow run's parameters (``prefect.param.<name>``)."""
+    """The Prefect params of a stage's tracker run (flow, flow run, stage, parameters)."""
     from prefect.runtime import flow_run
 
     params: Dict[str, object] = {"prefect.task": stage}
@@ -152,9 +151,7 @@ def submit_stage(
     logger: Logger,
     stall_timeout: Optional[float] = None,
 ) -> str:
-    """Submit a stage, or re-attach to this flow run's app of the same stage; returns its
-    handle. Its tracker run, named after the stage and with the flow run's params, nests
-    under ``parent_run_id``, else the flow run's."""
+    """Submit a stage, or re-attach to this flow run's app of the same stage; its handle."""
     name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     with get_runner() as runner:
@@ -189,9 +186,8 @@ def wait_stage(
     logger: Logger,
     progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app, its log lines into ``logger``, its progress reports into a progress
-    artifact; publish the stage's artifacts under ``key`` (default: the app's name).
-    Raises ``TorchXJobFailed`` unless it SUCCEEDED."""
+    """Wait for the app and publish the stage's artifacts under ``key`` (default: the app's
+    name); ``TorchXJobFailed`` unless it SUCCEEDED."""
 
     def emit(role: str, k: int, line: str) -> None:
         logger.info("%s/%d %s", role, k, line)
@@ -222,9 +218,8 @@ def wait_stage(
 
 
 class ProgressArtifact:
-    """The stage's progress artifact ``torchx-progress-<key>``: created at the first report
-    (percent = 100 * step / total), updated at each changed one; the description has the
-    step, rate, ETA and metrics. A report without a total is only logged."""
+    """The stage's progress artifact ``torchx-progress-<key>``, created at the first report
+    with a total and updated at each changed one; every report is logged."""
 
     def __init__(self, handle: str, artifact_key: str, logger: Logger) -> None:
         self.handle = handle
@@ -248,9 +243,8 @@ class ProgressArtifact:
 
 
 def _sync(dispatching: Callable[..., Any]) -> Callable[..., Any]:
-    """The sync form of a Prefect artifact function (its ``_sync`` keyword, which its typed
-    signature does not show): it also runs in a thread of an async flow (``TorchXJob``),
-    where Prefect would dispatch to the coroutine form and nothing would await it."""
+    """The sync form of a Prefect artifact function: in a thread of an async flow
+    (``TorchXJob``) Prefect would dispatch to the coroutine form, which nobody awaits."""
     return functools.partial(dispatching, _sync=True)
 
 
