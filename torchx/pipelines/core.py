@@ -88,9 +88,6 @@ class Submission:
     reattached: bool
 
 
-# ---------------------------------------------------------------------------- keys
-
-
 def stage_key(*parts: object) -> str:
     """A stable key from the orchestrator's identity of a stage (same parts, same key)."""
     return "/".join(str(p) for p in parts)
@@ -108,9 +105,6 @@ def content_key(
         what = [component, component_args]
     text = json.dumps([what, scheduler, dict(cfg)], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-# ---------------------------------------------------------------------------- pipeline run
 
 
 def open_pipeline_run(
@@ -142,9 +136,6 @@ def close_pipeline_run(
     except backend_errors() as e:  # closing a run is never worth failing the pipeline
         logger.warning("could not end pipeline run %s as %s: %s", run_id, state, e)
     return record_pipeline_hours(run_id, trackers)
-
-
-# ---------------------------------------------------------------------------- submit
 
 
 def submit_or_attach(
@@ -179,9 +170,6 @@ def submit_or_attach(
         args = component_args if component_args is not None else []
         handle = runner.run_component(component, args, scheduler, cfg, **options)
     return Submission(handle, reattached=runner.reattached(handle))
-
-
-# ---------------------------------------------------------------------------- wait
 
 
 def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> None:
@@ -322,9 +310,6 @@ def cancel_quietly(runner: Runner, handle: str, log: Optional[Log] = None) -> No
         runner.cancel(handle)
     except backend_errors() as e:  # the reaper can still cancel it
         (log or logger).warning("could not cancel %s: %s", handle, e)
-
-
-# ---------------------------------------------------------------------------- links
 
 
 def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Optional[str]:

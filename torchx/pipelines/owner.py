@@ -64,9 +64,6 @@ def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
     return parse_owner((metadata or {}).get(OWNER))
 
 
-# ---------------------------------------------------------------------------- builders
-
-
 class AirflowTaskInstance(Protocol):
     """What torchx reads of an Airflow task instance: the task SDK's ``RuntimeTaskInstance``
     (in a task process) and the models' ``TaskInstance`` (scheduler, api-server) both have it."""

@@ -56,9 +56,6 @@ class Candidate:
         return f"{verdict} {self.handle} owner: {self.owner.describe()} state: {self.owner_state}"
 
 
-# ---------------------------------------------------------------------------- HTTP
-
-
 def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any]] = None) -> Any:
     """GET (or POST ``body``) ``url``; None on 404; Unreachable when the orchestrator cannot
     be asked (connection, timeout, 401); ReapError on any other failure (this URL's)."""
@@ -80,9 +77,6 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
         raise Unreachable(f"cannot reach {url}: {reason}") from None
     except (ValueError, http.client.HTTPException) as e:
         raise ReapError(f"{url}: bad answer: {e}") from None
-
-
-# ---------------------------------------------------------------------------- orchestrators
 
 
 def _api_url(kind: str, given: Optional[str], owner: Owner, env: str, hint: str) -> str:
@@ -127,8 +121,6 @@ class Orchestrators:
             raise
         return f"unknown ({owner.kind} owners are not looked up)", False
 
-    # -- Airflow
-
     def _airflow_token(self, base: str) -> str:
         if base in self._airflow_tokens:
             return self._airflow_tokens[base]
@@ -172,8 +164,6 @@ class Orchestrators:
         state = str(ti.get("state") or "none")
         return state, state in AIRFLOW_DONE
 
-    # -- Prefect
-
     def _prefect(self, owner: Owner) -> Tuple[str, bool]:
         base = _api_url(
             "Prefect",
@@ -195,8 +185,6 @@ class Orchestrators:
         name = (run.get("state") or {}).get("name") or state
         return (name if name.upper() == state else f"{name} ({state})"), state in PREFECT_DONE
 
-    # -- KFP
-
     def _kfp(self, owner: Owner) -> Tuple[str, bool]:
         base = _api_url(
             "KFP",
@@ -215,9 +203,6 @@ class Orchestrators:
             return "not found", False
         state = str(run.get("state") or "none")
         return state, state in KFP_DONE
-
-
-# ---------------------------------------------------------------------------- the decision
 
 
 def cancel_if_owned(
@@ -248,9 +233,6 @@ def cancel_if_owned(
     log.info("torchx: %s %s while %s runs: cancelling it", what, why, handle)
     runner.cancel(handle)
     return True
-
-
-# ---------------------------------------------------------------------------- reaping
 
 
 def find_candidates(

@@ -225,8 +225,6 @@ class TorchXOperator(BaseOperator):
         if record_assets and self.has_dag():
             self.outlets = [*self.outlets, stage_asset(self.dag_id, self.task_id)]
 
-    # ------------------------------------------------------------------ helpers
-
     @property
     def hook(self) -> TorchXHook:
         if self._hook is None:
@@ -281,8 +279,6 @@ class TorchXOperator(BaseOperator):
         if url:
             self.torchx_links[link.kind] = url
             ti.xcom_push(key=link.xcom_key, value=url)
-
-    # ------------------------------------------------------------------ execute
 
     def execute(self, context: Any) -> str:
         ti = context["ti"]
@@ -427,8 +423,6 @@ class TorchXOperator(BaseOperator):
                 )
         except Exception as e:  # on_kill must not raise: Airflow is ending the task anyway
             self.log.warning("could not cancel %s: %s", handle, e)
-
-    # ------------------------------------------------------------------ OpenLineage
 
     def get_openlineage_facets_on_start(self) -> Any:
         """OpenLineage START: the declared inlets and outlets, and the torchx run facet."""
