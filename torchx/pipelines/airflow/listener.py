@@ -27,11 +27,6 @@ FINAL = ("failed",)
 HANDLE_XCOM = "app_handle"
 
 
-def _state(ti: Any) -> str:
-    # Airflow's TaskInstanceState is a str enum whose str() is its value
-    return str(ti.state or "").lower()
-
-
 def _map_index(ti: Any) -> int:
     # not owner.map_index_of: this plugin loads in every Airflow process, owner is slower
     return -1 if ti.map_index is None else int(ti.map_index)
@@ -78,7 +73,7 @@ def _pushed_handles(
 
 def record_task_instance(ti: Any) -> Optional[Reapable]:
     """What to reap for ``ti``: its job, if ``ti`` ended for good and pushed one."""
-    state = _state(ti)
+    state = str(ti.state or "").lower()  # TaskInstanceState: a str enum, str() its value
     if state not in FINAL:
         return None
     handle = _app_handle(ti)

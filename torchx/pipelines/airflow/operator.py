@@ -282,10 +282,9 @@ class TorchXOperator(BaseOperator):
 
     def execute(self, context: Any) -> str:
         ti = context["ti"]
-        self._remember(ti)
         runner = self._runner()
         handle = self._submit(context, runner)
-        self.app_handle = handle
+        self._remember(ti, handle)
         ti.xcom_push(key="app_handle", value=handle)
         status = runner.status(handle)
         self._link(ti, TorchXAppLink(), status.ui_url if status is not None else None)
@@ -329,8 +328,7 @@ class TorchXOperator(BaseOperator):
         if not event or "app_handle" not in event or "state" not in event:
             raise AirflowException(f"invalid event from TorchXTrigger: {event!r}")
         handle = event["app_handle"]
-        self.app_handle = handle
-        self._remember(context["ti"])
+        self._remember(context["ti"], handle)
         runner = self._runner()
         if self.get_logs:
             core.follow_logs(runner, handle, self._unstreamed(event.get("streamed")), tail=False)
@@ -343,8 +341,9 @@ class TorchXOperator(BaseOperator):
             raise AirflowException(str(e)) from None
         return handle
 
-    def _remember(self, ti: Any) -> None:
-        """Keep the task instance's identity: ``on_kill`` cancels only a job it owns."""
+    def _remember(self, ti: Any, handle: str) -> None:
+        """Keep the app and its task instance: ``on_kill`` cancels only a job this one owns."""
+        self.app_handle = handle
         self._task_instance = (ti.dag_id, ti.run_id, ti.task_id, map_index_of(ti))
 
     def _emit(self, role: str, replica: int, line: str) -> None:

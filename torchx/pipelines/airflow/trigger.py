@@ -1,16 +1,11 @@
 """``TorchXTrigger``: waits for a torchx app in the triggerer, so no worker slot is held.
 
-- The trigger's cancellation is *not* a reason to cancel the app: the triggerer cancels
-  every trigger when it stops or restarts, and the next one re-attaches to the app.
-- A user's action on the deferred task (mark failed or success, clear) cancels the app.
-  Airflow may never reach ``on_kill`` on a loaded machine (it repeats the cancel every
-  loop, which can land in the await before ``on_kill``), so ``run`` starts the cancel the
-  moment the user-action cancellation reaches it, and ``on_kill`` joins that one cancel.
-- Status, logs and progress come from the poller every trigger of the loop shares
-  (``poller.TriggerPoller``): a thousand deferred stages cost no thread each.
-- Log lines are streamed into the task's log; the event counts them per replica, so
-  ``execute_complete`` copies only the rest. A restarted triggerer streams each replica from
-  its first line again (a trigger's kwargs are fixed when the task defers).
+The trigger's own cancellation (a triggerer stop or restart) leaves the app running for
+the next triggerer. A user's action on the deferred task cancels it: ``run`` starts the
+cancel as soon as Airflow's user-action cancellation reaches it, since on a loaded machine
+Airflow's repeated cancel can keep ``on_kill`` from ever running. Status, logs and progress
+come from the poller all triggers of the loop share (``poller.TriggerPoller``); the event
+counts the lines streamed per replica, so ``execute_complete`` copies only the rest.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Single-replica AppDefs as KFP v2 container components.
 
-Arguments of the role may name typed inputs and outputs, which become KFP
-placeholders so stages can be wired: ``${input:data}`` (an input artifact's path),
-``${output:model}`` (an output artifact's path), ``${param:epochs}`` (a parameter).
-
-torchx macros are filled as a scheduler would, with KFP's own values: ``${app_id}`` is
-the KFP task's id (``dsl.PIPELINE_TASK_ID_PLACEHOLDER``), ``${replica_id}`` is ``0``,
-``${img_root}`` is empty and ``${rank0_env}`` names ``TORCHX_RANK0_HOST`` (``localhost``);
-``$$`` is a literal ``$``. With a tracker configured the container gets the tracker env
-(``TORCHX_TRACKERS``, its config) and a job id, ``kfp://<pipeline job id>/<task id>``, so
-``torchx.trackers`` calls in the program record to the run of this task. KFP does not
-substitute placeholders in env values, so values that need the task's identity
-(the job id, ``${app_id}`` in env) are exported by a ``sh -c`` prologue before the
-entrypoint runs; the image needs ``sh`` then.
+A role's arguments may name typed inputs and outputs as KFP placeholders: ``${input:data}``,
+``${output:model}`` (artifact paths) and ``${param:epochs}``. torchx macros get KFP's values
+(``${app_id}`` is the task's id, ``${replica_id}`` is ``0``, ``$$`` a literal ``$``). KFP
+does not substitute placeholders in env values, so those that need the task's identity
+(the tracker's job id ``kfp://<job>/<task>``, ``${app_id}``) are exported by a ``sh -c``
+prologue: the image needs ``sh`` then.
 """
 
 from __future__ import annotations
