@@ -9,8 +9,9 @@ Connection the environment is read. Nothing here changes ``os.environ``.
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from airflow.sdk import BaseHook
 
@@ -33,7 +34,6 @@ class TorchXHook(BaseHook):
     def __init__(self, torchx_conn_id: str = DEFAULT_CONN_ID) -> None:
         super().__init__()
         self.torchx_conn_id = torchx_conn_id
-        self._settings: Optional[TorchXSettings] = None
 
     @classmethod
     def get_ui_field_behaviour(cls) -> Dict[str, Any]:
@@ -51,14 +51,9 @@ class TorchXHook(BaseHook):
             },
         }
 
-    @property
+    @functools.cached_property
     def settings(self) -> TorchXSettings:
         """The Connection's settings, read once; none (the environment decides) without it."""
-        if self._settings is None:
-            self._settings = self._read()
-        return self._settings
-
-    def _read(self) -> TorchXSettings:
         from airflow.exceptions import AirflowNotFoundException
 
         try:

@@ -39,9 +39,8 @@ TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
 Logger = Union[logging.Logger, logging.LoggerAdapter]  # what Prefect's loggers are
 
-# a wait cancels its app on these only: a cancelled or timed-out task or flow run (Prefect
-# raises its CancelledError, an asyncio.CancelledError), and the SIGTERM the worker sends a
-# cancelled flow run's process (TerminationSignal); a retry re-attaches after anything else
+# a wait cancels its app on these only: a cancelled or timed-out task or flow run, and the
+# SIGTERM the worker sends a cancelled flow run's process (TerminationSignal)
 CANCELLATIONS = core.CANCELLATIONS + (TerminationSignal,)
 
 
@@ -61,19 +60,6 @@ def pipeline_run_id() -> str:
     """The tracker run of the current flow run (opened on first use)."""
     fid, name = _flow_run()
     return f"prefect://{name}/{fid}"
-
-
-def record_flow_run_stage(
-    scheduler: str, key: Optional[str], runner: Any, cfg: Optional[Dict[str, Any]] = None
-) -> None:
-    """Label the current flow run with what reaches the stage's app, *before* it is
-    submitted, for ``cancel_flow_run_apps`` in the worker (see ``stages``)."""
-    from prefect.runtime import flow_run
-
-    fid = flow_run.get_id()
-    if not fid or not key:  # not inside a flow run: there is nothing that could cancel it
-        return
-    stages.record_stage(str(fid), stages.here(scheduler, key, runner.trackers(), cfg))
 
 
 def _open_pipeline_run(runner: Any) -> Optional[str]:
@@ -158,7 +144,9 @@ def submit_stage(
         # a misspelled cfg key fails here, before the flow run records a stage the cancel
         # hook could not look up
         runner.scheduler_run_opts(scheduler).check_known(cfg or {}, scheduler)
-        record_flow_run_stage(scheduler, idempotency_key, runner, cfg)
+        if idempotency_key is not None:  # in a flow run: label it for its cancel hook
+            record = stages.here(scheduler, idempotency_key, runner.trackers(), cfg)
+            stages.record_stage(_flow_run()[0], record)
         submission = core.submit_or_attach(
             runner,
             component,
