@@ -22,7 +22,6 @@ from torchx.util.modules import import_optional
 JOB_UUID, TASK_UUID, PARENT_RUN = "torchx_job_uuid", "torchx_task_uuid", "torchx_parent_run_id"
 RANK0_ENV = "TORCHX_RANK0_HOST"
 
-_MACROS = ("img_root", "base_img_root", "app_id", "replica_id", "rank0_env")
 # $$, ${input:x} / ${output:x} / ${param:x}, ${macro} and $macro (string.Template's forms)
 _TOKEN = re.compile(
     r"\$(?:(?P<escaped>\$)"
@@ -209,6 +208,8 @@ def component_from_app(
     """
     import yaml
 
+    from torchx.pipelines.kfp.resources import LauncherResources, set_task_resources
+
     components = import_optional("kfp.components", "kfp")
     dsl = import_optional("kfp.dsl", "kfp")
     spec, role = component_spec_from_app(app, inputs, outputs, image, trackers)
@@ -220,14 +221,7 @@ def component_from_app(
         kwargs[TASK_UUID] = dsl.PIPELINE_TASK_ID_PLACEHOLDER
         kwargs[PARENT_RUN] = parent_run_id
         task = factory(*args, **kwargs)
-        res = role.resource
-        if res.cpu > 0:
-            task.set_cpu_request(str(res.cpu)).set_cpu_limit(str(res.cpu))
-        if res.memMB > 0:
-            task.set_memory_request(f"{res.memMB}M").set_memory_limit(f"{res.memMB}M")
-        if res.gpu > 0:
-            task.set_accelerator_type(str(res.capabilities.get("accelerator", "nvidia.com/gpu")))
-            task.set_accelerator_limit(str(res.gpu))
+        set_task_resources(task, LauncherResources(role.resource), memory_unit="M")
         for k, v in env.items():
             task.set_env_variable(k, v)
         task.set_display_name(spec["name"])

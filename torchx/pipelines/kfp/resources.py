@@ -119,7 +119,9 @@ def launcher_resources(component: Any, component_args: Any) -> Optional[Launcher
     return LauncherResources(resource, runtime)
 
 
-def set_task_resources(task: Any, found: Optional[LauncherResources]) -> None:
+def set_task_resources(
+    task: Any, found: Optional[LauncherResources], memory_unit: str = "Mi"
+) -> None:
     """Requests and limits on the KFP task: equal, as torchx resources are exact."""
     if found is None:
         return
@@ -128,8 +130,9 @@ def set_task_resources(task: Any, found: Optional[LauncherResources]) -> None:
     if cpu is not None:
         task.set_cpu_request(cpu).set_cpu_limit(cpu)
     if res is not None and res.memMB > 0:
-        # Mi: the task config reads it back as the same memMB (util.quantity.memory_mib)
-        task.set_memory_request(f"{res.memMB}Mi").set_memory_limit(f"{res.memMB}Mi")
+        # Mi for the launcher: its task config reads it back as the same memMB (memory_mib)
+        memory = f"{res.memMB}{memory_unit}"
+        task.set_memory_request(memory).set_memory_limit(memory)
     gpu = found.runtime.get("gpu") or (str(res.gpu) if res is not None and res.gpu > 0 else None)
     if gpu is not None:
         kind = GPU_RESOURCE

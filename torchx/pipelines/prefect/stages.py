@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence
 from uuid import UUID
 
 from torchx.pipelines import core
@@ -25,8 +25,6 @@ from torchx.runner.api import get_runner
 from torchx.util.paths import ENV_TORCHX_HOME, torchx_home
 
 logger = logging.getLogger(__name__)
-
-Log = Union[logging.Logger, logging.LoggerAdapter]
 
 LABEL_PREFIX = "torchx.stage."
 CHILD_TIMEOUT = 300.0  # a cancel waits for the app to end (the scheduler's grace period)
@@ -100,7 +98,7 @@ def read_stages(flow_run_id: str) -> List[StageRecord]:
 def cancel_stages(
     records: Sequence[StageRecord],
     pipeline_run: str,
-    log: Log,
+    log: core.Log,
     trackers_here: Dict[str, Optional[str]],
 ) -> None:
     """Cancel every stage's live app and end ``pipeline_run`` KILLED, with the settings each
@@ -123,7 +121,7 @@ def _cancel_here(
     records: Sequence[StageRecord],
     pipeline_run: Optional[str],
     trackers: Dict[str, Optional[str]],
-    log: Log,
+    log: core.Log,
 ) -> None:
     with get_runner(trackers=trackers) as runner:
         for r in records:
@@ -135,7 +133,9 @@ def _cancel_here(
             core.close_pipeline_run(pipeline_run, trackers, core.KILLED)
 
 
-def _cancel_in_child(records: Sequence[StageRecord], pipeline_run: Optional[str], log: Log) -> None:
+def _cancel_in_child(
+    records: Sequence[StageRecord], pipeline_run: Optional[str], log: core.Log
+) -> None:
     """``_cancel_here`` in a child process whose ``TORCHX_HOME`` is the records' (this
     process's environment is left alone); its output goes to ``log``."""
     home = records[0].torchx_home

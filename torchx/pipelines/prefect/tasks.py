@@ -37,7 +37,7 @@ from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
-Logger = Union[logging.Logger, logging.LoggerAdapter]  # what Prefect's loggers are
+Logger = core.Log  # what Prefect's loggers are
 
 # a wait cancels its app on these only: a cancelled or timed-out task or flow run, and the
 # SIGTERM the worker sends a cancelled flow run's process (TerminationSignal)
