@@ -45,8 +45,9 @@ class Owner:
         return f"{self.kind} {ids}".strip()
 
 
-def parse_owner(value: Optional[str]) -> Optional[Owner]:
-    """The owner stored in a job's metadata (None if absent or not an owner)."""
+def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
+    """The owner in an app's metadata (``DescribeAppResponse.metadata``), if any."""
+    value = (metadata or {}).get(OWNER)
     if not value:
         return None
     try:
@@ -57,11 +58,6 @@ def parse_owner(value: Optional[str]) -> Optional[Owner]:
         return None
     kind, api, cancel = str(doc.pop("kind")), doc.pop("api", None), doc.pop("cancel", True)
     return Owner(kind, doc, str(api) if api else None, cancel is not False)
-
-
-def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
-    """The owner in an app's metadata (``DescribeAppResponse.metadata``), if any."""
-    return parse_owner((metadata or {}).get(OWNER))
 
 
 class AirflowTaskInstance(Protocol):
