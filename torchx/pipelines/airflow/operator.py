@@ -1,15 +1,11 @@
 """``TorchXOperator``: submit a torchx component, AppDef or torchrun line from an Airflow
 task, stream its logs, wait (or defer to ``TorchXTrigger``), link and record lineage.
 
-- Retries re-attach on any worker: the idempotency key (dag, task, run, map index) is
-  stored by the scheduler with the job. A retry returns the app even if it SUCCEEDED (a
-  worker that died after its job succeeded does not run it twice); a cleared task runs
-  again unless ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
-- ``on_kill`` cancels only a live app whose stored owner is this task instance
-  (``torchx.pipelines.reap.cancel_if_owned``); a deferred task is cancelled by its trigger.
-- Lineage: what the stage recorded becomes Asset events and OpenLineage datasets. Each task
-  has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG run adds an event to it
-  (the run's paths in its extra), not a new Asset per run.
+Retries re-attach on any worker: the idempotency key (dag, task, run, map index) is stored
+by the scheduler with the job. A retry returns the app even if it SUCCEEDED (a worker that
+died after its job succeeded does not run it twice); a FAILED or CANCELLED app is never
+re-attached. Each task has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG
+run adds an event to it, not a new Asset per run.
 """
 
 from __future__ import annotations

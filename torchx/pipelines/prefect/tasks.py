@@ -1,16 +1,9 @@
 """Prefect tasks that submit, wait on and cancel torchx apps.
 
-- ``submit`` keys a stage by the flow run plus ``key=`` (else a digest of what it runs); the
-  scheduler stores the key with the job, so a retry on any worker re-attaches to the app
-  still running or already succeeded in this flow run. It is never cached: a retried flow
-  run asks the scheduler again (after a cancel it submits anew).
-- ``wait`` cancels the app only if the wait itself is cancelled (``CANCELLATIONS``); any
-  other exception leaves it running for the task's retry.
-- ``cancel_flow_run_apps`` runs in the worker, which finds the flow run's apps from its
-  labels (``stages``); ``close_pipeline_run`` ends the flow run's tracker run.
-- ``.map`` gives each item its own stage (key, task-run name, artifacts: ``echo-0``, ...).
-
-``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
+A stage is keyed by its flow run and ``key=`` (else a digest of what it runs), and the
+scheduler stores the key with the job: a retry on any worker re-attaches to the stage's
+live or succeeded app. ``submit`` is never cached, so a retried flow run asks the scheduler
+again. ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
 """
 
 from __future__ import annotations
