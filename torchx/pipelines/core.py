@@ -259,13 +259,6 @@ def progress_line(report: Progress) -> str:
     return f"progress: {report.format()}" + (f", {metrics}" if metrics else "")
 
 
-def progress_percent(report: Progress) -> Optional[float]:
-    """``100 * step / total`` (clamped to 0..100); None without a total."""
-    if not report.total:
-        return None
-    return max(0.0, min(100.0, 100.0 * report.step / report.total))
-
-
 def wait_or_cancel(
     runner: Runner,
     handle: str,

@@ -211,9 +211,9 @@ class ProgressArtifact:
     def __call__(self, report: Any) -> None:
         line = core.progress_line(report)
         self.logger.info("%s", line)
-        percent = core.progress_percent(report)
-        if percent is None or not _in_run():
+        if not report.total or not _in_run():
             return
+        percent = max(0.0, min(100.0, 100.0 * report.step / report.total))
         description = f"{self.handle}: {line}"
         if self.artifact_id is None:
             self.artifact_id = _sync(create_progress_artifact)(
