@@ -48,11 +48,9 @@ def apply_task_config(
 
 
 def pipeline_run_id(pipeline_name: str, job_id: str) -> Optional[str]:
-    """``kfp://<pipeline>/<job id>``: the tracker run of one pipeline job (None when the job
+    """``kfp://<pipeline>/<job id>``: the tracker run of one pipeline job (None while the job
     id is a placeholder KFP did not substitute)."""
-    if not job_id or "{{" in job_id:
-        return None
-    return f"kfp://{pipeline_name}/{job_id}"
+    return f"kfp://{pipeline_name}/{job_id}" if _substituted(job_id) else None
 
 
 def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]:
@@ -66,11 +64,11 @@ def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]
 
 
 def launcher_key(job_id: str, task_name: str) -> Optional[str]:
-    """The idempotency key of a launcher step: pipeline job id + task name (None when the
-    pipeline did not pass them, or passed unsubstituted placeholders)."""
-    if not job_id or not task_name or "{{" in job_id + task_name:
-        return None
-    return core.stage_key("kfp", job_id, task_name)
+    """The idempotency key of a launcher step: pipeline job id + task name (None unless
+    both were passed and substituted)."""
+    if _substituted(job_id) and _substituted(task_name):
+        return core.stage_key("kfp", job_id, task_name)
+    return None
 
 
 def _substituted(value: str) -> str:
