@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
@@ -54,21 +54,19 @@ def _app_handle(ti: Any) -> Optional[str]:
             return str(operator.app_handle)
         value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=_map_index(ti))
         return str(value) if value else None
-    handles = _pushed_handles(ti.dag_id, ti.run_id, [ti.task_id])
-    return handles.get((ti.task_id, _map_index(ti)))
-
-
-def _pushed_handles(
-    dag_id: str, run_id: str, task_ids: Optional[List[str]]
-) -> Dict[Tuple[str, int], str]:
-    """``{(task_id, map_index): app_handle}`` of a DAG run's tasks, in one query."""
     from airflow.models.xcom import XComModel
 
-    query = XComModel.get_many(run_id=run_id, key=HANDLE_XCOM, task_ids=task_ids, dag_ids=dag_id)
+    query = XComModel.get_many(
+        run_id=ti.run_id,
+        key=HANDLE_XCOM,
+        task_ids=ti.task_id,
+        dag_ids=ti.dag_id,
+        map_indexes=_map_index(ti),
+    )
     with _own_session() as session:
-        rows = list(session.scalars(query))
-        found = {(r.task_id, int(r.map_index)): XComModel.deserialize_value(r) for r in rows}
-    return {k: str(v) for k, v in found.items() if v}
+        row = session.scalars(query).first()
+        value = XComModel.deserialize_value(row) if row is not None else None
+    return str(value) if value else None
 
 
 def record_task_instance(ti: Any) -> Optional[Reapable]:
