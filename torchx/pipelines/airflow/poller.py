@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import os
@@ -156,10 +157,8 @@ class TriggerPoller:
                 tick = min(w.poll_interval for w in self._watches)
                 self._wake.clear()
                 delay = max(0.0, started + tick - time.monotonic())
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
         finally:  # no await from the last check of ``_watches`` on: a new watch restarts it
             self._close()
 

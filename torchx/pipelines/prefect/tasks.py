@@ -8,6 +8,7 @@ again. ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -500,10 +501,8 @@ def _hook_logger(flow_run: Any) -> Logger:
     from prefect.logging.loggers import flow_run_logger
 
     if flow_run is not None:
-        try:
+        with contextlib.suppress(AttributeError, ValueError):  # not a FlowRun: log here
             return flow_run_logger(flow_run)
-        except (AttributeError, ValueError):  # not a FlowRun: never worth missing a cancel
-            pass
     return logging.getLogger(__name__)
 
 
