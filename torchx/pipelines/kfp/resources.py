@@ -33,9 +33,8 @@ class LauncherResources:
 def _is_channel(value: Any) -> bool:
     from kfp.dsl import pipeline_channel
 
-    if isinstance(value, pipeline_channel.PipelineChannel):
-        return True
-    return isinstance(value, str) and "{{channel:" in value
+    channel = isinstance(value, pipeline_channel.PipelineChannel)
+    return channel or (isinstance(value, str) and "{{channel:" in value)
 
 
 def _flag(arg: Any) -> Optional[str]:

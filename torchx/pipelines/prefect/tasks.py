@@ -175,9 +175,7 @@ def wait_stage(
         logger.info("%s/%d %s", role, k, line)
 
     artifact_key = key or _app_name(handle)
-    progress = None
-    if progress_interval is not None:
-        progress = ProgressArtifact(handle, artifact_key, logger)
+    progress = None if progress_interval is None else ProgressArtifact(handle, artifact_key, logger)
     with get_runner() as runner:
         try:
             status = core.wait_or_cancel(
