@@ -11,6 +11,7 @@ listener) can ask the owner's orchestrator whether it still wants the job, e.g.:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -80,12 +81,10 @@ def airflow_owner(ti: AirflowTaskInstance, cancel: bool = True) -> Owner:
     """The owner of a job submitted by Airflow task instance ``ti``, with Airflow's
     ``[api] base_url`` when it is configured."""
     api: Optional[str] = None
-    try:
+    with contextlib.suppress(ImportError):  # not under Airflow: reap is told the URL instead
         from airflow.configuration import conf
 
         api = conf.get("api", "base_url", fallback=None) or None
-    except ImportError:  # not under Airflow: reap is told the URL instead
-        api = None
     ids = {
         "dag": ti.dag_id,
         "run": ti.run_id,

@@ -10,6 +10,7 @@ run adds an event to it, not a new Asset per run.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow.exceptions import AirflowConfigException, AirflowException
@@ -213,7 +214,6 @@ class TorchXOperator(BaseOperator):
         self.progress_interval = progress_interval
         self.stall_timeout = stall_timeout
         self.torchx_conn_id = torchx_conn_id
-        self._hook: Optional[TorchXHook] = None
         self._task_instance: Optional[tuple[str, str, str, int]] = None  # for on_kill
         self.app_handle: Optional[str] = None
         self.torchx_links: Dict[str, str] = {}  # what the extra links show (see _TorchXLink)
@@ -221,11 +221,9 @@ class TorchXOperator(BaseOperator):
         if record_assets and self.has_dag():
             self.outlets = [*self.outlets, stage_asset(self.dag_id, self.task_id)]
 
-    @property
+    @functools.cached_property
     def hook(self) -> TorchXHook:
-        if self._hook is None:
-            self._hook = TorchXHook(self.torchx_conn_id)
-        return self._hook
+        return TorchXHook(self.torchx_conn_id)
 
     def _runner(self) -> Any:
         return self.hook.runner(self.trackers)

@@ -21,7 +21,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 # two threads first-importing torchx.runner at once can get a partially initialized module
 from torchx.pipelines import core
 from torchx.pipelines.airflow.poller import TriggerPoller, Watch
-from torchx.runner.api import get_runner
+from torchx.pipelines.settings import TorchXSettings
 
 # the message Airflow's triggerer cancels a trigger's task with when a user acted on the task
 # (``_USER_ACTION_CANCEL_MSG`` in airflow/jobs/triggerer_job_runner.py); its own stop or
@@ -159,7 +159,5 @@ class TorchXTrigger(BaseTrigger):
             await asyncio.sleep(0.1)
 
     def _cancel(self) -> None:
-        with (
-            get_runner(torchx_home=self.torchx_home) if self.torchx_home else get_runner() as runner
-        ):
+        with TorchXSettings(self.torchx_home).runner() as runner:
             core.cancel_quietly(runner, self.app_handle)
