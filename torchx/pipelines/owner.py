@@ -107,24 +107,19 @@ def is_airflow_task(owner: Owner, dag_id: str, run_id: str, task_id: str, map_in
     return owner.kind == "airflow" and theirs == mine
 
 
-def prefect_owner(flow_run_id: str, task_run_id: Optional[str] = None) -> Owner:
-    """The owner of a job submitted in Prefect flow run ``flow_run_id`` (and task run)."""
-    ids: Dict[str, Any] = {"flow_run": flow_run_id}
-    if task_run_id:
-        ids["task_run"] = task_run_id
-    return Owner("prefect", ids, os.environ.get("PREFECT_API_URL") or None)
-
-
 def current_prefect_owner() -> Optional[Owner]:
     """The owner for a submission from the current Prefect flow run (None outside one)."""
     try:
         from prefect.runtime import flow_run, task_run
     except ImportError:
         return None
-    fid = flow_run.get_id()
+    fid, tid = flow_run.get_id(), task_run.get_id()
     if not fid:
         return None
-    return prefect_owner(str(fid), str(task_run.get_id() or "") or None)
+    ids: Dict[str, Any] = {"flow_run": str(fid)}
+    if tid:
+        ids["task_run"] = str(tid)
+    return Owner("prefect", ids, os.environ.get("PREFECT_API_URL") or None)
 
 
 def kfp_owner(run_id: str, task_name: str) -> Optional[Owner]:

@@ -302,7 +302,8 @@ def _final_word(listed: AppState) -> bool:
 def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
     """Read what the app needs polled for (roles, its log files), in one
     scheduler call; False if the scheduler does not know it."""
-    desc = sched.describe(parse_app_handle(watch.handle).app_id)
+    app_id = parse_app_handle(watch.handle).app_id
+    desc = sched.describe(app_id)
     if desc is None:
         return False
     if watch.progress_interval is not None:
@@ -312,7 +313,6 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
         )
     if watch.get_logs:
         streams = STREAMS_APART.get(sched.backend, (Stream.COMBINED,))
-        app_id = parse_app_handle(watch.handle).app_id
         watch.cursors = [
             LogCursor(
                 role.name,
