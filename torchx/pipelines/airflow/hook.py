@@ -1,10 +1,6 @@
-"""``TorchXHook``: torchx's settings for every Airflow process, from one Airflow Connection
-of type ``torchx`` (default id ``torchx_default``), so none depends on its environment.
-
-Its extra holds ``torchx_home``, ``cfg`` (run-option defaults per scheduler) and
-``trackers``; its login and password are the tracker's credentials (see
-docs/deploying_airflow.md). An operator's own ``cfg`` and ``trackers`` win; without the
-Connection the environment is read. Nothing here changes ``os.environ``.
+"""``TorchXHook``: torchx's settings for every Airflow process from one Airflow Connection
+(type ``torchx``, default id ``torchx_default``), so none depends on its environment; its
+fields are in docs/deploying_airflow.md. Nothing here changes ``os.environ``.
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ CONN_TYPE = "torchx"
 
 
 class TorchXHook(BaseHook):
-    """torchx's settings from the Connection ``torchx_conn_id`` (see the module doc);
-    ``get_conn`` gives a Runner with them."""
+    """torchx's settings from the Connection ``torchx_conn_id`` (extra: ``torchx_home``,
+    ``cfg``, ``trackers``; login and password: the tracker's credentials)."""
 
     conn_name_attr = "torchx_conn_id"
     default_conn_name = DEFAULT_CONN_ID

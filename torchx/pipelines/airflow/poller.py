@@ -1,12 +1,9 @@
 """The poller shared by the ``TorchXTrigger``s of one event loop (one Airflow triggerer).
 
-A triggerer holds up to 1,000 triggers in one loop. One round per poll interval serves them
-all: one ``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm), the log
-lines written since the last round (a log file that did not grow is not read) and the
-progress reports. Every call runs in a small fixed pool of daemon threads, never on the
-loop, so a triggerer that stops never waits for one. An app costs calls of its own only
-when first seen (``describe``) and when it ends. Everything is closed when the last
-trigger leaves.
+A triggerer holds up to 1,000 triggers. One round per poll interval serves them all: one
+``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm), then the new log
+lines (a log file that did not grow is not read) and progress reports, in a small fixed
+pool of daemon threads (never on the loop; a stopping triggerer never waits for them).
 """
 
 from __future__ import annotations
