@@ -20,7 +20,8 @@ from torchx.components.torchrun import COMPONENT
 from torchx.pipelines import core
 from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, TorchXHook
 from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
-from torchx.pipelines.owner import airflow_owner, is_airflow_task, map_index_of
+from torchx.pipelines.airflow.reaper import Reapable
+from torchx.pipelines.owner import airflow_owner, map_index_of
 from torchx.pipelines.reap import cancel_if_owned
 from torchx.pipelines.torchrun import torchrun_stage
 from torchx.specs.api import AppDef, AppStatus
@@ -408,12 +409,10 @@ class TorchXOperator(BaseOperator):
         ti, handle = self._task_instance, self.app_handle
         if not self.cancel_on_kill or not handle or ti is None:
             return
-        what = f"task {ti[0]}.{ti[2]} (run {ti[1]}, map {ti[3]})"
+        job = Reapable(handle, *ti, state="killed")
         try:
             with self._runner() as runner:
-                cancel_if_owned(
-                    runner, handle, lambda o: is_airflow_task(o, *ti), what, "was killed", self.log
-                )
+                cancel_if_owned(runner, handle, job.is_owner, job.what(), "was killed", self.log)
         except Exception as e:  # on_kill must not raise: Airflow is ending the task anyway
             self.log.warning("could not cancel %s: %s", handle, e)
 

@@ -26,7 +26,7 @@ logger = logging.getLogger("torchx.pipelines.airflow.listener")  # the listener'
 
 @dataclass(frozen=True)
 class Reapable:
-    """A failed task instance and the job it pushed: what the started process decides on."""
+    """A task instance that ended (failed, or killed: ``on_kill``) and the job it pushed."""
 
     handle: str
     dag_id: str
