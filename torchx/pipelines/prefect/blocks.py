@@ -1,9 +1,5 @@
-"""``TorchXJob``: a Prefect job block (``JobBlock``/``JobRun`` pattern) for one torchx component.
-
-It behaves as the ``submit`` and ``wait`` tasks do (it runs the same code): inside a flow run
-it is idempotent per stage, its job's tracker run nests under the flow run's pipeline run,
-its replicas' log lines stream into the Prefect run logger, its artifacts go under stable
-per-stage keys, and the flow run's ``cancel_flow_run_apps`` hook cancels its app.
+"""``TorchXJob``: a Prefect job block (``JobBlock``/``JobRun`` pattern) for one torchx
+component. It runs the ``submit`` and ``wait`` tasks' own code, so it behaves as they do.
 """
 
 from __future__ import annotations
