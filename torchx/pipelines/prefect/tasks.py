@@ -449,19 +449,7 @@ def run(
     stall_timeout: Optional[float] = None,
 ) -> str:
     """Submit and wait in one task (named after the stage: ``key``, else the component);
-    returns the handle of the app that succeeded.
-
-    Args:
-        component: as for ``submit``
-        component_args: as for ``submit``
-        scheduler: as for ``submit``
-        cfg: as for ``submit``
-        key: as for ``submit`` and ``wait``; also the task run's name
-        poll_interval: as for ``wait``
-        get_logs: as for ``wait``
-        parent_run_id: as for ``submit``
-        progress_interval: as for ``wait``
-        stall_timeout: as for ``submit``
+    returns the handle of the app that succeeded. Arguments as for ``submit`` and ``wait``.
     """
     logger = get_run_logger()
     handle = submit_stage(
