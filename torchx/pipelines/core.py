@@ -22,6 +22,7 @@ from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
 from torchx.specs.api import AppDef, AppState, AppStatus
 from torchx.specs.errors import backend_errors
+from torchx.trackers.api import build_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +113,6 @@ def open_pipeline_run(
 ) -> str:
     """Open (idempotently) the tracker run that groups a pipeline run's stages."""
     if trackers:
-        from torchx.trackers.api import build_trackers
-
         for tracker in build_trackers(trackers):
             tracker.add_metadata(run_id, kind="pipeline", **metadata)
     return run_id
@@ -128,7 +127,6 @@ def close_pipeline_run(
     if not trackers:
         return None
     from torchx.runner.resource_hours import record_pipeline_hours
-    from torchx.trackers.api import build_trackers
 
     try:
         for tracker in build_trackers(trackers):
@@ -309,8 +307,6 @@ def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Opti
     """The URL of the app's tracker run (None without trackers, a UI, or a run)."""
     if not trackers:
         return None
-    from torchx.trackers.api import build_trackers
-
     for tracker in build_trackers(trackers):
         try:
             url = tracker.run_url(handle)
