@@ -21,7 +21,9 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import TerminationSignal
+from prefect.runtime import flow_run as runtime_flow_run
 
 from torchx.pipelines import core
 from torchx.pipelines.owner import current_prefect_owner, metadata_value
@@ -39,15 +41,12 @@ CANCELLATIONS = core.CANCELLATIONS + (TerminationSignal,)
 
 
 def _flow_run() -> tuple[str, str]:
-    from prefect.runtime import flow_run
-
-    return str(flow_run.get_id() or "no-flow-run"), str(flow_run.get_flow_name() or "flow")
+    fid, name = runtime_flow_run.get_id(), runtime_flow_run.get_flow_name()
+    return str(fid or "no-flow-run"), str(name or "flow")
 
 
 def _in_flow_run() -> bool:
-    from prefect.runtime import flow_run
-
-    return bool(flow_run.get_id())
+    return bool(runtime_flow_run.get_id())
 
 
 def pipeline_run_id() -> str:
@@ -103,8 +102,6 @@ def _task_run_name(verb: str) -> Callable[..., str]:
 
 def run_params(stage: str) -> Dict[str, object]:
     """The Prefect params of a stage's tracker run (flow, flow run, stage, parameters)."""
-    from prefect.runtime import flow_run
-
     params: Dict[str, object] = {"prefect.task": stage}
     if not _in_flow_run():
         return params
@@ -113,10 +110,10 @@ def run_params(stage: str) -> Dict[str, object]:
         {
             "prefect.flow": flow_name,
             "prefect.flow_run_id": fid,
-            "prefect.flow_run": flow_run.get_name(),
+            "prefect.flow_run": runtime_flow_run.get_name(),
         }
     )
-    for name, value in (flow_run.get_parameters() or {}).items():
+    for name, value in (runtime_flow_run.get_parameters() or {}).items():
         params[f"prefect.param.{name}"] = value
     return params
 
@@ -229,8 +226,6 @@ def _sync(dispatching: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _in_run() -> bool:
-    from prefect.context import FlowRunContext, TaskRunContext
-
     return FlowRunContext.get() is not None or TaskRunContext.get() is not None
 
 
