@@ -14,6 +14,8 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from torchx import IMAGE
+from torchx.pipelines.kfp.image import base_image
+from torchx.pipelines.kfp.resources import LauncherResources, set_task_resources
 from torchx.specs.api import AppDef, InvalidArgumentError, Role
 from torchx.trackers.api import tracker_config_env_var_name
 from torchx.util.modules import import_optional
@@ -118,8 +120,6 @@ def component_spec_from_app(
 ) -> Tuple[Dict[str, Any], Role]:
     """The component spec (as a dict) of a single-role app, and its role (arguments as for
     :func:`component_from_app`)."""
-    from torchx.pipelines.kfp.image import base_image
-
     role = _single_role(app)
     inputs, outputs = dict(inputs or {}), dict(outputs or {})
     reserved = {JOB_UUID, TASK_UUID, PARENT_RUN} & (set(inputs) | set(outputs))
@@ -207,8 +207,6 @@ def component_from_app(
             ``{}``: no tracking
     """
     import yaml
-
-    from torchx.pipelines.kfp.resources import LauncherResources, set_task_resources
 
     components = import_optional("kfp.components", "kfp")
     dsl = import_optional("kfp.dsl", "kfp")

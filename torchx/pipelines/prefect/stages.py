@@ -18,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
+from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from torchx.pipelines import core
@@ -60,8 +61,6 @@ def here(
 def _without_userinfo(config: Optional[str]) -> Optional[str]:
     if not config or "@" not in config:
         return config
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(config)
     if not parts.netloc or "@" not in parts.netloc:
         return config
