@@ -24,6 +24,7 @@ from torchx.pipelines.airflow.reaper import Reapable
 from torchx.pipelines.owner import airflow_owner, map_index_of
 from torchx.pipelines.reap import cancel_if_owned
 from torchx.pipelines.torchrun import torchrun_stage
+from torchx.runner.config import get_configured_trackers
 from torchx.specs.api import AppDef, AppStatus
 
 STAGE_SCHEME = "x-torchx://"
@@ -77,8 +78,6 @@ def close_pipeline_run(
     FINISHED (DAG run succeeded) or FAILED. ``trackers`` default to the ``torchx_default``
     Connection's, else the configured ones; bind them with ``functools.partial`` when the
     operators are given ``trackers=``."""
-    from torchx.runner.config import get_configured_trackers
-
     dag_run = context["dag_run"]
     state = str(dag_run.state or "")
     succeeded = state.endswith("success")

@@ -23,7 +23,13 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import TerminationSignal
+from prefect.futures import PrefectFuture
+from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run as runtime_flow_run
+from prefect.utilities.annotations import BaseAnnotation, unmapped
+from prefect.utilities.callables import get_call_parameters
+from prefect.utilities.collections import isiterable
+from prefect.utilities.engine import resolve_inputs_sync
 
 from torchx.pipelines import core
 from torchx.pipelines.owner import current_prefect_owner, metadata_value
@@ -273,8 +279,6 @@ class StageTask(Task[Any, Any]):
     def map(self, *args: Any, **kwargs: Any) -> Any:
         """Prefect's ``Task.map``, with ``key`` replaced by one key per item (see
         ``item_keys``)."""
-        from prefect.utilities.callables import get_call_parameters
-
         options = {
             k: kwargs.pop(k) for k in ("return_state", "wait_for", "deferred") if k in kwargs
         }
@@ -298,10 +302,6 @@ def stage_task(**options: Any) -> Callable[[Callable[..., Any]], StageTask]:
 def item_keys(parameters: Dict[str, Any]) -> Any:
     """The ``key`` of each item of a ``.map`` over ``parameters``: one key (or the stage's
     name) numbered per item (``train-0``, ...); a list of keys as given, none repeated."""
-    from prefect.futures import PrefectFuture
-    from prefect.utilities.annotations import BaseAnnotation, unmapped
-    from prefect.utilities.collections import isiterable
-    from prefect.utilities.engine import resolve_inputs_sync
 
     def plain(value: Any) -> Any:
         while isinstance(value, BaseAnnotation):
@@ -479,8 +479,6 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
 
 def _hook_logger(flow_run: Any) -> Logger:
     """The flow run's own log (what the UI shows), also from the worker's process."""
-    from prefect.logging.loggers import flow_run_logger
-
     if flow_run is not None:
         with contextlib.suppress(AttributeError, ValueError):  # not a FlowRun: log here
             return flow_run_logger(flow_run)
