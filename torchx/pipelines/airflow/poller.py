@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from torchx.pipelines import core
+from torchx.pipelines.settings import home_param
 from torchx.runner.api import (
     DEFAULT_SESSION_NAME,
     Runner,
@@ -232,21 +233,15 @@ class TriggerPoller:
             factories = get_scheduler_factories()
             if key[0] not in factories:
                 raise UnknownSchedulerException(key[0], sorted(factories))
-            sched = self._schedulers[key] = factories[key[0]](key[1], **_home_param(key[2]))
+            sched = self._schedulers[key] = factories[key[0]](key[1], **home_param(key[2]))
         return sched
 
     def _runner(self, session: str, torchx_home: Optional[str]) -> Runner:
         runner = self._runners.get((session, torchx_home))
         if runner is None:
-            runner = get_runner(session, **_home_param(torchx_home))
+            runner = get_runner(session, **home_param(torchx_home))
             self._runners[(session, torchx_home)] = runner
         return runner
-
-
-def _home_param(torchx_home: Optional[str]) -> Dict[str, Any]:
-    """The schedulers' ``torchx_home`` parameter when one was given (local_cwd and Slurm
-    read it; the others take and ignore it)."""
-    return {"torchx_home": torchx_home} if torchx_home else {}
 
 
 def _list_states(runner: Runner, scheduler: str, sched: Scheduler) -> Dict[str, AppState]:
