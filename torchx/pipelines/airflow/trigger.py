@@ -23,9 +23,8 @@ from torchx.pipelines import core
 from torchx.pipelines.airflow.poller import TriggerPoller, Watch
 from torchx.pipelines.settings import TorchXSettings
 
-# the message Airflow's triggerer cancels a trigger's task with when a user acted on the task
-# (``_USER_ACTION_CANCEL_MSG`` in airflow/jobs/triggerer_job_runner.py); its own stop or
-# restart cancels with none
+# the message Airflow's triggerer cancels a trigger's task with for a user's action on it
+# (``_USER_ACTION_CANCEL_MSG``, airflow/jobs/triggerer_job_runner.py); a stop or restart: none
 USER_ACTION = "__airflow_user_action__"
 # replica lines logged per record (see ``_write``)
 LINES_PER_RECORD = 1000

@@ -62,7 +62,7 @@ def _without_userinfo(config: Optional[str]) -> Optional[str]:
     if not config or "@" not in config:
         return config
     parts = urlsplit(config)
-    if not parts.netloc or "@" not in parts.netloc:
+    if "@" not in parts.netloc:
         return config
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
