@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from torchx.pipelines.owner import OWNER, airflow_owner, kfp_owner, owner_of, prefect_owner
+from torchx.pipelines.owner import OWNER, Owner, airflow_owner, kfp_owner, owner_of
 from torchx.runner import get_runner
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN
 
@@ -64,7 +64,7 @@ def test_owner_builders() -> None:
     assert kfp_owner("{{$.pipeline_job_uuid}}", "t") is None
     k = kfp_owner("run-1", "train")
     assert k is not None and owner_of({OWNER: k.to_metadata()}) == k
-    p = prefect_owner("fr-1", "tr-1")
+    p = Owner("prefect", {"flow_run": "fr-1", "task_run": "tr-1"}, "http://prefect:4200/api")
     assert owner_of({OWNER: p.to_metadata()}) == p
     assert owner_of({OWNER: "not json"}) is None and owner_of({}) is None
 

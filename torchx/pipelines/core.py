@@ -1,18 +1,8 @@
-"""What every orchestrator adapter does with a torchx stage, written once.
-
-Airflow, KFP and Prefect differ in idioms (XCom and triggers, task outputs, loggers and
-artifacts) but a stage is the same everywhere:
-
-1. open the pipeline's tracker run (idempotent), so stage runs nest under it;
-2. submit or re-attach: the submission carries an idempotency key that the *scheduler*
-   stores with the job, so a retry on any worker finds the app its earlier try started;
-3. follow the replicas' logs into a callback while waiting;
-4. cancel the app only if the wait is cancelled (``CANCELLATIONS`` plus the orchestrator's
-   own signals): an ordinary exception leaves it running for the task's retry to find;
-5. raise one exception, ``StageFailed``, carrying the status and the worker's error;
-6. link the app's UI and its tracker run;
-7. close the pipeline run FINISHED, FAILED or KILLED when the pipeline ends, with the sums
-   of its stages' resource-hours (``torchx.runner.resource_hours``).
+"""What every orchestrator adapter does with a torchx stage, written once: open the
+pipeline's tracker run, submit or re-attach by idempotency key, follow logs and progress
+while waiting, cancel only when the wait itself is cancelled (an ordinary exception leaves
+the app for the retry), raise ``StageFailed``, link the app and its run, and close the
+pipeline run with its stages' resource-hours.
 """
 
 from __future__ import annotations
@@ -32,6 +22,7 @@ from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
 from torchx.specs.api import AppDef, AppState, AppStatus
 from torchx.specs.errors import backend_errors
+from torchx.trackers.api import build_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +35,8 @@ OnProgress = Callable[[Progress], None]
 # how often a stage reads its job's progress report into the orchestrator (seconds)
 PROGRESS_INTERVAL = 30.0
 
-# What interrupts a wait because the stage itself is being cancelled: a cancelled asyncio
-# task (also Prefect's timeouts), Ctrl-C, and a SIGTERM handler's exit (KFP's launcher).
-# Adapters add their orchestrator's own signals (Prefect's TerminationSignal). Anything else
-# (a network error, a scheduler hiccup) is not a reason to throw away the app's work.
+# What interrupts a wait because the stage itself is cancelled (a cancelled asyncio task,
+# Ctrl-C, KFP's SIGTERM handler's exit); anything else is no reason to throw away the work.
 CANCELLATIONS: Tuple[Type[BaseException], ...] = (
     asyncio.CancelledError,
     KeyboardInterrupt,
@@ -68,9 +57,9 @@ class StageFailed(Exception):
         self.status = status
 
 
-def first_failed_replica(status: AppStatus) -> Optional[str]:
-    """``role/replica`` of the replica that failed first: the earliest error file timestamp
-    (torchelastic's ``timestamp``), else the first FAILED replica in role order."""
+def failure_summary(status: AppStatus) -> str:
+    """``status.error_summary()`` naming the replica that failed first (by its error file's
+    timestamp, else in role order), when one did."""
     failed: List[Tuple[float, int, str]] = []
     for role in status.roles:
         for r in role.replicas:
@@ -78,7 +67,8 @@ def first_failed_replica(status: AppStatus) -> Optional[str]:
                 failed.append(
                     (_error_time(r.structured_error_msg), len(failed), f"{role.role}/{r.id}")
                 )
-    return min(failed)[2] if failed else None
+    summary = status.error_summary()
+    return f"{summary} [first failed: {min(failed)[2]}]" if failed else summary
 
 
 def _error_time(structured: str) -> float:
@@ -91,22 +81,12 @@ def _error_time(structured: str) -> float:
         return float("inf")
 
 
-def failure_summary(status: AppStatus) -> str:
-    """``status.error_summary()`` naming the first replica that failed, when one did."""
-    summary = status.error_summary()
-    first = first_failed_replica(status)
-    return f"{summary} [first failed: {first}]" if first else summary
-
-
 @dataclass
 class Submission:
     """The app a stage runs, and whether it was found (re-attached) rather than submitted."""
 
     handle: str
     reattached: bool
-
-
-# ---------------------------------------------------------------------------- keys
 
 
 def stage_key(*parts: object) -> str:
@@ -128,16 +108,11 @@ def content_key(
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-# ---------------------------------------------------------------------------- pipeline run
-
-
 def open_pipeline_run(
     run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object
 ) -> str:
     """Open (idempotently) the tracker run that groups a pipeline run's stages."""
     if trackers:
-        from torchx.trackers.api import build_trackers
-
         for tracker in build_trackers(trackers):
             tracker.add_metadata(run_id, kind="pipeline", **metadata)
     return run_id
@@ -146,15 +121,12 @@ def open_pipeline_run(
 def close_pipeline_run(
     run_id: str, trackers: Mapping[str, Optional[str]], state: str
 ) -> Optional[ResourceHours]:
-    """End the pipeline's tracker run as ``FINISHED``, ``FAILED`` or ``KILLED``, then log
-    the sums of its stages' ``cpu_hours`` / ``gpu_hours`` on it (returned; None: none
-    recorded). The run ends first: an orchestrator that kills a slow callback (Airflow's
-    dag-processor does) leaves the sums missing, never the run RUNNING for good.
-    Best effort: a tracker that cannot answer is a warning, never the pipeline's failure."""
+    """End the pipeline's tracker run, then log (and return) its stages' summed
+    resource-hours. The run ends first: a killed slow callback (Airflow's dag-processor
+    kills them) leaves the sums missing, never the run RUNNING for good."""
     if not trackers:
         return None
     from torchx.runner.resource_hours import record_pipeline_hours
-    from torchx.trackers.api import build_trackers
 
     try:
         for tracker in build_trackers(trackers):
@@ -162,9 +134,6 @@ def close_pipeline_run(
     except backend_errors() as e:  # closing a run is never worth failing the pipeline
         logger.warning("could not end pipeline run %s as %s: %s", run_id, state, e)
     return record_pipeline_hours(run_id, trackers)
-
-
-# ---------------------------------------------------------------------------- submit
 
 
 def submit_or_attach(
@@ -181,45 +150,24 @@ def submit_or_attach(
     owner: Optional[str] = None,
     stall_timeout: Optional[float] = None,
 ) -> Submission:
-    """Re-attach to the live app submitted with ``key``, else submit the stage with it.
-
-    ``run_name`` names the job's tracker run (the task or stage name); ``run_params`` are
-    the orchestrator's params (DAG, flow, task) recorded on it with the job's own;
-    ``stall_timeout`` (seconds) is stored with the job, which fails ``stalled: ...`` when
-    it neither prints nor reports progress for that long.
-    """
+    """Re-attach to the live app submitted with ``key``, else submit the stage with it
+    (``run_name`` and ``run_params``: the job's tracker run's, from the orchestrator)."""
     cfg = dict(cfg or {})
+    options: Dict[str, Any] = {
+        "parent_run_id": parent_run_id,
+        "idempotency_key": key,
+        "reattach_succeeded": reattach_succeeded,
+        "run_name": run_name,
+        "run_params": run_params,
+        "owner": owner,
+        "stall_timeout": stall_timeout,
+    }
     if isinstance(component, AppDef):
-        handle = runner.run(
-            component,
-            scheduler,
-            cfg,
-            parent_run_id=parent_run_id,
-            idempotency_key=key,
-            reattach_succeeded=reattach_succeeded,
-            run_name=run_name,
-            run_params=run_params,
-            owner=owner,
-            stall_timeout=stall_timeout,
-        )
+        handle = runner.run(component, scheduler, cfg, **options)
     else:
-        handle = runner.run_component(
-            component,
-            component_args if component_args is not None else [],
-            scheduler,
-            cfg,
-            parent_run_id=parent_run_id,
-            idempotency_key=key,
-            reattach_succeeded=reattach_succeeded,
-            run_name=run_name,
-            run_params=run_params,
-            owner=owner,
-            stall_timeout=stall_timeout,
-        )
+        args = component_args if component_args is not None else []
+        handle = runner.run_component(component, args, scheduler, cfg, **options)
     return Submission(handle, reattached=runner.reattached(handle))
-
-
-# ---------------------------------------------------------------------------- wait
 
 
 def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> None:
@@ -231,13 +179,9 @@ def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> N
 
 
 class ProgressFollower:
-    """Reads the job's progress report at most every ``interval`` seconds and hands it to
-    ``on_progress`` only when it changed (step, total or metrics): an orchestrator's log or
-    artifact gets one entry per real change, never a flood.
-
-    ``poll()`` is for a caller's own loop (a trigger); ``start()`` / ``stop()`` run it in a
-    daemon thread beside a blocking wait. A reader or callback error is logged, not raised.
-    """
+    """Hands the job's progress report to ``on_progress`` at most every ``interval``
+    seconds, and only when it changed: one log or artifact entry per real change.
+    ``poll()`` serves a caller's loop; ``start()`` / ``stop()`` a thread beside a wait."""
 
     def __init__(
         self,
@@ -313,13 +257,6 @@ def progress_line(report: Progress) -> str:
     return f"progress: {report.format()}" + (f", {metrics}" if metrics else "")
 
 
-def progress_percent(report: Progress) -> Optional[float]:
-    """``100 * step / total`` (clamped to 0..100); None without a total."""
-    if not report.total:
-        return None
-    return max(0.0, min(100.0, 100.0 * report.step / report.total))
-
-
 def wait_or_cancel(
     runner: Runner,
     handle: str,
@@ -330,14 +267,9 @@ def wait_or_cancel(
     on_progress: Optional[OnProgress] = None,
     progress_interval: float = PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app (following its logs into ``emit``, its progress reports into
-    ``on_progress``, see ``ProgressFollower``); cancel it if the wait is cancelled (one of
-    ``cancel_on``), and log that to ``log`` (the task's own log).
-
-    Any other exception propagates and leaves the app running: the task's retry finds it
-    through its idempotency key instead of submitting a second one.
-    Returns the final status if it SUCCEEDED, else raises ``StageFailed``.
-    """
+    """Wait for the app (logs into ``emit``, progress into ``on_progress``); the final
+    status if it SUCCEEDED, else ``StageFailed``. Only ``cancel_on`` cancels the app: any
+    other exception leaves it running, for the task's retry to re-attach to."""
     follower = None
     if on_progress is not None:
         follower = ProgressFollower(runner, handle, on_progress, progress_interval).start()
@@ -371,15 +303,10 @@ def cancel_quietly(runner: Runner, handle: str, log: Optional[Log] = None) -> No
         (log or logger).warning("could not cancel %s: %s", handle, e)
 
 
-# ---------------------------------------------------------------------------- links
-
-
 def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Optional[str]:
     """The URL of the app's tracker run (None without trackers, a UI, or a run)."""
     if not trackers:
         return None
-    from torchx.trackers.api import build_trackers
-
     for tracker in build_trackers(trackers):
         try:
             url = tracker.run_url(handle)

@@ -1,24 +1,17 @@
 """Who owns a job: the orchestrator's task that submitted it, stored with the job.
 
-``Runner.run(owner=...)`` puts the owner in the app's metadata under ``OWNER`` beside the
-idempotency token, so the scheduler keeps it with the job and any process that can list
-the scheduler's apps (``torchx reap``, Airflow's listener) can ask the owner's orchestrator
-whether the owner still wants the job. The value is compact JSON, e.g.::
+``Runner.run(owner=...)`` stores the owner as compact JSON in the app's metadata under
+``OWNER``, so any process that can list the scheduler's apps (``torchx reap``, Airflow's
+listener) can ask the owner's orchestrator whether it still wants the job, e.g.::
 
     {"kind":"airflow","api":"http://airflow:8080","dag":"d","run":"r","task":"t","map":-1,"try":1}
-    {"kind":"prefect","api":"http://prefect:4200/api","flow_run":"<uuid>","task_run":"<uuid>"}
-    {"kind":"kfp","run":"<run id>","task":"<task name>"}
-    {"kind":"airflow",...,"cancel":false}   # TorchXOperator(cancel_on_kill=False)
 
-``"cancel": false`` says the owner wants its job to outlive it: neither Airflow's listener
-nor ``torchx reap`` cancels such a job.
-
-``api`` says where to ask (Airflow's ``[api] base_url``, Prefect's ``PREFECT_API_URL``);
-an owner without it is asked at the URL ``torchx reap`` is given.
+``"cancel": false`` (``cancel_on_kill=False``) says the job may outlive its owner.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -53,8 +46,9 @@ class Owner:
         return f"{self.kind} {ids}".strip()
 
 
-def parse_owner(value: Optional[str]) -> Optional[Owner]:
-    """The owner stored in a job's metadata (None if absent or not an owner)."""
+def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
+    """The owner in an app's metadata (``DescribeAppResponse.metadata``), if any."""
+    value = (metadata or {}).get(OWNER)
     if not value:
         return None
     try:
@@ -65,14 +59,6 @@ def parse_owner(value: Optional[str]) -> Optional[Owner]:
         return None
     kind, api, cancel = str(doc.pop("kind")), doc.pop("api", None), doc.pop("cancel", True)
     return Owner(kind, doc, str(api) if api else None, cancel is not False)
-
-
-def owner_of(metadata: Optional[Mapping[str, str]]) -> Optional[Owner]:
-    """The owner in an app's metadata (``DescribeAppResponse.metadata``), if any."""
-    return parse_owner((metadata or {}).get(OWNER))
-
-
-# ---------------------------------------------------------------------------- builders
 
 
 class AirflowTaskInstance(Protocol):
@@ -92,16 +78,13 @@ def map_index_of(ti: AirflowTaskInstance) -> int:
 
 
 def airflow_owner(ti: AirflowTaskInstance, cancel: bool = True) -> Owner:
-    """The owner of a job submitted by Airflow task instance ``ti`` (dag, run, task, map
-    index, try), with Airflow's ``[api] base_url`` when it is configured; ``cancel``: the
-    operator's ``cancel_on_kill``."""
+    """The owner of a job submitted by Airflow task instance ``ti``, with Airflow's
+    ``[api] base_url`` when it is configured."""
     api: Optional[str] = None
-    try:
+    with contextlib.suppress(ImportError):  # not under Airflow: reap is told the URL instead
         from airflow.configuration import conf
 
         api = conf.get("api", "base_url", fallback=None) or None
-    except ImportError:  # not under Airflow: reap is told the URL instead
-        api = None
     ids = {
         "dag": ti.dag_id,
         "run": ti.run_id,
@@ -124,24 +107,19 @@ def is_airflow_task(owner: Owner, dag_id: str, run_id: str, task_id: str, map_in
     return owner.kind == "airflow" and theirs == mine
 
 
-def prefect_owner(flow_run_id: str, task_run_id: Optional[str] = None) -> Owner:
-    """The owner of a job submitted in Prefect flow run ``flow_run_id`` (and task run)."""
-    ids: Dict[str, Any] = {"flow_run": flow_run_id}
-    if task_run_id:
-        ids["task_run"] = task_run_id
-    return Owner("prefect", ids, os.environ.get("PREFECT_API_URL") or None)
-
-
 def current_prefect_owner() -> Optional[Owner]:
     """The owner for a submission from the current Prefect flow run (None outside one)."""
     try:
         from prefect.runtime import flow_run, task_run
     except ImportError:
         return None
-    fid = flow_run.get_id()
+    fid, tid = flow_run.get_id(), task_run.get_id()
     if not fid:
         return None
-    return prefect_owner(str(fid), str(task_run.get_id() or "") or None)
+    ids: Dict[str, Any] = {"flow_run": str(fid)}
+    if tid:
+        ids["task_run"] = str(tid)
+    return Owner("prefect", ids, os.environ.get("PREFECT_API_URL") or None)
 
 
 def kfp_owner(run_id: str, task_name: str) -> Optional[Owner]:

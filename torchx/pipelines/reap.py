@@ -1,31 +1,10 @@
 """Orphaned jobs: live apps whose owner (``torchx.pipelines.owner``) has ended for good.
 
-A job is reaped only when its owner's orchestrator says the owner ended without success
-and will not retry it: an Airflow task instance in ``failed``, ``removed``, ``skipped`` or
-``upstream_failed`` (``up_for_retry`` and every other state keep the job), a Prefect flow
-run in ``FAILED``, ``CANCELLED``, ``CRASHED`` or ``CANCELLING`` (a user asked for the
-cancel: a run Prefect leaves ``Cancelling`` for good, as a retried run cancelled again is,
-has its job cancelled; ``AwaitingRetry`` is ``SCHEDULED``: kept), a KFP run in ``FAILED``
-or ``CANCELED`` (KFP's API v2beta1 ``GET /runs/{id}``; a task retried by its
-``set_retry`` policy keeps its run ``RUNNING``, so it is kept; a task that failed for good
-in a run that still runs is reaped once the run ends). An owner that succeeded keeps its
-job: a stage may leave its job running on purpose
-(``TorchXOperator(wait_for_completion=False)`` waited on by a ``TorchXSensor``, a Prefect
-``submit`` whose ``wait`` comes in another flow run). An owner the orchestrator does not
-know is never reaped: a cancel needs a fact, not a doubt. Nor is a job whose owner asked
-to keep it (``cancel_on_kill=False``). ``reap`` asks each owner again just before it
-cancels its job (a user may have cleared the task or retried the run meanwhile, and the
-new try re-attached to the job): it cancels only if the owner still ended without success.
-
-``cancel_if_owned`` is the one cancel decision on a job's side: ``torchx reap``, Airflow's
-listener (in the process it starts) and ``TorchXOperator.on_kill`` all go through it.
-
-Credentials: Airflow's REST API v2 takes a JWT; give ``AIRFLOW_API_TOKEN``, or
-``AIRFLOW_API_USERNAME`` and ``AIRFLOW_API_PASSWORD`` (exchanged at ``/auth/token``).
-Prefect: ``PREFECT_API_KEY`` (Prefect Cloud) or ``PREFECT_API_AUTH_STRING`` (``user:pass``
-of a server with basic auth). KFP: ``--kfp_url`` or ``KF_PIPELINES_ENDPOINT`` (as
-``kfp.Client``) for the API's base URL, and ``KF_PIPELINES_TOKEN`` if it wants a bearer
-token.
+A job is reaped only on a fact: its owner's orchestrator says the owner ended without
+success and will not retry it (the states per orchestrator, the credentials and the URLs
+are in docs/orphans.md). Any doubt keeps the job: a missed cancel is reaped later, a wrong
+one throws away hours of training. ``cancel_if_owned`` is the one cancel decision on a
+job's side: ``torchx reap``, Airflow's listener and ``TorchXOperator.on_kill`` share it.
 """
 
 from __future__ import annotations
@@ -77,9 +56,6 @@ class Candidate:
         return f"{verdict} {self.handle} owner: {self.owner.describe()} state: {self.owner_state}"
 
 
-# ---------------------------------------------------------------------------- HTTP
-
-
 def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any]] = None) -> Any:
     """GET (or POST ``body``) ``url``; None on 404; Unreachable when the orchestrator cannot
     be asked (connection, timeout, 401); ReapError on any other failure (this URL's)."""
@@ -103,7 +79,12 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
         raise ReapError(f"{url}: bad answer: {e}") from None
 
 
-# ---------------------------------------------------------------------------- orchestrators
+def _api_url(kind: str, given: Optional[str], owner: Owner, env: str, hint: str) -> str:
+    """The orchestrator's API base URL: the one given, else the owner's, else ``$env``."""
+    base = given or owner.api or os.environ.get(env)
+    if not base:
+        raise ReapError(f"no {kind} API URL for {owner.describe()}: {hint}")
+    return base.rstrip("/")
 
 
 class Orchestrators:
@@ -124,8 +105,7 @@ class Orchestrators:
 
     def state(self, owner: Owner) -> Tuple[str, bool]:
         """``(state, finished for good)`` of ``owner``; ReapError if it cannot be had (an
-        unreachable orchestrator is remembered per URL, so it costs one timeout per run;
-        any other error concerns this owner only)."""
+        unreachable orchestrator is remembered, so it costs one timeout per run)."""
         where = owner.api or owner.kind
         if where in self._down:
             raise Unreachable(self._down[where])
@@ -140,17 +120,6 @@ class Orchestrators:
             self._down[where] = str(e)
             raise
         return f"unknown ({owner.kind} owners are not looked up)", False
-
-    # -- Airflow
-
-    def _airflow_base(self, owner: Owner) -> str:
-        base = self.airflow_url or owner.api or os.environ.get("AIRFLOW_API_URL")
-        if not base:
-            raise ReapError(
-                f"no Airflow API URL for {owner.describe()}: pass --airflow_url or set "
-                "AIRFLOW_API_URL (or [api] base_url in the deployment's airflow.cfg)"
-            )
-        return base.rstrip("/")
 
     def _airflow_token(self, base: str) -> str:
         if base in self._airflow_tokens:
@@ -167,7 +136,14 @@ class Orchestrators:
         return token
 
     def _airflow(self, owner: Owner) -> Tuple[str, bool]:
-        base = self._airflow_base(owner)
+        base = _api_url(
+            "Airflow",
+            self.airflow_url,
+            owner,
+            "AIRFLOW_API_URL",
+            "pass --airflow_url or set AIRFLOW_API_URL"
+            " (or [api] base_url in the deployment's airflow.cfg)",
+        )
         token = self._airflow_token(base)
         ids = owner.ids
         path = "/".join(
@@ -188,50 +164,45 @@ class Orchestrators:
         state = str(ti.get("state") or "none")
         return state, state in AIRFLOW_DONE
 
-    # -- Prefect
-
     def _prefect(self, owner: Owner) -> Tuple[str, bool]:
-        base = self.prefect_url or owner.api or os.environ.get("PREFECT_API_URL")
-        if not base:
-            raise ReapError(
-                f"no Prefect API URL for {owner.describe()}: set PREFECT_API_URL "
-                "or pass --prefect_url"
-            )
+        base = _api_url(
+            "Prefect",
+            self.prefect_url,
+            owner,
+            "PREFECT_API_URL",
+            "set PREFECT_API_URL or pass --prefect_url",
+        )
         headers = {}
         if os.environ.get("PREFECT_API_KEY"):
             headers["Authorization"] = f"Bearer {os.environ['PREFECT_API_KEY']}"
         elif os.environ.get("PREFECT_API_AUTH_STRING"):
             auth = base64.b64encode(os.environ["PREFECT_API_AUTH_STRING"].encode()).decode()
             headers["Authorization"] = f"Basic {auth}"
-        run = _get_json(f"{base.rstrip('/')}/flow_runs/{owner.ids.get('flow_run')}", headers)
+        run = _get_json(f"{base}/flow_runs/{owner.ids.get('flow_run')}", headers)
         if run is None:
             return "not found", False
         state = (run.get("state") or {}).get("type") or "none"
         name = (run.get("state") or {}).get("name") or state
         return (name if name.upper() == state else f"{name} ({state})"), state in PREFECT_DONE
 
-    # -- KFP
-
     def _kfp(self, owner: Owner) -> Tuple[str, bool]:
-        base = self.kfp_url or owner.api or os.environ.get("KF_PIPELINES_ENDPOINT")
-        if not base:
-            raise ReapError(
-                f"no KFP API URL for {owner.describe()}: pass --kfp_url "
-                "or set KF_PIPELINES_ENDPOINT"
-            )
+        base = _api_url(
+            "KFP",
+            self.kfp_url,
+            owner,
+            "KF_PIPELINES_ENDPOINT",
+            "pass --kfp_url or set KF_PIPELINES_ENDPOINT",
+        )
         if "://" not in base:
             base = f"http://{base}"
         token = os.environ.get("KF_PIPELINES_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         run_id = urllib.parse.quote(str(owner.ids.get("run")), safe="")
-        run = _get_json(f"{base.rstrip('/')}/apis/v2beta1/runs/{run_id}", headers)
+        run = _get_json(f"{base}/apis/v2beta1/runs/{run_id}", headers)
         if run is None:
             return "not found", False
         state = str(run.get("state") or "none")
         return state, state in KFP_DONE
-
-
-# ---------------------------------------------------------------------------- the decision
 
 
 def cancel_if_owned(
@@ -242,11 +213,9 @@ def cancel_if_owned(
     why: str = "ended",
     log: Any = logger,  # a Logger, or the orchestrator's adapter of one
 ) -> bool:
-    """Cancel ``handle`` only on facts: it still runs, the owner stored with it can be read,
-    does not say ``cancel: false``, and ``is_owner`` (the one asking) recognizes it. Any
-    doubt keeps the job, with a warning: a missed cancel is reaped later, a wrong one throws
-    away hours of training. ``what`` names the asker and ``why`` says what happened to it,
-    for the log line. True if cancelled."""
+    """Cancel ``handle`` only on facts: it still runs, and the owner stored with it can be
+    read, allows a cancel and is one ``is_owner`` recognizes; any doubt keeps it, with a
+    warning. ``what`` and ``why`` name the asker and its end for the log. True if cancelled."""
     status = runner.status(handle)
     if status is None or status.is_terminal():
         return False
@@ -264,9 +233,6 @@ def cancel_if_owned(
     log.info("torchx: %s %s while %s runs: cancelling it", what, why, handle)
     runner.cancel(handle)
     return True
-
-
-# ---------------------------------------------------------------------------- reaping
 
 
 def find_candidates(
@@ -295,12 +261,8 @@ def find_candidates(
 
 
 def reap(runner: Any, candidates: Iterable[Candidate], orchestrators: Orchestrators) -> List[str]:
-    """Cancel the orphans among ``candidates``; their handles.
-
-    Each owner is asked again just before its job is cancelled: since ``find_candidates``
-    asked, a user may have cleared the task or retried the run, and its new try may have
-    re-attached to the job. A candidate whose owner no longer says it ended without
-    success, or cannot be asked, is kept (``orphan`` False, its new state or ``error``)."""
+    """Cancel the orphans among ``candidates``; their handles. Each owner is asked again
+    first: a task cleared (or a run retried) since may have re-attached to the job."""
     cancelled = []
     for c in candidates:
         if not c.orphan:

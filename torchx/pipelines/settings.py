@@ -29,13 +29,17 @@ class TorchXSettings:
         from torchx.runner.api import get_runner
 
         chosen = trackers if trackers is not None else self.trackers
-        if self.torchx_home:
-            return get_runner(trackers=chosen, torchx_home=self.torchx_home)
-        return get_runner(trackers=chosen)
+        return get_runner(trackers=chosen, **home_param(self.torchx_home))
 
     def cfg_for(self, scheduler: str, cfg: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
         """The run options of a submission: these defaults, then ``cfg``'s."""
         return {**self.cfg.get(scheduler, {}), **(cfg or {})}
+
+
+def home_param(torchx_home: Optional[str]) -> Dict[str, Any]:
+    """The schedulers' ``torchx_home`` parameter when one was given (local_cwd and Slurm
+    read it; the others take and ignore it)."""
+    return {"torchx_home": torchx_home} if torchx_home else {}
 
 
 def settings_from(

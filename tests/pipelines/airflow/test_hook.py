@@ -40,7 +40,7 @@ def test_a_stage_keeps_its_state_where_the_connection_says(
 ) -> None:
     """No ``TORCHX_HOME`` and no trackers in the environment: the job's state and its
     tracker run land where the Connection says (without it, under ``$HOME/.torchx``)."""
-    from torchx.pipelines.airflow.hook import runner_for_connection
+    from torchx.pipelines.airflow.hook import TorchXHook
 
     monkeypatch.delenv("TORCHX_HOME")
     monkeypatch.setenv("TORCHX_TRACKERS", "")
@@ -60,7 +60,7 @@ def test_a_stage_keeps_its_state_where_the_connection_says(
     assert (torchx_env / "connection_mlflow.db").is_file()  # the Connection's tracker
     # as the listener's process reads it: with the scheduler's context (its database)
     monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")
-    with runner_for_connection(connection) as runner:  # what the trigger gets: the same
+    with TorchXHook(connection).runner() as runner:  # what the sensor gets: the same
         listed = runner.list("local_cwd")
     assert [a.state.name for a in listed] == ["SUCCEEDED"]
 

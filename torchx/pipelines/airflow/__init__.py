@@ -21,13 +21,12 @@ _LAZY = {
     "TorchXSensor": "torchx.pipelines.airflow.sensor",
     "TorchXHook": "torchx.pipelines.airflow.hook",
 }
+# the provider's kinds of classes, and the module of each
+_MODULES = {"operators": "operator", "triggers": "trigger", "sensors": "sensor", "hooks": "hook"}
 
 
 def get_provider_info() -> Dict[str, Any]:
-    """Provider metadata for the ``apache_airflow_provider`` entry point.
-
-    Shown by ``airflow providers list``.
-    """
+    """Provider metadata for the ``apache_airflow_provider`` entry point."""
     from torchx import __version__
 
     return {
@@ -36,18 +35,10 @@ def get_provider_info() -> Dict[str, Any]:
         "description": "Launch PyTorch jobs (single-process, distributed, elastic)"
         " on local processes, Slurm, Kubernetes, AWS Batch or Ray.",
         "versions": [__version__],
-        "operators": [
-            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.operator"]}
-        ],
-        "triggers": [
-            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.trigger"]}
-        ],
-        "sensors": [
-            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.sensor"]}
-        ],
-        "hooks": [
-            {"integration-name": "TorchX", "python-modules": ["torchx.pipelines.airflow.hook"]}
-        ],
+        **{
+            kind: [{"integration-name": "TorchX", "python-modules": [f"{__name__}.{module}"]}]
+            for kind, module in _MODULES.items()
+        },
         "connection-types": [
             {
                 "hook-class-name": "torchx.pipelines.airflow.hook.TorchXHook",

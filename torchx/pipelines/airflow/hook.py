@@ -1,24 +1,13 @@
-"""``TorchXHook``: torchx's settings for every Airflow process, from one Airflow Connection.
-
-A Connection of type ``torchx`` (default id ``torchx_default``) holds what each process that
-touches a stage needs (worker, triggerer, the scheduler and api-server for the listener), so
-none depends on its environment. Its extra (JSON)::
-
-    {"torchx_home": "/shared/torchx",                  # torchx's state (local_cwd, Slurm)
-     "cfg": {"slurm": {"partition": "gpu"}},           # run-option defaults per scheduler
-     "trackers": {"mlflow": "https://mlflow:5000"}}    # where jobs report
-
-and its login and password are the tracker's credentials (set into an http(s) tracker URI,
-which MLflow's client and torchx's both honour). An operator's own ``cfg`` and
-``trackers`` win over the Connection's. With no such Connection, or a field left out, the
-environment is read as before (``TORCHX_HOME``, ``TORCHX_TRACKERS``, ``.torchxconfig``).
-Nothing here changes ``os.environ``: the settings are passed to the Runner.
+"""``TorchXHook``: torchx's settings for every Airflow process from one Airflow Connection
+(type ``torchx``, default id ``torchx_default``), so none depends on its environment; its
+fields are in docs/deploying_airflow.md. Nothing here changes ``os.environ``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from airflow.sdk import BaseHook
 
@@ -30,8 +19,8 @@ CONN_TYPE = "torchx"
 
 
 class TorchXHook(BaseHook):
-    """torchx's settings from the Connection ``torchx_conn_id`` (see the module doc);
-    ``get_conn`` gives a Runner with them."""
+    """torchx's settings from the Connection ``torchx_conn_id`` (extra: ``torchx_home``,
+    ``cfg``, ``trackers``; login and password: the tracker's credentials)."""
 
     conn_name_attr = "torchx_conn_id"
     default_conn_name = DEFAULT_CONN_ID
@@ -41,7 +30,6 @@ class TorchXHook(BaseHook):
     def __init__(self, torchx_conn_id: str = DEFAULT_CONN_ID) -> None:
         super().__init__()
         self.torchx_conn_id = torchx_conn_id
-        self._settings: Optional[TorchXSettings] = None
 
     @classmethod
     def get_ui_field_behaviour(cls) -> Dict[str, Any]:
@@ -59,14 +47,9 @@ class TorchXHook(BaseHook):
             },
         }
 
-    @property
+    @functools.cached_property
     def settings(self) -> TorchXSettings:
         """The Connection's settings, read once; none (the environment decides) without it."""
-        if self._settings is None:
-            self._settings = self._read()
-        return self._settings
-
-    def _read(self) -> TorchXSettings:
         from airflow.exceptions import AirflowNotFoundException
 
         try:
@@ -83,8 +66,3 @@ class TorchXHook(BaseHook):
     def runner(self, trackers: Trackers = None) -> Runner:
         """A Runner with the Connection's settings; ``trackers`` (an operator's) win."""
         return self.settings.runner(trackers)
-
-
-def runner_for_connection(conn_id: str = DEFAULT_CONN_ID, trackers: Trackers = None) -> Runner:
-    """The Runner the operator and sensor use, for the trigger (same settings)."""
-    return TorchXHook(conn_id).runner(trackers)

@@ -1,10 +1,6 @@
-"""What a torchx stage read and wrote, read back from its tracker run once the app ended
-(with the run's ``cpu_hours`` / ``gpu_hours``).
-
-The stages record their own outputs and inputs (``torchx.trackers.record_output`` /
-``record_input``), so the DAG never names a path twice: ``TorchXOperator`` reads them back
-here and turns them into Airflow Asset events and OpenLineage datasets. Reading lineage is
-best effort: a tracker that cannot answer is logged, never fails the task.
+"""What a torchx stage read and wrote (and its ``cpu_hours`` / ``gpu_hours``), read back
+from its tracker run once the app ended: the stages record their own inputs and outputs,
+so the DAG never names a path twice. Best effort: a tracker that cannot answer is logged.
 """
 
 from __future__ import annotations
@@ -103,6 +99,7 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
     if not trackers:
         return lineage
     try:
+        from torchx.runner.resource_hours import CPU_HOURS, GPU_HOURS, recorded_hours
         from torchx.trackers.api import build_trackers
         from torchx.trackers.mlflow_backend import MLflowTracker
 
@@ -124,7 +121,9 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
                 run_id = tracker.mlflow_run_id(handle)
                 if run_id:
                     lineage.tracker, lineage.tracker_run_id = name, str(run_id)
-                    _read_hours(lineage, tracker, str(run_id))
+                    hours = recorded_hours(tracker, str(run_id))  # as the Runner logged them
+                    lineage.cpu_hours = hours.get(CPU_HOURS)
+                    lineage.gpu_hours = hours.get(GPU_HOURS)
         except backend_errors() as e:  # lineage is never worth failing a stage
             logger.warning("could not read the lineage of %s from %s: %s", handle, name, e)
         if lineage.tracker_run_url is None:
@@ -133,11 +132,3 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
             except backend_errors() as e:  # nor is a link
                 logger.warning("could not link the tracker run of %s: %s", handle, e)
     return lineage
-
-
-def _read_hours(lineage: StageLineage, tracker: object, run_id: str) -> None:
-    """``cpu_hours`` / ``gpu_hours`` as the Runner that saw the app end logged them."""
-    from torchx.runner.resource_hours import CPU_HOURS, GPU_HOURS, recorded_hours
-
-    metrics = recorded_hours(tracker, run_id)
-    lineage.cpu_hours, lineage.gpu_hours = metrics.get(CPU_HOURS), metrics.get(GPU_HOURS)

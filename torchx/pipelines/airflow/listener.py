@@ -1,46 +1,11 @@
-"""Cancel a stage's job when its task instance ends for good while the job still runs.
+"""Cancel a stage's job when its task instance ends ``failed`` while the job still runs
+(a lost worker, a user's "mark failed", a DAG run that ends with failed tasks); the rules
+and why each holds are in docs/orphans.md.
 
-The listener only records: in whichever Airflow process calls it, it reads the failed task
-instances' ``app_handle`` XComs (one query) and hands them to a short-lived process it
-starts (``torchx.pipelines.airflow.reaper``: detached, reaped by init), which makes each
-cancel decision and cancels. So a call holds Airflow's loop for milliseconds, never for a
-scheduler's API call; each call logs its own duration (``torchx listener: <hook> took S s,
-C s of CPU (N to reap) in <process>``).
-
-Registered by ``TorchXListenerPlugin``, the provider's ``airflow.plugins`` entry point, so
-DAGs need no wiring. (Two copies of torchx's metadata on ``sys.path``, e.g. a source tree's
-``torchx.egg-info`` next to the installed package, make Airflow's task SDK 1.3.2 stop
-loading entry-point plugins at the duplicate name, so OpenLineage's listener can go
-missing in task processes; see docs/orphans.md.)
-
-Why a listener: a task instance can end without the operator's ``on_kill`` running; the case
-that matters is a worker lost (SIGKILL, OOM, node gone): the scheduler fails the try after
-``[scheduler] task_instance_heartbeat_timeout`` and then calls ``on_task_instance_failed``
-itself, in the scheduler process (``TaskInstance.handle_failure``, reached from
-``process_executor_events``). A user's "mark failed / success" calls it in the api-server; a
-task's own end calls it in the task process. The same hook runs in each, and the process it
-starts reads torchx's settings from the ``torchx_default`` Connection (else from the
-environment it inherits: ``TORCHX_HOME`` for local_cwd, the schedulers' credentials).
-
-Only ``failed`` (no retry left) cancels. A try that Airflow will retry (``up_for_retry``)
-keeps its job: the retry re-attaches to it. ``success`` never cancels: a task that does not
-wait (``wait_for_completion=False``, a ``TorchXSensor`` waits later) succeeds while its job
-runs, on purpose; a user's "mark success" of a running or deferred task already reaches
-the operator's or the trigger's ``on_kill``. (Airflow 3.3 has no listener hook for
-``removed``: ``torchx reap`` covers that one.)
-A try can also fail with no task listener called anywhere: the kernel's OOM killer takes
-the task process alone and Airflow's supervisor reports it failed through the execution
-API. So when a DAG run ends (``on_dag_run_failed`` / ``on_dag_run_success``, in the
-scheduler), its failed task instances are reaped by the same rule.
-The job is the one the task pushed as its ``app_handle`` XCom, and it is cancelled (by
-``torchx.pipelines.reap.cancel_if_owned``, the decision every torchx canceller shares) only
-if the owner stored with it is this task instance (dag, run, task, map index; any try, as a
-retry re-attaches to the job of an earlier one). One already finished is left alone, and
-so is, with a warning, one whose stored owner cannot be read, is another task instance, or
-says ``cancel: false`` (the operator's ``cancel_on_kill=False``: the listener runs where
-the operator's settings are not): a cancel needs a fact, not a doubt.
-Nothing here raises into Airflow: a failure is logged. A cancel the process it starts could
-not make (it died, the scheduler was unreachable) is left to ``torchx reap``.
+The listener only records: it reads the failed task instances' ``app_handle`` XComs (one
+query) and hands them to a short-lived process (``torchx.pipelines.airflow.reaper``) that
+makes each cancel decision, so a call holds Airflow's loop for milliseconds and logs how
+long (``torchx listener: <hook> took S s, ...``). Nothing here raises into Airflow.
 """
 
 from __future__ import annotations
@@ -49,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
@@ -60,11 +25,6 @@ logger = logging.getLogger(__name__)
 
 FINAL = ("failed",)
 HANDLE_XCOM = "app_handle"
-
-
-def _state(ti: Any) -> str:
-    # Airflow's TaskInstanceState is a str enum whose str() is its value
-    return str(ti.state or "").lower()
 
 
 def _map_index(ti: Any) -> int:
@@ -94,26 +54,24 @@ def _app_handle(ti: Any) -> Optional[str]:
             return str(operator.app_handle)
         value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=_map_index(ti))
         return str(value) if value else None
-    handles = _pushed_handles(ti.dag_id, ti.run_id, [ti.task_id])
-    return handles.get((ti.task_id, _map_index(ti)))
-
-
-def _pushed_handles(
-    dag_id: str, run_id: str, task_ids: Optional[List[str]]
-) -> Dict[Tuple[str, int], str]:
-    """``{(task_id, map_index): app_handle}`` of a DAG run's tasks, in one query."""
     from airflow.models.xcom import XComModel
 
-    query = XComModel.get_many(run_id=run_id, key=HANDLE_XCOM, task_ids=task_ids, dag_ids=dag_id)
+    query = XComModel.get_many(
+        run_id=ti.run_id,
+        key=HANDLE_XCOM,
+        task_ids=ti.task_id,
+        dag_ids=ti.dag_id,
+        map_indexes=_map_index(ti),
+    )
     with _own_session() as session:
-        rows = list(session.scalars(query))
-        found = {(r.task_id, int(r.map_index)): XComModel.deserialize_value(r) for r in rows}
-    return {k: str(v) for k, v in found.items() if v}
+        row = session.scalars(query).first()
+        value = XComModel.deserialize_value(row) if row is not None else None
+    return str(value) if value else None
 
 
 def record_task_instance(ti: Any) -> Optional[Reapable]:
     """What to reap for ``ti``: its job, if ``ti`` ended for good and pushed one."""
-    state = _state(ti)
+    state = str(ti.state or "").lower()  # TaskInstanceState: a str enum, str() its value
     if state not in FINAL:
         return None
     handle = _app_handle(ti)

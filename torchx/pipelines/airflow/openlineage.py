@@ -8,7 +8,7 @@ OpenLineage provider calls when it is installed and configured
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Type, TypeVar
 
 import attr
 from airflow.providers.openlineage.extractors import OperatorLineage
@@ -21,6 +21,7 @@ from openlineage.client.facet_v2 import (
 
 from torchx.pipelines.airflow.lineage import StageDataset, StageLineage, openlineage_name
 
+D = TypeVar("D", InputDataset, OutputDataset)
 FACET = "torchx"
 _SCHEMA = "https://pytorch.org/torchx/spec/facets/1-1-0/TorchXRunFacet.json#/$defs/TorchXRunFacet"
 
@@ -57,19 +58,12 @@ def _facets(dataset: StageDataset) -> Dict[str, Any]:
     return facets
 
 
-def _inputs(datasets: Sequence[StageDataset]) -> List[InputDataset]:
+def _datasets(kind: Type[D], datasets: Sequence[StageDataset]) -> List[D]:
+    """``datasets`` as OpenLineage ``InputDataset``s or ``OutputDataset``s."""
     out = []
     for d in datasets:
         namespace, name = openlineage_name(d.uri)
-        out.append(InputDataset(namespace=namespace, name=name, facets=_facets(d)))
-    return out
-
-
-def _outputs(datasets: Sequence[StageDataset]) -> List[OutputDataset]:
-    out = []
-    for d in datasets:
-        namespace, name = openlineage_name(d.uri)
-        out.append(OutputDataset(namespace=namespace, name=name, facets=_facets(d)))
+        out.append(kind(namespace=namespace, name=name, facets=_facets(d)))
     return out
 
 
@@ -101,5 +95,7 @@ def operator_lineage(
         gpuHours=lineage.gpu_hours if lineage else None,
     )
     return OperatorLineage(
-        inputs=_inputs(inputs), outputs=_outputs(outputs), run_facets={FACET: facet}
+        inputs=_datasets(InputDataset, inputs),
+        outputs=_datasets(OutputDataset, outputs),
+        run_facets={FACET: facet},
     )

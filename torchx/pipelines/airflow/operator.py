@@ -1,36 +1,16 @@
-"""``TorchXOperator``: submit a torchx component or AppDef from an Airflow task.
+"""``TorchXOperator``: submit a torchx component, AppDef or torchrun line from an Airflow
+task, stream its logs, wait (or defer to ``TorchXTrigger``), link and record lineage.
 
-- ``execute`` submits through the Runner, streams the job's log lines into the task log
-  (``role/replica`` prefixed), returns the app handle (XCom ``return_value``, also pushed
-  as ``app_handle`` right after submission) and pushes the final status (``app_status``);
-  a failed app raises with the worker's exception message.
-- ``deferrable=True`` hands the wait to ``TorchXTrigger``, freeing the worker slot.
-- ``on_kill`` (task marked failed, DAG run stopped) cancels the app, by the cancel decision
-  every torchx canceller shares (``torchx.pipelines.reap.cancel_if_owned``: only a live app
-  whose stored owner is this task instance); a deferred task is cancelled by the trigger's
-  cleanup (Airflow does not call ``on_kill`` for it).
-- Settings (torchx's state location, run-option defaults, trackers and their credentials)
-  come from the ``TorchXHook`` Connection ``torchx_conn_id`` when there is one, else from
-  the environment (``torchx.pipelines.airflow.hook``).
-- Retries re-attach on any worker: the submission's idempotency key (dag, task, run, map
-  index) is stored by the scheduler with the job. A retry (a try after a failed or crashed one)
-  returns the app even if it already SUCCEEDED, so a worker that dies after its job
-  succeeded does not run the job twice. A cleared task runs again (a new app), unless
-  ``reuse_succeeded=True``; a FAILED or CANCELLED app is never re-attached.
-- Tracking: each job has its tracker run, named after the task, with the DAG run's
-  identity and params as run params, nested under one run per DAG run
-  ``airflow://<dag_id>/<run_id>``; give the DAG ``on_success_callback`` and
-  ``on_failure_callback`` = ``close_pipeline_run`` so that run ends FINISHED or FAILED.
-- Lineage in Airflow's own terms: what the stage recorded (``torchx.trackers.record_output``
-  / ``record_input``) becomes Asset events and OpenLineage input and output datasets
-  (``get_openlineage_facets_on_complete``), with a run facet naming the app and its MLflow
-  run. Each task has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG run adds
-  an event to it (the run's concrete output paths go in the event's extra), not a new
-  Asset per run.
+Retries re-attach on any worker: the idempotency key (dag, task, run, map index) is stored
+by the scheduler with the job. A retry returns the app even if it SUCCEEDED (a worker that
+died after its job succeeded does not run it twice); a FAILED or CANCELLED app is never
+re-attached. Each task has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG
+run adds an event to it, not a new Asset per run.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow.exceptions import AirflowConfigException, AirflowException
@@ -40,9 +20,11 @@ from torchx.components.torchrun import COMPONENT
 from torchx.pipelines import core
 from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, TorchXHook
 from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
-from torchx.pipelines.owner import airflow_owner, is_airflow_task, map_index_of
+from torchx.pipelines.airflow.reaper import Reapable
+from torchx.pipelines.owner import airflow_owner, map_index_of
 from torchx.pipelines.reap import cancel_if_owned
 from torchx.pipelines.torchrun import torchrun_stage
+from torchx.runner.config import get_configured_trackers
 from torchx.specs.api import AppDef, AppStatus
 
 STAGE_SCHEME = "x-torchx://"
@@ -58,12 +40,8 @@ def _default_deferrable() -> bool:
 
 
 class _TorchXLink(BaseOperatorLink):
-    """An extra link the task computed (``""``: no link).
-
-    Airflow 3 calls ``get_link`` on the worker when the task ends or defers and stores the
-    result under ``xcom_key`` for the UI. The link comes from the operator's memory, so a task
-    without one (no UI, not yet known) reads nothing and logs no "XCom not found" error.
-    """
+    """An extra link the task computed (``""``: no link). It comes from the operator's
+    memory, so a task without one reads no XCom and logs no "XCom not found" error."""
 
     name = ""
     kind = ""
@@ -100,8 +78,6 @@ def close_pipeline_run(
     FINISHED (DAG run succeeded) or FAILED. ``trackers`` default to the ``torchx_default``
     Connection's, else the configured ones; bind them with ``functools.partial`` when the
     operators are given ``trackers=``."""
-    from torchx.runner.config import get_configured_trackers
-
     dag_run = context["dag_run"]
     state = str(dag_run.state or "")
     succeeded = state.endswith("success")
@@ -238,7 +214,6 @@ class TorchXOperator(BaseOperator):
         self.progress_interval = progress_interval
         self.stall_timeout = stall_timeout
         self.torchx_conn_id = torchx_conn_id
-        self._hook: Optional[TorchXHook] = None
         self._task_instance: Optional[tuple[str, str, str, int]] = None  # for on_kill
         self.app_handle: Optional[str] = None
         self.torchx_links: Dict[str, str] = {}  # what the extra links show (see _TorchXLink)
@@ -246,18 +221,9 @@ class TorchXOperator(BaseOperator):
         if record_assets and self.has_dag():
             self.outlets = [*self.outlets, stage_asset(self.dag_id, self.task_id)]
 
-    @property
-    def stage_asset(self) -> Asset:
-        """The task's stable Asset: one event per successful run, the run's paths in extra."""
-        return stage_asset(self.dag_id, self.task_id)
-
-    # ------------------------------------------------------------------ helpers
-
-    @property
+    @functools.cached_property
     def hook(self) -> TorchXHook:
-        if self._hook is None:
-            self._hook = TorchXHook(self.torchx_conn_id)
-        return self._hook
+        return TorchXHook(self.torchx_conn_id)
 
     def _runner(self) -> Any:
         return self.hook.runner(self.trackers)
@@ -269,9 +235,8 @@ class TorchXOperator(BaseOperator):
         return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
 
     def _reuse_succeeded(self, context: Mapping[str, Any]) -> bool:
-        """Whether a SUCCEEDED app of this task instance is returned rather than run again:
-        always on a retry (a crash after the app succeeded must not run it twice), on the
-        first try after a clear only with ``reuse_succeeded``."""
+        """Whether a SUCCEEDED app is returned rather than run again: on a retry (a crash
+        after it succeeded must not run it twice), after a clear with ``reuse_succeeded``."""
         return self.reuse_succeeded or is_retry(context["ti"], self.retries)
 
     def _submit(self, context: Mapping[str, Any], runner: Any) -> str:
@@ -309,14 +274,11 @@ class TorchXOperator(BaseOperator):
             self.torchx_links[link.kind] = url
             ti.xcom_push(key=link.xcom_key, value=url)
 
-    # ------------------------------------------------------------------ execute
-
     def execute(self, context: Any) -> str:
         ti = context["ti"]
-        self._remember(ti)
         runner = self._runner()
         handle = self._submit(context, runner)
-        self.app_handle = handle
+        self._remember(ti, handle)
         ti.xcom_push(key="app_handle", value=handle)
         status = runner.status(handle)
         self._link(ti, TorchXAppLink(), status.ui_url if status is not None else None)
@@ -360,8 +322,7 @@ class TorchXOperator(BaseOperator):
         if not event or "app_handle" not in event or "state" not in event:
             raise AirflowException(f"invalid event from TorchXTrigger: {event!r}")
         handle = event["app_handle"]
-        self.app_handle = handle
-        self._remember(context["ti"])
+        self._remember(context["ti"], handle)
         runner = self._runner()
         if self.get_logs:
             core.follow_logs(runner, handle, self._unstreamed(event.get("streamed")), tail=False)
@@ -374,8 +335,9 @@ class TorchXOperator(BaseOperator):
             raise AirflowException(str(e)) from None
         return handle
 
-    def _remember(self, ti: Any) -> None:
-        """Keep the task instance's identity: ``on_kill`` cancels only a job it owns."""
+    def _remember(self, ti: Any, handle: str) -> None:
+        """Keep the app and its task instance: ``on_kill`` cancels only a job this one owns."""
+        self.app_handle = handle
         self._task_instance = (ti.dag_id, ti.run_id, ti.task_id, map_index_of(ti))
 
     def _emit(self, role: str, replica: int, line: str) -> None:
@@ -401,8 +363,7 @@ class TorchXOperator(BaseOperator):
     def _finish(
         self, context: Mapping[str, Any], handle: str, status: Optional[AppStatus], runner: Any
     ) -> str:
-        """Push the final status and the tracker link (only where there is a UI); read the
-        stage's lineage back and turn its outputs into Asset events."""
+        """Push the final status and the tracker link; read the stage's lineage back."""
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key="app_status", value=status.to_json())
@@ -419,7 +380,7 @@ class TorchXOperator(BaseOperator):
         events = context.get("outlet_events")
         if events is None:
             return
-        mine = self.stage_asset
+        mine = stage_asset(self.dag_id, self.task_id)
         declared = {o.uri: o for o in self.outlets if isinstance(o, Asset) and o != mine}
         # a mapped task's outlets come from .partial(): it has no stage Asset
         has_stage_asset = self.record_assets and any(o == mine for o in self.outlets)
@@ -447,40 +408,31 @@ class TorchXOperator(BaseOperator):
         ti, handle = self._task_instance, self.app_handle
         if not self.cancel_on_kill or not handle or ti is None:
             return
-        what = f"task {ti[0]}.{ti[2]} (run {ti[1]}, map {ti[3]})"
+        job = Reapable(handle, *ti, state="killed")
         try:
             with self._runner() as runner:
-                cancel_if_owned(
-                    runner, handle, lambda o: is_airflow_task(o, *ti), what, "was killed", self.log
-                )
+                cancel_if_owned(runner, handle, job.is_owner, job.what(), "was killed", self.log)
         except Exception as e:  # on_kill must not raise: Airflow is ending the task anyway
             self.log.warning("could not cancel %s: %s", handle, e)
 
-    # ------------------------------------------------------------------ OpenLineage
-
     def get_openlineage_facets_on_start(self) -> Any:
         """OpenLineage START: the declared inlets and outlets, and the torchx run facet."""
-        from torchx.pipelines.airflow.openlineage import operator_lineage
-
-        return operator_lineage(
-            self.component, self.scheduler, None, *_declared_uris(self.inlets, self.outlets)
-        )
+        return self._facets(None)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage COMPLETE: the datasets the stage read and wrote (as it recorded them)
         and a run facet with the app handle and its MLflow run id and link."""
-        from torchx.pipelines.airflow.openlineage import operator_lineage
-
-        return operator_lineage(
-            self.component,
-            self.scheduler,
-            self._lineage_for(task_instance),
-            *_declared_uris(self.inlets, self.outlets),
-        )
+        return self._facets(self._lineage_for(task_instance))
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """OpenLineage FAIL: as on complete, with whatever the stage recorded before failing."""
         return self.get_openlineage_facets_on_complete(task_instance)
+
+    def _facets(self, lineage: Optional[StageLineage]) -> Any:
+        from torchx.pipelines.airflow.openlineage import operator_lineage
+
+        inlets, outlets = _declared_uris(self.inlets), _declared_uris(self.outlets)
+        return operator_lineage(self.component, self.scheduler, lineage, inlets, outlets)
 
     def _lineage_for(self, task_instance: Any) -> Optional[StageLineage]:
         if self.stage_lineage is not None:
@@ -493,19 +445,14 @@ class TorchXOperator(BaseOperator):
         return read_stage_lineage(str(handle), self._runner().trackers())
 
 
-def _declared_uris(inlets: Sequence[Any], outlets: Sequence[Any]) -> tuple[List[str], List[str]]:
-    """The URIs of the Assets among a task's inlets and outlets (an Asset named without a
-    URI, or a stage's own Asset, is not a dataset OpenLineage can name)."""
-    ins = [a.uri for a in inlets if _is_dataset(a)]
-    outs = [a.uri for a in outlets if _is_dataset(a)]
-    return ins, outs
-
-
-def _is_dataset(asset: Any) -> bool:
-    # a stage's stable Asset names the task, not a dataset
-    return (
-        isinstance(asset, Asset) and "://" in asset.uri and not asset.uri.startswith(STAGE_SCHEME)
-    )
+def _declared_uris(assets: Sequence[Any]) -> List[str]:
+    """The URIs of the Assets that name a dataset (not one named without a URI, nor a
+    stage's own Asset, which names the task)."""
+    return [
+        a.uri
+        for a in assets
+        if isinstance(a, Asset) and "://" in a.uri and not a.uri.startswith(STAGE_SCHEME)
+    ]
 
 
 def stage_asset(dag_id: str, task_id: str) -> Asset:
@@ -515,13 +462,9 @@ def stage_asset(dag_id: str, task_id: str) -> Asset:
 
 
 def is_retry(ti: Any, retries: Optional[int]) -> bool:
-    """Whether this try retries a failed or crashed try, rather than being the first try
-    since the DAG run started or a user cleared the task.
-
-    Airflow numbers tries on: a clear sets ``max_tries = try_number + retries``, so the
-    first try of a series is ``max_tries - retries + 1`` (as the task SDK computes it for
-    reschedules) and any later try of the series is a retry.
-    """
+    """Whether this try retries a failed or crashed one (not the first try since the run
+    started or a clear): a clear sets ``max_tries = try_number + retries``, so a series
+    starts at ``max_tries - retries + 1``, as the task SDK computes it."""
     try_number, max_tries = ti.try_number, ti.max_tries
     if not isinstance(try_number, int) or not isinstance(max_tries, int):
         return False
@@ -537,11 +480,8 @@ def run_name(ti: Any) -> str:
 
 
 def run_params(context: Mapping[str, Any]) -> Dict[str, object]:
-    """The orchestrator's params on the job's tracker run: the task instance's identity
-    (``airflow.dag_id``, ``task_id``, ``run_id``, ``try_number``, ``map_index``), the DAG's
-    params (``airflow.params.<name>``; Airflow merges the run's conf into them by default)
-    and conf keys that are not params (``airflow.conf.<key>``, when
-    ``[core] dag_run_conf_overrides_params`` is off)."""
+    """The job's tracker-run params: the task instance's identity, the DAG's params (which
+    hold the run's conf by default) and conf keys that are not params."""
     ti = context["ti"]
     params: Dict[str, object] = {
         "airflow.dag_id": ti.dag_id,

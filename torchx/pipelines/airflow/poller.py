@@ -1,30 +1,16 @@
 """The poller shared by the ``TorchXTrigger``s of one event loop (one Airflow triggerer).
 
-A triggerer holds up to ``[triggerer] capacity`` (1,000) triggers in one loop. Polling
-each app on its own costs a thread and a scheduler query per trigger per poll; here one
-round per poll interval serves them all:
-
-- one ``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm, one read
-  of the state directory on local_cwd) gives every app's state;
-- the log lines written since the last round are read in the same round (no thread per
-  replica; a log kept in a file that did not grow is not read), and so are progress
-  reports;
-- every call runs in a small fixed pool of daemon threads (``POOL_SIZE``), never on the
-  loop and never one thread per trigger; a triggerer that stops never waits for one.
-
-An app costs calls of its own only when it is first seen (one ``describe``: its roles and
-log files) and when it ends (the rest of its logs, its last progress report, and its
-status unless the list's state says all: see ``_final_word``). A stall is the job's own
-business (``torchx.runtime.watchdog``): it ends FAILED like any failure.
-
-The pool, the Runners and the scheduler clients live while the loop has triggers to
-serve, and are closed when the last one leaves.
+A triggerer holds up to 1,000 triggers. One round per poll interval serves them all: one
+``Scheduler.list()`` per scheduler and session (one ``squeue`` on Slurm), then the new log
+lines (a log file that did not grow is not read) and progress reports, in a small fixed
+pool of daemon threads (never on the loop; a stopping triggerer never waits for them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import os
@@ -36,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from torchx.pipelines import core
+from torchx.pipelines.settings import home_param
 from torchx.runner.api import (
     DEFAULT_SESSION_NAME,
     Runner,
@@ -168,10 +155,8 @@ class TriggerPoller:
                 tick = min(w.poll_interval for w in self._watches)
                 self._wake.clear()
                 delay = max(0.0, started + tick - time.monotonic())
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
         finally:  # no await from the last check of ``_watches`` on: a new watch restarts it
             self._close()
 
@@ -248,21 +233,15 @@ class TriggerPoller:
             factories = get_scheduler_factories()
             if key[0] not in factories:
                 raise UnknownSchedulerException(key[0], sorted(factories))
-            sched = self._schedulers[key] = factories[key[0]](key[1], **_home_param(key[2]))
+            sched = self._schedulers[key] = factories[key[0]](key[1], **home_param(key[2]))
         return sched
 
     def _runner(self, session: str, torchx_home: Optional[str]) -> Runner:
         runner = self._runners.get((session, torchx_home))
         if runner is None:
-            runner = get_runner(session, **_home_param(torchx_home))
+            runner = get_runner(session, **home_param(torchx_home))
             self._runners[(session, torchx_home)] = runner
         return runner
-
-
-def _home_param(torchx_home: Optional[str]) -> Dict[str, Any]:
-    """The schedulers' ``torchx_home`` parameter when one was given (local_cwd and Slurm
-    read it; the others take and ignore it)."""
-    return {"torchx_home": torchx_home} if torchx_home else {}
 
 
 def _list_states(runner: Runner, scheduler: str, sched: Scheduler) -> Dict[str, AppState]:
@@ -307,16 +286,16 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
 
 
 def _final_word(listed: AppState) -> bool:
-    """Whether the list's terminal state is all the event needs, so the app costs no call
-    of its own at its end: SUCCEEDED or CANCELLED. A failure's reason needs the app's status.
-    (The job's tracker run is then ended by ``execute_complete``'s status, in the worker.)"""
+    """Whether the list's terminal state is all the event needs (a failure's reason needs
+    the app's status)."""
     return listed in (AppState.SUCCEEDED, AppState.CANCELLED)
 
 
 def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
     """Read what the app needs polled for (roles, its log files), in one
     scheduler call; False if the scheduler does not know it."""
-    desc = sched.describe(parse_app_handle(watch.handle).app_id)
+    app_id = parse_app_handle(watch.handle).app_id
+    desc = sched.describe(app_id)
     if desc is None:
         return False
     if watch.progress_interval is not None:
@@ -326,7 +305,6 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
         )
     if watch.get_logs:
         streams = STREAMS_APART.get(sched.backend, (Stream.COMBINED,))
-        app_id = parse_app_handle(watch.handle).app_id
         watch.cursors = [
             LogCursor(
                 role.name,
@@ -345,9 +323,8 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
 def _log_file(
     backend: str, ui_url: Optional[str], app_id: str, role: str, k: int, stream: Stream
 ) -> Optional[str]:
-    """The file a replica's log is read from, where its scheduler keeps logs as files on
-    this machine (its ``ui_url`` is ``file://<dir>``): a stat then tells whether it grew,
-    so a quiet log is not read. None: read it each round."""
+    """The replica's log file where its scheduler keeps one here (``ui_url`` ``file://``):
+    a stat tells whether it grew, so a quiet log is not read. None: read it each round."""
     if not ui_url or not ui_url.startswith("file://"):
         return None
     root = ui_url[len("file://") :]

@@ -1,15 +1,9 @@
 """The process Airflow's listener starts to cancel what it recorded, so that no cancel
 runs in Airflow's own loops (see ``torchx.pipelines.airflow.listener``).
 
-``start`` writes the records to a file (0600, removed by its reader) and starts
-``python -m torchx.pipelines.airflow.reaper <file>`` through ``sh -c '... &'``: the new
-process is in its own session, nobody's child in the caller (init reaps it), and nothing in
-the caller waits for it (a thread collects ``sh``'s exit). It makes each cancel by the
-decision every torchx canceller shares (``torchx.pipelines.reap.cancel_if_owned``), with
-the settings it was handed (a task process's operator's) or else those of the
-``torchx_default`` Connection (the scheduler's and api-server's children can read
-Airflow's database), and logs where its starter logs. This module imports no Airflow: a
-task process's environment cannot configure Airflow's database.
+It is detached (its own session, reaped by init) so nothing in Airflow waits for it. It
+imports no Airflow unless it must read the ``torchx_default`` Connection: a task process's
+environment cannot configure Airflow's database, so a task hands it its settings.
 """
 
 from __future__ import annotations
@@ -32,7 +26,7 @@ logger = logging.getLogger("torchx.pipelines.airflow.listener")  # the listener'
 
 @dataclass(frozen=True)
 class Reapable:
-    """A failed task instance and the job it pushed: what the started process decides on."""
+    """A task instance that ended (failed, or killed: ``on_kill``) and the job it pushed."""
 
     handle: str
     dag_id: str
@@ -103,9 +97,9 @@ def main(argv: List[str]) -> int:
     if given is not None:
         runner = TorchXSettings(**given).runner()
     else:  # started by the scheduler or the api-server: Airflow's database is readable
-        from torchx.pipelines.airflow.hook import runner_for_connection
+        from torchx.pipelines.airflow.hook import TorchXHook
 
-        runner = runner_for_connection()
+        runner = TorchXHook().runner()
     with runner:
         reap_recorded(runner, found)
     return 0

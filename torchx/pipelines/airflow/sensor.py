@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from airflow.exceptions import AirflowException
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
-from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, runner_for_connection
+from torchx.pipelines.airflow.hook import DEFAULT_CONN_ID, TorchXHook
 from torchx.specs.api import AppState
 
 
@@ -24,7 +24,7 @@ class TorchXSensor(BaseSensorOperator):
         self.torchx_conn_id = torchx_conn_id  # the TorchXHook Connection with torchx's settings
 
     def poke(self, context: Any) -> bool:
-        with runner_for_connection(self.torchx_conn_id) as runner:
+        with TorchXHook(self.torchx_conn_id).runner() as runner:
             status = runner.status(self.app_handle)
         if status is None:
             raise AirflowException(f"{self.app_handle} is not known to its scheduler")

@@ -1,32 +1,11 @@
 """``TorchXTrigger``: waits for a torchx app in the triggerer, so no worker slot is held.
 
-Lifecycle, as Airflow 3.3 defines it for triggers:
-
-- the trigger's cancellation (``CancelledError``) is *not* a reason to cancel the app: the
-  triggerer cancels every trigger when it stops or restarts, and the task is still deferred
-  then; the next triggerer's trigger re-attaches to the app;
-- a user's action on the deferred task (mark failed, mark success, clear) cancels the app.
-  Airflow cancels the trigger's task with its user-action message, then calls ``on_kill``;
-  but its handler awaits a log call before ``on_kill``, and the triggerer repeats the
-  cancel every loop (1 s) until the trigger ends, so on a loaded machine the repeat can
-  land in that await and ``on_kill`` never runs. So the trigger starts the cancel itself
-  the moment the user-action cancellation reaches it (no await before), and ``on_kill``
-  joins that one cancel (or starts it, if the cancellation reached Airflow first);
-- status checks, log reads and progress reads run in the poller that every trigger of the
-  triggerer's loop shares (``poller.TriggerPoller``): one scheduler query per poll interval
-  for all of them, in a small pool of daemon threads, so a triggerer that stops never
-  waits for one, and a thousand deferred stages cost no thread each.
-
-Live logs: while the task is deferred, the trigger streams the job's new log lines
-(``role/replica`` prefixed) into its ``self.log``, which Airflow 3 writes to the task
-instance's log (one ``.trigger.<job>.log`` file per triggerer, shown with the task's
-log), and a ``progress: ...`` line when the job's progress report changed, at most every
-``progress_interval`` seconds. The event carries how many lines of each replica were
-streamed, so ``execute_complete`` copies only the rest. Lines and progress are read once
-per poll interval (the poller's round), so they arrive in batches, one log record each. A restarted
-triggerer's trigger streams each replica from its first line again (a trigger's kwargs
-are fixed when the task defers, so there is nowhere to keep an offset): after a
-triggerer restart the lines before it appear twice, none is lost.
+The trigger's own cancellation (a triggerer stop or restart) leaves the app running for
+the next triggerer. A user's action on the deferred task cancels it: ``run`` starts the
+cancel as soon as Airflow's user-action cancellation reaches it, since on a loaded machine
+Airflow's repeated cancel can keep ``on_kill`` from ever running. Status, logs and progress
+come from the poller all triggers of the loop share (``poller.TriggerPoller``); the event
+counts the lines streamed per replica, so ``execute_complete`` copies only the rest.
 """
 
 from __future__ import annotations
@@ -42,11 +21,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 # two threads first-importing torchx.runner at once can get a partially initialized module
 from torchx.pipelines import core
 from torchx.pipelines.airflow.poller import TriggerPoller, Watch
-from torchx.runner.api import get_runner
+from torchx.pipelines.settings import TorchXSettings
 
-# the message Airflow's triggerer cancels a trigger's task with when a user acted on the task
-# (``_USER_ACTION_CANCEL_MSG`` in airflow/jobs/triggerer_job_runner.py); its own stop or
-# restart cancels with none
+# the message Airflow's triggerer cancels a trigger's task with for a user's action on it
+# (``_USER_ACTION_CANCEL_MSG``, airflow/jobs/triggerer_job_runner.py); a stop or restart: none
 USER_ACTION = "__airflow_user_action__"
 # replica lines logged per record (see ``_write``)
 LINES_PER_RECORD = 1000
@@ -54,11 +32,7 @@ LINES_PER_RECORD = 1000
 
 class TorchXTrigger(BaseTrigger):
     """Fires one event ``{"app_handle", "state", "message", "streamed"}`` when the app is
-    terminal (``streamed``: ``{"role/replica": lines}`` the trigger logged).
-
-    A user's kill of the deferred task (mark failed or success, clear) cancels the app
-    (``on_kill``, when ``cancel_on_kill``); a triggerer restart leaves it running.
-    """
+    terminal (``streamed``: ``{"role/replica": lines}`` the trigger logged)."""
 
     timeout_after: Optional[datetime] = None  # the triggerer sets it: the task's trigger timeout
 
@@ -144,8 +118,7 @@ class TorchXTrigger(BaseTrigger):
         watch.progress.clear()
 
     def _write(self, lines: List[Tuple[str, str]]) -> None:
-        """Log replica lines as one record (a log call costs the loop about 0.3 ms: a
-        thousand stages printing a line a second would cost a core one call a line) and
+        """Log replica lines as one record (a log call costs the loop about 0.3 ms) and
         count them."""
         for key, _ in lines:
             self.streamed[key] = self.streamed.get(key, 0) + 1
@@ -185,7 +158,5 @@ class TorchXTrigger(BaseTrigger):
             await asyncio.sleep(0.1)
 
     def _cancel(self) -> None:
-        with (
-            get_runner(torchx_home=self.torchx_home) if self.torchx_home else get_runner() as runner
-        ):
+        with TorchXSettings(self.torchx_home).runner() as runner:
             core.cancel_quietly(runner, self.app_handle)

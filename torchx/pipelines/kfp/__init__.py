@@ -1,13 +1,10 @@
-"""Kubeflow Pipelines v2 integration.
+"""Kubeflow Pipelines v2 integration (``pip install 'torchx[kfp]'``; kfp loads on use).
 
 - ``component_from_app`` / ``container_from_app``: a single-role, single-replica AppDef
   as a KFP container component, its task carrying the role's resources.
-- ``torchx_launcher``: a KFP component that submits any component or AppDef through the
-  Runner (for distributed and elastic stages: KFP v2 has no ``ResourceOp``), streams its
-  logs into the step log, fails with the worker's error and cancels the app on SIGTERM.
+- ``torchx_launcher``: a KFP component that runs any component or AppDef through the Runner
+  (distributed and elastic stages: KFP v2 has no ``ResourceOp``).
 - ``python -m torchx.pipelines.kfp.compile module:pipeline out.yaml`` compiles to IR YAML.
-
-``kfp`` is imported only when these are used (``pip install 'torchx[kfp]'``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Single-replica AppDefs as KFP v2 container components.
 
-Arguments of the role may name typed inputs and outputs, which become KFP
-placeholders so stages can be wired: ``${input:data}`` (an input artifact's path),
-``${output:model}`` (an output artifact's path), ``${param:epochs}`` (a parameter).
-
-torchx macros are filled as a scheduler would, with KFP's own values: ``${app_id}`` is
-the KFP task's id (``dsl.PIPELINE_TASK_ID_PLACEHOLDER``), ``${replica_id}`` is ``0``,
-``${img_root}`` is empty and ``${rank0_env}`` names ``TORCHX_RANK0_HOST`` (``localhost``);
-``$$`` is a literal ``$``. With a tracker configured the container gets the tracker env
-(``TORCHX_TRACKERS``, its config) and a job id, ``kfp://<pipeline job id>/<task id>``, so
-``torchx.trackers`` calls in the program record to the run of this task. KFP does not
-substitute placeholders in env values, so values that need the task's identity
-(the job id, ``${app_id}`` in env) are exported by a ``sh -c`` prologue before the
-entrypoint runs; the image needs ``sh`` then.
+A role's arguments may name typed inputs and outputs as KFP placeholders: ``${input:data}``,
+``${output:model}`` (artifact paths) and ``${param:epochs}``. torchx macros get KFP's values
+(``${app_id}`` is the task's id, ``${replica_id}`` is ``0``, ``$$`` a literal ``$``). KFP
+does not substitute placeholders in env values, so those that need the task's identity
+(the tracker's job id ``kfp://<job>/<task>``, ``${app_id}``) are exported by a ``sh -c``
+prologue: the image needs ``sh`` then.
 """
 
 from __future__ import annotations
@@ -21,21 +14,16 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from torchx import IMAGE
+from torchx.pipelines.kfp.image import base_image
+from torchx.pipelines.kfp.resources import LauncherResources, set_task_resources
 from torchx.specs.api import AppDef, InvalidArgumentError, Role
 from torchx.trackers.api import tracker_config_env_var_name
 from torchx.util.modules import import_optional
 
-ARTIFACT_TYPES = {
-    "Dataset": "system.Dataset@0.0.1",
-    "Model": "system.Model@0.0.1",
-    "Metrics": "system.Metrics@0.0.1",
-    "Artifact": "system.Artifact@0.0.1",
-}
 # inputs every container component gets; make_task fills them
 JOB_UUID, TASK_UUID, PARENT_RUN = "torchx_job_uuid", "torchx_task_uuid", "torchx_parent_run_id"
 RANK0_ENV = "TORCHX_RANK0_HOST"
 
-_MACROS = ("img_root", "base_img_root", "app_id", "replica_id", "rank0_env")
 # $$, ${input:x} / ${output:x} / ${param:x}, ${macro} and $macro (string.Template's forms)
 _TOKEN = re.compile(
     r"\$(?:(?P<escaped>\$)"
@@ -98,10 +86,6 @@ def _joined(parts: List[Part]) -> Any:
     return {"concat": parts}
 
 
-def _is_static(value: Any) -> bool:
-    return isinstance(value, str)
-
-
 def tracker_env(trackers: Mapping[str, Optional[str]]) -> Dict[str, str]:
     """The env that sends a job's ``torchx.trackers`` calls to ``trackers``."""
     env = {"TORCHX_TRACKERS": ",".join(trackers)} if trackers else {}
@@ -134,13 +118,8 @@ def component_spec_from_app(
     image: Optional[str] = None,
     trackers: Optional[Mapping[str, Optional[str]]] = None,
 ) -> Tuple[Dict[str, Any], Role]:
-    """The component spec (as a dict) of a single-role app, and its role.
-
-    Arguments as for :func:`component_from_app`; the spec's ``env`` holds the static env
-    (the task sets it), the command exports the env that needs the task's identity.
-    """
-    from torchx.pipelines.kfp.image import base_image
-
+    """The component spec (as a dict) of a single-role app, and its role (arguments as for
+    :func:`component_from_app`)."""
     role = _single_role(app)
     inputs, outputs = dict(inputs or {}), dict(outputs or {})
     reserved = {JOB_UUID, TASK_UUID, PARENT_RUN} & (set(inputs) | set(outputs))
@@ -162,7 +141,7 @@ def component_spec_from_app(
     dynamic_env: Dict[str, Any] = {}
     for name, value in {**role.env, **tracker_env(trackers)}.items():
         joined = _joined(_parts(str(value), io=False))
-        if _is_static(joined):
+        if isinstance(joined, str):  # no placeholder: the task sets it
             static_env[name] = joined
         else:
             dynamic_env[name] = joined
@@ -240,14 +219,7 @@ def component_from_app(
         kwargs[TASK_UUID] = dsl.PIPELINE_TASK_ID_PLACEHOLDER
         kwargs[PARENT_RUN] = parent_run_id
         task = factory(*args, **kwargs)
-        res = role.resource
-        if res.cpu > 0:
-            task.set_cpu_request(str(res.cpu)).set_cpu_limit(str(res.cpu))
-        if res.memMB > 0:
-            task.set_memory_request(f"{res.memMB}M").set_memory_limit(f"{res.memMB}M")
-        if res.gpu > 0:
-            task.set_accelerator_type(str(res.capabilities.get("accelerator", "nvidia.com/gpu")))
-            task.set_accelerator_limit(str(res.gpu))
+        set_task_resources(task, LauncherResources(role.resource), memory_unit="M")
         for k, v in env.items():
             task.set_env_variable(k, v)
         task.set_display_name(spec["name"])

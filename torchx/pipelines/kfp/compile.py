@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
+import runpy
 import sys
 
 
@@ -19,15 +19,12 @@ def load(target: str) -> object:
     if where.endswith(".py"):
         if not os.path.isfile(where):
             raise SystemExit(f"compile: {where} does not exist")
-        spec = importlib.util.spec_from_file_location("_pipeline_module", where)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules["_pipeline_module"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    else:
-        module = importlib.import_module(where)
-    if not hasattr(module, fn):
+        found = runpy.run_path(where).get(fn)
+    else:  # getattr: a package's lazy names too
+        found = getattr(importlib.import_module(where), fn, None)
+    if found is None:
         raise SystemExit(f"compile: {where} has no {fn!r}")
-    return getattr(module, fn)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

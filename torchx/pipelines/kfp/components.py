@@ -1,11 +1,8 @@
 """KFP components of torchx (defined in this file: KFP reads their source).
 
 ``torchx_launcher`` runs any torchx component on any scheduler from a pipeline step;
-``start_pipeline_run`` opens the tracker run that groups a pipeline run's stages and
-``close_pipeline_run`` (an exit handler) ends it.
-Their image must have torchx installed: ``$TORCHX_KFP_BASE_IMAGE`` when the pipeline is
-built, default ``torchx.IMAGE`` (see ``torchx.pipelines.kfp.image``). Run locally with
-``kfp.local.SubprocessRunner(use_venv=False)`` they use this environment.
+``start_pipeline_run`` and ``close_pipeline_run`` (an exit handler) open and end the
+pipeline's tracker run. Their image must have torchx installed (``image.base_image``).
 """
 
 from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple

@@ -1,11 +1,6 @@
-"""What the KFP launcher step does (plain Python, testable without KFP).
-
-Submits a component or AppDef through the Runner (its tracker run named after the KFP task,
-with the pipeline job, the task and the launcher's inputs as params; under KFP's own MLflow
-integration, nested under KFP's task run), copies its logs to
-stdout with ``role/replica`` prefixes, cancels the app on SIGTERM (step terminated) while
-it waits (the caller's SIGTERM handler is put back after), raises
-with the worker's error when the app fails, and reads back what a successful stage recorded.
+"""What the KFP launcher step does (plain Python, testable without KFP): submit or
+re-attach, stream logs as ``role/replica`` lines, cancel the app on SIGTERM (the step was
+terminated), fail with the worker's error, and read back what the stage recorded.
 """
 
 from __future__ import annotations
@@ -53,19 +48,14 @@ def apply_task_config(
 
 
 def pipeline_run_id(pipeline_name: str, job_id: str) -> Optional[str]:
-    """``kfp://<pipeline>/<job id>``: the tracker run of one pipeline job (None when the job
+    """``kfp://<pipeline>/<job id>``: the tracker run of one pipeline job (None while the job
     id is a placeholder KFP did not substitute)."""
-    if not job_id or "{{" in job_id:
-        return None
-    return f"kfp://{pipeline_name}/{job_id}"
+    return f"kfp://{pipeline_name}/{job_id}" if _substituted(job_id) else None
 
 
 def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]:
-    """KFP >= 2.17's MLflow integration: KFP opens a run per pipeline run and a nested one
-    per task, and gives the step ``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_ID`` and
-    ``MLFLOW_TRACKING_URI``. Returns the task's run id (the job's run nests under it; no
-    pipeline run of torchx's own) and, when ``TORCHX_TRACKERS`` is unset, the trackers
-    that turn tracking on: ``{"mlflow": $MLFLOW_TRACKING_URI}`` (None: the configured)."""
+    """KFP >= 2.17's MLflow run of this task (the job's run nests under it) and, unless
+    ``TORCHX_TRACKERS`` is set, ``{"mlflow": $MLFLOW_TRACKING_URI}`` (None: configured)."""
     uri, run_id = os.environ.get("MLFLOW_TRACKING_URI"), os.environ.get("MLFLOW_RUN_ID")
     if not uri or not run_id:
         return None, None
@@ -74,11 +64,11 @@ def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]
 
 
 def launcher_key(job_id: str, task_name: str) -> Optional[str]:
-    """The idempotency key of a launcher step: pipeline job id + task name (None when the
-    pipeline did not pass them, or passed unsubstituted placeholders)."""
-    if not job_id or not task_name or "{{" in job_id + task_name:
-        return None
-    return core.stage_key("kfp", job_id, task_name)
+    """The idempotency key of a launcher step: pipeline job id + task name (None unless
+    both were passed and substituted)."""
+    if _substituted(job_id) and _substituted(task_name):
+        return core.stage_key("kfp", job_id, task_name)
+    return None
 
 
 def _substituted(value: str) -> str:
@@ -122,9 +112,8 @@ def launch(
     task_name: str = "",
     stall_timeout: Optional[float] = None,
 ) -> Tuple[str, StageRecord]:
-    """Run the component to completion (or re-attach to this step's app if a retried step
-    finds it still running or succeeded); returns the app handle and its tracker run
-    (backend run id, link, metrics, recorded outputs)."""
+    """Run the component to completion (a retried step re-attaches to its running or
+    succeeded app); the app handle and what its tracker run recorded."""
     cfg = dict(cfg or {})
     kfp_run, trackers = kfp_mlflow_run()
     parent_run_id = kfp_run or parent_run_id

@@ -1,12 +1,7 @@
-"""What a finished stage recorded, read back from its tracker run, as KFP typed outputs.
-
-After the app ends the launcher reads the app's run (keyed by its handle): the backend's
-own run id (an MLflow run id for ``mlflow``), its UI link, the last value of every metric
-rank 0 logged, and the outputs the stage recorded with ``torchx.trackers.record_output``.
-They fill the launcher's ``Metrics``, ``Model`` and ``Dataset`` artifacts, so the KFP UI
-shows lineage in its own terms. An output is a ``Model`` when recorded with
-``{"type": "model"}`` (or named ``model``), a ``Dataset`` with ``{"type": "dataset"}`` (or
-named ``dataset``); the artifact's URI is where the stage wrote it (no copy is made).
+"""What a finished stage recorded, read back from its tracker run, as the launcher's KFP
+typed outputs (``Metrics``, ``Model``, ``Dataset``), so the KFP UI shows lineage in its own
+terms. An output is a ``Model`` when recorded with ``{"type": "model"}`` (or named
+``model``), a ``Dataset`` likewise; the artifact's URI is where the stage wrote it.
 """
 
 from __future__ import annotations
@@ -73,15 +68,6 @@ def _recorded(record: StageRecord, kind: str) -> Optional[TrackerArtifact]:
     return found[0] if found else None
 
 
-def _lineage_metadata(record: StageRecord, handle: str) -> Dict[str, Any]:
-    meta: Dict[str, Any] = {"torchx_app": handle}
-    if record.run_id:
-        meta["tracker_run_id"] = record.run_id
-    if record.run_url:
-        meta["tracker_run_url"] = record.run_url
-    return meta
-
-
 def fill_outputs(record: StageRecord, handle: str, metrics: Any, model: Any, dataset: Any) -> None:
     """Fill the launcher's KFP artifacts (``dsl.Metrics``, ``dsl.Model``, ``dsl.Dataset``)."""
     for name, value in sorted(record.metrics.items()):
@@ -93,8 +79,9 @@ def fill_outputs(record: StageRecord, handle: str, metrics: Any, model: Any, dat
             metrics.log_metric("total", record.progress.total)
         for name, value in sorted(record.progress.metrics.items()):
             metrics.log_metric(name, value)
+    run = {"tracker_run_id": record.run_id, "tracker_run_url": record.run_url}
     for artifact, kind in ((model, "model"), (dataset, "dataset")):
-        meta = _lineage_metadata(record, handle)
+        meta: Dict[str, Any] = {"torchx_app": handle, **{k: v for k, v in run.items() if v}}
         recorded = _recorded(record, kind)
         meta["recorded"] = recorded is not None
         if recorded is not None:

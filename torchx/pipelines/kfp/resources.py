@@ -1,17 +1,9 @@
-"""The launched app's resources on the launcher's KFP task, set when the pipeline is built.
+"""The launched app's resources on the launcher's KFP task, set when the pipeline is built,
+so the compiled IR shows what the stage asks for (one replica's; KFP has no replica count).
+The task config passes them to the app, not to the launcher's pod.
 
-``torchx_launcher(component="dist.ddp", component_args=["-j", "2x4", "--cpu", "8", ...])``
-materializes the component at build time (as ``torchx run --dryrun`` would) and sets the
-task's CPU, memory and accelerator requests and limits to the resources of one replica
-(node) of the app, so the compiled IR shows what the stage asks for. The launcher's task
-config passes them through to the app, not to the launcher's own pod; at run time they
-come back unchanged (``launch.apply_task_config``). KFP has no replica count, so the node
-count of ``-j`` stays in ``component_args``.
-
-Arguments that are pipeline parameters are unknown at build time: a ``--cpu`` or
-``--gpu`` parameter becomes a runtime resource (KFP resolves it), others use the
-component's default for the build-time view. Resources set on the task afterwards
-(``task.set_cpu_limit(...)``) win.
+Pipeline parameters are unknown at build time: a ``--cpu`` or ``--gpu`` parameter becomes
+a runtime resource (KFP resolves it), others use the component's default for the view.
 """
 
 from __future__ import annotations
@@ -41,9 +33,8 @@ class LauncherResources:
 def _is_channel(value: Any) -> bool:
     from kfp.dsl import pipeline_channel
 
-    if isinstance(value, pipeline_channel.PipelineChannel):
-        return True
-    return isinstance(value, str) and "{{channel:" in value
+    channel = isinstance(value, pipeline_channel.PipelineChannel)
+    return channel or (isinstance(value, str) and "{{channel:" in value)
 
 
 def _flag(arg: Any) -> Optional[str]:
@@ -94,12 +85,8 @@ def _one_resource(app: AppDef) -> Optional[Resource]:
 
 
 def launcher_resources(component: Any, component_args: Any) -> Optional[LauncherResources]:
-    """The resources ``torchx_launcher`` will give the app, known when the pipeline is built.
-
-    None when they cannot be known then (the component or its argument list is a pipeline
-    parameter, or the component is only in the launcher's image). Invalid constant
-    arguments (``-j bad``) raise here, at build time, as they would at run time.
-    """
+    """The resources ``torchx_launcher`` will give the app, None when they are unknown at
+    build time. Invalid constant arguments (``-j bad``) raise here, as at run time."""
     if not isinstance(component, str) or _is_channel(component):
         return None
     if not isinstance(component_args, (list, tuple)):
@@ -131,7 +118,9 @@ def launcher_resources(component: Any, component_args: Any) -> Optional[Launcher
     return LauncherResources(resource, runtime)
 
 
-def set_task_resources(task: Any, found: Optional[LauncherResources]) -> None:
+def set_task_resources(
+    task: Any, found: Optional[LauncherResources], memory_unit: str = "Mi"
+) -> None:
     """Requests and limits on the KFP task: equal, as torchx resources are exact."""
     if found is None:
         return
@@ -140,8 +129,9 @@ def set_task_resources(task: Any, found: Optional[LauncherResources]) -> None:
     if cpu is not None:
         task.set_cpu_request(cpu).set_cpu_limit(cpu)
     if res is not None and res.memMB > 0:
-        # Mi: the task config reads it back as the same memMB (util.quantity.memory_mib)
-        task.set_memory_request(f"{res.memMB}Mi").set_memory_limit(f"{res.memMB}Mi")
+        # Mi for the launcher: its task config reads it back as the same memMB (memory_mib)
+        memory = f"{res.memMB}{memory_unit}"
+        task.set_memory_request(memory).set_memory_limit(memory)
     gpu = found.runtime.get("gpu") or (str(res.gpu) if res is not None and res.gpu > 0 else None)
     if gpu is not None:
         kind = GPU_RESOURCE

@@ -1,9 +1,5 @@
-"""``TorchXJob``: a Prefect job block (``JobBlock``/``JobRun`` pattern) for one torchx component.
-
-It behaves as the ``submit`` and ``wait`` tasks do (it runs the same code): inside a flow run
-it is idempotent per stage, its job's tracker run nests under the flow run's pipeline run,
-its replicas' log lines stream into the Prefect run logger, its artifacts go under stable
-per-stage keys, and the flow run's ``cancel_flow_run_apps`` hook cancels its app.
+"""``TorchXJob``: a Prefect job block (``JobBlock``/``JobRun`` pattern) for one torchx
+component. It runs the ``submit`` and ``wait`` tasks' own code, so it behaves as they do.
 """
 
 from __future__ import annotations
@@ -52,7 +48,8 @@ class TorchXJobRun(JobRun[Dict[str, Any]]):
             self.status = await asyncio.to_thread(_wait)
         except CANCELLATIONS as e:  # the thread's wait cannot see these: cancel here
             logger.warning("wait cancelled (%s): cancelling %s", type(e).__name__, self.handle)
-            _cancel(self.handle, logger)  # blocking: the flow run is going away
+            with get_runner() as runner:  # blocking: the flow run is going away
+                core.cancel_quietly(runner, self.handle, logger)
             raise
 
     async def fetch_result(self) -> Dict[str, Any]:
@@ -62,11 +59,6 @@ class TorchXJobRun(JobRun[Dict[str, Any]]):
             await self.wait_for_completion()
         status = core.check_succeeded(self.handle, self.status)
         return {"app_handle": self.handle, **status.to_json()}
-
-
-def _cancel(handle: str, logger: Any) -> None:
-    with get_runner() as runner:
-        core.cancel_quietly(runner, handle, logger)
 
 
 class TorchXJob(JobBlock):

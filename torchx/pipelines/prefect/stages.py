@@ -1,18 +1,11 @@
 """Where each stage of a flow run lives, recorded on the flow run itself.
 
-Prefect runs ``on_cancellation`` and ``on_crashed`` hooks in the *worker* (after it reloads
-the flow), not in the flow-run process that submitted the stages. The two processes may
-have different settings: a deployment's ``job_variables`` set the flow run's environment
-only. So before a stage is submitted, the flow run is labelled with everything needed to
-reach its app from any process: the scheduler, the idempotency key (the scheduler stores
-it with the job) and torchx's own settings in the flow run (``TORCHX_HOME``, where
-local_cwd and Ray keep their state; the trackers its jobs report to).
-
-The hook (``cancel_stages``) cancels each stage's live app with those settings: in its own
-process when they match, else in a short-lived child process
-(``python -m torchx.pipelines.prefect.stages``) whose ``TORCHX_HOME`` is the flow run's.
-Credentials are not recorded (the scheduler's kubeconfig, AWS or Slurm user; a tracker
-URI's ``user:password@``): the worker needs its own.
+Prefect runs ``on_cancellation`` and ``on_crashed`` hooks in the *worker*, whose settings
+may differ from the flow run's (a deployment's ``job_variables`` set the flow run's env
+only). So before a stage is submitted, the flow run is labelled with what reaches its app
+from any process: scheduler, idempotency key, ``TORCHX_HOME`` and trackers (credentials
+are not recorded: the worker needs its own). ``cancel_stages`` cancels with those settings,
+in a child process when this process's ``TORCHX_HOME`` differs.
 """
 
 from __future__ import annotations
@@ -24,7 +17,8 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence
+from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from torchx.pipelines import core
@@ -32,8 +26,6 @@ from torchx.runner.api import get_runner
 from torchx.util.paths import ENV_TORCHX_HOME, torchx_home
 
 logger = logging.getLogger(__name__)
-
-Log = Union[logging.Logger, logging.LoggerAdapter]
 
 LABEL_PREFIX = "torchx.stage."
 CHILD_TIMEOUT = 300.0  # a cancel waits for the app to end (the scheduler's grace period)
@@ -60,9 +52,8 @@ def here(
     trackers: Dict[str, Optional[str]],
     cfg: Optional[Dict[str, Any]] = None,
 ) -> StageRecord:
-    """The record of a stage submitted by this process (its ``TORCHX_HOME``) with ``cfg``
-    (its run options); a tracker URI's user and password are left out (labels are visible
-    to every Prefect user)."""
+    """The record of a stage this process submits; a tracker URI's user and password are
+    left out (labels are visible to every Prefect user)."""
     public = {name: _without_userinfo(config) for name, config in trackers.items()}
     return StageRecord(scheduler, key, str(torchx_home()), public, dict(cfg or {}))
 
@@ -70,10 +61,8 @@ def here(
 def _without_userinfo(config: Optional[str]) -> Optional[str]:
     if not config or "@" not in config:
         return config
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(config)
-    if not parts.netloc or "@" not in parts.netloc:
+    if "@" not in parts.netloc:
         return config
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
@@ -108,12 +97,11 @@ def read_stages(flow_run_id: str) -> List[StageRecord]:
 def cancel_stages(
     records: Sequence[StageRecord],
     pipeline_run: str,
-    log: Log,
+    log: core.Log,
     trackers_here: Dict[str, Optional[str]],
 ) -> None:
-    """Cancel every stage's live app and end ``pipeline_run`` KILLED, each with the
-    settings of the flow run that recorded it (``trackers_here``: this process's, used
-    when no stage was recorded)."""
+    """Cancel every stage's live app and end ``pipeline_run`` KILLED, with the settings each
+    was recorded with (``trackers_here`` when none was)."""
     if not records:
         _cancel_here([], pipeline_run, trackers_here, log)
         return
@@ -132,7 +120,7 @@ def _cancel_here(
     records: Sequence[StageRecord],
     pipeline_run: Optional[str],
     trackers: Dict[str, Optional[str]],
-    log: Log,
+    log: core.Log,
 ) -> None:
     with get_runner(trackers=trackers) as runner:
         for r in records:
@@ -144,7 +132,9 @@ def _cancel_here(
             core.close_pipeline_run(pipeline_run, trackers, core.KILLED)
 
 
-def _cancel_in_child(records: Sequence[StageRecord], pipeline_run: Optional[str], log: Log) -> None:
+def _cancel_in_child(
+    records: Sequence[StageRecord], pipeline_run: Optional[str], log: core.Log
+) -> None:
     """``_cancel_here`` in a child process whose ``TORCHX_HOME`` is the records' (this
     process's environment is left alone); its output goes to ``log``."""
     home = records[0].torchx_home

@@ -1,37 +1,14 @@
 """Prefect tasks that submit, wait on and cancel torchx apps.
 
-- ``submit`` is idempotent per flow run and stage: its idempotency key is the flow run
-  plus ``key=`` when given, else a digest of component, args, scheduler and cfg, and the
-  scheduler stores it with the job. A retried task (or flow run) on any worker re-attaches
-  to the app that is still running, or already succeeded in this flow run; two different
-  stages never share an app.
-- ``wait`` streams the job's log lines into ``get_run_logger()`` (``role/replica``
-  prefixed), publishes a link artifact (app UI, MLflow UI) and a table artifact (replica
-  states) under keys stable per stage, and raises ``TorchXJobFailed`` carrying the
-  worker's error. If the wait is cancelled (flow run cancelled or timed out, task timed
-  out, SIGTERM), it cancels the app; any other exception leaves the app running, and the
-  task's retry waits on it again.
-- Task runs are named after the stage (``key=``, else the component). ``wait`` and ``run``
-  persist their results (``persist_result=True``, Prefect's result storage,
-  ``PREFECT_LOCAL_STORAGE_PATH`` by default), so a retried flow run reuses the stages that
-  completed. ``submit`` is never cached: a retried flow run asks the scheduler again,
-  which returns the stage's live or succeeded app, or submits anew after a cancel.
-- ``cancel_flow_run_apps`` is an ``on_cancellation`` / ``on_crashed`` flow hook that
-  cancels every app the flow run submitted (tasks and ``TorchXJob`` blocks) and ends the
-  flow run's tracker run KILLED; Prefect runs it in the worker, which finds the apps from
-  the flow run's labels (``stages``). ``close_pipeline_run`` (``on_completion`` /
-  ``on_failure``, run in the flow-run process) ends it FINISHED or FAILED.
-- Every app of a flow run is nested under the tracker run ``prefect://<flow>/<id>``.
-- ``.map`` (a sweep) gives each item its own stage: its key, task-run name and artifacts
-  end in the map index (``echo-0``, ``echo-1``, ...; ``key=unmapped("train")`` gives
-  ``train-0``, ...), so items with equal arguments still get their own apps. A list of
-  keys is used as given, and must not repeat one.
-
-``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
+A stage is keyed by its flow run and ``key=`` (else a digest of what it runs), and the
+scheduler stores the key with the job: a retry on any worker re-attaches to the stage's
+live or succeeded app. ``submit`` is never cached, so a retried flow run asks the scheduler
+again. ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -44,7 +21,15 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import TerminationSignal
+from prefect.futures import PrefectFuture
+from prefect.logging.loggers import flow_run_logger
+from prefect.runtime import flow_run as runtime_flow_run
+from prefect.utilities.annotations import BaseAnnotation, unmapped
+from prefect.utilities.callables import get_call_parameters
+from prefect.utilities.collections import isiterable
+from prefect.utilities.engine import resolve_inputs_sync
 
 from torchx.pipelines import core
 from torchx.pipelines.owner import current_prefect_owner, metadata_value
@@ -54,44 +39,26 @@ from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
-Logger = Union[logging.Logger, logging.LoggerAdapter]  # what Prefect's loggers are
+Logger = core.Log  # what Prefect's loggers are
 
-# a wait cancels its app on these only: a cancelled or timed-out task or flow run (Prefect
-# raises its CancelledError, an asyncio.CancelledError), and the SIGTERM the worker sends a
-# cancelled flow run's process (TerminationSignal); a retry re-attaches after anything else
+# a wait cancels its app on these only: a cancelled or timed-out task or flow run, and the
+# SIGTERM the worker sends a cancelled flow run's process (TerminationSignal)
 CANCELLATIONS = core.CANCELLATIONS + (TerminationSignal,)
 
 
 def _flow_run() -> tuple[str, str]:
-    from prefect.runtime import flow_run
-
-    return str(flow_run.get_id() or "no-flow-run"), str(flow_run.get_flow_name() or "flow")
+    fid, name = runtime_flow_run.get_id(), runtime_flow_run.get_flow_name()
+    return str(fid or "no-flow-run"), str(name or "flow")
 
 
 def _in_flow_run() -> bool:
-    from prefect.runtime import flow_run
-
-    return bool(flow_run.get_id())
+    return bool(runtime_flow_run.get_id())
 
 
 def pipeline_run_id() -> str:
     """The tracker run of the current flow run (opened on first use)."""
     fid, name = _flow_run()
     return f"prefect://{name}/{fid}"
-
-
-def record_flow_run_stage(
-    scheduler: str, key: Optional[str], runner: Any, cfg: Optional[Dict[str, Any]] = None
-) -> None:
-    """Label the current flow run with what reaches the stage's app (scheduler, key, run
-    options, this process's ``TORCHX_HOME`` and trackers), *before* it is submitted, for
-    ``cancel_flow_run_apps``, which Prefect runs in the worker (see ``stages``)."""
-    from prefect.runtime import flow_run
-
-    fid = flow_run.get_id()
-    if not fid or not key:  # not inside a flow run: there is nothing that could cancel it
-        return
-    stages.record_stage(str(fid), stages.here(scheduler, key, runner.trackers(), cfg))
 
 
 def _open_pipeline_run(runner: Any) -> Optional[str]:
@@ -140,10 +107,7 @@ def _task_run_name(verb: str) -> Callable[..., str]:
 
 
 def run_params(stage: str) -> Dict[str, object]:
-    """The Prefect params of a stage's tracker run: flow, flow run (id, name), the stage's
-    name and the flow run's parameters (``prefect.param.<name>``)."""
-    from prefect.runtime import flow_run
-
+    """The Prefect params of a stage's tracker run (flow, flow run, stage, parameters)."""
     params: Dict[str, object] = {"prefect.task": stage}
     if not _in_flow_run():
         return params
@@ -152,10 +116,10 @@ def run_params(stage: str) -> Dict[str, object]:
         {
             "prefect.flow": flow_name,
             "prefect.flow_run_id": fid,
-            "prefect.flow_run": flow_run.get_name(),
+            "prefect.flow_run": runtime_flow_run.get_name(),
         }
     )
-    for name, value in (flow_run.get_parameters() or {}).items():
+    for name, value in (runtime_flow_run.get_parameters() or {}).items():
         params[f"prefect.param.{name}"] = value
     return params
 
@@ -170,16 +134,16 @@ def submit_stage(
     logger: Logger,
     stall_timeout: Optional[float] = None,
 ) -> str:
-    """Submit a stage, or re-attach to this flow run's app of the same stage; returns its
-    handle. Its tracker run, named after the stage and with the flow run's params, nests
-    under ``parent_run_id``, else the flow run's."""
+    """Submit a stage, or re-attach to this flow run's app of the same stage; its handle."""
     name = stage_name(component, key)
     idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     with get_runner() as runner:
         # a misspelled cfg key fails here, before the flow run records a stage the cancel
         # hook could not look up
         runner.scheduler_run_opts(scheduler).check_known(cfg or {}, scheduler)
-        record_flow_run_stage(scheduler, idempotency_key, runner, cfg)
+        if idempotency_key is not None:  # in a flow run: label it for its cancel hook
+            record = stages.here(scheduler, idempotency_key, runner.trackers(), cfg)
+            stages.record_stage(_flow_run()[0], record)
         submission = core.submit_or_attach(
             runner,
             component,
@@ -207,17 +171,14 @@ def wait_stage(
     logger: Logger,
     progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app, its log lines into ``logger``, its progress reports into a progress
-    artifact; publish the stage's artifacts under ``key`` (default: the app's name).
-    Raises ``TorchXJobFailed`` unless it SUCCEEDED."""
+    """Wait for the app and publish the stage's artifacts under ``key`` (default: the app's
+    name); ``TorchXJobFailed`` unless it SUCCEEDED."""
 
     def emit(role: str, k: int, line: str) -> None:
         logger.info("%s/%d %s", role, k, line)
 
     artifact_key = key or _app_name(handle)
-    progress = None
-    if progress_interval is not None:
-        progress = ProgressArtifact(handle, artifact_key, logger)
+    progress = None if progress_interval is None else ProgressArtifact(handle, artifact_key, logger)
     with get_runner() as runner:
         try:
             status = core.wait_or_cancel(
@@ -240,9 +201,8 @@ def wait_stage(
 
 
 class ProgressArtifact:
-    """The stage's progress artifact ``torchx-progress-<key>``: created at the first report
-    (percent = 100 * step / total), updated at each changed one; the description has the
-    step, rate, ETA and metrics. A report without a total is only logged."""
+    """The stage's progress artifact ``torchx-progress-<key>``, created at the first report
+    with a total and updated at each changed one; every report is logged."""
 
     def __init__(self, handle: str, artifact_key: str, logger: Logger) -> None:
         self.handle = handle
@@ -253,9 +213,9 @@ class ProgressArtifact:
     def __call__(self, report: Any) -> None:
         line = core.progress_line(report)
         self.logger.info("%s", line)
-        percent = core.progress_percent(report)
-        if percent is None or not _in_run():
+        if not report.total or not _in_run():
             return
+        percent = max(0.0, min(100.0, 100.0 * report.step / report.total))
         description = f"{self.handle}: {line}"
         if self.artifact_id is None:
             self.artifact_id = _sync(create_progress_artifact)(
@@ -266,15 +226,12 @@ class ProgressArtifact:
 
 
 def _sync(dispatching: Callable[..., Any]) -> Callable[..., Any]:
-    """The sync form of a Prefect artifact function (its ``_sync`` keyword, which its typed
-    signature does not show): it also runs in a thread of an async flow (``TorchXJob``),
-    where Prefect would dispatch to the coroutine form and nothing would await it."""
+    """The sync form of a Prefect artifact function: in a thread of an async flow
+    (``TorchXJob``) Prefect would dispatch to the coroutine form, which nobody awaits."""
     return functools.partial(dispatching, _sync=True)
 
 
 def _in_run() -> bool:
-    from prefect.context import FlowRunContext, TaskRunContext
-
     return FlowRunContext.get() is not None or TaskRunContext.get() is not None
 
 
@@ -284,11 +241,8 @@ def _safe(artifact_key: str) -> str:
 
 
 def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -> None:
-    """Link and table artifacts under stable per-stage keys (Prefect keeps their history).
-
-    A link exists only where there is a real URL: no MLflow UI, no MLflow link artifact.
-    Outside a flow or task run there is nothing to attach them to: none are created.
-    """
+    """Link (only to a real URL) and table artifacts under stable per-stage keys, so
+    Prefect keeps their history; none outside a flow or task run."""
     if not _in_run():
         return
     safe = _safe(artifact_key)
@@ -319,17 +273,12 @@ def _app_name(handle: str) -> str:
 
 
 class StageTask(Task[Any, Any]):
-    """A torchx task whose ``.map`` names each item's stage after its map index.
-
-    Without it, mapped items share the stage name of their component: their artifacts
-    overwrite each other, and items with the same key (or the same arguments) share an app.
-    """
+    """A torchx task whose ``.map`` names each item's stage after its map index (else the
+    items' artifacts overwrite each other and equal items share an app)."""
 
     def map(self, *args: Any, **kwargs: Any) -> Any:
         """Prefect's ``Task.map``, with ``key`` replaced by one key per item (see
         ``item_keys``)."""
-        from prefect.utilities.callables import get_call_parameters
-
         options = {
             k: kwargs.pop(k) for k in ("return_state", "wait_for", "deferred") if k in kwargs
         }
@@ -351,16 +300,8 @@ def stage_task(**options: Any) -> Callable[[Callable[..., Any]], StageTask]:
 
 
 def item_keys(parameters: Dict[str, Any]) -> Any:
-    """The ``key`` of each item of a ``.map`` over ``parameters`` (the call's arguments).
-
-    One key (``unmapped("train")``, ``"train"``) or none (the stage's name: the component's,
-    or the app's for ``wait``) is numbered per item: ``train-0``, ``train-1``, ... A list of
-    keys is kept, and a repeated one is an error (two items would share an app).
-    """
-    from prefect.futures import PrefectFuture
-    from prefect.utilities.annotations import BaseAnnotation, unmapped
-    from prefect.utilities.collections import isiterable
-    from prefect.utilities.engine import resolve_inputs_sync
+    """The ``key`` of each item of a ``.map`` over ``parameters``: one key (or the stage's
+    name) numbered per item (``train-0``, ...); a list of keys as given, none repeated."""
 
     def plain(value: Any) -> Any:
         while isinstance(value, BaseAnnotation):
@@ -503,19 +444,7 @@ def run(
     stall_timeout: Optional[float] = None,
 ) -> str:
     """Submit and wait in one task (named after the stage: ``key``, else the component);
-    returns the handle of the app that succeeded.
-
-    Args:
-        component: as for ``submit``
-        component_args: as for ``submit``
-        scheduler: as for ``submit``
-        cfg: as for ``submit``
-        key: as for ``submit`` and ``wait``; also the task run's name
-        poll_interval: as for ``wait``
-        get_logs: as for ``wait``
-        parent_run_id: as for ``submit``
-        progress_interval: as for ``wait``
-        stall_timeout: as for ``submit``
+    returns the handle of the app that succeeded. Arguments as for ``submit`` and ``wait``.
     """
     logger = get_run_logger()
     handle = submit_stage(
@@ -524,6 +453,13 @@ def run(
     name = stage_name(component, key)
     wait_stage(handle, poll_interval, get_logs, name, logger, progress_interval)
     return handle
+
+
+def _ended_run(flow: Any, flow_run: Any) -> tuple[str, str]:
+    """A flow hook's flow run id and tracker run (Prefect passes both; else the current)."""
+    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
+    name = flow.name if flow is not None else _flow_run()[1]
+    return fid, f"prefect://{name}/{fid}"
 
 
 def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:
@@ -535,23 +471,17 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
         flow_run: the flow run whose apps to cancel (default: the current one)
         state: the flow run's state (unused: any end by cancel or crash is KILLED)
     """
-    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
-    name = flow.name if flow is not None else _flow_run()[1]
-    logger = _hook_logger(flow_run)
+    fid, pipeline_run = _ended_run(flow, flow_run)
     with get_runner() as runner:
         trackers = runner.trackers()
-    stages.cancel_stages(stages.read_stages(fid), f"prefect://{name}/{fid}", logger, trackers)
+    stages.cancel_stages(stages.read_stages(fid), pipeline_run, _hook_logger(flow_run), trackers)
 
 
 def _hook_logger(flow_run: Any) -> Logger:
     """The flow run's own log (what the UI shows), also from the worker's process."""
-    from prefect.logging.loggers import flow_run_logger
-
     if flow_run is not None:
-        try:
+        with contextlib.suppress(AttributeError, ValueError):  # not a FlowRun: log here
             return flow_run_logger(flow_run)
-        except (AttributeError, ValueError):  # not a FlowRun: never worth missing a cancel
-            pass
     return logging.getLogger(__name__)
 
 
@@ -564,10 +494,7 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
         flow_run: the flow run that ended (default: the current one)
         state: its final state: completed ends the run FINISHED, anything else FAILED
     """
-    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
-    name = flow.name if flow is not None else _flow_run()[1]
+    _, pipeline_run = _ended_run(flow, flow_run)
     succeeded = bool(state.is_completed()) if state is not None else True
     with get_runner() as runner:
-        core.close_pipeline_run(
-            f"prefect://{name}/{fid}", runner.trackers(), core.final_state(succeeded)
-        )
+        core.close_pipeline_run(pipeline_run, runner.trackers(), core.final_state(succeeded))
