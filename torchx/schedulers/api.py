@@ -64,7 +64,6 @@ __all__ = [
     "cancel_loser",
     "filter_regex",
     "idempotency_token",
-    "role_by_name",
     "split_lines",
     "split_lines_iterator",
 ]
@@ -439,15 +438,3 @@ def cancel_loser(loser: str, winner: str, cancel: Callable[[], None]) -> bool:
             *(loser, winner, e, loser),
         )
         return False
-
-
-def role_by_name(roles: List[Role], name: str) -> Role:
-    for role in roles:
-        if role.name == name:
-            return role
-    raise KeyError(name)
-
-
-def cfg_get(cfg: Mapping[str, CfgVal], key: str, default: Any = None) -> Any:
-    val = cfg.get(key)
-    return default if val is None else val
