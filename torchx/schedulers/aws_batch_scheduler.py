@@ -57,11 +57,8 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.schedulers.aws_batch_request import DEVICE_PATHS as DEVICE_PATHS
 from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_IDX as ENV_TORCHX_ROLE_IDX
 from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_NAME as ENV_TORCHX_ROLE_NAME
-from torchx.schedulers.aws_batch_request import K8S_ITYPE as K8S_ITYPE
-from torchx.schedulers.aws_batch_request import MAX_ATTEMPTS as MAX_ATTEMPTS
 from torchx.schedulers.aws_batch_request import (
     MAX_NODE_RANGES,
     TAG_APP_NAME,
@@ -72,13 +69,6 @@ from torchx.schedulers.aws_batch_request import (
     keyed_definition,
     roles_of,
 )
-from torchx.schedulers.aws_batch_request import NODE_INDEX_ENV as NODE_INDEX_ENV
-from torchx.schedulers.aws_batch_request import RANK0_ENV as RANK0_ENV
-from torchx.schedulers.aws_batch_request import TAG_APP_ID as TAG_APP_ID
-from torchx.schedulers.aws_batch_request import TAG_USER as TAG_USER
-from torchx.schedulers.aws_batch_request import container_properties as container_properties
-from torchx.schedulers.aws_batch_request import job_name as job_name
-from torchx.schedulers.aws_batch_request import resource_requirements as resource_requirements
 from torchx.specs.api import (
     NONE,
     AppDef,
