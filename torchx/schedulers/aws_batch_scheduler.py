@@ -1,31 +1,16 @@
 """``aws_batch``: run an app as an AWS Batch multi-node parallel (MNP) job.
 
-Each submit registers a ``multinode`` job definition with one ``nodeRangeProperties``
-entry per role (role 0 starts at node 0, the main node) and submits it to the
-``queue`` runopt. Inside a node:
+One ``multinode`` job definition per submit, one node range per role (role 0 holds node 0,
+the main node). Batch sets ``${rank0_env}`` on every node but the main one (hence
+``${...:=localhost}`` in dist.ddp), and one node range serves all replicas of a role, so
+``${replica_id}`` is ``$AWS_BATCH_JOB_NODE_INDEX`` expanded by the node's shell. Batch has
+no elastic size: ``numNodes`` is the sum of ``num_replicas``.
 
-- ``${rank0_env}`` is ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``; Batch sets it on
-  every node except the main node itself, hence ``${...:=localhost}`` in dist.ddp;
-- ``${replica_id}`` is ``$AWS_BATCH_JOB_NODE_INDEX`` (minus the role's first node for
-  later roles): one node range serves all replicas of a role, so it is expanded by the
-  shell at run time (dist.ddp runs through ``bash -c``);
-- ``TORCHX_ROLE_IDX`` / ``TORCHX_ROLE_NAME`` name the node's role.
-
-Batch has no elastic size: ``numNodes`` is the sum of ``num_replicas`` (the MAX of
-``-j MIN:MAX``). App ids are ``{queue}:{job name}``; jobs are tagged
-``torchx.pytorch.org/{version,app-name,app-id,user}`` plus the app's metadata, and
-``list`` shows only jobs with those tags. ``describe`` reports each node's state (Batch's
-node jobs ``{jobId}#{index}``), ``cancel`` terminates the job (reported as CANCELLED),
-and ``log_iter`` reads (and tails) the node's CloudWatch log stream. A keyed submission
-(``Runner.run(idempotency_key=...)``) is tagged with its token and registers a revision
-of the job definition ``torchx-{token}``, so ``find_by_idempotency_token`` filters on the
-service side. The request is built by ``aws_batch_request`` (names re-exported here).
-
-Workspaces (``DockerWorkspaceMixin``): ``torchx run --workspace DIR`` (the CLI's default
-is the current directory) plans an image of the role's image plus the workspace at dry
-run; the job definition names ``<image_repo>:<digest>``, and ``schedule`` builds and
-pushes it through the Docker SDK before registering anything. Without ``-cfg image_repo``
-or a Docker daemon the submission fails in one line naming ``--workspace ""``.
+App ids are ``{queue}:{job name}``; ``list`` shows the jobs torchx tagged. A keyed
+submission registers a revision of the job definition ``torchx-{token}``, so
+``find_by_idempotency_token`` filters on the service side (ListJobs cannot filter on tags).
+A workspace image is built and pushed (``DockerWorkspaceMixin``) before anything is
+registered.
 """
 
 from __future__ import annotations
@@ -77,7 +62,6 @@ from torchx.specs.api import (
     CfgVal,
     InvalidArgumentError,
     ReplicaStatus,
-    Role,
     RoleStatus,
     TorchXError,
     is_terminal,
@@ -171,8 +155,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         self._log_client = log_client
         self._log_group = log_group
 
-    # ------------------------------------------------------------------ clients
-
     @property
     def client(self) -> Any:
         if self._client is None:
@@ -212,8 +194,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             ) from None
         except BotoCoreError as e:
             raise AWSBatchError(f"AWS {method} failed: {e}") from None
-
-    # ------------------------------------------------------------------ submit
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -257,8 +237,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         self._call(self.client.register_job_definition, **req.job_def)
         self._call(self.client.submit_job, **req.submit_args)
         return f"{req.queue}:{req.name}"
-
-    # ------------------------------------------------------------------ describe
 
     def _describe_jobs(self, ids: List[str]) -> List[Dict[str, Any]]:
         jobs: List[Dict[str, Any]] = []
@@ -308,7 +286,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             return None
         state = self._state(job)
         nodes = self._node_jobs(job)
-        roles = self._roles(job)
+        roles = roles_of(job)
         statuses = []
         start = 0
         for role in roles:
@@ -350,12 +328,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             roles=roles,
         )
 
-    @staticmethod
-    def _roles(job: Dict[str, Any]) -> List[Role]:
-        return roles_of(job)
-
-    # ------------------------------------------------------------------ list / cancel
-
     def list(self) -> List[ListAppResponse]:
         """torchx jobs (found by their tags) in every job queue, in all states."""
         apps = []
@@ -371,15 +343,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
     ) -> List[ListAppResponse]:
         """Jobs tagged with ``token`` in every queue, oldest first (``createdAt``, app id).
 
-        ListJobs cannot filter on tags; keyed jobs share the job definition
-        ``keyed_definition(token)``, which its JOB_DEFINITION filter matches on the
-        service side. The tag is checked on each job found, and at most
-        ``FIND_MAX_JOBS`` jobs per queue are read.
-
-        Batch has no claim and no held submission: of racing submitters each job is
-        submitted and the losers are cancelled at once (a loser that already reached
-        RUNNING may start its command). ListJobs is eventually consistent, so two
-        submissions within its lag may both be kept.
+        Batch has no claim: racing losers are cancelled once submitted (one that reached
+        RUNNING may start its command), and two submissions within ListJobs' consistency lag
+        may both be kept.
         """
         flt = {"name": "JOB_DEFINITION", "values": [keyed_definition(token)]}
         found = []
@@ -433,12 +399,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         if job is not None:
             self._call(self.client.terminate_job, jobId=job["jobId"], reason=CANCEL_REASON)
 
-    # ------------------------------------------------------------------ stalls
-
     def _stall_reason(self, job: Dict[str, Any], nodes: Dict[int, Dict[str, Any]]) -> str:
-        """The reason a node's watchdog (``torchx.runtime.watchdog``) left as its last log
-        line, for the first node that ended with the watchdog's exit code; "" if none did
-        (or its log cannot be read: the ordinary message stays)."""
+        """The reason the watchdog left as its last log line, for the first node that ended
+        with its exit code; "" if none did or the log cannot be read."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         for index, node in sorted((nodes or {0: job}).items()):
@@ -458,8 +421,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
                 return ""
             return stall_reason_in("\n".join(e.get("message", "") for e in events or [])) or ""
         return ""
-
-    # ------------------------------------------------------------------ logs
 
     def log_iter(
         self,
@@ -481,7 +442,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
 
     def _node_index(self, job: Dict[str, Any], role_name: str, k: int) -> int:
         start = 0
-        for role in self._roles(job):
+        for role in roles_of(job):
             if role.name == role_name:
                 if not 0 <= k < role.num_replicas:
                     raise InvalidArgumentError(
@@ -498,13 +459,8 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         ):
             candidates = [job]  # without node jobs, the job's own stream is the main node's
         for node in candidates:
-            attempts = node.get("attempts") or []
-            for container in [
-                (attempts[-1].get("container") if attempts else None),
-                node.get("container"),
-            ]:
-                if container and container.get("logStreamName"):
-                    return str(container["logStreamName"])
+            if _container(node).get("logStreamName"):
+                return str(_container(node)["logStreamName"])
         return None
 
     def _log_lines(
@@ -537,17 +493,13 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
                         kwargs, logStreamName=stream, **({"nextToken": token} if token else {})
                     )
                     resp = self._call(self.log_client.get_log_events, **args)
-                    events = resp.get("events") or []
-                    for event in events:
+                    for event in resp.get("events") or []:
                         message = str(event.get("message", ""))
                         yield message if message.endswith("\n") else message + "\n"
                     new_token = resp.get("nextForwardToken")
-                    done = (
-                        new_token is None or new_token == token
-                    )  # AWS: same token = end of stream
-                    token = new_token
-                    if done:
+                    if new_token in (None, token):  # AWS hands back the same token at the end
                         break
+                    token = new_token
             if not should_tail or ended:
                 return
             job = self._get_job(app_id) or job
