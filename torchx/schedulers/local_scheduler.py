@@ -3,30 +3,28 @@
 ``torchx.schedulers.local_scheduler`` offered, so code written against it keeps working.
 """
 
-from __future__ import annotations
-
-from torchx.schedulers.local.compat import (
-    NA,  # noqa: F401
-    AppId,  # noqa: F401
-    AppName,  # noqa: F401
+from torchx.schedulers.local.compat import (  # noqa: F401
+    NA,
+    AppId,
+    AppName,
     LogIterator,
     PopenProtocol,
-    RoleName,  # noqa: F401
+    RoleName,
     SignalException,
     make_unique,
 )
-from torchx.schedulers.local.images import (
+from torchx.schedulers.local.images import (  # noqa: F401
     ENV_CUDA_VISIBLE_DEVICES,
     CWDImageProvider,
     ImageProvider,
     LocalDirectoryImageProvider,
     LocalOpts,
     ReplicaParam,
-    _join_PATH,  # noqa: F401
+    _join_PATH,
 )
-from torchx.schedulers.local.scheduler import (
+from torchx.schedulers.local.scheduler import (  # noqa: F401
     COMBINED_LOG,
-    ERROR_FILE,  # noqa: F401
+    ERROR_FILE,
     GRACE_SECONDS,
     STDERR_LOG,
     STDOUT_LOG,
@@ -34,28 +32,5 @@ from torchx.schedulers.local.scheduler import (
     PopenRequest,
     UnreadableAppError,
     create_scheduler,
-    log,  # noqa: F401
+    log,
 )
-
-__all__ = [
-    "COMBINED_LOG",
-    "CWDImageProvider",
-    "ENV_CUDA_VISIBLE_DEVICES",
-    "GRACE_SECONDS",
-    "ImageProvider",
-    "LocalDirectoryImageProvider",
-    "LocalOpts",
-    "LocalScheduler",
-    "LogIterator",
-    "PopenProtocol",
-    "PopenRequest",
-    "ReplicaParam",
-    "STDERR_LOG",
-    "STDOUT_LOG",
-    "SignalException",
-    "UnreadableAppError",
-    "create_scheduler",
-    "make_unique",
-]
-# also importable, as from upstream's module: NA, AppId, AppName, RoleName, ERROR_FILE,
-# _join_PATH, log (imported above)
