@@ -313,12 +313,8 @@ class Scheduler(abc.ABC, Generic[T]):
         raise NotImplementedError(f"{self.backend} does not support log_iter")
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
-        """Block up to ``timeout`` s or until the app's state may have changed.
-
-        The default just sleeps; schedulers that can notice a change sooner
-        (the local scheduler watches its processes) override it, which lets
-        ``Runner.wait`` return as soon as the app ends.
-        """
+        """Block up to ``timeout`` s or until the app's state may have changed (the default
+        sleeps; a scheduler that notices an end sooner lets ``Runner.wait`` return then)."""
         import time
 
         time.sleep(timeout)
@@ -349,10 +345,10 @@ def _call_validate(sched: Scheduler[Any], app: AppDef, cfg: Mapping[str, CfgVal]
     import inspect
 
     try:
-        params = inspect.signature(sched._validate).parameters.values()
-    except (TypeError, ValueError):
-        params = None  # type: ignore[assignment]
-    if params is not None and len(params) < 3 and all(p.kind != p.VAR_POSITIONAL for p in params):
+        params = list(inspect.signature(sched._validate).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: called as ours
+        params = []
+    if 0 < len(params) < 3 and all(p.kind != p.VAR_POSITIONAL for p in params):
         sched._validate(app, sched.backend)
     else:
         sched._validate(app, sched.backend, cfg)
@@ -378,13 +374,8 @@ def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
     """Re-chunk a stream of text pieces into whole lines (a trailing partial line is flushed)."""
     buf = ""
     for chunk in chunks:
-        buf += chunk
-        while True:
-            i = buf.find("\n")
-            if i < 0:
-                break
-            yield buf[: i + 1]
-            buf = buf[i + 1 :]
+        *lines, buf = (buf + chunk).split("\n")
+        yield from (line + "\n" for line in lines)
     if buf:
         yield buf
 
