@@ -19,6 +19,6 @@ from torchx.schedulers.slurm.status import (  # noqa: F401
     parse_jobcomp,
     parse_sacct,
     parse_scontrol,
-    parse_squeue,
     parse_squeue_text,
+    squeue_jobs,
 )

@@ -49,10 +49,9 @@ from torchx.schedulers.slurm.batch import (
 from torchx.schedulers.slurm.status import (
     SLURM_STATES,
     SlurmError,
-    job_state,
-    json_number,
     query_job,
     run,
+    squeue_jobs,
 )
 from torchx.specs import (
     NONE,
@@ -279,12 +278,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         """Jobs slurmctld holds (cluster-wide ``squeue``) and jobs that ended within
         ``SACCT_SINCE`` (``sacct``, where accounting exists)."""
         seen: Dict[str, ListAppResponse] = {}
-        for job in json.loads(run(["squeue", "--json"])).get("jobs", []):
-            het, jid = json_number(job.get("het_job_id")), json_number(job.get("job_id"))
-            app_id = str(het or jid)
+        for app_id, slurm_state, name in squeue_jobs(json.loads(run(["squeue", "--json"]))):
             if app_id not in seen:
-                state = SLURM_STATES.get(job_state(job.get("job_state")), AppState.UNKNOWN)
-                seen[app_id] = self._listed(app_id, state, job.get("name", ""))
+                state = SLURM_STATES.get(slurm_state, AppState.UNKNOWN)
+                seen[app_id] = self._listed(app_id, state, name)
         for app_id, state, name, _ in _sacct_leaders(["-o", "JobID,State,JobName,Comment"]):
             if app_id not in seen:
                 seen[app_id] = self._listed(app_id, state, name)

@@ -10,7 +10,7 @@
 
 Each source yields the job's het groups as dicts ``{name, state, exit_code, offset, node,
 restarts, work_dir}`` sorted by offset; ``exit_code`` is None where no step reported one.
-Cluster-wide ``squeue --json`` (22.05 and 24.x shapes) serves only ``list``.
+Cluster-wide ``squeue --json`` (22.05 and 24.x shapes, ``squeue_jobs``) serves only ``list``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from torchx.specs import AppState, TorchXError
 
@@ -276,19 +276,6 @@ def json_number(value: Any) -> Optional[int]:
     return None if value is None else int(value)
 
 
-def _exit_code(value: Any) -> Optional[int]:
-    """22.05: raw wait status (768 = exit 3); 24.x: ``{status, return_code: {number}}``."""
-    if isinstance(value, dict):
-        rc = json_number(value.get("return_code"))
-        signal = value.get("signal")
-        sig = json_number(signal.get("id")) if isinstance(signal, dict) else None
-        return 128 + sig if sig else rc
-    if value is None:
-        return None
-    raw = int(value)
-    return raw >> 8 if raw & 0x7F == 0 else 128 + (raw & 0x7F)
-
-
 def job_state(value: Any) -> str:
     """``job_state`` of ``squeue --json``: a string (22.05) or a list of flags (24.x)."""
     if isinstance(value, list):
@@ -296,25 +283,9 @@ def job_state(value: Any) -> str:
     return str(value)
 
 
-def parse_squeue(data: Mapping[str, Any], job_id: str) -> List[Dict[str, Any]]:
-    """The groups of ``job_id`` in ``squeue --json`` output of Slurm 22.05 or 24.x."""
-    parts = []
+def squeue_jobs(data: Mapping[str, Any]) -> Iterator[Tuple[str, str, str]]:
+    """``(app id, state, name)`` of each group in ``squeue --json`` output of Slurm 22.05 or
+    24.x (a het job's groups share its app id)."""
     for job in data.get("jobs", []):
-        het = json_number(job.get("het_job_id"))
-        jid = json_number(job.get("job_id"))
-        if str(het if het else jid) != str(job_id):
-            continue
-        # derived_exit_code is the group's own (highest step) exit; exit_code the script's
-        code = job["derived_exit_code"] if "derived_exit_code" in job else job.get("exit_code")
-        parts.append(
-            _part(
-                job.get("name", ""),
-                job_state(job.get("job_state")),
-                _exit_code(code),
-                json_number(job.get("het_job_offset")) or 0,
-                job.get("nodes") or "",
-                json_number(job.get("restart_cnt")) or 0,
-                job.get("current_working_directory") or "",
-            )
-        )
-    return sorted(parts, key=lambda p: p["offset"])
+        het, jid = json_number(job.get("het_job_id")), json_number(job.get("job_id"))
+        yield str(het or jid), job_state(job.get("job_state")), job.get("name", "")
