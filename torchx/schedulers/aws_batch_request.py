@@ -9,6 +9,8 @@ from __future__ import annotations
 import getpass
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum, auto
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
@@ -41,6 +43,11 @@ TAG_VERSION = "torchx.pytorch.org/version"
 TAG_APP_NAME = "torchx.pytorch.org/app-name"
 TAG_APP_ID = "torchx.pytorch.org/app-id"
 TAG_USER = "torchx.pytorch.org/user"
+# upstream 0.7.0's names
+DEFAULT_ROLE_NAME = "node"
+TAG_TORCHX_VER = TAG_VERSION
+TAG_TORCHX_APPNAME = TAG_APP_NAME
+TAG_TORCHX_USER = TAG_USER
 TAG_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
 MAX_NODE_RANGES = 5
 MAX_ATTEMPTS = 10
@@ -99,6 +106,47 @@ def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
     if resource.gpu > 0:
         reqs.append({"type": "GPU", "value": str(int(resource.gpu))})
     return reqs
+
+
+def resource_requirements_from_resource(resource: Resource) -> List[Dict[str, str]]:
+    """Upstream's name of ``resource_requirements``."""
+    return resource_requirements(resource)
+
+
+class ResourceType(Enum):
+    """The ``type`` of a Batch ``resourceRequirements`` entry."""
+
+    VCPU = auto()
+    GPU = auto()
+    MEMORY = auto()
+
+    @staticmethod
+    def from_str(resource_type: str) -> ResourceType:
+        for rt in ResourceType:
+            if rt.name == resource_type.upper():
+                return rt
+        raise ValueError(
+            f"no ResourceType {resource_type!r}; valid: {', '.join(r.name for r in ResourceType)}"
+        )
+
+
+def resource_from_resource_requirements(resource_requirements: List[Dict[str, str]]) -> Resource:
+    """The ``Resource`` back from Batch ``resourceRequirements`` (capabilities are not kept)."""
+    reqs = {ResourceType.from_str(r["type"]): int(r["value"]) for r in resource_requirements}
+    return Resource(
+        cpu=reqs[ResourceType.VCPU],
+        gpu=reqs.get(ResourceType.GPU, 0),
+        memMB=reqs[ResourceType.MEMORY],
+    )
+
+
+def to_millis_since_epoch(ts: datetime) -> int:
+    """Batch's timestamps are milliseconds since the epoch."""
+    return int(round(ts.timestamp() * 1000))
+
+
+def to_datetime(ms_since_epoch: int) -> datetime:
+    return datetime.fromtimestamp(ms_since_epoch / 1000)
 
 
 def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]]]:

@@ -42,17 +42,26 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_IDX as ENV_TORCHX_ROLE_IDX
-from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_NAME as ENV_TORCHX_ROLE_NAME
-from torchx.schedulers.aws_batch_request import (
+from torchx.schedulers.aws_batch_request import (  # noqa: F401 (upstream's names)
+    DEFAULT_ROLE_NAME,
+    ENV_TORCHX_ROLE_IDX,
+    ENV_TORCHX_ROLE_NAME,
     MAX_NODE_RANGES,
     TAG_APP_NAME,
     TAG_IDEMPOTENCY_TOKEN,
+    TAG_TORCHX_APPNAME,
+    TAG_TORCHX_USER,
+    TAG_TORCHX_VER,
     TAG_VERSION,
     BatchJob,
+    ResourceType,
     batch_job,
     keyed_definition,
+    resource_from_resource_requirements,
+    resource_requirements_from_resource,
     roles_of,
+    to_datetime,
+    to_millis_since_epoch,
 )
 from torchx.specs.api import (
     NONE,
@@ -478,9 +487,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         node_index = self._node_index(job, role_name, k)
         kwargs: Dict[str, Any] = {"logGroupName": self._log_group, "startFromHead": True}
         if since is not None:
-            kwargs["startTime"] = int(since.timestamp() * 1000)
+            kwargs["startTime"] = to_millis_since_epoch(since)
         if until is not None:
-            kwargs["endTime"] = int(until.timestamp() * 1000)
+            kwargs["endTime"] = to_millis_since_epoch(until)
         stream: Optional[str] = None
         token: Optional[str] = None
         ended = False
@@ -523,17 +532,3 @@ def create_scheduler(
         log_group=kwargs.get("log_group", DEFAULT_LOG_GROUP),
         docker_client=docker_client,
     )
-
-
-# upstream 0.7.0's names for what aws_batch_request implements
-from torchx.schedulers.aws_batch_compat import (  # noqa: E402, F401
-    DEFAULT_ROLE_NAME,
-    TAG_TORCHX_APPNAME,
-    TAG_TORCHX_USER,
-    TAG_TORCHX_VER,
-    ResourceType,
-    resource_from_resource_requirements,
-    resource_requirements_from_resource,
-    to_datetime,
-    to_millis_since_epoch,
-)
