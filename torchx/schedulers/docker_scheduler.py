@@ -237,19 +237,12 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     rank0_env=RANK0_ENV,
                 )
                 replica = values.apply(role)
-                env = dict(default_env)
-                env.update(replica.env)
-                env.update(
-                    {
-                        RANK0_ENV: "localhost",
-                        "TORCHX_IMAGE": role.image,
-                        "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
-                        "TORCHX_PROGRESS_FILE": f"{STATE_MOUNT}/{PROGRESS_FILE}",
-                        "TORCHELASTIC_ERROR_FILE": (
-                            f"{STATE_MOUNT}/{role.name}-{replica_id}-error.json"
-                        ),
-                    }
-                )
+                error_file = f"{STATE_MOUNT}/{role.name}-{replica_id}-error.json"
+                env = {**default_env, **replica.env, RANK0_ENV: "localhost"}
+                env["TORCHX_IMAGE"] = role.image
+                env.setdefault("PYTHONUNBUFFERED", "1")
+                env["TORCHX_PROGRESS_FILE"] = f"{STATE_MOUNT}/{PROGRESS_FILE}"
+                env["TORCHELASTIC_ERROR_FILE"] = error_file
                 labels = {
                     LABEL_VERSION: torchx.__version__,
                     LABEL_APP_ID: app_id,
