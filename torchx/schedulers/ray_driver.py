@@ -1,23 +1,15 @@
-"""The entrypoint of a torchx job on Ray: runs an app's replicas as actors in a placement group.
+"""The entrypoint of a torchx job on Ray (``python -m torchx.schedulers.ray_driver``, see
+``ray_scheduler``): runs an app's replicas as actors in a placement group.
 
-``python -m torchx.schedulers.ray_driver``, run by the cluster's own Python (torchx must be
-installed on the cluster: ``pip install 'torchx[ray]'`` in its image or environment), reads
-its request from the job's ``runtime_env`` (``TORCHX_RAY_REQUEST``, see ``encode_request``):
-nothing comes from the submitter's disk. It reserves one bundle per replica (its CPUs and
-GPUs), starts one actor per bundle, and each actor runs its replica's command as a
-subprocess in its own session, in the job's working directory (uploaded with the job, or a
-path on the cluster), with the cluster's Python first on ``PATH``, printing each output
-line prefixed ``role/replica``. The rank-0 host is the node of replica 0. When the job is
-stopped (SIGTERM), every actor kills its replica's process tree before the driver exits.
+Each actor runs its replica's command in its own session, in the job's working directory,
+with the cluster's Python first on ``PATH``, and hands its output lines (prefixed
+``role/replica``) to the driver, which prints them into the job's log. On SIGTERM (the
+job's stop) every actor kills its replica's process tree before the driver exits.
 
-The driver asks its replicas every ``WATCH_INTERVAL`` s how long they have been silent and
-what they last reported (``Watch``): it prints each new progress report into the job's log
-(``torchx-progress {json}``, which any process that reaches the dashboard reads) and, with a
-stall timeout, is the job's watchdog (``torchx.runtime.watchdog``): it stops a silent job,
-leaving the reason as a log line, and exits ``STALLED_EXIT``.
-
-A driver whose job Ray already ended (a stop while the job was PENDING can miss a driver
-not started yet) runs nothing, or stops its replicas within ``ORPHAN_CHECK_ROUNDS`` rounds.
+``Watch`` prints each new progress report into the job's log (``torchx-progress {json}``)
+and, with a stall timeout, is the job's watchdog: it stops a silent job, leaving the reason
+as a log line, and exits ``STALLED_EXIT``. A driver whose job Ray already ended (a stop
+while PENDING can miss a driver not started yet) stops its replicas (``ended_by_ray``).
 """
 
 from __future__ import annotations
@@ -152,9 +144,8 @@ def decode_request(text: str) -> Dict[str, Any]:
 
 
 class Forwarder:
-    """Prints the replicas' lines into the job's log, taking them from their actors every
-    ``FORWARD_INTERVAL`` s and once more after every replica ended, so a job that ends has
-    every line of its replicas in its log."""
+    """Prints the replicas' lines into the job's log every ``FORWARD_INTERVAL`` s, and once
+    more after every replica ended."""
 
     def __init__(self, actors: List[Any]) -> None:
         self.actors = actors
@@ -220,8 +211,7 @@ class Watch:
 
     def loop(self, req: Dict[str, Any]) -> None:
         """``once`` every ``WATCH_INTERVAL`` s (a round whose actors do not answer judges
-        nothing). Every ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended
-        stops its replicas and exits (see ``ended_by_ray``)."""
+        nothing); every ``ORPHAN_CHECK_ROUNDS`` rounds, exit if Ray ended the job."""
         from ray.exceptions import RayError
 
         rounds = 0
@@ -244,11 +234,9 @@ def dashboard_url(address: str) -> str:
 def ended_by_ray(req: Dict[str, Any]) -> bool:
     """Whether Ray already holds this driver's job ended (STOPPED, FAILED, SUCCEEDED).
 
-    Ray stops a job by signalling the entrypoint's processes it sees then; a stop that
-    comes while the job is PENDING can kill the entrypoint's shell before it started this
-    driver, which then runs on, an orphan holding its replicas' CPUs (seen in CI: the next
-    job waited for them forever). Doubt (the dashboard not answering within 2 s, e.g. an
-    address only the submitter can reach) is not an end."""
+    A stop while the job is PENDING can kill the entrypoint's shell before it started this
+    driver, which would run on holding its replicas' CPUs. Doubt (no answer within 2 s) is
+    not an end."""
     url = dashboard_url(str(req.get("address") or ""))
     job_id = req.get("app_id")
     if not job_id:
@@ -274,10 +262,8 @@ def _stop_replicas(actors: List[Any], why: str, code: int = 128 + signal.SIGTERM
 
 
 def _kill_tree(pid: int) -> None:
-    """TERM the replica's group and every descendant now; KILL survivors a moment later.
-
-    Returns at once: Ray gives a stopped job's driver only a few seconds.
-    """
+    """TERM the replica's group and every descendant now; KILL survivors a moment later
+    (returns at once: Ray gives a stopped job's driver only a few seconds)."""
     import psutil  # Ray ships it (its thirdparty_files), and runs this in an actor
 
     try:
@@ -364,9 +350,7 @@ def main() -> int:
     forwarder, watch = Forwarder(actors), Watch(actors, float(stall_timeout or 0) or None)
     threading.Thread(target=forwarder.loop, daemon=True).start()
     threading.Thread(target=watch.loop, args=(req,), daemon=True).start()
-    mins: Dict[str, int] = {}
-    for r in replicas:
-        mins[r["role"]] = int(r.get("min_replicas") or 0)
+    mins = {r["role"]: int(r.get("min_replicas") or 0) for r in replicas}
     codes: Dict[int, int] = {}
     pending = list(runs)
     failed = False
@@ -403,10 +387,8 @@ def main() -> int:
 
 def bundle(replica: Dict[str, Any]) -> Dict[str, float]:
     """A replica's placement-group bundle: its CPUs and, if it asks for them, GPUs."""
-    bundle = {"CPU": float(replica["cpu"])}
-    if replica.get("gpu"):
-        bundle["GPU"] = float(replica["gpu"])
-    return bundle
+    gpu = {"GPU": float(replica["gpu"])} if replica.get("gpu") else {}
+    return {"CPU": float(replica["cpu"]), **gpu}
 
 
 if __name__ == "__main__":
