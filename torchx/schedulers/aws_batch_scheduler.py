@@ -301,20 +301,13 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         for role in roles:
             replicas = []
             for i in range(role.num_replicas):
-                node = nodes.get(start + i)
-                if node is None:  # no node job (yet): the node is where the job is
-                    r_state, host, err = (
-                        state,
-                        "",
-                        _error_text(job) if state == AppState.FAILED else "",
-                    )
-                else:
-                    r_state = self._state(node)
-                    if state == AppState.CANCELLED and r_state in (AppState.FAILED, *_LIVE):
-                        r_state = AppState.CANCELLED  # terminated with the job
-                    interfaces = ((node.get("container") or {}).get("networkInterfaces")) or []
-                    host = interfaces[0].get("privateIpv4Address", "") if interfaces else ""
-                    err = _error_text(node) if r_state == AppState.FAILED else ""
+                node = nodes.get(start + i)  # None: no node job (yet), the node is the job's
+                r_state = state if node is None else self._state(node)
+                if state == AppState.CANCELLED and r_state in (AppState.FAILED, *_LIVE):
+                    r_state = AppState.CANCELLED  # terminated with the job
+                interfaces = ((node or {}).get("container") or {}).get("networkInterfaces") or []
+                host = interfaces[0].get("privateIpv4Address", "") if interfaces else ""
+                err = _error_text(node or job) if r_state == AppState.FAILED else ""
                 replicas.append(ReplicaStatus(i, r_state, role.name, host, err or NONE))
             statuses.append(RoleStatus(role.name, replicas))
             start += role.num_replicas
@@ -370,37 +363,32 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         name = (job.get("tags") or {}).get(TAG_APP_NAME, "")
         return ListAppResponse(f"{queue}:{job['jobName']}", self._state(job), name=name)
 
-    def _queues(self) -> List[str]:
-        names: List[str] = []
+    def _pages(
+        self, api: Callable[..., Any], key: str, limit: Optional[int] = None, **kwargs: Any
+    ) -> List[Dict[str, Any]]:
+        """The items under ``key`` of every page of a paginated AWS call (about ``limit``)."""
+        items: List[Dict[str, Any]] = []
         token: Optional[str] = None
-        while True:
-            resp = self._call(
-                self.client.describe_job_queues, **({"nextToken": token} if token else {})
-            )
-            names += [q["jobQueueName"] for q in resp.get("jobQueues") or []]
+        while limit is None or len(items) < limit:
+            resp = self._call(api, **kwargs, **({"nextToken": token} if token else {}))
+            items += resp.get(key) or []
             token = resp.get("nextToken")
             if not token:
-                return names
+                break
+        return items
+
+    def _queues(self) -> List[str]:
+        queues = self._pages(self.client.describe_job_queues, "jobQueues")
+        return [q["jobQueueName"] for q in queues]
 
     def _list_jobs(
         self, queue: str, flt: Dict[str, Any], limit: Optional[int] = None
     ) -> List[Dict[str, Any]]:
         """Described (main, not node) jobs of ``queue`` that ListJobs' filter ``flt`` returns."""
-        ids: List[str] = []
-        token: Optional[str] = None
-        while limit is None or len(ids) < limit:
-            kwargs: Dict[str, Any] = {"jobQueue": queue, "filters": [flt]}
-            if token:
-                kwargs["nextToken"] = token
-            resp = self._call(self.client.list_jobs, **kwargs)
-            ids += [
-                s["jobId"]
-                for s in resp.get("jobSummaryList") or []
-                if "#" not in s.get("jobId", "")
-            ]
-            token = resp.get("nextToken")
-            if not token:
-                break
+        summaries = self._pages(
+            self.client.list_jobs, "jobSummaryList", limit, jobQueue=queue, filters=[flt]
+        )
+        ids = [s["jobId"] for s in summaries if "#" not in s.get("jobId", "")]
         return self._describe_jobs(ids if limit is None else ids[:limit])
 
     def _cancel_existing(self, app_id: str) -> None:
