@@ -135,10 +135,8 @@ def parse_squeue_text(text: str, job_id: str) -> List[Dict[str, Any]]:
 def parse_scontrol(text: str, job_id: str) -> List[Dict[str, Any]]:
     """The groups of ``job_id`` in ``scontrol -d -o show job`` output (one line per group).
 
-    Values are read from the front of each line (``Comment=`` comes late and may hold
-    anything), so the first ``Key=`` of each kind is the real one. The comment is the rest
-    of the line from ``Comment=`` (what follows it cannot be told apart from it).
-    """
+    ``Comment=`` comes late and may hold anything: the first ``Key=`` of each kind is the
+    real one, and the comment is the rest of the line."""
     parts = []
     for line in text.splitlines():
 
@@ -168,11 +166,8 @@ def parse_scontrol(text: str, job_id: str) -> List[Dict[str, Any]]:
 def parse_sacct(text: str, job_id: str) -> List[Dict[str, Any]]:
     """The groups of ``job_id`` in ``sacct -P -n -D -o SACCT_FIELDS -j ID`` output.
 
-    Rows come per run (with ``-D``, a requeued job lists each run): an allocation row
-    (``ID`` or ``ID+k``) and then its steps (``ID+k.0``, ``ID+k.batch``). The last run of a
-    group wins, and its exit code is the highest of its numbered steps' (the batch step is
-    the script, whose exit is the whole job's).
-    """
+    With ``-D`` each run of a requeued job is listed (an ``ID+k`` row, then its steps): the
+    last run wins, its exit code the highest of its numbered steps' (not the batch step's)."""
     parts: Dict[int, Dict[str, Any]] = {}
     runs: Dict[int, int] = {}
     for line in text.splitlines():
