@@ -234,8 +234,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             if app
             else _roles_from_names([p["name"] for p in parts])
         )
+        job_dir = record["job_dir"] if record else parts[0]["work_dir"]
         roles: List[RoleStatus] = []
         failing: List[str] = []
+        errs: List[str] = []  # the failed replicas' stderr files
         for role_name, count in names:
             reps = []
             for i in range(count):
@@ -243,18 +245,13 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 s = _replica_state(p)
                 if s == AppState.FAILED:
                     failing.append(f"{role_name}/{i} (exit {p['exit_code']})")
+                    errs.append(os.path.join(job_dir, f"slurm-{app_id}-{role_name}-{i}.err"))
                 reps.append(ReplicaStatus(i, s, role_name, p["node"]))
             roles.append(RoleStatus(role_name, reps))
-        msg = (
-            f"failed replicas: {', '.join(failing)}" if failing and state == AppState.FAILED else ""
-        )
-        job_dir = record["job_dir"] if record else parts[0]["work_dir"]
+        failed = failing and state == AppState.FAILED
+        msg = f"failed replicas: {', '.join(failing)}" if failed else ""
         structured = NONE
-        errs = [
-            os.path.join(job_dir, f"slurm-{app_id}-{f.split(' ')[0].replace('/', '-')}.err")
-            for f in (failing if job_dir else [])
-        ]
-        if errs:
+        if errs and job_dir:
             structured = _last_error(errs[0])
             # a replica's watchdog stopped it (its peers then failed too: kill-on-bad-exit)
             msg = next(filter(None, map(_stall_reason, errs)), msg)
