@@ -91,9 +91,6 @@ class SchedulerFactories(Mapping[str, SchedulerFactory]):
     def __len__(self) -> int:
         return len(self._full())
 
-    def __contains__(self, name: object) -> bool:
-        return name in DEFAULT_SCHEDULER_MODULES or name in self._full()
-
 
 def get_default_scheduler_name() -> str:
     """``local_cwd``: the scheduler that works on any machine (upstream's default needs Docker)."""
