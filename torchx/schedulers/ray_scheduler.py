@@ -219,7 +219,7 @@ class RayScheduler(Scheduler[RayJob]):
                         "replica_id": i,
                         "args": [r.entrypoint, *r.args],
                         "env": env,
-                        "cpu": max(r.resource.cpu, 1) if r.resource.cpu > 0 else 1,
+                        "cpu": max(r.resource.cpu, 1),
                         "gpu": max(r.resource.gpu, 0),
                         "elastic": elastic,
                         "min_replicas": role.min_replicas or role.num_replicas,
