@@ -72,9 +72,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")  # the scheduler's request type
 
-# AppDef.metadata key under which the Runner hands a submission's idempotency token to the
-# scheduler's dry run; each scheduler stores the token with the job itself (local request,
-# Slurm comment, Kubernetes label, Batch tag, Ray metadata) so any process can find it.
+# AppDef.metadata key of a submission's idempotency token, which each scheduler stores with
+# the job (local request, Slurm comment, Kubernetes label, Batch tag, Ray metadata).
 IDEMPOTENCY_TOKEN = "torchx.idempotency_token"
 # key of the job's owner (the orchestrator task that submitted it; torchx.pipelines.owner)
 OWNER = "torchx.owner"
@@ -126,8 +125,7 @@ class GenerationTaken(Exception):
         self.generation = generation
 
 
-# ``Runner.run(stall_timeout=S)`` stores S (seconds) in the app's metadata, so the scheduler
-# keeps it with the job (like the idempotency token)
+# ``Runner.run(stall_timeout=S)``'s S (seconds), kept with the job like the token
 STALL_TIMEOUT = "torchx.stall_timeout"
 # where a job's rank 0 writes its progress reports (``torchx.trackers.report_progress``)
 ENV_PROGRESS_FILE = "TORCHX_PROGRESS_FILE"

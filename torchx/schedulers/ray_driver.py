@@ -62,8 +62,8 @@ def _replica_actor() -> Any:
             self.output_lock = threading.Lock()
 
         def activity(self) -> Tuple[float, Optional[str], bool]:
-            """How long ago (by this node's clock, as it answers) the replica last printed,
-            reported progress or exited; its last report; whether it still runs."""
+            """Seconds since the replica last printed, reported or exited (by this node's
+            clock); its last report; whether it still runs."""
             try:
                 with open(self.progress_file) as f:
                     report: Optional[str] = f.read()
@@ -105,8 +105,8 @@ def _replica_actor() -> Any:
             return code  # the progress file stays for the driver's last round (cleanup)
 
         def take_output(self) -> List[str]:
-            """The lines read since the last call (the driver prints them: an actor's own
-            stdout reaches the job's log asynchronously, and a job could end without it)."""
+            """The lines read since the last call (an actor's own stdout reaches the job's log
+            late, or not at all if the job ends first: the driver prints them)."""
             with self.output_lock:
                 lines, self.output = self.output, []
             return lines
@@ -123,9 +123,8 @@ def _replica_actor() -> Any:
 
 
 def output_waiting(stream: Any) -> bool:
-    """Whether a replica printed what its actor's reading thread has not read yet: a loaded
-    node can leave that thread unscheduled for seconds, and output counts as activity from
-    when it was written, not from when it was read."""
+    """Whether a replica printed what its actor has not read yet (a loaded node can leave the
+    reading thread waiting for seconds: output is activity when written, not when read)."""
     try:
         return stream is not None and bool(select.select([stream], [], [], 0)[0])
     except (OSError, ValueError):  # closed as the replica ends
