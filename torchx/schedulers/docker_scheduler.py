@@ -168,14 +168,12 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         opts.add(
             "copy_env",
             type_=List[str],
-            default=None,
             help="glob patterns of environment variables to copy into the containers if the"
             " AppDef does not set them. Ex: FOO_*",
         )
         opts.add(
             "env",
             type_=Dict[str, str],
-            default=None,
             help="environment variables for the containers, K1:v1,K2:v2 (or ; separated);"
             " applied over copy_env",
         )
