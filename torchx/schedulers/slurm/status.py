@@ -23,27 +23,20 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 from torchx.specs import AppState, TorchXError
 
 SLURM_STATES: Mapping[str, AppState] = {
-    "PENDING": AppState.PENDING,
-    "CONFIGURING": AppState.PENDING,
-    "REQUEUED": AppState.PENDING,
-    "REQUEUE_HOLD": AppState.PENDING,
-    "REQUEUE_FED": AppState.PENDING,
-    "RESV_DEL_HOLD": AppState.PENDING,
-    "RUNNING": AppState.RUNNING,
-    "COMPLETING": AppState.RUNNING,
-    "SUSPENDED": AppState.RUNNING,
-    "STAGE_OUT": AppState.RUNNING,
-    "SIGNALING": AppState.RUNNING,
-    "RESIZING": AppState.RUNNING,
+    **dict.fromkeys(
+        ["PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"],
+        AppState.PENDING,
+    ),
+    **dict.fromkeys(
+        ["RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"],
+        AppState.RUNNING,
+    ),
     "COMPLETED": AppState.SUCCEEDED,
     "CANCELLED": AppState.CANCELLED,
-    "FAILED": AppState.FAILED,
-    "TIMEOUT": AppState.FAILED,
-    "NODE_FAIL": AppState.FAILED,
-    "PREEMPTED": AppState.FAILED,
-    "BOOT_FAIL": AppState.FAILED,
-    "DEADLINE": AppState.FAILED,
-    "OUT_OF_MEMORY": AppState.FAILED,
+    **dict.fromkeys(
+        ["FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"],
+        AppState.FAILED,
+    ),
     "REVOKED": AppState.FAILED,
 }
 TERMINAL = {s for s, a in SLURM_STATES.items() if a in (AppState.SUCCEEDED, AppState.FAILED)}
