@@ -228,11 +228,8 @@ def batch_job(
     cfg: Mapping[str, CfgVal],
     images_to_push: Optional[Dict[str, Tuple[str, str]]] = None,
 ) -> BatchJob:
-    """The job definition (one node range per role, role 0 first) and job for ``app``.
-
-    ``images_to_push`` (the workspace image, already rewritten in ``app``) rides along
-    for ``schedule``.
-    """
+    """The job definition (one node range per role, role 0 first) and job for ``app``;
+    ``images_to_push`` (the workspace image, already rewritten in ``app``) rides along."""
     queue = str(cfg["queue"])
     name = job_name(app.name)
     app_id = f"{queue}:{name}"

@@ -344,11 +344,8 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         """Jobs tagged with ``token`` in every queue, oldest first (``createdAt``, app id).
-
         Batch has no claim: racing losers are cancelled once submitted (one that reached
-        RUNNING may start its command), and two submissions within ListJobs' consistency lag
-        may both be kept.
-        """
+        RUNNING may start its command); two within ListJobs' consistency lag may both stay."""
         flt = {"name": "JOB_DEFINITION", "values": [keyed_definition(token)]}
         found = []
         for queue in self._queues():

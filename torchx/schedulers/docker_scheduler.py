@@ -153,10 +153,7 @@ def has_docker() -> bool:
 
 
 class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
-    """Runs each replica as a container of the local Docker engine (``local_docker``).
-
-    Docker has no gang scheduling: a failed replica is restarted alone (``max_retries``).
-    """
+    """``local_docker``. No gang scheduling: a failed replica restarts alone (``max_retries``)."""
 
     names_keyed_apps = True  # the engine refuses a taken container name: the claim
 

@@ -347,11 +347,8 @@ class RayScheduler(Scheduler[RayJob]):
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
-        """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id).
-
-        The Job Submission API cannot filter: this lists the cluster's jobs and filters
-        their metadata here.
-        """
+        """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id);
+        the Job Submission API cannot filter, so every job is listed."""
         jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
         return [self._entry(job) for job in jobs]

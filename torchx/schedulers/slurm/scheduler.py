@@ -292,11 +292,8 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         """This user's jobs whose comment carries ``token``, oldest (lowest id) first.
-
-        Keyed jobs are submitted held: this releases the oldest live one, the token's
-        winner (every racer's ``schedule_keyed`` and every retry calls it, so a winner whose
-        submitter died is released too); the losers are cancelled still held.
-        """
+        Keyed jobs are submitted held: this releases the oldest live one (every racer and
+        every retry calls it, so a winner whose submitter died is released too)."""
         found: Dict[str, ListAppResponse] = {}
         held = set()
         fields = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,Reason:|,Name:|,Comment:"

@@ -210,11 +210,8 @@ def parse_jobcomp(text: str, job_id: str) -> List[Dict[str, Any]]:
 
 
 def query_job(job_id: str) -> List[Dict[str, Any]]:
-    """The groups of one job, from squeue, then sacct, then the jobcomp log ([] if unknown).
-
-    Raises ``SlurmError`` when a source failed (slurmctld or slurmdbd down) and no other
-    knew the job: "unknown" must not be said for a job that may well exist.
-    """
+    """The groups of one job, from squeue, then sacct, then the jobcomp log ([] if unknown);
+    ``SlurmError`` if a source failed and no other knew the job (it may well exist)."""
     failure: Optional[SlurmError] = None
     try:
         out = run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", SQUEUE_FIELDS])
