@@ -255,16 +255,10 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
 
     def _get_job(self, app_id: str) -> Optional[Dict[str, Any]]:
         queue, name = parse_app_id(app_id)
-        summaries = (
-            self._call(
-                self.client.list_jobs,
-                jobQueue=queue,
-                filters=[{"name": "JOB_NAME", "values": [name]}],
-            ).get("jobSummaryList")
-            or []
-        )
+        flt = [{"name": "JOB_NAME", "values": [name]}]
+        listed = self._pages(self.client.list_jobs, "jobSummaryList", jobQueue=queue, filters=flt)
         summaries = [
-            s for s in summaries if s.get("jobName") == name and "#" not in s.get("jobId", "")
+            s for s in listed if s.get("jobName") == name and "#" not in s.get("jobId", "")
         ]
         if not summaries:
             return None
@@ -396,22 +390,16 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
     def _stall_reason(self, job: Dict[str, Any], nodes: Dict[int, Dict[str, Any]]) -> str:
         """The reason the watchdog left as its last log line, for the first node that ended
         with its exit code; "" if none did or the log cannot be read."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
         for index, node in sorted((nodes or {0: job}).items()):
             if _container(node).get("exitCode") != STALLED_EXIT:
                 continue
             stream = self._log_stream(job, index)
             if stream is None:
                 return ""
+            tail = dict(logGroupName=self._log_group, logStreamName=stream, limit=20)
             try:
-                events = self.log_client.get_log_events(
-                    logGroupName=self._log_group,
-                    logStreamName=stream,
-                    startFromHead=False,
-                    limit=20,
-                ).get("events")
-            except (BotoCoreError, ClientError):
+                events = self._call(self.log_client.get_log_events, **tail).get("events")
+            except AWSBatchError:
                 return ""
             return stall_reason_in("\n".join(e.get("message", "") for e in events or [])) or ""
         return ""
