@@ -45,6 +45,7 @@ FORWARD_INTERVAL = 0.2
 # the driver exits would connect it again)
 ENDING = threading.Event()
 OUTPUT_LOCK = threading.Lock()  # whole lines: replicas' and records never share one
+FORWARD_LOCK = threading.Lock()  # forward_loop's round and the final one, one at a time
 ORPHAN_CHECK_ROUNDS = 10  # a driver asks Ray whether its job still runs every 10 s
 
 
@@ -142,32 +143,27 @@ def decode_request(text: str) -> Dict[str, Any]:
     return json.loads(zlib.decompress(base64.b64decode(text)))
 
 
-class Forwarder:
-    """Prints the replicas' lines into the job's log every ``FORWARD_INTERVAL`` s, and once
-    more after every replica ended."""
+def forward(actors: List[Any]) -> None:
+    """Print the lines the replicas' actors read since the last call into the job's log."""
+    import ray
 
-    def __init__(self, actors: List[Any]) -> None:
-        self.actors = actors
-        self.lock = threading.Lock()  # the loop and the final round
+    with FORWARD_LOCK:
+        taken = ray.get([a.take_output.remote() for a in actors], timeout=30)
+        with OUTPUT_LOCK:
+            for lines in taken:
+                sys.stdout.writelines(lines)
+            sys.stdout.flush()
 
-    def once(self) -> None:
-        import ray
 
-        with self.lock:
-            taken = ray.get([a.take_output.remote() for a in self.actors], timeout=30)
-            with OUTPUT_LOCK:
-                for lines in taken:
-                    sys.stdout.writelines(lines)
-                sys.stdout.flush()
+def forward_loop(actors: List[Any]) -> None:
+    """``forward`` every ``FORWARD_INTERVAL`` s until every replica ended."""
+    from ray.exceptions import RayError
 
-    def loop(self) -> None:
-        from ray.exceptions import RayError
-
-        while not ENDING.wait(FORWARD_INTERVAL):
-            try:
-                self.once()
-            except (RayError, OSError) as e:  # a slow round, a stopping job: the next takes them
-                print(f"torchx: could not forward output: {e}", file=sys.stderr, flush=True)
+    while not ENDING.wait(FORWARD_INTERVAL):
+        try:
+            forward(actors)
+        except (RayError, OSError) as e:  # a slow round, a stopping job: the next takes them
+            print(f"torchx: could not forward output: {e}", file=sys.stderr, flush=True)
 
 
 def last_progress(lines: List[str]) -> Optional[str]:
@@ -346,8 +342,8 @@ def main() -> int:
             )
         )
     stall_timeout = (req.get("app") or {}).get("metadata", {}).get(STALL_TIMEOUT)
-    forwarder, watch = Forwarder(actors), Watch(actors, float(stall_timeout or 0) or None)
-    threading.Thread(target=forwarder.loop, daemon=True).start()
+    watch = Watch(actors, float(stall_timeout or 0) or None)
+    threading.Thread(target=forward_loop, args=(actors,), daemon=True).start()
     threading.Thread(target=watch.loop, args=(req,), daemon=True).start()
     mins = {r["role"]: int(r.get("min_replicas") or 0) for r in replicas}
     codes: Dict[int, int] = {}
@@ -374,7 +370,7 @@ def main() -> int:
                 ray.get([a.stop.remote() for a in actors], timeout=30)
     ENDING.set()
     try:  # the last lines and reports (a final step) land before the job is seen to end
-        forwarder.once()
+        forward(actors)
         watch.once(final=True)
         ray.get([a.cleanup.remote() for a in actors], timeout=10)
     except (RayError, OSError) as e:  # the replicas ended: their records are a nicety
