@@ -20,7 +20,7 @@ import re
 import subprocess
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from torchx.specs import AppState, TorchXError
+from torchx.specs import AppState, TorchXError, is_terminal
 
 SLURM_STATES: Mapping[str, AppState] = {
     **dict.fromkeys(
@@ -39,8 +39,7 @@ SLURM_STATES: Mapping[str, AppState] = {
     ),
     "REVOKED": AppState.FAILED,
 }
-TERMINAL = {s for s, a in SLURM_STATES.items() if a in (AppState.SUCCEEDED, AppState.FAILED)}
-TERMINAL.add("CANCELLED")
+TERMINAL = {s for s, a in SLURM_STATES.items() if is_terminal(a)}
 
 # squeue -O: "Field:|" is unpadded and ends with "|"; the last field is unbounded. The job
 # comment (the owner and idempotency token, ``batch.with_token``) comes last; the parsers
