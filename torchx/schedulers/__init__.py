@@ -46,10 +46,7 @@ def _deferred(module: str) -> SchedulerFactory:
 def get_scheduler_factories(
     group: str = "torchx.schedulers", skip_defaults: bool = False
 ) -> Dict[str, SchedulerFactory]:
-    """``{name: create_scheduler}``.
-
-    Plugins add to the builtins, never hiding one of the same name.
-    """
+    """``{name: create_scheduler}``: plugins add to the builtins, never hiding one."""
     from torchx.util.entrypoints import load_group
 
     factories: Dict[str, SchedulerFactory] = {
@@ -90,9 +87,6 @@ class SchedulerFactories(Mapping[str, SchedulerFactory]):
 
     def __len__(self) -> int:
         return len(self._full())
-
-    def __contains__(self, name: object) -> bool:
-        return name in DEFAULT_SCHEDULER_MODULES or name in self._full()
 
 
 def get_default_scheduler_name() -> str:

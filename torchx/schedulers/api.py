@@ -64,7 +64,6 @@ __all__ = [
     "cancel_loser",
     "filter_regex",
     "idempotency_token",
-    "role_by_name",
     "split_lines",
     "split_lines_iterator",
 ]
@@ -73,9 +72,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")  # the scheduler's request type
 
-# AppDef.metadata key under which the Runner hands a submission's idempotency token to the
-# scheduler's dry run; each scheduler stores the token with the job itself (local request,
-# Slurm comment, Kubernetes label, Batch tag, Ray metadata) so any process can find it.
+# AppDef.metadata key of a submission's idempotency token, which each scheduler stores with
+# the job (local request, Slurm comment, Kubernetes label, Batch tag, Ray metadata).
 IDEMPOTENCY_TOKEN = "torchx.idempotency_token"
 # key of the job's owner (the orchestrator task that submitted it; torchx.pipelines.owner)
 OWNER = "torchx.owner"
@@ -127,8 +125,7 @@ class GenerationTaken(Exception):
         self.generation = generation
 
 
-# ``Runner.run(stall_timeout=S)`` stores S (seconds) in the app's metadata, so the scheduler
-# keeps it with the job (like the idempotency token)
+# ``Runner.run(stall_timeout=S)``'s S (seconds), kept with the job like the token
 STALL_TIMEOUT = "torchx.stall_timeout"
 # where a job's rank 0 writes its progress reports (``torchx.trackers.report_progress``)
 ENV_PROGRESS_FILE = "TORCHX_PROGRESS_FILE"
@@ -314,12 +311,8 @@ class Scheduler(abc.ABC, Generic[T]):
         raise NotImplementedError(f"{self.backend} does not support log_iter")
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
-        """Block up to ``timeout`` s or until the app's state may have changed.
-
-        The default just sleeps; schedulers that can notice a change sooner
-        (the local scheduler watches its processes) override it, which lets
-        ``Runner.wait`` return as soon as the app ends.
-        """
+        """Block up to ``timeout`` s or until the app's state may have changed (the default
+        sleeps; a scheduler that notices an end sooner lets ``Runner.wait`` return then)."""
         import time
 
         time.sleep(timeout)
@@ -350,10 +343,10 @@ def _call_validate(sched: Scheduler[Any], app: AppDef, cfg: Mapping[str, CfgVal]
     import inspect
 
     try:
-        params = inspect.signature(sched._validate).parameters.values()
-    except (TypeError, ValueError):
-        params = None  # type: ignore[assignment]
-    if params is not None and len(params) < 3 and all(p.kind != p.VAR_POSITIONAL for p in params):
+        params = list(inspect.signature(sched._validate).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: called as ours
+        params = []
+    if 0 < len(params) < 3 and all(p.kind != p.VAR_POSITIONAL for p in params):
         sched._validate(app, sched.backend)
     else:
         sched._validate(app, sched.backend, cfg)
@@ -379,13 +372,8 @@ def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
     """Re-chunk a stream of text pieces into whole lines (a trailing partial line is flushed)."""
     buf = ""
     for chunk in chunks:
-        buf += chunk
-        while True:
-            i = buf.find("\n")
-            if i < 0:
-                break
-            yield buf[: i + 1]
-            buf = buf[i + 1 :]
+        *lines, buf = (buf + chunk).split("\n")
+        yield from (line + "\n" for line in lines)
     if buf:
         yield buf
 
@@ -439,15 +427,3 @@ def cancel_loser(loser: str, winner: str, cancel: Callable[[], None]) -> bool:
             *(loser, winner, e, loser),
         )
         return False
-
-
-def role_by_name(roles: List[Role], name: str) -> Role:
-    for role in roles:
-        if role.name == name:
-            return role
-    raise KeyError(name)
-
-
-def cfg_get(cfg: Mapping[str, CfgVal], key: str, default: Any = None) -> Any:
-    val = cfg.get(key)
-    return default if val is None else val

@@ -9,6 +9,8 @@ from __future__ import annotations
 import getpass
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum, auto
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
@@ -21,6 +23,7 @@ from torchx.schedulers.api import (
     app_idempotency_token,
     app_stall_timeout,
 )
+from torchx.schedulers.devices import get_device_mounts
 from torchx.schedulers.ids import random_id
 from torchx.specs.api import (
     AppDef,
@@ -29,7 +32,6 @@ from torchx.specs.api import (
     DeviceMount,
     Resource,
     Role,
-    VolumeMount,
     macros,
 )
 
@@ -41,20 +43,15 @@ TAG_VERSION = "torchx.pytorch.org/version"
 TAG_APP_NAME = "torchx.pytorch.org/app-name"
 TAG_APP_ID = "torchx.pytorch.org/app-id"
 TAG_USER = "torchx.pytorch.org/user"
-# The Runner's idempotency token (api.idempotency_token). ListJobs cannot filter on tags,
-# so a keyed job also uses the job definition named ``keyed_definition(token)``, which
-# ListJobs' JOB_DEFINITION filter matches (every revision) on the service side.
+# upstream 0.7.0's names
+DEFAULT_ROLE_NAME = "node"
+TAG_TORCHX_VER = TAG_VERSION
+TAG_TORCHX_APPNAME = TAG_APP_NAME
+TAG_TORCHX_USER = TAG_USER
 TAG_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
-KEYED_DEFINITION_PREFIX = "torchx-"
 MAX_NODE_RANGES = 5
 MAX_ATTEMPTS = 10
 K8S_ITYPE = "node.kubernetes.io/instance-type"
-# resource.devices -> host device paths (one per unit), as upstream's device mounts
-DEVICE_PATHS = {
-    "vpc.amazonaws.com/efa": "/dev/infiniband/uverbs{}",
-    "aws.amazon.com/neurondevice": "/dev/neuron{}",
-}
-_DEFINITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 @dataclass
@@ -70,16 +67,11 @@ class BatchJob:
     images_to_push: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
     @property
-    def definition(self) -> str:
-        """The job definition's name: the job's own, or the keyed submissions' shared one."""
-        return str(self.job_def["jobDefinitionName"])
-
-    @property
     def submit_args(self) -> Dict[str, Any]:
         args: Dict[str, Any] = {
             "jobName": self.name,
             "jobQueue": self.queue,
-            "jobDefinition": self.definition,
+            "jobDefinition": self.job_def["jobDefinitionName"],
             "tags": dict(self.job_def["tags"]),
             "propagateTags": True,
         }
@@ -116,32 +108,56 @@ def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
     return reqs
 
 
+def resource_requirements_from_resource(resource: Resource) -> List[Dict[str, str]]:
+    """Upstream's name of ``resource_requirements``."""
+    return resource_requirements(resource)
+
+
+class ResourceType(Enum):
+    """The ``type`` of a Batch ``resourceRequirements`` entry."""
+
+    VCPU = auto()
+    GPU = auto()
+    MEMORY = auto()
+
+    @staticmethod
+    def from_str(resource_type: str) -> ResourceType:
+        for rt in ResourceType:
+            if rt.name == resource_type.upper():
+                return rt
+        raise ValueError(
+            f"no ResourceType {resource_type!r}; valid: {', '.join(r.name for r in ResourceType)}"
+        )
+
+
+def resource_from_resource_requirements(resource_requirements: List[Dict[str, str]]) -> Resource:
+    """The ``Resource`` back from Batch ``resourceRequirements`` (capabilities are not kept)."""
+    reqs = {ResourceType.from_str(r["type"]): int(r["value"]) for r in resource_requirements}
+    return Resource(
+        cpu=reqs[ResourceType.VCPU],
+        gpu=reqs.get(ResourceType.GPU, 0),
+        memMB=reqs[ResourceType.MEMORY],
+    )
+
+
+def to_millis_since_epoch(ts: datetime) -> int:
+    """Batch's timestamps are milliseconds since the epoch."""
+    return int(round(ts.timestamp() * 1000))
+
+
+def to_datetime(ms_since_epoch: int) -> datetime:
+    return datetime.fromtimestamp(ms_since_epoch / 1000)
+
+
 def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]]]:
     """(volumes, mountPoints, devices) of a role's mounts and resource devices."""
     perms = {"r": "READ", "w": "WRITE", "m": "MKNOD"}
     volumes: List[Dict[str, Any]] = []
     mount_points: List[Dict[str, Any]] = []
     devices: List[Dict[str, Any]] = []
-    mounts = list(role.mounts)
-    for device, count in role.resource.devices.items():
-        if device in DEVICE_PATHS:
-            mounts += [
-                DeviceMount(DEVICE_PATHS[device].format(i), DEVICE_PATHS[device].format(i))
-                for i in range(count)
-            ]
-    for i, mount in enumerate(mounts):
+    for i, mount in enumerate([*role.mounts, *get_device_mounts(role.resource.devices)]):
         name = f"mount_{i}"
-        if isinstance(mount, BindMount):
-            volumes.append({"name": name, "host": {"sourcePath": mount.src_path}})
-            mount_points.append(
-                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
-            )
-        elif isinstance(mount, VolumeMount):
-            volumes.append({"name": name, "efsVolumeConfiguration": {"fileSystemId": mount.src}})
-            mount_points.append(
-                {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
-            )
-        elif isinstance(mount, DeviceMount):
+        if isinstance(mount, DeviceMount):
             devices.append(
                 {
                     "hostPath": mount.src_path,
@@ -149,6 +165,14 @@ def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Lis
                     "permissions": [perms[p] for p in mount.permissions if p in perms],
                 }
             )
+            continue
+        if isinstance(mount, BindMount):
+            volumes.append({"name": name, "host": {"sourcePath": mount.src_path}})
+        else:  # VolumeMount: an EFS file system
+            volumes.append({"name": name, "efsVolumeConfiguration": {"fileSystemId": mount.src}})
+        mount_points.append(
+            {"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name}
+        )
     return volumes, mount_points, devices
 
 
@@ -190,8 +214,8 @@ def container_properties(
 
 def keyed_definition(token: str) -> str:
     """The job definition every submission with ``token`` registers a revision of."""
-    name = f"{KEYED_DEFINITION_PREFIX}{token}"
-    if not _DEFINITION_NAME.match(name):
+    name = f"torchx-{token}"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}", name):
         raise InvalidAppError(
             f"idempotency token {token!r} cannot name an AWS Batch job definition;"
             " make it with torchx.schedulers.api.idempotency_token(key)"
@@ -204,11 +228,8 @@ def batch_job(
     cfg: Mapping[str, CfgVal],
     images_to_push: Optional[Dict[str, Tuple[str, str]]] = None,
 ) -> BatchJob:
-    """The job definition (one node range per role, role 0 first) and job for ``app``.
-
-    ``images_to_push`` (the workspace image, already rewritten in ``app``) rides along
-    for ``schedule``.
-    """
+    """The job definition (one node range per role, role 0 first) and job for ``app``;
+    ``images_to_push`` (the workspace image, already rewritten in ``app``) rides along."""
     queue = str(cfg["queue"])
     name = job_name(app.name)
     app_id = f"{queue}:{name}"

@@ -1,31 +1,16 @@
 """``aws_batch``: run an app as an AWS Batch multi-node parallel (MNP) job.
 
-Each submit registers a ``multinode`` job definition with one ``nodeRangeProperties``
-entry per role (role 0 starts at node 0, the main node) and submits it to the
-``queue`` runopt. Inside a node:
+One ``multinode`` job definition per submit, one node range per role (role 0 holds node 0,
+the main node). Batch sets ``${rank0_env}`` on every node but the main one (hence
+``${...:=localhost}`` in dist.ddp), and one node range serves all replicas of a role, so
+``${replica_id}`` is ``$AWS_BATCH_JOB_NODE_INDEX`` expanded by the node's shell. Batch has
+no elastic size: ``numNodes`` is the sum of ``num_replicas``.
 
-- ``${rank0_env}`` is ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``; Batch sets it on
-  every node except the main node itself, hence ``${...:=localhost}`` in dist.ddp;
-- ``${replica_id}`` is ``$AWS_BATCH_JOB_NODE_INDEX`` (minus the role's first node for
-  later roles): one node range serves all replicas of a role, so it is expanded by the
-  shell at run time (dist.ddp runs through ``bash -c``);
-- ``TORCHX_ROLE_IDX`` / ``TORCHX_ROLE_NAME`` name the node's role.
-
-Batch has no elastic size: ``numNodes`` is the sum of ``num_replicas`` (the MAX of
-``-j MIN:MAX``). App ids are ``{queue}:{job name}``; jobs are tagged
-``torchx.pytorch.org/{version,app-name,app-id,user}`` plus the app's metadata, and
-``list`` shows only jobs with those tags. ``describe`` reports each node's state (Batch's
-node jobs ``{jobId}#{index}``), ``cancel`` terminates the job (reported as CANCELLED),
-and ``log_iter`` reads (and tails) the node's CloudWatch log stream. A keyed submission
-(``Runner.run(idempotency_key=...)``) is tagged with its token and registers a revision
-of the job definition ``torchx-{token}``, so ``find_by_idempotency_token`` filters on the
-service side. The request is built by ``aws_batch_request`` (names re-exported here).
-
-Workspaces (``DockerWorkspaceMixin``): ``torchx run --workspace DIR`` (the CLI's default
-is the current directory) plans an image of the role's image plus the workspace at dry
-run; the job definition names ``<image_repo>:<digest>``, and ``schedule`` builds and
-pushes it through the Docker SDK before registering anything. Without ``-cfg image_repo``
-or a Docker daemon the submission fails in one line naming ``--workspace ""``.
+App ids are ``{queue}:{job name}``; ``list`` shows the jobs torchx tagged. A keyed
+submission registers a revision of the job definition ``torchx-{token}``, so
+``find_by_idempotency_token`` filters on the service side (ListJobs cannot filter on tags).
+A workspace image is built and pushed (``DockerWorkspaceMixin``) before anything is
+registered.
 """
 
 from __future__ import annotations
@@ -57,28 +42,27 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.schedulers.aws_batch_request import DEVICE_PATHS as DEVICE_PATHS
-from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_IDX as ENV_TORCHX_ROLE_IDX
-from torchx.schedulers.aws_batch_request import ENV_TORCHX_ROLE_NAME as ENV_TORCHX_ROLE_NAME
-from torchx.schedulers.aws_batch_request import K8S_ITYPE as K8S_ITYPE
-from torchx.schedulers.aws_batch_request import MAX_ATTEMPTS as MAX_ATTEMPTS
-from torchx.schedulers.aws_batch_request import (
+from torchx.schedulers.aws_batch_request import (  # noqa: F401 (upstream's names)
+    DEFAULT_ROLE_NAME,
+    ENV_TORCHX_ROLE_IDX,
+    ENV_TORCHX_ROLE_NAME,
     MAX_NODE_RANGES,
     TAG_APP_NAME,
     TAG_IDEMPOTENCY_TOKEN,
+    TAG_TORCHX_APPNAME,
+    TAG_TORCHX_USER,
+    TAG_TORCHX_VER,
     TAG_VERSION,
     BatchJob,
+    ResourceType,
     batch_job,
     keyed_definition,
+    resource_from_resource_requirements,
+    resource_requirements_from_resource,
     roles_of,
+    to_datetime,
+    to_millis_since_epoch,
 )
-from torchx.schedulers.aws_batch_request import NODE_INDEX_ENV as NODE_INDEX_ENV
-from torchx.schedulers.aws_batch_request import RANK0_ENV as RANK0_ENV
-from torchx.schedulers.aws_batch_request import TAG_APP_ID as TAG_APP_ID
-from torchx.schedulers.aws_batch_request import TAG_USER as TAG_USER
-from torchx.schedulers.aws_batch_request import container_properties as container_properties
-from torchx.schedulers.aws_batch_request import job_name as job_name
-from torchx.schedulers.aws_batch_request import resource_requirements as resource_requirements
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -87,7 +71,6 @@ from torchx.specs.api import (
     CfgVal,
     InvalidArgumentError,
     ReplicaStatus,
-    Role,
     RoleStatus,
     TorchXError,
     is_terminal,
@@ -181,8 +164,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         self._log_client = log_client
         self._log_group = log_group
 
-    # ------------------------------------------------------------------ clients
-
     @property
     def client(self) -> Any:
         if self._client is None:
@@ -222,8 +203,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             ) from None
         except BotoCoreError as e:
             raise AWSBatchError(f"AWS {method} failed: {e}") from None
-
-    # ------------------------------------------------------------------ submit
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -268,8 +247,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         self._call(self.client.submit_job, **req.submit_args)
         return f"{req.queue}:{req.name}"
 
-    # ------------------------------------------------------------------ describe
-
     def _describe_jobs(self, ids: List[str]) -> List[Dict[str, Any]]:
         jobs: List[Dict[str, Any]] = []
         for i in range(0, len(ids), 100):
@@ -278,16 +255,10 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
 
     def _get_job(self, app_id: str) -> Optional[Dict[str, Any]]:
         queue, name = parse_app_id(app_id)
-        summaries = (
-            self._call(
-                self.client.list_jobs,
-                jobQueue=queue,
-                filters=[{"name": "JOB_NAME", "values": [name]}],
-            ).get("jobSummaryList")
-            or []
-        )
+        flt = [{"name": "JOB_NAME", "values": [name]}]
+        listed = self._pages(self.client.list_jobs, "jobSummaryList", jobQueue=queue, filters=flt)
         summaries = [
-            s for s in summaries if s.get("jobName") == name and "#" not in s.get("jobId", "")
+            s for s in listed if s.get("jobName") == name and "#" not in s.get("jobId", "")
         ]
         if not summaries:
             return None
@@ -318,26 +289,19 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             return None
         state = self._state(job)
         nodes = self._node_jobs(job)
-        roles = self._roles(job)
+        roles = roles_of(job)
         statuses = []
         start = 0
         for role in roles:
             replicas = []
             for i in range(role.num_replicas):
-                node = nodes.get(start + i)
-                if node is None:  # no node job (yet): the node is where the job is
-                    r_state, host, err = (
-                        state,
-                        "",
-                        _error_text(job) if state == AppState.FAILED else "",
-                    )
-                else:
-                    r_state = self._state(node)
-                    if state == AppState.CANCELLED and r_state in (AppState.FAILED, *_LIVE):
-                        r_state = AppState.CANCELLED  # terminated with the job
-                    interfaces = ((node.get("container") or {}).get("networkInterfaces")) or []
-                    host = interfaces[0].get("privateIpv4Address", "") if interfaces else ""
-                    err = _error_text(node) if r_state == AppState.FAILED else ""
+                node = nodes.get(start + i)  # None: no node job (yet), the node is the job's
+                r_state = state if node is None else self._state(node)
+                if state == AppState.CANCELLED and r_state in (AppState.FAILED, *_LIVE):
+                    r_state = AppState.CANCELLED  # terminated with the job
+                interfaces = ((node or {}).get("container") or {}).get("networkInterfaces") or []
+                host = interfaces[0].get("privateIpv4Address", "") if interfaces else ""
+                err = _error_text(node or job) if r_state == AppState.FAILED else ""
                 replicas.append(ReplicaStatus(i, r_state, role.name, host, err or NONE))
             statuses.append(RoleStatus(role.name, replicas))
             start += role.num_replicas
@@ -360,12 +324,6 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
             roles=roles,
         )
 
-    @staticmethod
-    def _roles(job: Dict[str, Any]) -> List[Role]:
-        return roles_of(job)
-
-    # ------------------------------------------------------------------ list / cancel
-
     def list(self) -> List[ListAppResponse]:
         """torchx jobs (found by their tags) in every job queue, in all states."""
         apps = []
@@ -380,17 +338,8 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         """Jobs tagged with ``token`` in every queue, oldest first (``createdAt``, app id).
-
-        ListJobs cannot filter on tags; keyed jobs share the job definition
-        ``keyed_definition(token)``, which its JOB_DEFINITION filter matches on the
-        service side. The tag is checked on each job found, and at most
-        ``FIND_MAX_JOBS`` jobs per queue are read.
-
-        Batch has no claim and no held submission: of racing submitters each job is
-        submitted and the losers are cancelled at once (a loser that already reached
-        RUNNING may start its command). ListJobs is eventually consistent, so two
-        submissions within its lag may both be kept.
-        """
+        Batch has no claim: racing losers are cancelled once submitted (one that reached
+        RUNNING may start its command); two within ListJobs' consistency lag may both stay."""
         flt = {"name": "JOB_DEFINITION", "values": [keyed_definition(token)]}
         found = []
         for queue in self._queues():
@@ -405,37 +354,32 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         name = (job.get("tags") or {}).get(TAG_APP_NAME, "")
         return ListAppResponse(f"{queue}:{job['jobName']}", self._state(job), name=name)
 
-    def _queues(self) -> List[str]:
-        names: List[str] = []
+    def _pages(
+        self, api: Callable[..., Any], key: str, limit: Optional[int] = None, **kwargs: Any
+    ) -> List[Dict[str, Any]]:
+        """The items under ``key`` of every page of a paginated AWS call (about ``limit``)."""
+        items: List[Dict[str, Any]] = []
         token: Optional[str] = None
-        while True:
-            resp = self._call(
-                self.client.describe_job_queues, **({"nextToken": token} if token else {})
-            )
-            names += [q["jobQueueName"] for q in resp.get("jobQueues") or []]
+        while limit is None or len(items) < limit:
+            resp = self._call(api, **kwargs, **({"nextToken": token} if token else {}))
+            items += resp.get(key) or []
             token = resp.get("nextToken")
             if not token:
-                return names
+                break
+        return items
+
+    def _queues(self) -> List[str]:
+        queues = self._pages(self.client.describe_job_queues, "jobQueues")
+        return [q["jobQueueName"] for q in queues]
 
     def _list_jobs(
         self, queue: str, flt: Dict[str, Any], limit: Optional[int] = None
     ) -> List[Dict[str, Any]]:
         """Described (main, not node) jobs of ``queue`` that ListJobs' filter ``flt`` returns."""
-        ids: List[str] = []
-        token: Optional[str] = None
-        while limit is None or len(ids) < limit:
-            kwargs: Dict[str, Any] = {"jobQueue": queue, "filters": [flt]}
-            if token:
-                kwargs["nextToken"] = token
-            resp = self._call(self.client.list_jobs, **kwargs)
-            ids += [
-                s["jobId"]
-                for s in resp.get("jobSummaryList") or []
-                if "#" not in s.get("jobId", "")
-            ]
-            token = resp.get("nextToken")
-            if not token:
-                break
+        summaries = self._pages(
+            self.client.list_jobs, "jobSummaryList", limit, jobQueue=queue, filters=[flt]
+        )
+        ids = [s["jobId"] for s in summaries if "#" not in s.get("jobId", "")]
         return self._describe_jobs(ids if limit is None else ids[:limit])
 
     def _cancel_existing(self, app_id: str) -> None:
@@ -443,33 +387,22 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         if job is not None:
             self._call(self.client.terminate_job, jobId=job["jobId"], reason=CANCEL_REASON)
 
-    # ------------------------------------------------------------------ stalls
-
     def _stall_reason(self, job: Dict[str, Any], nodes: Dict[int, Dict[str, Any]]) -> str:
-        """The reason a node's watchdog (``torchx.runtime.watchdog``) left as its last log
-        line, for the first node that ended with the watchdog's exit code; "" if none did
-        (or its log cannot be read: the ordinary message stays)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
+        """The reason the watchdog left as its last log line, for the first node that ended
+        with its exit code; "" if none did or the log cannot be read."""
         for index, node in sorted((nodes or {0: job}).items()):
             if _container(node).get("exitCode") != STALLED_EXIT:
                 continue
             stream = self._log_stream(job, index)
             if stream is None:
                 return ""
+            tail = dict(logGroupName=self._log_group, logStreamName=stream, limit=20)
             try:
-                events = self.log_client.get_log_events(
-                    logGroupName=self._log_group,
-                    logStreamName=stream,
-                    startFromHead=False,
-                    limit=20,
-                ).get("events")
-            except (BotoCoreError, ClientError):
+                events = self._call(self.log_client.get_log_events, **tail).get("events")
+            except AWSBatchError:
                 return ""
             return stall_reason_in("\n".join(e.get("message", "") for e in events or [])) or ""
         return ""
-
-    # ------------------------------------------------------------------ logs
 
     def log_iter(
         self,
@@ -491,7 +424,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
 
     def _node_index(self, job: Dict[str, Any], role_name: str, k: int) -> int:
         start = 0
-        for role in self._roles(job):
+        for role in roles_of(job):
             if role.name == role_name:
                 if not 0 <= k < role.num_replicas:
                     raise InvalidArgumentError(
@@ -508,13 +441,8 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         ):
             candidates = [job]  # without node jobs, the job's own stream is the main node's
         for node in candidates:
-            attempts = node.get("attempts") or []
-            for container in [
-                (attempts[-1].get("container") if attempts else None),
-                node.get("container"),
-            ]:
-                if container and container.get("logStreamName"):
-                    return str(container["logStreamName"])
+            if _container(node).get("logStreamName"):
+                return str(_container(node)["logStreamName"])
         return None
 
     def _log_lines(
@@ -532,9 +460,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         node_index = self._node_index(job, role_name, k)
         kwargs: Dict[str, Any] = {"logGroupName": self._log_group, "startFromHead": True}
         if since is not None:
-            kwargs["startTime"] = int(since.timestamp() * 1000)
+            kwargs["startTime"] = to_millis_since_epoch(since)
         if until is not None:
-            kwargs["endTime"] = int(until.timestamp() * 1000)
+            kwargs["endTime"] = to_millis_since_epoch(until)
         stream: Optional[str] = None
         token: Optional[str] = None
         ended = False
@@ -547,17 +475,13 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
                         kwargs, logStreamName=stream, **({"nextToken": token} if token else {})
                     )
                     resp = self._call(self.log_client.get_log_events, **args)
-                    events = resp.get("events") or []
-                    for event in events:
+                    for event in resp.get("events") or []:
                         message = str(event.get("message", ""))
                         yield message if message.endswith("\n") else message + "\n"
                     new_token = resp.get("nextForwardToken")
-                    done = (
-                        new_token is None or new_token == token
-                    )  # AWS: same token = end of stream
-                    token = new_token
-                    if done:
+                    if new_token in (None, token):  # AWS hands back the same token at the end
                         break
+                    token = new_token
             if not should_tail or ended:
                 return
             job = self._get_job(app_id) or job
@@ -581,17 +505,3 @@ def create_scheduler(
         log_group=kwargs.get("log_group", DEFAULT_LOG_GROUP),
         docker_client=docker_client,
     )
-
-
-# upstream 0.7.0's names for what aws_batch_request implements
-from torchx.schedulers.aws_batch_compat import (  # noqa: E402, F401
-    DEFAULT_ROLE_NAME,
-    TAG_TORCHX_APPNAME,
-    TAG_TORCHX_USER,
-    TAG_TORCHX_VER,
-    ResourceType,
-    resource_from_resource_requirements,
-    resource_requirements_from_resource,
-    to_datetime,
-    to_millis_since_epoch,
-)

@@ -1,27 +1,16 @@
 """``local_docker``: each replica of an app is a container of the local Docker engine.
 
 Containers run on the host network (``TORCHX_RANK0_HOST=localhost``), so a ``dist.ddp``
-rendezvous works across them as it does across ``local_cwd`` processes. What any shell needs
-to find and read an app lives with the engine, in the containers' labels: app id, role,
-replica, the AppDef (for ``describe``), the idempotency token and the owner. Containers are
-never removed by torchx, so a failed or cancelled app's logs stay readable (``docker rm`` or
-``docker container prune`` them). A keyed submission's app id, hence its container names, is
-derived from its token (``keyed_app_id``): the engine refuses a racing second submitter's
-first container, and it re-attaches without starting anything.
+rendezvous works as across ``local_cwd`` processes. What any process needs to find and read
+an app lives in the containers' labels (app id, role, replica, the AppDef, the token and
+owner). Containers are never removed by torchx, so an ended app's logs stay readable. A
+keyed submission's container names derive from its token (``keyed_app_id``): the engine
+refuses a racing second submitter's first container, and it re-attaches.
 
-Beside the labels, each app has a state directory on the engine's host
-(``$TORCHX_HOME/docker/<app id>``, its path in a label), bind-mounted into every replica at
-``/var/run/torchx``: the job's progress reports and torchelastic error files go there, and a
-cancel is recorded there before the containers are stopped, so ``describe`` from any
-process tells CANCELLED from an ordinary failure. With a stall timeout each replica's
-command runs under ``torchx.runtime.watchdog`` (the image needs torchx, as torchx's own
-has), which leaves a stall's reason in the replica's error file.
-
-As upstream: the run options ``copy_env``, ``env`` and ``privileged`` (plus the workspace's
-``image_repo`` and ``quiet``), bind, volume and device mounts, GPUs as device requests,
-``max_retries`` as Docker's ``on-failure`` restart policy, and a Docker workspace: a run from
-a directory builds an image of that directory on top of the role's image. An image the
-engine already has is used as is; any other is pulled.
+Each app has a state directory on the engine's host (``$TORCHX_HOME/docker/<app id>``),
+bind-mounted into every replica at ``/var/run/torchx``: progress reports, torchelastic
+error files (a stall's reason among them), and the record of a cancel, so ``describe`` from
+any process tells CANCELLED from a failure.
 """
 
 from __future__ import annotations
@@ -34,7 +23,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, TypedDict, cast
 
 import torchx
 from torchx.runtime.watchdog import wrap
@@ -151,8 +140,7 @@ class DockerJob:
             c["labels"] = {k: v for k, v in c["labels"].items() if k != LABEL_APP}
         return yaml.safe_dump(shown, sort_keys=False, default_flow_style=False)
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = __str__
 
 
 def has_docker() -> bool:
@@ -165,31 +153,24 @@ def has_docker() -> bool:
 
 
 class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
-    """Runs each replica as a container of the local Docker engine (``local_docker``).
-
-    Docker has no gang scheduling: a failed replica is restarted alone (``max_retries``).
-    """
+    """``local_docker``. No gang scheduling: a failed replica restarts alone (``max_retries``)."""
 
     names_keyed_apps = True  # the engine refuses a taken container name: the claim
 
     def __init__(self, session_name: str, docker_client: Optional[DockerClient] = None) -> None:
         super().__init__("local_docker", session_name, docker_client=docker_client)
 
-    # ------------------------------------------------------------------ options
-
     def _run_opts(self) -> runopts:
         opts = runopts()
         opts.add(
             "copy_env",
             type_=List[str],
-            default=None,
             help="glob patterns of environment variables to copy into the containers if the"
             " AppDef does not set them. Ex: FOO_*",
         )
         opts.add(
             "env",
             type_=Dict[str, str],
-            default=None,
             help="environment variables for the containers, K1:v1,K2:v2 (or ; separated);"
             " applied over copy_env",
         )
@@ -201,8 +182,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         )
         return opts
 
-    # ------------------------------------------------------------------ submit
-
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
         try:
             from docker.types import DeviceRequest, Mount
@@ -211,13 +190,12 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                 "local_docker needs the Docker SDK: pip install 'torchx[docker]'"
             ) from None
 
+        # cfg is resolved: its values have their run options' types
         default_env: Dict[str, str] = {}
-        for pattern in _str_list(cfg.get("copy_env")):
+        for pattern in cast(List[str], cfg.get("copy_env") or []):
             for key in fnmatch.filter(os.environ.keys(), pattern):
                 default_env[key] = os.environ[key]
-        env_opt = cfg.get("env")
-        if isinstance(env_opt, dict):
-            default_env.update({str(k): str(v) for k, v in env_opt.items()})
+        default_env.update(cast(Dict[str, str], cfg.get("env") or {}))
 
         app_id = keyed_app_id(app) or make_unique(app.name)
         state_dir = str(torchx_home() / "docker" / app_id)
@@ -254,19 +232,12 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     rank0_env=RANK0_ENV,
                 )
                 replica = values.apply(role)
-                env = dict(default_env)
-                env.update(replica.env)
-                env.update(
-                    {
-                        RANK0_ENV: "localhost",
-                        "TORCHX_IMAGE": role.image,
-                        "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
-                        "TORCHX_PROGRESS_FILE": f"{STATE_MOUNT}/{PROGRESS_FILE}",
-                        "TORCHELASTIC_ERROR_FILE": (
-                            f"{STATE_MOUNT}/{role.name}-{replica_id}-error.json"
-                        ),
-                    }
-                )
+                error_file = f"{STATE_MOUNT}/{role.name}-{replica_id}-error.json"
+                env = {**default_env, **replica.env, RANK0_ENV: "localhost"}
+                env["TORCHX_IMAGE"] = role.image
+                env.setdefault("PYTHONUNBUFFERED", "1")
+                env["TORCHX_PROGRESS_FILE"] = f"{STATE_MOUNT}/{PROGRESS_FILE}"
+                env["TORCHELASTIC_ERROR_FILE"] = error_file
                 labels = {
                     LABEL_VERSION: torchx.__version__,
                     LABEL_APP_ID: app_id,
@@ -351,8 +322,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                 raise
         return req.app_id
 
-    # ------------------------------------------------------------------ reading
-
     def _containers(self, app_id: Optional[str] = None, **labels: str) -> List[Container]:
         selectors = [f"{LABEL_APP_ID}={app_id}" if app_id else LABEL_APP_ID]
         selectors += [f"{k}={v}" for k, v in labels.items()]
@@ -412,7 +381,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         apps: Dict[str, List[Container]] = {}
         for c in containers:
             apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)
-        listed: List[Tuple[str, str, ListAppResponse]] = []
+        listed: List[tuple[str, str, ListAppResponse]] = []
         for app_id, members in apps.items():
             state_dir = _state_dir(members)
             state, _ = _app_state([_container_state(c) for c in members], state_dir)
@@ -466,8 +435,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             return None
         return str(_state_dir(containers) / PROGRESS_FILE)
 
-    # ------------------------------------------------------------------ stopping
-
     def _cancel_existing(self, app_id: str) -> None:
         """Record the cancel (unless the app already ended), then stop every replica: SIGTERM,
         SIGKILL after ``STOP_GRACE`` s. A restart policy does not restart a stopped container."""
@@ -492,9 +459,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             client.api.stop(c.id, timeout=int(STOP_GRACE))
 
 
-# ---------------------------------------------------------------------- helpers
-
-
 def _host_stores(env: Mapping[str, str]) -> List[str]:
     """The host directory of a tracking store the job's env names by file (MLflow's sqlite
     store, ``sqlite:////abs/path.db``), mounted at its own path so a rank's tracker calls
@@ -502,14 +466,6 @@ def _host_stores(env: Mapping[str, str]) -> List[str]:
     uri = env.get("MLFLOW_TRACKING_URI", "")
     if uri.startswith("sqlite:////"):
         return [os.path.dirname(uri[len("sqlite:///") :])]
-    return []
-
-
-def _str_list(value: object) -> List[str]:
-    if isinstance(value, str):
-        return [v for v in value.split(",") if v]
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
     return []
 
 
@@ -526,7 +482,7 @@ def _name_taken(e: Exception) -> bool:
     return isinstance(e, APIError) and e.status_code == 409
 
 
-def _replica_key(c: Container) -> Tuple[str, int]:
+def _replica_key(c: Container) -> tuple[str, int]:
     return c.labels.get(LABEL_ROLE_NAME, ""), int(c.labels.get(LABEL_REPLICA_ID, "0"))
 
 
@@ -550,7 +506,7 @@ def _container_state(c: Container) -> AppState:
     return CONTAINER_STATE.get(c.status, AppState.UNKNOWN)
 
 
-def _app_state(replicas: List[AppState], state_dir: Path) -> Tuple[AppState, str]:
+def _app_state(replicas: List[AppState], state_dir: Path) -> tuple[AppState, str]:
     """The app's state from its replicas' and the reason recorded when it was stopped (a
     replica created but never started does not keep a stopped app alive)."""
     cancelled = (state_dir / CANCELLED_FILE).exists()

@@ -1,9 +1,7 @@
 """App ids: the one generator every scheduler uses.
 
-Ids come from the OS's entropy (``os.urandom``, what ``secrets`` uses), so a launching
-script that seeds ``random`` (``random.seed(42)``) still gets a fresh id on every
-submission. ``secrets`` itself is not imported: it loads ``random``, ``hmac``, ``base64``
-and OpenSSL's hashes (~4 ms of every CLI start) for what a few bytes give.
+Ids come from ``os.urandom``, so a script that seeds ``random`` still gets fresh ids
+(``secrets`` is not imported: it costs ~4 ms of every CLI start for what a few bytes give).
 """
 
 from __future__ import annotations
@@ -42,20 +40,18 @@ def make_unique(name: str, string_length: int = 0) -> str:
     return f"{name}-{random_id(string_length or 10)}"
 
 
-def unique_name(
-    name: str, max_base: int = 40, suffix_length: int = 10, pattern: str = r"[^a-z0-9-]+"
-) -> str:
-    """``make_unique`` of ``name`` lower-cased, with characters outside ``pattern``'s complement
+def unique_name(name: str, max_base: int = 40, suffix_length: int = 10) -> str:
+    """``make_unique`` of ``name`` lower-cased, runs of characters outside ``[a-z0-9-]``
     turned into ``-`` and the base cut to ``max_base`` characters (never empty)."""
-    return f"{_base(name, max_base, pattern)}-{random_id(suffix_length)}"
+    return f"{_base(name, max_base)}-{random_id(suffix_length)}"
 
 
 def keyed_name(name: str, token: str, generation: str, max_base: int = 40) -> str:
     """``{name}-{token's last 12 hex digits}-{generation}``, ``name`` as ``unique_name``
     cuts it: the id every racing submission of one key picks when they saw the same apps,
     so the backend's refusal of a second job under one name decides between them."""
-    return f"{_base(name, max_base, r'[^a-z0-9-]+')}-{token[-12:]}-{generation}"
+    return f"{_base(name, max_base)}-{token[-12:]}-{generation}"
 
 
-def _base(name: str, max_base: int, pattern: str) -> str:
-    return re.sub(pattern, "-", name.lower()).strip("-_")[:max_base].strip("-_") or "app"
+def _base(name: str, max_base: int) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:max_base].strip("-") or "app"

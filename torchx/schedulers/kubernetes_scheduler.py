@@ -3,10 +3,8 @@
 ``torchx.schedulers.kubernetes_scheduler`` offered, so code written against it keeps working.
 """
 
-from __future__ import annotations
-
-from torchx.schedulers.kubernetes.api import KubernetesError
-from torchx.schedulers.kubernetes.compat import (
+from torchx.schedulers.kubernetes.api import KubernetesError  # noqa: F401
+from torchx.schedulers.kubernetes.compat import (  # noqa: F401
     ANNOTATION_ISTIO_SIDECAR,
     JOB_STATE,
     LABEL_INSTANCE_TYPE,
@@ -23,13 +21,13 @@ from torchx.schedulers.kubernetes.compat import (
     role_to_pod,
     sanitize_for_serialization,
 )
-from torchx.schedulers.kubernetes.logs import TAIL_POLL_SECONDS
-from torchx.schedulers.kubernetes.manifests import (
+from torchx.schedulers.kubernetes.logs import TAIL_POLL_SECONDS  # noqa: F401
+from torchx.schedulers.kubernetes.manifests import (  # noqa: F401
     LABEL_APP_NAME,
     LABEL_ORGANIZATION,
     LABEL_UNIQUE_NAME,
 )
-from torchx.schedulers.kubernetes.scheduler import (
+from torchx.schedulers.kubernetes.scheduler import (  # noqa: F401
     KubernetesJob,
     KubernetesOpts,
     KubernetesScheduler,
@@ -37,32 +35,3 @@ from torchx.schedulers.kubernetes.scheduler import (
     create_scheduler,
     logger,
 )
-
-__all__ = [
-    "ANNOTATION_ISTIO_SIDECAR",
-    "JOB_STATE",
-    "KubernetesError",
-    "KubernetesJob",
-    "KubernetesOpts",
-    "KubernetesScheduler",
-    "LABEL_APP_NAME",
-    "LABEL_INSTANCE_TYPE",
-    "LABEL_KUBE_APP_NAME",
-    "LABEL_ORGANIZATION",
-    "LABEL_REPLICA_ID",
-    "LABEL_ROLE_INDEX",
-    "LABEL_ROLE_NAME",
-    "LABEL_UNIQUE_NAME",
-    "LABEL_VERSION",
-    "RESERVED_MEMMB",
-    "RESERVED_MILLICPU",
-    "RETRY_POLICIES",
-    "TAIL_POLL_SECONDS",
-    "TASK_STATE",
-    "app_to_resource",
-    "create_scheduler",
-    "logger",
-    "pod_labels",
-    "role_to_pod",
-    "sanitize_for_serialization",
-]

@@ -1,23 +1,15 @@
-"""The entrypoint of a torchx job on Ray: runs an app's replicas as actors in a placement group.
+"""The entrypoint of a torchx job on Ray (``python -m torchx.schedulers.ray_driver``, see
+``ray_scheduler``): runs an app's replicas as actors in a placement group.
 
-``python -m torchx.schedulers.ray_driver``, run by the cluster's own Python (torchx must be
-installed on the cluster: ``pip install 'torchx[ray]'`` in its image or environment), reads
-its request from the job's ``runtime_env`` (``TORCHX_RAY_REQUEST``, see ``encode_request``):
-nothing comes from the submitter's disk. It reserves one bundle per replica (its CPUs and
-GPUs), starts one actor per bundle, and each actor runs its replica's command as a
-subprocess in its own session, in the job's working directory (uploaded with the job, or a
-path on the cluster), with the cluster's Python first on ``PATH``, printing each output
-line prefixed ``role/replica``. The rank-0 host is the node of replica 0. When the job is
-stopped (SIGTERM), every actor kills its replica's process tree before the driver exits.
+Each actor runs its replica's command in its own session, in the job's working directory,
+with the cluster's Python first on ``PATH``, and hands its output lines (prefixed
+``role/replica``) to the driver, which prints them into the job's log. On SIGTERM (the
+job's stop) every actor kills its replica's process tree before the driver exits.
 
-The driver asks its replicas every ``WATCH_INTERVAL`` s how long they have been silent and
-what they last reported (``Watch``): it prints each new progress report into the job's log
-(``torchx-progress {json}``, which any process that reaches the dashboard reads) and, with a
-stall timeout, is the job's watchdog (``torchx.runtime.watchdog``): it stops a silent job,
-leaving the reason as a log line, and exits ``STALLED_EXIT``.
-
-A driver whose job Ray already ended (a stop while the job was PENDING can miss a driver
-not started yet) runs nothing, or stops its replicas within ``ORPHAN_CHECK_ROUNDS`` rounds.
+``Watch`` prints each new progress report into the job's log (``torchx-progress {json}``)
+and, with a stall timeout, is the job's watchdog: it stops a silent job, leaving the reason
+as a log line, and exits ``STALLED_EXIT``. A driver whose job Ray already ended (a stop
+while PENDING can miss a driver not started yet) stops its replicas (``ended_by_ray``).
 """
 
 from __future__ import annotations
@@ -53,6 +45,7 @@ FORWARD_INTERVAL = 0.2
 # the driver exits would connect it again)
 ENDING = threading.Event()
 OUTPUT_LOCK = threading.Lock()  # whole lines: replicas' and records never share one
+FORWARD_LOCK = threading.Lock()  # forward_loop's round and the final one, one at a time
 ORPHAN_CHECK_ROUNDS = 10  # a driver asks Ray whether its job still runs every 10 s
 
 
@@ -70,8 +63,8 @@ def _replica_actor() -> Any:
             self.output_lock = threading.Lock()
 
         def activity(self) -> Tuple[float, Optional[str], bool]:
-            """How long ago (by this node's clock, as it answers) the replica last printed,
-            reported progress or exited; its last report; whether it still runs."""
+            """Seconds since the replica last printed, reported or exited (by this node's
+            clock); its last report; whether it still runs."""
             try:
                 with open(self.progress_file) as f:
                     report: Optional[str] = f.read()
@@ -113,8 +106,8 @@ def _replica_actor() -> Any:
             return code  # the progress file stays for the driver's last round (cleanup)
 
         def take_output(self) -> List[str]:
-            """The lines read since the last call (the driver prints them: an actor's own
-            stdout reaches the job's log asynchronously, and a job could end without it)."""
+            """The lines read since the last call (an actor's own stdout reaches the job's log
+            late, or not at all if the job ends first: the driver prints them)."""
             with self.output_lock:
                 lines, self.output = self.output, []
             return lines
@@ -131,9 +124,8 @@ def _replica_actor() -> Any:
 
 
 def output_waiting(stream: Any) -> bool:
-    """Whether a replica printed what its actor's reading thread has not read yet: a loaded
-    node can leave that thread unscheduled for seconds, and output counts as activity from
-    when it was written, not from when it was read."""
+    """Whether a replica printed what its actor has not read yet (a loaded node can leave the
+    reading thread waiting for seconds: output is activity when written, not when read)."""
     try:
         return stream is not None and bool(select.select([stream], [], [], 0)[0])
     except (OSError, ValueError):  # closed as the replica ends
@@ -151,33 +143,27 @@ def decode_request(text: str) -> Dict[str, Any]:
     return json.loads(zlib.decompress(base64.b64decode(text)))
 
 
-class Forwarder:
-    """Prints the replicas' lines into the job's log, taking them from their actors every
-    ``FORWARD_INTERVAL`` s and once more after every replica ended, so a job that ends has
-    every line of its replicas in its log."""
+def forward(actors: List[Any]) -> None:
+    """Print the lines the replicas' actors read since the last call into the job's log."""
+    import ray
 
-    def __init__(self, actors: List[Any]) -> None:
-        self.actors = actors
-        self.lock = threading.Lock()  # the loop and the final round
+    with FORWARD_LOCK:
+        taken = ray.get([a.take_output.remote() for a in actors], timeout=30)
+        with OUTPUT_LOCK:
+            for lines in taken:
+                sys.stdout.writelines(lines)
+            sys.stdout.flush()
 
-    def once(self) -> None:
-        import ray
 
-        with self.lock:
-            taken = ray.get([a.take_output.remote() for a in self.actors], timeout=30)
-            with OUTPUT_LOCK:
-                for lines in taken:
-                    sys.stdout.writelines(lines)
-                sys.stdout.flush()
+def forward_loop(actors: List[Any]) -> None:
+    """``forward`` every ``FORWARD_INTERVAL`` s until every replica ended."""
+    from ray.exceptions import RayError
 
-    def loop(self) -> None:
-        from ray.exceptions import RayError
-
-        while not ENDING.wait(FORWARD_INTERVAL):
-            try:
-                self.once()
-            except (RayError, OSError) as e:  # a slow round, a stopping job: the next takes them
-                print(f"torchx: could not forward output: {e}", file=sys.stderr, flush=True)
+    while not ENDING.wait(FORWARD_INTERVAL):
+        try:
+            forward(actors)
+        except (RayError, OSError) as e:  # a slow round, a stopping job: the next takes them
+            print(f"torchx: could not forward output: {e}", file=sys.stderr, flush=True)
 
 
 def last_progress(lines: List[str]) -> Optional[str]:
@@ -220,8 +206,7 @@ class Watch:
 
     def loop(self, req: Dict[str, Any]) -> None:
         """``once`` every ``WATCH_INTERVAL`` s (a round whose actors do not answer judges
-        nothing). Every ``ORPHAN_CHECK_ROUNDS`` rounds, a driver whose job Ray already ended
-        stops its replicas and exits (see ``ended_by_ray``)."""
+        nothing); every ``ORPHAN_CHECK_ROUNDS`` rounds, exit if Ray ended the job."""
         from ray.exceptions import RayError
 
         rounds = 0
@@ -244,11 +229,9 @@ def dashboard_url(address: str) -> str:
 def ended_by_ray(req: Dict[str, Any]) -> bool:
     """Whether Ray already holds this driver's job ended (STOPPED, FAILED, SUCCEEDED).
 
-    Ray stops a job by signalling the entrypoint's processes it sees then; a stop that
-    comes while the job is PENDING can kill the entrypoint's shell before it started this
-    driver, which then runs on, an orphan holding its replicas' CPUs (seen in CI: the next
-    job waited for them forever). Doubt (the dashboard not answering within 2 s, e.g. an
-    address only the submitter can reach) is not an end."""
+    A stop while the job is PENDING can kill the entrypoint's shell before it started this
+    driver, which would run on holding its replicas' CPUs. Doubt (no answer within 2 s) is
+    not an end."""
     url = dashboard_url(str(req.get("address") or ""))
     job_id = req.get("app_id")
     if not job_id:
@@ -274,10 +257,8 @@ def _stop_replicas(actors: List[Any], why: str, code: int = 128 + signal.SIGTERM
 
 
 def _kill_tree(pid: int) -> None:
-    """TERM the replica's group and every descendant now; KILL survivors a moment later.
-
-    Returns at once: Ray gives a stopped job's driver only a few seconds.
-    """
+    """TERM the replica's group and every descendant now; KILL survivors a moment later
+    (returns at once: Ray gives a stopped job's driver only a few seconds)."""
     import psutil  # Ray ships it (its thirdparty_files), and runs this in an actor
 
     try:
@@ -361,12 +342,10 @@ def main() -> int:
             )
         )
     stall_timeout = (req.get("app") or {}).get("metadata", {}).get(STALL_TIMEOUT)
-    forwarder, watch = Forwarder(actors), Watch(actors, float(stall_timeout or 0) or None)
-    threading.Thread(target=forwarder.loop, daemon=True).start()
+    watch = Watch(actors, float(stall_timeout or 0) or None)
+    threading.Thread(target=forward_loop, args=(actors,), daemon=True).start()
     threading.Thread(target=watch.loop, args=(req,), daemon=True).start()
-    mins: Dict[str, int] = {}
-    for r in replicas:
-        mins[r["role"]] = int(r.get("min_replicas") or 0)
+    mins = {r["role"]: int(r.get("min_replicas") or 0) for r in replicas}
     codes: Dict[int, int] = {}
     pending = list(runs)
     failed = False
@@ -391,7 +370,7 @@ def main() -> int:
                 ray.get([a.stop.remote() for a in actors], timeout=30)
     ENDING.set()
     try:  # the last lines and reports (a final step) land before the job is seen to end
-        forwarder.once()
+        forward(actors)
         watch.once(final=True)
         ray.get([a.cleanup.remote() for a in actors], timeout=10)
     except (RayError, OSError) as e:  # the replicas ended: their records are a nicety
@@ -403,10 +382,8 @@ def main() -> int:
 
 def bundle(replica: Dict[str, Any]) -> Dict[str, float]:
     """A replica's placement-group bundle: its CPUs and, if it asks for them, GPUs."""
-    bundle = {"CPU": float(replica["cpu"])}
-    if replica.get("gpu"):
-        bundle["GPU"] = float(replica["gpu"])
-    return bundle
+    gpu = {"GPU": float(replica["gpu"])} if replica.get("gpu") else {}
+    return {"CPU": float(replica["cpu"]), **gpu}
 
 
 if __name__ == "__main__":

@@ -1,27 +1,20 @@
-"""``ray``: submit an app through Ray's Job Submission API to a Ray cluster, as Ray is
-deployed (KubeRay, Anyscale, a head reached through its dashboard address): the job needs
-nothing from the submitter's disk or Python.
+"""``ray``: submit an app through Ray's Job Submission API (a head reached through its
+dashboard address, as KubeRay or Anyscale deploy it); the job needs nothing from the
+submitter's disk or Python.
 
 - The job's entrypoint is ``python -m torchx.schedulers.ray_driver``, run by the cluster's
   own Python: torchx must be installed on the cluster (``pip install 'torchx[ray]'`` in its
-  image). The driver places one actor per replica (its CPUs and GPUs) in a placement group
-  and runs the replica's command there.
+  image). The driver runs one actor per replica (its CPUs and GPUs) in a placement group.
 - The request (replicas, their env, the AppDef) travels in the job's ``runtime_env`` env
-  vars, which Ray treats as secrets (the dashboard hides their values from browsers) but
-  shows to any client of the dashboard, like every Ray job's env.
-- The submitter's working directory (less what ``.torchxignore`` excludes) is uploaded
-  with the job (``runtime_env`` ``working_dir``, Ray's size limit applies); the run option
-  ``working_dir`` names a directory already on the cluster instead.
-- Status, logs, ``describe`` (the AppDef included), progress and stalls come from the
-  dashboard alone: job info, metadata and logs. A keyed submission
-  (``Runner.run(idempotency_key=...)``) puts its token in the job's metadata, and
-  ``Runner.run(owner=...)`` its owner; ``describe`` returns both. Its submission id is
-  derived from the token (``keyed_app_id``): Ray refuses it to a racing second submitter,
-  which re-attaches without starting anything.
-
-Stalls (``Runner.run(stall_timeout=...)``): the driver is the job's watchdog
-(``ray_driver``); it stops a silent job and leaves the reason in the job's log, where
-``describe`` reads it for a FAILED job.
+  vars, which the dashboard hides from browsers but shows to any of its clients.
+- The submitter's working directory (less ``.torchxignore``) is uploaded with the job
+  (Ray's size limit applies); the run option ``working_dir`` names a directory on the
+  cluster instead.
+- Status, logs, ``describe`` (the AppDef, the token and owner included), progress and
+  stalls come from the dashboard alone. A keyed submission's id is ``keyed_app_id``: Ray
+  refuses it to a racing second submitter, which re-attaches without starting anything.
+- With a stall timeout the driver is the job's watchdog: it stops a silent job and leaves
+  the reason in the job's log, where ``describe`` reads it.
 """
 
 from __future__ import annotations
@@ -118,8 +111,7 @@ class RayJob:
 
     @property
     def metadata(self) -> Dict[str, str]:
-        """The Ray job's metadata: marks it as torchx's, and carries the token and owner if
-        any."""
+        """Marks the Ray job as torchx's, with its token and owner if any."""
         meta = {META_TORCHX: "1", META_APP_NAME: self.app.get("name", ""), "address": self.address}
         if self.idempotency_token:
             meta[META_IDEMPOTENCY_TOKEN] = self.idempotency_token
@@ -149,9 +141,9 @@ class RayJob:
         if self.idempotency_token:
             lines.append(f"  idempotency token: {self.idempotency_token}")
         for r in self.replicas:
-            lines.append(
-                f"  {r['role']}/{r['replica_id']} [{_resources(r)}]: {shlex.join(r['args'])}"
-            )
+            gpu = f", {r['gpu']} gpu" if r.get("gpu") else ""
+            command = shlex.join(r["args"])
+            lines.append(f"  {r['role']}/{r['replica_id']} [{r['cpu']} cpu{gpu}]: {command}")
         return "\n".join(lines)
 
 
@@ -227,7 +219,7 @@ class RayScheduler(Scheduler[RayJob]):
                         "replica_id": i,
                         "args": [r.entrypoint, *r.args],
                         "env": env,
-                        "cpu": max(r.resource.cpu, 1) if r.resource.cpu > 0 else 1,
+                        "cpu": max(r.resource.cpu, 1),
                         "gpu": max(r.resource.gpu, 0),
                         "elastic": elastic,
                         "min_replicas": role.min_replicas or role.num_replicas,
@@ -276,13 +268,12 @@ class RayScheduler(Scheduler[RayJob]):
         return job.app_id
 
     def _job_log_tail(self, app_id: str) -> List[str]:
-        """The job log's last ``TAIL_LINES`` lines, from the dashboard's log API (Ray's
-        ``get_log`` over HTTP; its Python function wants the GCS address); the whole log,
-        through the job client, if that API does not answer (e.g. a cluster with auth)."""
+        """The job log's last ``TAIL_LINES`` lines from the dashboard's log API (Ray's Python
+        ``get_log`` wants the GCS address); else the whole log (e.g. a cluster with auth)."""
         query = urllib.parse.urlencode(
             {"submission_id": app_id, "lines": TAIL_LINES, "timeout": 10}
         )
-        url = f"{dashboard_url(self._address())}/api/v0/logs/file?{query}"
+        url = f"{dashboard_url(_env_address())}/api/v0/logs/file?{query}"
         try:
             with urllib.request.urlopen(url, timeout=15) as r:
                 return r.read().decode(errors="replace").splitlines()
@@ -301,21 +292,14 @@ class RayScheduler(Scheduler[RayJob]):
         write_private(path, report)
         return path
 
-    def _address(self) -> str:
-        """The dashboard this process reaches (the run option's default: its env)."""
-        return _env_address()
-
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        client = self._client(self._address())
+        client = self._client(_env_address())
         try:
             info = client.get_job_info(app_id)
         except RuntimeError:
             return None
         req = _request_of(info)
-        state = RAY_STATES.get(
-            str(info.status.value if hasattr(info.status, "value") else info.status),
-            AppState.UNKNOWN,
-        )
+        state = _state(info.status)
         from torchx.specs.serialize import appdef_from_dict
 
         app = appdef_from_dict(req["app"]) if req else None
@@ -354,7 +338,7 @@ class RayScheduler(Scheduler[RayJob]):
                 **_app_metadata(info.metadata or {}),
             },
             roles=app.roles if app else [],
-            ui_url=f"{dashboard_url(self._address())}/#/jobs/{app_id}",
+            ui_url=f"{dashboard_url(_env_address())}/#/jobs/{app_id}",
         )
 
     def list(self) -> List[ListAppResponse]:
@@ -363,11 +347,8 @@ class RayScheduler(Scheduler[RayJob]):
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
-        """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id).
-
-        The Job Submission API cannot filter: this lists the cluster's jobs and filters
-        their metadata here.
-        """
+        """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id);
+        the Job Submission API cannot filter, so every job is listed."""
         jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
         return [self._entry(job) for job in jobs]
@@ -380,7 +361,7 @@ class RayScheduler(Scheduler[RayJob]):
         return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _id_taken)
 
     def _torchx_jobs(self) -> List[Any]:
-        client = self._client(self._address())
+        client = self._client(_env_address())
         return [
             job
             for job in client.list_jobs()
@@ -389,15 +370,11 @@ class RayScheduler(Scheduler[RayJob]):
 
     @staticmethod
     def _entry(job: Any) -> ListAppResponse:
-        status = str(job.status.value if hasattr(job.status, "value") else job.status)
-        return ListAppResponse(
-            job.submission_id,
-            RAY_STATES.get(status, AppState.UNKNOWN),
-            name=(job.metadata or {}).get(META_APP_NAME, ""),
-        )
+        name = (job.metadata or {}).get(META_APP_NAME, "")
+        return ListAppResponse(job.submission_id, _state(job.status), name=name)
 
     def _cancel_existing(self, app_id: str) -> None:
-        self._client(self._address()).stop_job(app_id)
+        self._client(_env_address()).stop_job(app_id)
 
     def log_iter(
         self,
@@ -419,7 +396,7 @@ class RayScheduler(Scheduler[RayJob]):
         return filter_regex(regex, lines)
 
     def _logs(self, app_id: str) -> str:
-        return self._client(self._address()).get_job_logs(app_id)
+        return self._client(_env_address()).get_job_logs(app_id)
 
     @staticmethod
     def _select(text: str, prefix: str, skip: int = 0) -> Iterator[str]:
@@ -449,6 +426,12 @@ def _id_taken(e: Exception) -> bool:
     return isinstance(e, (RuntimeError, ValueError)) and "already exists" in str(e)
 
 
+def _state(status: Any) -> AppState:
+    """A Ray ``JobStatus`` (or its value) as an ``AppState``."""
+    value = status.value if hasattr(status, "value") else status
+    return RAY_STATES.get(str(value), AppState.UNKNOWN)
+
+
 def _env_address() -> str:
     """The dashboard this process's environment names (the run option's default)."""
     return (
@@ -465,11 +448,6 @@ def _request_of(info: Any) -> Optional[Dict[str, Any]]:
         return decode_request(env[REQUEST_ENV]) if env and env.get(REQUEST_ENV) else None
     except (ValueError, TypeError, zlib.error):  # not one of ours
         return None
-
-
-def _resources(replica: Mapping[str, Any]) -> str:
-    gpu = replica.get("gpu") or 0
-    return f"{replica['cpu']} cpu" + (f", {gpu} gpu" if gpu else "")
 
 
 def _app_metadata(meta: Mapping[str, str]) -> Dict[str, str]:

@@ -4,9 +4,7 @@
 against it keeps working.
 """
 
-from __future__ import annotations
-
-from torchx.schedulers.slurm.batch import (
+from torchx.schedulers.slurm.batch import (  # noqa: F401
     RANK0_ENV,
     SBATCH_GROUP_OPTIONS,
     SBATCH_JOB_OPTIONS,
@@ -14,31 +12,13 @@ from torchx.schedulers.slurm.batch import (
     SlurmOpts,
     SlurmReplicaRequest,
 )
-from torchx.schedulers.slurm.scheduler import SlurmScheduler, create_scheduler
-from torchx.schedulers.slurm.status import (
+from torchx.schedulers.slurm.scheduler import SlurmScheduler, create_scheduler  # noqa: F401
+from torchx.schedulers.slurm.status import (  # noqa: F401
     SLURM_STATES,
     SlurmError,
     parse_jobcomp,
     parse_sacct,
     parse_scontrol,
-    parse_squeue,
     parse_squeue_text,
+    squeue_jobs,
 )
-
-__all__ = [
-    "RANK0_ENV",
-    "SBATCH_GROUP_OPTIONS",
-    "SBATCH_JOB_OPTIONS",
-    "SLURM_STATES",
-    "SlurmBatchRequest",
-    "SlurmError",
-    "SlurmOpts",
-    "SlurmReplicaRequest",
-    "SlurmScheduler",
-    "create_scheduler",
-    "parse_jobcomp",
-    "parse_sacct",
-    "parse_scontrol",
-    "parse_squeue",
-    "parse_squeue_text",
-]

@@ -29,10 +29,8 @@ SBATCH_JOB_OPTIONS = {"comment", "mail-user", "mail-type"}
 # a bool key (``exclusive``) becomes a bare flag when true
 SBATCH_GROUP_OPTIONS = {"partition", "time", "constraint", "account", "qos", "exclusive"}
 
-# The idempotency token rides in the job comment, after the user's own comment, and the
-# owner (``Runner.run(owner=...)``) before the token: ``[comment] [OWNER=o] [TOKEN=t]``. The
-# owner is percent-encoded to one token without whitespace or ``|`` (the field separator of
-# ``squeue -O``/``sacct -P``), so it reads back exactly, wherever it sits in a line.
+# The job comment is ``[comment] [OWNER_MARK<owner>] [TOKEN_MARK<token>]``; the owner is
+# percent-encoded to one word without ``|`` (``squeue -O``/``sacct -P``'s separator).
 TOKEN_MARK = "torchx-token="
 OWNER_MARK = "torchx-owner="
 # rank 0's progress reports (``report_progress``), beside the job's logs in its directory
@@ -94,8 +92,7 @@ def sbatch_value(key: str, value: Any) -> str:
 def with_token(
     comment: Optional[str], token: Optional[str], owner: Optional[str] = None
 ) -> Optional[str]:
-    """The job comment: the user's comment (kept), then the owner, then the idempotency
-    token (last, where ``token_of`` and older readers look for it)."""
+    """The job comment: the user's, the owner, then the token (last, where ``token_of`` looks)."""
     words = [comment] if comment else []
     if owner:
         words.append(OWNER_MARK + urllib.parse.quote(owner, safe=_OWNER_SAFE))
@@ -119,9 +116,8 @@ def token_of(comment: str) -> Optional[str]:
 
 
 def comment_metadata(text: str) -> Dict[str, str]:
-    """``{IDEMPOTENCY_TOKEN, OWNER}`` from a job comment written by ``with_token``, or from a
-    line that holds one (``scontrol -o show job``'s): the last of each mark, since ours
-    follow the user's comment."""
+    """``{IDEMPOTENCY_TOKEN, OWNER}`` from a job comment written by ``with_token`` (or a line
+    holding one): the last of each mark, since ours follow the user's comment."""
     found: Dict[str, str] = {}
     for key, mark in ((IDEMPOTENCY_TOKEN, TOKEN_MARK), (OWNER, OWNER_MARK)):
         values = re.findall(rf"(?:^|\s){re.escape(mark)}(\S+)", text or "")
@@ -155,13 +151,9 @@ class SlurmReplicaRequest:
         stall_timeout: Optional[float] = None,
         job_dir: str = "",
     ) -> SlurmReplicaRequest:
-        """The request for replica ``name`` of ``role`` (macros already applied).
-
-        ``cfg``'s ``SBATCH_GROUP_OPTIONS`` go on the group's ``#SBATCH`` line; ``nomem``
-        leaves out ``--mem`` (for partitions that declare no memory); with
-        ``stall_timeout`` the command runs under ``torchx.runtime.watchdog``, which judges
-        the gang: every replica's logs in ``job_dir`` count.
-        """
+        """The request for replica ``name`` of ``role`` (macros already applied); ``nomem``
+        leaves out ``--mem`` (partitions that declare no memory). The watchdog (with
+        ``stall_timeout``) judges the gang: every replica's logs in ``job_dir`` count."""
         for key in role.env:
             check_env_name(key, role.name)
         sbatch: Dict[str, Optional[str]] = {"requeue": None}
@@ -195,7 +187,7 @@ class SlurmReplicaRequest:
 
     def materialize(self) -> Tuple[List[str], List[str]]:
         """``(sbatch args, srun group)``: the group's ``#SBATCH`` options and its shell-quoted
-        ``srun`` tokens (groups are joined with ``:`` into one het step)."""
+        ``srun`` tokens."""
         for key in self.env:
             check_env_name(key, self.name)
         sbatch = [f"--job-name={self.name}", *_opts(self.sbatch_opts)]

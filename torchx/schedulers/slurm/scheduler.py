@@ -1,26 +1,15 @@
 """``slurm``: an AppDef becomes one heterogeneous ``sbatch`` job, one het group per replica.
 
-The batch script (``batch``) runs a single ``srun`` over all groups, each writing
-``slurm-<jobid>-<role>-<replica>.{out,err}`` in the job directory. The rank-0 host for
-``dist.ddp``'s rendezvous is the address of group 0's node (``TORCHX_RANK0_HOST``).
-``max_retries`` requeues.
-
-Status asks about the one job (``status``): ``squeue -j``, then ``sacct -j`` once
-slurmctld forgot it, then a ``jobcomp/filetxt`` log. The owner and an idempotency token ride
-in the job comment (after the user's ``comment``; ``describe`` returns both as metadata);
-``find_by_idempotency_token`` reads the token back from
-the user's jobs in ``squeue`` and, for finished ones, ``sacct`` (which keeps comments with
-``AccountingStoreFlags=job_comment``). A keyed job is submitted held and released only once
-it is the oldest live job of its token (``find_by_idempotency_token``), so of racing
-submitters only one job starts its command; the others are cancelled while still held.
+The batch script (``batch``) runs one ``srun`` over all groups, each writing
+``slurm-<jobid>-<role>-<replica>.{out,err}`` in the job directory; ``max_retries`` requeues.
+Status comes from ``status``. The owner and idempotency token ride in the job comment. A
+keyed job is submitted held and released only once it is the oldest live job of its token,
+so of racing submitters only one job starts its command.
 
 The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_HOME/slurm``
-and next to the logs as ``slurm-<jobid>.torchx.json``, so another machine or another
-``$TORCHX_HOME`` that re-attaches to the job finds it through the job's working directory.
-
-With a stall timeout (``Runner.run(stall_timeout=...)``) each replica's command runs under
-``torchx.runtime.watchdog``, which ends a silent replica and leaves its reason as the last
-line of the replica's ``.err``, where ``describe`` reads it.
+and as ``slurm-<jobid>.torchx.json`` in the job directory, where another machine that
+re-attaches finds it. A stall's reason (``torchx.runtime.watchdog``) is the last line of
+the replica's ``.err``.
 """
 
 from __future__ import annotations
@@ -60,10 +49,9 @@ from torchx.schedulers.slurm.batch import (
 from torchx.schedulers.slurm.status import (
     SLURM_STATES,
     SlurmError,
-    job_state,
-    json_number,
     query_job,
     run,
+    squeue_jobs,
 )
 from torchx.specs import (
     NONE,
@@ -207,15 +195,8 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def progress_path(self, app_id: str) -> Optional[str]:
         """``slurm-<jobid>.progress.json`` in the job's directory (its env names it)."""
-        if not app_id.isdigit():
-            return None
-        record = self._record(app_id)
-        if record is None:  # submitted elsewhere: Slurm knows the job's directory
-            parts = query_job(app_id)
-            record = self._record(app_id, parts[0]["work_dir"]) if parts else None
-        if record is None:
-            return None
-        return os.path.join(record["job_dir"], PROGRESS_FILE.format(job_id=app_id))
+        job_dir = self._job_dir(app_id)
+        return os.path.join(job_dir, PROGRESS_FILE.format(job_id=app_id)) if job_dir else None
 
     def _record_path(self, job_id: str) -> Path:
         return torchx_home(self._torchx_home) / "slurm" / f"{job_id}.json"
@@ -253,8 +234,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             if app
             else _roles_from_names([p["name"] for p in parts])
         )
+        job_dir = record["job_dir"] if record else parts[0]["work_dir"]
         roles: List[RoleStatus] = []
         failing: List[str] = []
+        errs: List[str] = []  # the failed replicas' stderr files
         for role_name, count in names:
             reps = []
             for i in range(count):
@@ -262,18 +245,13 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 s = _replica_state(p)
                 if s == AppState.FAILED:
                     failing.append(f"{role_name}/{i} (exit {p['exit_code']})")
+                    errs.append(os.path.join(job_dir, f"slurm-{app_id}-{role_name}-{i}.err"))
                 reps.append(ReplicaStatus(i, s, role_name, p["node"]))
             roles.append(RoleStatus(role_name, reps))
-        msg = (
-            f"failed replicas: {', '.join(failing)}" if failing and state == AppState.FAILED else ""
-        )
-        job_dir = record["job_dir"] if record else parts[0]["work_dir"]
+        failed = failing and state == AppState.FAILED
+        msg = f"failed replicas: {', '.join(failing)}" if failed else ""
         structured = NONE
-        errs = [
-            os.path.join(job_dir, f"slurm-{app_id}-{f.split(' ')[0].replace('/', '-')}.err")
-            for f in (failing if job_dir else [])
-        ]
-        if errs:
+        if errs and job_dir:
             structured = _last_error(errs[0])
             # a replica's watchdog stopped it (its peers then failed too: kill-on-bad-exit)
             msg = next(filter(None, map(_stall_reason, errs)), msg)
@@ -297,12 +275,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         """Jobs slurmctld holds (cluster-wide ``squeue``) and jobs that ended within
         ``SACCT_SINCE`` (``sacct``, where accounting exists)."""
         seen: Dict[str, ListAppResponse] = {}
-        for job in json.loads(run(["squeue", "--json"])).get("jobs", []):
-            het, jid = json_number(job.get("het_job_id")), json_number(job.get("job_id"))
-            app_id = str(het or jid)
+        for app_id, slurm_state, name in squeue_jobs(json.loads(run(["squeue", "--json"]))):
             if app_id not in seen:
-                state = SLURM_STATES.get(job_state(job.get("job_state")), AppState.UNKNOWN)
-                seen[app_id] = self._listed(app_id, state, job.get("name", ""))
+                state = SLURM_STATES.get(slurm_state, AppState.UNKNOWN)
+                seen[app_id] = self._listed(app_id, state, name)
         for app_id, state, name, _ in _sacct_leaders(["-o", "JobID,State,JobName,Comment"]):
             if app_id not in seen:
                 seen[app_id] = self._listed(app_id, state, name)
@@ -316,14 +292,8 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         """This user's jobs whose comment carries ``token``, oldest (lowest id) first.
-
-        Slurm filters by user (``-u``) and, for finished jobs, by age (``SACCT_SINCE``);
-        neither squeue nor sacct can filter on a comment, so that match is ours. Keyed jobs
-        are submitted held (``--hold``): this releases the oldest live one, the token's
-        winner; the others are cancelled still held by their submitter (or the next
-        lookup of the key). Every racer's ``schedule_keyed`` calls it, and so does a
-        retry that finds the winner still held after its submitter died.
-        """
+        Keyed jobs are submitted held: this releases the oldest live one (every racer and
+        every retry calls it, so a winner whose submitter died is released too)."""
         found: Dict[str, ListAppResponse] = {}
         held = set()
         fields = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,Reason:|,Name:|,Comment:"
@@ -355,13 +325,17 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
     def _cancel_existing(self, app_id: str) -> None:
         run(["scancel", app_id])
 
-    def _job_dir(self, app_id: str) -> str:
+    def _job_dir(self, app_id: str) -> Optional[str]:
+        """From this machine's record, else (submitted elsewhere) the job's working
+        directory's; None if neither knows the job."""
+        if not app_id.isdigit():
+            return None
         record = self._record(app_id)
         if record:
             return str(record["job_dir"])
-        parts = query_job(app_id) if app_id.isdigit() else []
+        parts = query_job(app_id)
         if not parts or not parts[0]["work_dir"]:
-            raise ValueError(f"slurm knows no job {app_id} and this machine has no record of it")
+            return None
         record = self._record(app_id, parts[0]["work_dir"])
         return str(record["job_dir"]) if record else str(parts[0]["work_dir"])
 
@@ -376,7 +350,10 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         should_tail: bool = False,
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
-        base = os.path.join(self._job_dir(app_id), f"slurm-{app_id}-{role_name}-{k}")
+        job_dir = self._job_dir(app_id)
+        if job_dir is None:
+            raise ValueError(f"slurm knows no job {app_id} and this machine has no record of it")
+        base = os.path.join(job_dir, f"slurm-{app_id}-{role_name}-{k}")
         # Slurm keeps the streams apart; "combined" (the default) reads both
         exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
             streams or Stream.COMBINED, ["out", "err"]

@@ -10,7 +10,7 @@
 
 Each source yields the job's het groups as dicts ``{name, state, exit_code, offset, node,
 restarts, work_dir}`` sorted by offset; ``exit_code`` is None where no step reported one.
-Cluster-wide ``squeue --json`` (22.05 and 24.x shapes) serves only ``list``.
+Cluster-wide ``squeue --json`` (22.05 and 24.x shapes, ``squeue_jobs``) serves only ``list``.
 """
 
 from __future__ import annotations
@@ -18,36 +18,28 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from torchx.specs import AppState, TorchXError
+from torchx.specs import AppState, TorchXError, is_terminal
 
 SLURM_STATES: Mapping[str, AppState] = {
-    "PENDING": AppState.PENDING,
-    "CONFIGURING": AppState.PENDING,
-    "REQUEUED": AppState.PENDING,
-    "REQUEUE_HOLD": AppState.PENDING,
-    "REQUEUE_FED": AppState.PENDING,
-    "RESV_DEL_HOLD": AppState.PENDING,
-    "RUNNING": AppState.RUNNING,
-    "COMPLETING": AppState.RUNNING,
-    "SUSPENDED": AppState.RUNNING,
-    "STAGE_OUT": AppState.RUNNING,
-    "SIGNALING": AppState.RUNNING,
-    "RESIZING": AppState.RUNNING,
+    **dict.fromkeys(
+        ["PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"],
+        AppState.PENDING,
+    ),
+    **dict.fromkeys(
+        ["RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"],
+        AppState.RUNNING,
+    ),
     "COMPLETED": AppState.SUCCEEDED,
     "CANCELLED": AppState.CANCELLED,
-    "FAILED": AppState.FAILED,
-    "TIMEOUT": AppState.FAILED,
-    "NODE_FAIL": AppState.FAILED,
-    "PREEMPTED": AppState.FAILED,
-    "BOOT_FAIL": AppState.FAILED,
-    "DEADLINE": AppState.FAILED,
-    "OUT_OF_MEMORY": AppState.FAILED,
+    **dict.fromkeys(
+        ["FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"],
+        AppState.FAILED,
+    ),
     "REVOKED": AppState.FAILED,
 }
-TERMINAL = {s for s, a in SLURM_STATES.items() if a in (AppState.SUCCEEDED, AppState.FAILED)}
-TERMINAL.add("CANCELLED")
+TERMINAL = {s for s, a in SLURM_STATES.items() if is_terminal(a)}
 
 # squeue -O: "Field:|" is unpadded and ends with "|"; the last field is unbounded. The job
 # comment (the owner and idempotency token, ``batch.with_token``) comes last; the parsers
@@ -135,10 +127,8 @@ def parse_squeue_text(text: str, job_id: str) -> List[Dict[str, Any]]:
 def parse_scontrol(text: str, job_id: str) -> List[Dict[str, Any]]:
     """The groups of ``job_id`` in ``scontrol -d -o show job`` output (one line per group).
 
-    Values are read from the front of each line (``Comment=`` comes late and may hold
-    anything), so the first ``Key=`` of each kind is the real one. The comment is the rest
-    of the line from ``Comment=`` (what follows it cannot be told apart from it).
-    """
+    ``Comment=`` comes late and may hold anything: the first ``Key=`` of each kind is the
+    real one, and the comment is the rest of the line."""
     parts = []
     for line in text.splitlines():
 
@@ -168,11 +158,8 @@ def parse_scontrol(text: str, job_id: str) -> List[Dict[str, Any]]:
 def parse_sacct(text: str, job_id: str) -> List[Dict[str, Any]]:
     """The groups of ``job_id`` in ``sacct -P -n -D -o SACCT_FIELDS -j ID`` output.
 
-    Rows come per run (with ``-D``, a requeued job lists each run): an allocation row
-    (``ID`` or ``ID+k``) and then its steps (``ID+k.0``, ``ID+k.batch``). The last run of a
-    group wins, and its exit code is the highest of its numbered steps' (the batch step is
-    the script, whose exit is the whole job's).
-    """
+    With ``-D`` each run of a requeued job is listed (an ``ID+k`` row, then its steps): the
+    last run wins, its exit code the highest of its numbered steps' (not the batch step's)."""
     parts: Dict[int, Dict[str, Any]] = {}
     runs: Dict[int, int] = {}
     for line in text.splitlines():
@@ -222,11 +209,8 @@ def parse_jobcomp(text: str, job_id: str) -> List[Dict[str, Any]]:
 
 
 def query_job(job_id: str) -> List[Dict[str, Any]]:
-    """The groups of one job, from squeue, then sacct, then the jobcomp log ([] if unknown).
-
-    Raises ``SlurmError`` when a source failed (slurmctld or slurmdbd down) and no other
-    knew the job: "unknown" must not be said for a job that may well exist.
-    """
+    """The groups of one job, from squeue, then sacct, then the jobcomp log ([] if unknown);
+    ``SlurmError`` if a source failed and no other knew the job (it may well exist)."""
     failure: Optional[SlurmError] = None
     try:
         out = run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", SQUEUE_FIELDS])
@@ -276,19 +260,6 @@ def json_number(value: Any) -> Optional[int]:
     return None if value is None else int(value)
 
 
-def _exit_code(value: Any) -> Optional[int]:
-    """22.05: raw wait status (768 = exit 3); 24.x: ``{status, return_code: {number}}``."""
-    if isinstance(value, dict):
-        rc = json_number(value.get("return_code"))
-        signal = value.get("signal")
-        sig = json_number(signal.get("id")) if isinstance(signal, dict) else None
-        return 128 + sig if sig else rc
-    if value is None:
-        return None
-    raw = int(value)
-    return raw >> 8 if raw & 0x7F == 0 else 128 + (raw & 0x7F)
-
-
 def job_state(value: Any) -> str:
     """``job_state`` of ``squeue --json``: a string (22.05) or a list of flags (24.x)."""
     if isinstance(value, list):
@@ -296,25 +267,9 @@ def job_state(value: Any) -> str:
     return str(value)
 
 
-def parse_squeue(data: Mapping[str, Any], job_id: str) -> List[Dict[str, Any]]:
-    """The groups of ``job_id`` in ``squeue --json`` output of Slurm 22.05 or 24.x."""
-    parts = []
+def squeue_jobs(data: Mapping[str, Any]) -> Iterator[Tuple[str, str, str]]:
+    """``(app id, state, name)`` of each group in ``squeue --json`` output of Slurm 22.05 or
+    24.x (a het job's groups share its app id)."""
     for job in data.get("jobs", []):
-        het = json_number(job.get("het_job_id"))
-        jid = json_number(job.get("job_id"))
-        if str(het if het else jid) != str(job_id):
-            continue
-        # derived_exit_code is the group's own (highest step) exit; exit_code the script's
-        code = job["derived_exit_code"] if "derived_exit_code" in job else job.get("exit_code")
-        parts.append(
-            _part(
-                job.get("name", ""),
-                job_state(job.get("job_state")),
-                _exit_code(code),
-                json_number(job.get("het_job_offset")) or 0,
-                job.get("nodes") or "",
-                json_number(job.get("restart_cnt")) or 0,
-                job.get("current_working_directory") or "",
-            )
-        )
-    return sorted(parts, key=lambda p: p["offset"])
+        het, jid = json_number(job.get("het_job_id")), json_number(job.get("job_id"))
+        yield str(het or jid), job_state(job.get("job_state")), job.get("name", "")
