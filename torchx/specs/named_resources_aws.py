@@ -204,45 +204,9 @@ def aws_inf2_48xlarge() -> Resource:
     return _instance("inf2.48xlarge", 192, 0, 768, {NEURON_DEVICE: 12})
 
 
+# upstream's names: the function aws_p3_2xlarge is the named resource "aws_p3.2xlarge"
 NAMED_RESOURCES: Mapping[str, Callable[[], Resource]] = {
-    "aws_p3.2xlarge": aws_p3_2xlarge,
-    "aws_p3.8xlarge": aws_p3_8xlarge,
-    "aws_p3.16xlarge": aws_p3_16xlarge,
-    "aws_p3dn.24xlarge": aws_p3dn_24xlarge,
-    "aws_p4d.24xlarge": aws_p4d_24xlarge,
-    "aws_p4de.24xlarge": aws_p4de_24xlarge,
-    "aws_p5.48xlarge": aws_p5_48xlarge,
-    "aws_p5en.48xlarge": aws_p5en_48xlarge,
-    "aws_t3.medium": aws_t3_medium,
-    "aws_m5.2xlarge": aws_m5_2xlarge,
-    "aws_c5.18xlarge": aws_c5_18xlarge,
-    "aws_g4dn.xlarge": aws_g4dn_xlarge,
-    "aws_g4dn.2xlarge": aws_g4dn_2xlarge,
-    "aws_g4dn.4xlarge": aws_g4dn_4xlarge,
-    "aws_g4dn.8xlarge": aws_g4dn_8xlarge,
-    "aws_g4dn.12xlarge": aws_g4dn_12xlarge,
-    "aws_g4dn.16xlarge": aws_g4dn_16xlarge,
-    "aws_g4dn.metal": aws_g4dn_metal,
-    "aws_g5.xlarge": aws_g5_xlarge,
-    "aws_g5.2xlarge": aws_g5_2xlarge,
-    "aws_g5.4xlarge": aws_g5_4xlarge,
-    "aws_g5.8xlarge": aws_g5_8xlarge,
-    "aws_g5.12xlarge": aws_g5_12xlarge,
-    "aws_g5.16xlarge": aws_g5_16xlarge,
-    "aws_g5.24xlarge": aws_g5_24xlarge,
-    "aws_g5.48xlarge": aws_g5_48xlarge,
-    "aws_g6e.xlarge": aws_g6e_xlarge,
-    "aws_g6e.2xlarge": aws_g6e_2xlarge,
-    "aws_g6e.4xlarge": aws_g6e_4xlarge,
-    "aws_g6e.8xlarge": aws_g6e_8xlarge,
-    "aws_g6e.16xlarge": aws_g6e_16xlarge,
-    "aws_g6e.12xlarge": aws_g6e_12xlarge,
-    "aws_g6e.24xlarge": aws_g6e_24xlarge,
-    "aws_g6e.48xlarge": aws_g6e_48xlarge,
-    "aws_trn1.2xlarge": aws_trn1_2xlarge,
-    "aws_trn1.32xlarge": aws_trn1_32xlarge,
-    "aws_inf2.xlarge": aws_inf2_xlarge,
-    "aws_inf2.8xlarge": aws_inf2_8xlarge,
-    "aws_inf2.24xlarge": aws_inf2_24xlarge,
-    "aws_inf2.48xlarge": aws_inf2_48xlarge,
+    "{}.{}".format(*name.rsplit("_", 1)): fn
+    for name, fn in list(globals().items())
+    if name.startswith("aws_") and callable(fn)
 }
