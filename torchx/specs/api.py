@@ -26,7 +26,8 @@ from typing import (
     Union,
 )
 
-from torchx.specs.errors import (
+# specs.api is where upstream's code imports these from
+from torchx.specs.errors import (  # noqa: F401
     AppStatusError,
     InvalidArgumentError,
     InvalidRunConfigException,
@@ -35,8 +36,8 @@ from torchx.specs.errors import (
     UnknownAppException,
     UnknownSchedulerException,
 )
-from torchx.specs.run_options import CfgVal, get_type_name, runopt, runopts
-from torchx.specs.states import (  # noqa: F401  (upstream's names, defined below api)
+from torchx.specs.run_options import CfgVal, get_type_name, runopt, runopts  # noqa: F401
+from torchx.specs.states import (  # noqa: F401
     _TERMINAL_STATES,
     ALL,
     MISSING,
@@ -46,7 +47,7 @@ from torchx.specs.states import (  # noqa: F401  (upstream's names, defined belo
     is_started,
     is_terminal,
 )
-from torchx.util.types import to_dict
+from torchx.util.types import to_dict  # noqa: F401
 
 # --------------------------------------------------------------------------- resources
 
@@ -452,48 +453,6 @@ def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMo
                 f"mount {','.join(f'{k}={v}' for k, v in g.items())} is missing {e.args[0]}="
             ) from None
     return mounts
-
-
-__all__ = [
-    "ALL",
-    "MISSING",
-    "NONE",
-    "NULL_RESOURCE",
-    "AppDef",
-    "AppDryRunInfo",
-    "AppHandle",
-    "AppState",
-    "AppStatus",
-    "AppStatusError",
-    "BindMount",
-    "CfgVal",
-    "DeviceMount",
-    "InvalidArgumentError",
-    "InvalidRunConfigException",
-    "MalformedAppHandleException",
-    "MountType",
-    "ParsedAppHandle",
-    "ReplicaState",
-    "ReplicaStatus",
-    "Resource",
-    "RetryPolicy",
-    "Role",
-    "RoleStatus",
-    "TorchXError",
-    "UnknownAppException",
-    "UnknownSchedulerException",
-    "VolumeMount",
-    "get_type_name",
-    "is_started",
-    "is_terminal",
-    "macros",
-    "make_app_handle",
-    "parse_app_handle",
-    "parse_mounts",
-    "runopt",
-    "runopts",
-    "to_dict",
-]
 
 
 def _run_awaitable(awaitable: Any) -> Any:

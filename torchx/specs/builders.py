@@ -17,7 +17,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence
 
-from torchx.specs.api import (
+# upstream's names in specs.builders
+from torchx.specs.api import (  # noqa: F401
     AppDef,
     BindMount,
     DeviceMount,
@@ -28,28 +29,12 @@ from torchx.specs.api import (
     parse_mounts,
 )
 from torchx.specs.file_linter import TorchXArgumentHelpFormatter, get_fn_docstring
-from torchx.util.types import decode, decode_optional, get_argparse_param_type, is_bool
-
-__all__ = [
-    "BindMount",
-    "ComponentArgs",
-    "ComponentArgumentError",
-    "DeviceMount",
-    "MountType",
-    "TorchXArgumentHelpFormatter",
-    "VolumeMount",
-    "component_args_from_str",
-    "component_help",
-    "decode",
-    "decode_optional",
-    "get_argparse_param_type",
-    "get_fn_docstring",
-    "is_bool",
-    "make_app_handle",
-    "materialize_appdef",
-    "parse_args",
-    "parse_mounts",
-]
+from torchx.util.types import (  # noqa: F401
+    decode,
+    decode_optional,
+    get_argparse_param_type,
+    is_bool,
+)
 
 
 class ComponentArgumentError(TorchXError):
@@ -272,8 +257,3 @@ def materialize_appdef(
             f"component {cmpnt_fn.__name__} returned {type(appdef).__name__}, expected AppDef"
         )
     return appdef
-
-
-def is_help_request(e: BaseException) -> Optional[str]:
-    """The help text if ``e`` is a ``--help`` request, else None (for the CLI)."""
-    return e.text if isinstance(e, ComponentHelpRequest) else None

@@ -27,22 +27,6 @@ from torchx.util.io import read_conf_file
 
 BUILTIN_PACKAGE = "torchx.components"
 
-__all__ = [
-    "ComponentNotFoundException",
-    "ComponentValidationException",
-    "ComponentsFinder",
-    "CustomComponentsFinder",
-    "ModuleComponentsFinder",
-    "get_builtin_source",
-    "get_component",
-    "get_components",
-    "is_namespace_package",
-    "is_package",
-    "module_relname",
-    "read_conf_file",
-    "validate",
-]
-
 
 logger: logging.Logger = logging.getLogger(__name__)
 
