@@ -1,10 +1,7 @@
 """The workspace contract: what a scheduler mixes in to run the user's local code.
 
-A workspace is a local directory (any fsspec URL) whose files are put in front of a
-role's image at submit time: copied into a job directory (``DirWorkspaceMixin``) or
-built into a new image (``DockerWorkspaceMixin``). The Runner applies it to
-``app.roles[0]`` only, and only for schedulers that mix in ``WorkspaceMixin``
-(``apply_workspace``).
+The Runner applies a workspace to ``app.roles[0]`` only, and only for schedulers that mix
+in ``WorkspaceMixin`` (``apply_workspace``).
 """
 
 from __future__ import annotations
@@ -156,10 +153,7 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
     def build_workspace_and_update_role2(
         self, role: Role, workspace: Union[Workspace, str], cfg: Mapping[str, CfgVal]
     ) -> None:
-        """``build_workspace_and_update_role`` for a ``Workspace`` or a path.
-
-        A multi-project workspace is first assembled in a temporary directory.
-        """
+        """A multi-project workspace is first assembled in a temporary directory."""
         if isinstance(workspace, Workspace):
             if workspace.is_unmapped_single_project():
                 workspace = str(workspace)
@@ -176,10 +170,7 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
-        """Build ``workspace`` on top of ``role.image`` and point the role at the result.
-
-        Mutates ``role`` (usually its ``image``).
-        """
+        """Build ``workspace`` on top of ``role.image`` and point the role (its image) at it."""
 
     def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> T:
         """Rewrite local images in ``app`` to where ``push_images`` will put them."""
@@ -266,11 +257,7 @@ def _walk(
 def walk_workspace(
     fs: AbstractFileSystem, path: str, ignore_name: str = TORCHX_IGNORE
 ) -> Iterable[Tuple[str, Iterable[str], Mapping[str, Mapping[str, object]]]]:
-    """Walk ``path`` on ``fs`` like ``fs.walk``, leaving out what ``ignore_name`` excludes.
-
-    The ignore file follows ``.dockerignore`` rules (see ``torchx.workspace.ignore``);
-    ``Dockerfile.torchx`` at the root is never left out.
-    """
+    """``fs.walk`` leaving out what ``ignore_name`` excludes (never ``Dockerfile.torchx``)."""
     for dirpath, _, dirs, files in _walk(fs, path, ignore_name):
         yield dirpath, dirs, files
 
@@ -316,11 +303,8 @@ def apply_workspace(
     workspace: Optional[Union[Workspace, str]],
     cfg: Mapping[str, CfgVal],
 ) -> Optional[WorkspaceBuild]:
-    """Build ``workspace`` into ``app.roles[0]`` if ``scheduler`` is a ``WorkspaceMixin``.
-
-    What upstream's ``Runner.dryrun`` does between ``_pre_build_validate`` and
-    ``_validate``; a no-op (None) for an empty workspace or a scheduler without the mixin.
-    """
+    """Build ``workspace`` into ``app.roles[0]`` if ``scheduler`` is a ``WorkspaceMixin``
+    (upstream's ``Runner.dryrun`` step); None when there is nothing to build."""
     if not workspace or not isinstance(scheduler, WorkspaceMixin) or not app.roles:
         return None
     run_opts = getattr(scheduler, "run_opts", None)  # a mixin on a Scheduler, or alone

@@ -1,18 +1,8 @@
 """Docker workspaces: the workspace is built into a new image on top of the role's image.
 
-The build context is ``Dockerfile.torchx`` (the workspace's own, else
-``DEFAULT_DOCKERFILE``) plus exactly the files ``.dockerignore`` lets through. The build
-gets the build args ``IMAGE`` (the role's image) and ``WORKSPACE`` (the workspace path).
-
-Unlike upstream, nothing talks to Docker during the dry run:
-
-- ``build_workspace_and_update_role`` writes the context (a reproducible tar: sorted,
-  mtime 0, owner 0) and sets ``role.image`` to ``sha256:<digest>``, where the digest
-  covers the context and the build args;
-- ``dryrun_push_images`` rewrites that to ``<image_repo>:<digest>``;
-- ``push_images`` (at schedule time) builds, tags and pushes through the Docker SDK.
-  Without a reachable daemon it raises ``DockerUnavailableError``, naming
-  ``--workspace ""`` as the way to submit the role's image as is.
+Unlike upstream, nothing talks to Docker during the dry run: the build context (a
+reproducible tar) is made and hashed, the role's image becomes ``sha256:<digest>``, and
+``push_images`` builds and pushes it at schedule time.
 """
 
 from __future__ import annotations
@@ -79,10 +69,6 @@ class DockerWorkspaceBuild:
     files: List[str]  # tar members, Dockerfile.torchx first
     context: IO[bytes] = field(repr=False)
     quiet: bool = False
-
-    @property
-    def digest(self) -> str:
-        return self.image[len(HASH_PREFIX) :]
 
     @property
     def buildargs(self) -> Dict[str, str]:
@@ -153,11 +139,7 @@ def _digest(context: IO[bytes], buildargs: Mapping[str, str]) -> str:
 
 
 class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
-    """Builds the workspace into an image on top of the role's image and pushes it.
-
-    Needs a Docker daemon at schedule time (``docker login`` to ``image_repo`` for the
-    push); the dry run needs none.
-    """
+    """Builds the workspace into an image on top of the role's image and pushes it."""
 
     LABEL_VERSION: str = "torchx.pytorch.org/version"
 
@@ -208,10 +190,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
-        """Plan an image of ``workspace`` on ``role.image``; ``role.image`` becomes its id.
-
-        Only the build context is made here; ``push_images`` builds it.
-        """
+        """Plan an image of ``workspace`` on ``role.image`` (``push_images`` builds it)."""
         context, files = build_context(role.image, workspace)
         base = role.image
         digest = _digest(context, {"IMAGE": base, "WORKSPACE": workspace})
@@ -356,10 +335,7 @@ def _check_push(events: Iterable[Dict[str, Any]]) -> None:
 
 
 def print_push_events(events: Iterable[Dict[str, str]], stream: TextIO = sys.stderr) -> None:
-    """Render ``docker push`` progress events, one line per layer updated in place.
-
-    Raises ``ImagePushError`` (a ``RuntimeError``) on an error event.
-    """
+    """Render ``docker push`` progress events, one line per layer updated in place."""
     header = "\033[34mdocker push \033[0m"
     layers: List[str] = []
     for event in events:
