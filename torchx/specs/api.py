@@ -65,10 +65,7 @@ class Resource:
 
     @staticmethod
     def copy(original: Resource, **capabilities: Any) -> Resource:
-        """A copy of ``original`` with ``capabilities`` merged in.
-
-        Tags are dropped, as upstream.
-        """
+        """A copy of ``original`` with ``capabilities`` merged in (tags dropped, as upstream)."""
         res_capabilities = dict(original.capabilities)
         res_capabilities.update(capabilities)
         return Resource(
@@ -260,19 +257,8 @@ class RoleStatus:
     replicas: List[ReplicaStatus]
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "role": self.role,
-            "replicas": [
-                {
-                    "id": r.id,
-                    "state": str(r.state),
-                    "role": r.role,
-                    "hostname": r.hostname,
-                    "structured_error_msg": r.structured_error_msg,
-                }
-                for r in self.replicas
-            ],
-        }
+        replicas = [{**asdict(r), "state": str(r.state)} for r in self.replicas]
+        return {"role": self.role, "replicas": replicas}
 
 
 @dataclass
@@ -405,11 +391,7 @@ _MOUNT_KEYS = {"type", "src", "dst", "readonly", "perm"}
 
 
 def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMount]]:
-    """Parse docker-style mount options, e.g. ``["type=bind,src=/a,dst=/b,readonly"]``.
-
-    Each mount starts with ``type=bind|volume|device``; items may be split across
-    list elements (``["type=bind", "src=/a", "dst=/b"]``).
-    """
+    """Parse docker-style mount options, e.g. ``["type=bind,src=/a,dst=/b,readonly"]``."""
     groups: List[Dict[str, str]] = []
     for opt in opts:
         for item in filter(None, (p.strip() for p in opt.split(","))):

@@ -1,12 +1,8 @@
 """Turn a component function plus command-line arguments into an ``AppDef``.
 
-Each parameter becomes ``--name`` (one-letter names also ``-x``); ``*args`` takes the
-rest of the command line; help comes from the Google-style docstring. The parser
-(``_create_args_parser``), ``parse_args`` and ``materialize_appdef`` behave as
-upstream TorchX's, with two differences on purpose: a bad argument raises
-:class:`ComponentArgumentError` (one line) instead of exiting the process, and values
-are decoded with their type hints (so ``Optional[int]`` is an int, ``--flag 1`` is
-True, ``--flag maybe`` is an error).
+As upstream, except that a bad argument raises :class:`ComponentArgumentError` instead
+of exiting the process, and values are decoded by their type hints (``Optional[int]`` is
+an int, ``--flag maybe`` is an error).
 """
 
 from __future__ import annotations

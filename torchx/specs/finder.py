@@ -1,11 +1,8 @@
 """Find components: builtins, the ``torchx.components`` entry points, ``file.py:fn`` and
-``package.module:fn``.
+``package.module:fn``, each checked by the linter before it is used.
 
-Every component is checked by the linter (:mod:`torchx.specs.file_linter`) before it
-is used, so an unannotated or undecodable parameter is reported, with upstream's
-messages, before the file's function runs. Differences from upstream, on purpose:
-entry-point components add to the builtins instead of replacing them, a file
-component runs in its own namespace, and the validation errors are one line.
+Unlike upstream, entry-point components add to the builtins instead of replacing them,
+and a file component runs in its own namespace.
 """
 
 from __future__ import annotations

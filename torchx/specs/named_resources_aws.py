@@ -1,9 +1,4 @@
-"""AWS EC2 instance types as named resources (``-h aws_p4d.24xlarge``).
-
-Names, sizes and devices are upstream TorchX's: memory is the instance's GiB times
-``GiB`` (1024 MB less ``MEM_TAX`` for the OS and agents), ``capabilities`` carry the
-Kubernetes instance-type label and ``devices`` the EFA / Neuron devices.
-"""
+"""AWS EC2 instance types as named resources (``-h aws_p4d.24xlarge``), as upstream's."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Which app and role names are accepted.
-
-Schedulers use role names in paths (log directories), hostnames and labels, so a name
-like ``../../victim`` or one of 300 characters must be refused before anything is
-written. The check lives here, once, and every scheduler's dry run applies it.
-"""
+"""Which app and role names are accepted: schedulers use them in paths, hostnames and
+labels, so ``../../victim`` must be refused before anything is written."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Scheduler run options (``runopts``) and the ``-cfg k=v,...`` string form they are given in.
 
-Parsing follows upstream TorchX so the same ``-cfg`` string yields the same config:
-pairs are separated by ``,`` or ``;`` (the last one before ``key=``), list values by
-``,``/``;`` and dict values are ``k:v`` items. A string with unknown keys has them
-dropped with a warning, as upstream does, unless the caller asks for ``strict`` parsing
-(the CLI does). Unlike upstream, :meth:`runopts.resolve` rejects unknown keys, so a typo
-(``cfg={"partion": "gpu"}``) is an error on every path that submits: the CLI, ``Runner``,
-``Scheduler.submit`` and the pipeline adapters.
+Parsing follows upstream, so the same ``-cfg`` string yields the same config. Unlike
+upstream, :meth:`runopts.resolve` with a scheduler name rejects unknown keys, so a typo is
+an error on every path that submits.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""How an ``AppStatus`` reads: ``format()`` for ``torchx status``, ``repr()``/``str()`` as
-YAML, and a one-line ``error_summary()`` for errors and pipeline adapters.
+"""How an ``AppStatus`` reads: ``format()``, ``repr()`` and a one-line ``error_summary()``.
 
-``format()`` and ``repr()`` print what upstream TorchX prints for the same status, so
-scripts that show or parse them keep working. Where upstream raised on a status it
-could not format (a reply file without ``errorCode`` or ``timestamp``, an error message
-that is not JSON) these print what they have instead.
+``format()`` and ``repr()`` print what upstream prints, so scripts that parse them keep
+working; where upstream raised on a status it could not format, these print what they have.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Kubernetes resource quantities (``500m``, ``8Gi``, ``8G``, ``1.5``, ``1e3``) as torchx numbers.
-
-The one parser for every place that reads a quantity (the kubernetes scheduler reading
-a job back, the KFP launcher reading a task's resources), so ``8G`` means the same
-everywhere: 8e9 bytes, 7629 MiB; ``8Gi`` is 8192 MiB; a plain number of memory is bytes.
-The grammar is Kubernetes' (``k8s.io/apimachinery/pkg/api/resource``): a signed decimal
-number, then a binary suffix (Ki..Ei), a decimal one (n, u, m, k, M..E) or an exponent.
-Values are exact (``Decimal``) until the final rounding.
-"""
+"""Kubernetes resource quantities (``500m``, ``8Gi``, ``8G``, ``1e3``), the one parser for
+every place that reads one, so ``8G`` means the same everywhere (8e9 bytes)."""
 
 from __future__ import annotations
 

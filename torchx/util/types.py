@@ -1,10 +1,7 @@
-"""Decoding command-line strings into component argument types, and the type rules.
+"""Decoding command-line strings into component argument types (upstream's names).
 
-Public names are upstream TorchX's (``to_dict``, ``decode``, ``decode_optional``, ...)
-and give the same results for the inputs upstream accepts. Where upstream returned a
-wrong value (``"1"`` as a bool is False there, ``Optional[int]`` stays a string, ``None
-| int`` is not unwrapped), these decode correctly or raise a one-line ``ValueError``.
-Imports only the standard library: ``torchx.specs`` imports this module.
+Where upstream returned a wrong value (``"1"`` as a bool is False there, ``Optional[int]``
+stays a string), these decode correctly or raise a one-line ``ValueError``.
 """
 
 from __future__ import annotations
