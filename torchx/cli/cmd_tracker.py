@@ -53,13 +53,11 @@ class CmdTracker(SubCommand):
         art = what.add_parser("artifacts", help="artifacts of a run")
         art.add_argument("--artifact", default=None)
         art.add_argument("run_id")
-        lin = what.add_parser("lineage", help="lineage of a run")
-        lin.add_argument("run_id")
-        lin.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
         top = sub.add_parser("lineage", help="draw the lineage of a run")
-        top.add_argument("run_id")
-        top.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
         top.set_defaults(list_what=None)
+        for lineage in (what.add_parser("lineage", help="lineage of a run"), top):
+            lineage.add_argument("run_id")
+            lineage.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
 
     def run(self, args: argparse.Namespace) -> None:
         from tabulate import tabulate

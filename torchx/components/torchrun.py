@@ -1,25 +1,7 @@
-"""A ``torchrun`` command line as the arguments of the ``dist.ddp`` component.
-
+"""A ``torchrun`` command line as the arguments of the ``dist.ddp`` component, so
 ``torchx torchrun`` and the pipelines' ``torchrun=`` submit the app ``torchx run dist.ddp``
-gives for the same job, so status, logs, cancel, list, tracking, progress and stall
-detection treat it like any other app. The flags are torch's own (``torchrun_flags``);
-the line may also carry dist.ddp's role flags (``--image``, ``--cpu``, ``--gpu``,
-``--memMB``, ``-h`` named resource, ``--env``), which torchrun does not have.
-
-torchrun flag -> dist.ddp argument:
-
-- ``--nnodes N|MIN:MAX`` and ``--nproc_per_node P`` -> ``-j NxP`` / ``-j MIN:MAXxP``
-- ``--max_restarts``, ``--rdzv_conf``, ``--tee`` (one stream number) -> the same
-- ``--rdzv_backend c10d|static`` -> the same; not given: dist.ddp's ``c10d`` (torchrun's
-  ``static`` cannot be elastic); ``--standalone`` -> ``c10d`` on one node
-- ``--rdzv_endpoint HOST:PORT`` (static: ``--master_port``) -> ``--rdzv_port PORT``; the
-  host is the job's first node, wherever the scheduler puts it
-- ``SCRIPT`` / ``-m MODULE`` -> ``--script`` / ``--m``; the script's arguments after ``--``
-- ``--rdzv_id``, ``--role``, ``--node_rank``, ``--master_addr``: set by dist.ddp for every
-  node (the app id, ``""``, the replica id, the first node's host); a value given is
-  reported in ``ignored``
-- any other flag (``--no_python``, ``--run_path``, ``--monitor_interval``, ...) -> the
-  role's env ``PET_<FLAG>``, where the job's torchrun reads it as if it were given
+gives for the same job. The flag mapping is README's "From torchrun" table; a flag
+dist.ddp does not map goes to the role's env as ``PET_<FLAG>``, which torchrun reads.
 """
 
 from __future__ import annotations

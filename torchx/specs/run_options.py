@@ -174,13 +174,10 @@ class runopts:
                 )
         return resolved
 
-    def unknown_keys(self, cfg: Mapping[str, CfgVal]) -> List[str]:
-        return [k for k in cfg if k not in self._opts]
-
     def check_known(self, cfg: Mapping[str, CfgVal], scheduler: str = "") -> None:
         """Raise :class:`InvalidRunConfigException` naming the first key of ``cfg`` that
         is not one of these options (a typo would otherwise be dropped without a word)."""
-        unknown = self.unknown_keys(cfg)
+        unknown = [k for k in cfg if k not in self._opts]
         if unknown:
             raise InvalidRunConfigException(
                 self._unknown_message(unknown[0], scheduler), unknown[0], dict(cfg)
