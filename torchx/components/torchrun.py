@@ -69,9 +69,7 @@ class _RaisingParser(argparse.ArgumentParser):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """dist.ddp's role flags, torchrun's own flags, then the script and its arguments.
 
-    ``parser`` must have no ``-h`` of its own (``-h`` is the named resource, as in
-    ``dist.ddp``); raises :class:`~torchx.components.torchrun_flags.TorchNotInstalledError`
-    without torch.
+    ``parser`` must have no ``-h`` of its own (``-h`` is the named resource, as in dist.ddp).
     """
     flags = torchrun_flags()
     role = parser.add_argument_group("torchx (the job's role, as dist.ddp's flags)")

@@ -264,12 +264,7 @@ def validate(
     component_function: str,
     validators: Optional[List[TorchxFunctionValidator]] = None,
 ) -> List[LinterMessage]:
-    """Lint ``component_function`` in the Python file ``path``; an empty list means it is fine.
-
-    A parameter must be annotated with ``int``, ``float``, ``str``, ``bool``,
-    ``Optional`` of those, or ``List``/``Dict`` of them; the function must return
-    ``AppDef``.
-    """
+    """Lint ``component_function`` in the Python file ``path``; an empty list means it is fine."""
     try:
         module = _parse(path)
     except SyntaxError as ex:

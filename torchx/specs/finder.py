@@ -212,8 +212,12 @@ def _module_component(module_name: str, fn_name: str) -> _Component:
     fn = getattr(module, fn_name, None)
     if not inspect.isfunction(fn):
         raise ComponentNotFoundException(f"module {module_name} has no function {fn_name!r}")
+    return _linted(f"{module_name}:{fn_name}", module, fn_name, fn)
+
+
+def _linted(name: str, module: ModuleType, fn_name: str, fn: Callable[..., AppDef]) -> _Component:
     errors = _lint(os.path.abspath(module.__file__ or ""), fn_name)
-    return _Component(f"{module_name}:{fn_name}", _short_description(fn), fn_name, fn, errors)
+    return _Component(name, _short_description(fn), fn_name, fn, errors)
 
 
 def _raise_if_invalid(component: _Component) -> _Component:
@@ -270,8 +274,7 @@ def _builtin_component(name: str) -> Optional[_Component]:
     fn = getattr(module, fn_name, None)
     if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
         return None
-    errors = _lint(os.path.abspath(module.__file__ or ""), fn_name)
-    return _Component(name, _short_description(fn), fn_name, fn, errors)
+    return _linted(name, module, fn_name, fn)
 
 
 def get_component(name: str) -> _Component:
@@ -304,11 +307,7 @@ def get_component(name: str) -> _Component:
 
 
 def get_builtin_source(name: str) -> str:
-    """The component's source with the module's imports above it (``torchx builtins --print``).
-
-    The imports are the module's ``import``/``from`` lines before the function, taken
-    literally, so a copy may carry some it does not need.
-    """
+    """The component's source under the module's import lines (``torchx builtins --print``)."""
     component = get_component(name)
     lines = Path(inspect.getfile(component.fn)).read_text().splitlines()
     imports = []

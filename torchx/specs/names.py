@@ -22,6 +22,10 @@ def validate_name(kind: str, name: str) -> None:
             f"{kind} name {name!r} is not allowed: use letters, digits, '_', '.' and '-',"
             " starting with a letter, digit or '_'"
         )
+    _check_length(kind, name)
+
+
+def _check_length(kind: str, name: str) -> None:
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidNameError(
             f"{kind} name {name[:40]!r}... is {len(name)} characters long;"
@@ -52,11 +56,7 @@ def validate_app_name(name: str) -> None:
             f"app name {name!r} is not allowed: give a non-empty name without '/', '\\'"
             " or control characters"
         )
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidNameError(
-            f"app name {name[:40]!r}... is {len(name)} characters long;"
-            f" use at most {MAX_NAME_LENGTH}"
-        )
+    _check_length("app", name)
 
 
 def validate_app_names(app: AppDef) -> None:

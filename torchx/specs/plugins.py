@@ -19,9 +19,7 @@ def _deferred(loader: Callable[[], Any]) -> Callable[..., Any]:
 def load_group(group: str, default: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
     """``{name: deferred_load_fn}`` for the entry points of ``group``; ``default`` if it has none.
 
-    ``load_group("torchx.schedulers")["slurm"]("my_session")`` imports the ``slurm``
-    entry point and calls it with ``"my_session"``; a module entry point is returned
-    as is, whatever the arguments.
+    ``load_group("torchx.schedulers")["slurm"]("my_session")`` calls the entry point.
     """
     from torchx.util import entrypoints
 

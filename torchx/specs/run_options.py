@@ -197,13 +197,8 @@ class runopts:
         logger.warning("ignoring unknown run option %r (valid options: %s)", key, known)
 
     def cfg_from_str(self, cfg_str: str, strict: bool = False) -> Dict[str, CfgVal]:
-        """Parse ``"k=v,l=a;b,d=k1:v1;k2:v2"`` into typed values (no defaults applied).
-
-        Pairs are separated by ``,`` or ``;``; a list value may hold the same
-        delimiters, the last one before ``key=`` separating the pairs
-        (``FOO=v1,v2,BAR=v3``). Unknown keys are dropped with a warning, or raise
-        :class:`InvalidRunConfigException` when ``strict``.
-        """
+        """Parse ``"k=v,l=a;b,d=k1:v1;k2:v2"`` (``to_dict``'s rules) into typed values, without
+        defaults; unknown keys are dropped with a warning, or raise when ``strict``."""
         try:
             pairs = to_dict(cfg_str)
         except ValueError:

@@ -45,10 +45,7 @@ def to_dict(arg: str) -> Dict[str, str]:
 
 
 def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
-    """``Optional[T]``/``T | None``/``None | T`` -> ``(T, True)``.
-
-    Anything else -> ``(tp, False)``.
-    """
+    """``Optional[T]``/``T | None``/``None | T`` -> ``(T, True)``; else ``(tp, False)``."""
     origin = typing.get_origin(tp)
     if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -113,10 +110,7 @@ def _decode_primitive(value: str, tp: Any) -> Any:
 
 
 def decode_from_string(encoded_value: str, annotation: Any) -> Any:
-    """Decode ``"a,b"`` into ``List[T]`` or ``"k=v,k2=v2"`` into ``Dict[K, V]``.
-
-    An empty string is None. Other annotations raise ``ValueError``.
-    """
+    """Decode ``"a,b"`` into ``List[T]`` or ``"k=v,k2=v2"`` into ``Dict[K, V]`` (``""``: None)."""
     if not encoded_value:
         return None
     origin = typing.get_origin(annotation)

@@ -139,9 +139,6 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
     ``T`` is what ``dryrun_push_images`` hands to ``push_images`` (images to push).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-
     def workspace_opts(self) -> runopts:
         """Run options the workspace needs (added to the scheduler's ``run_opts``)."""
         return runopts()
@@ -222,12 +219,8 @@ def _read_rules(fs: AbstractFileSystem, path: str, ignore_name: str) -> IgnoreRu
 def _walk(
     fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
 ) -> Iterator[Tuple[str, str, List[str], Dict[str, Mapping[str, Any]]]]:
-    """``(dir, reldir, dirs, files)`` for every directory read, in sorted order.
-
-    ``files`` holds what the ignore file lets through; a symlink to a directory is
-    listed as a file (it is copied as a link, never followed). The directory ``skip``
-    (relative) is left out: a copy's target inside the workspace is not copied into itself.
-    """
+    """``(dir, reldir, dirs, files)`` for every directory read, in sorted order; a symlink to
+    a directory is a file (copied as a link), and ``skip`` (a copy's target) is left out."""
     rules = _read_rules(fs, path, ignore_name)
     stack: List[Tuple[str, str]] = [(path, "")]
     while stack:

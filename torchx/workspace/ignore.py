@@ -148,10 +148,7 @@ class IgnoreRules:
         return excluded
 
     def skip_dir(self, reldir: str) -> bool:
-        """Whether the walk can skip directory ``reldir`` without reading it.
-
-        True when the directory is excluded and no ``!`` pattern names a path under it.
-        """
+        """Whether ``reldir`` is excluded and no ``!`` pattern names a path under it."""
         if not self.excluded(reldir):
             return False
         prefix = reldir + "/"
