@@ -88,10 +88,6 @@ class CmdTracker(SubCommand):
             print(tabulate(rows, headers=["ARTIFACT", "PATH", "METADATA"]))
 
 
-# ---------------------------------------------------------------------------- lineage drawn
-# as an indented text tree, Graphviz dot, or a Mermaid flowchart
-
-
 def _label(lineage: Lineage, run_id: str) -> str:
     kind = lineage.runs.get(run_id, {}).get("stage") or lineage.runs.get(run_id, {}).get("kind")
     return f"{run_id} [{kind}]" if kind else run_id

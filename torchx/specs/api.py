@@ -49,8 +49,6 @@ from torchx.specs.states import (  # noqa: F401
 )
 from torchx.util.types import to_dict  # noqa: F401
 
-# --------------------------------------------------------------------------- resources
-
 
 @dataclass
 class Resource:
@@ -78,9 +76,6 @@ class Resource:
 
 
 NULL_RESOURCE: Resource = Resource(cpu=-1, gpu=-1, memMB=-1)
-
-
-# --------------------------------------------------------------------------- macros
 
 
 class macros:
@@ -140,9 +135,6 @@ class macros:
         def substitute(self, arg: str) -> str:
             """Replace ``${name}`` macros in ``arg``; ``$$`` is a literal ``$``."""
             return string.Template(arg).safe_substitute(**asdict(self))
-
-
-# --------------------------------------------------------------------------- roles and apps
 
 
 class RetryPolicy(str, Enum):
@@ -237,9 +229,6 @@ class AppDef:
     name: str
     roles: List[Role] = field(default_factory=list)
     metadata: Dict[str, str] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- states
 
 
 @dataclass
@@ -353,8 +342,6 @@ class AppDryRunInfo(Generic[T]):
         return new
 
 
-# --------------------------------------------------------------------------- handles
-
 AppHandle = str
 
 
@@ -378,8 +365,6 @@ def parse_app_handle(app_handle: AppHandle) -> ParsedAppHandle:
 def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> AppHandle:
     return f"{scheduler_backend}://{session_name}/{app_id}"
 
-
-# --------------------------------------------------------------------------- mounts
 
 _MOUNT_KEY_ALIASES = {
     "source": "src",

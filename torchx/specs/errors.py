@@ -69,7 +69,6 @@ class AppStatusError(TorchXError):
         self.status = status
 
 
-# ------------------------------------------------------------------ a backend's failure
 # What a call into a scheduler's or a tracker's backend raises when its service fails,
 # refuses or is missing: for the callers that must carry on (a tracker never fails a stage;
 # a cancel left undone is reaped later) while a bug (TypeError, AttributeError) surfaces.

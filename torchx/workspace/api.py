@@ -53,9 +53,6 @@ class WorkspaceError(TorchXError):
     """A workspace that cannot be applied (missing directory, no Docker daemon, ...)."""
 
 
-# --------------------------------------------------------------------------- Workspace
-
-
 @dataclass
 class Workspace:
     """Local projects (keys) mapped to sub-directories (values) of the workspace root.
@@ -120,9 +117,6 @@ def _deprecated(name: str) -> None:
         FutureWarning,
         stacklevel=3,
     )
-
-
-# --------------------------------------------------------------------------- the mixin
 
 
 class ImageBuild(Protocol):
@@ -193,9 +187,6 @@ def _assemble(workspace: Workspace, root: str) -> None:
             raise WorkspaceError(f"workspace project {src!r} does not exist; {DISABLE_HINT}")
 
 
-# --------------------------------------------------------------------------- walking
-
-
 def open_workspace(workspace: str) -> Tuple[AbstractFileSystem, str]:
     """The filesystem and root path of ``workspace``; it must be an existing directory."""
     import fsspec
@@ -264,9 +255,6 @@ def workspace_files(
     for _, rel, _, files in _walk(fs, path, ignore_name, skip):
         for name, info in files.items():
             yield posixpath.join(rel, name), info
-
-
-# --------------------------------------------------------------------------- the Runner's hook
 
 
 @dataclass
