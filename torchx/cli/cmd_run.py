@@ -166,10 +166,8 @@ class CmdRun(SubCommand):
         args: argparse.Namespace,
         given: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
-        """``-cfg`` options (each may be repeated) on top of ``given`` (``--stdin``'s).
-
-        A key given twice with different values is an error.
-        """
+        """``-cfg`` options on top of ``given`` (``--stdin``'s); a key given twice differently is
+        an error."""
         cfg: Dict[str, Any] = dict(given or {})
         for literal in args.scheduler_args or []:
             for key, value in runner.cfg_from_str(scheduler, literal).items():

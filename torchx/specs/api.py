@@ -1,8 +1,6 @@
 """The job data model: what an app is (AppDef, Role, Resource), how it is doing
-(AppState, AppStatus) and how schedulers are configured (runopts).
-
-Pure: no I/O, no subprocess, no optional dependency. Names, fields and
-behaviour follow upstream TorchX so existing user code keeps working.
+(AppState, AppStatus) and how schedulers are configured (runopts); pure, and upstream's
+names, fields and behaviour.
 """
 
 from __future__ import annotations
@@ -108,10 +106,8 @@ class macros:
             role.overrides = {}
             try:
                 copied = copy.deepcopy(role)
-            finally:
-                role.overrides = (
-                    overrides  # the caller's role keeps its (maybe un-copyable) overrides
-                )
+            finally:  # the caller's role keeps its (maybe un-copyable) overrides
+                role.overrides = overrides
             copied.overrides = dict(overrides)
             role = copied
             role.args = [self.substitute(a) for a in role.args]

@@ -143,14 +143,9 @@ def error_message(structured: str) -> str:
 def error_summary(status: AppStatus) -> str:
     """One line: the state plus the most useful error (the worker's exception if known)."""
     detail = status.msg if status.msg and status.msg != NONE else ""
-    err = error_message(status.structured_error_msg)
-    if not err:
-        for role in status.roles:
-            for r in role.replicas:
-                err = error_message(r.structured_error_msg)
-                if err:
-                    break
-            if err:
-                break
+    replica_errors = (
+        error_message(r.structured_error_msg) for role in status.roles for r in role.replicas
+    )
+    err = error_message(status.structured_error_msg) or next(filter(None, replica_errors), "")
     parts = [str(status.state)] + [p for p in (err, detail) if p]
     return ": ".join(parts[:2]) + (f" ({parts[2]})" if len(parts) > 2 else "")
