@@ -143,11 +143,8 @@ class runopts:
         self._opts.update(other._opts)
 
     def resolve(self, cfg: Mapping[str, CfgVal], scheduler: str = "") -> Dict[str, CfgVal]:
-        """``cfg`` with defaults filled in; raises on a missing required key or a wrong type.
-
-        With ``scheduler`` (every submission path passes the scheduler's name), an unknown
-        key is an error naming it; without, unknown keys pass through as upstream's
-        ``resolve`` lets them (a cfg may be the union of several schedulers' options)."""
+        """``cfg`` with defaults filled in; raises on a missing required key or a wrong type,
+        and, given the ``scheduler``'s name, on an unknown key (else it passes, as upstream)."""
         if scheduler:
             self.check_known(cfg, scheduler)
         resolved: Dict[str, CfgVal] = dict(cfg)

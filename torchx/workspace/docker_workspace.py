@@ -231,10 +231,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
             image_id = self._build(client, local)
             log.info("pushing image %s:%s...", repo, tag)
             client.images.get(image_id).tag(repo, tag=tag)
-            try:
-                _check_push(client.images.push(repo, tag=tag, stream=True, decode=True))
-            except ImagePushError as e:
-                raise ImagePushError(f"{e}; check `docker login` for {repo}") from None
+            _check_push(client.images.push(repo, tag=tag, stream=True, decode=True), repo)
 
     def _build(self, client: DockerClient, image: str) -> str:
         """The real image id of ``image``, building it first if it is a planned build."""
@@ -322,11 +319,13 @@ def ensure_image(client: DockerClient, image: str) -> None:
         ) from None
 
 
-def _check_push(events: Iterable[Dict[str, Any]]) -> None:
+def _check_push(events: Iterable[Dict[str, Any]], repo: str) -> None:
     last: Dict[str, str] = {}
     for event in events:
         if "error" in event:
-            raise ImagePushError(f"failed to push docker image: {event['error']}")
+            raise ImagePushError(
+                f"failed to push docker image: {event['error']}; check `docker login` for {repo}"
+            )
         status = event.get("status")
         key = str(event.get("id") or "")
         if status and last.get(key) != status:
