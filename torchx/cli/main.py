@@ -162,14 +162,6 @@ def _verb_of(argv: List[str]) -> Optional[str]:
     return None
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.WARNING),
-        format="torchx %(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-
-
 def run_main(argv: List[str]) -> int:
     """Parse ``argv``, run the verb, map errors to one stderr line and an exit code."""
     debug = False
@@ -180,7 +172,11 @@ def run_main(argv: List[str]) -> int:
             args._verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         level = args.log_level or os.environ.get("LOGLEVEL", "").lower() or "warning"
         debug = level == "debug"
-        _setup_logging(level)
+        logging.basicConfig(
+            level=getattr(logging, level.upper(), logging.WARNING),
+            format="torchx %(asctime)s %(levelname)s %(name)s: %(message)s",
+            datefmt="%H:%M:%S",
+        )
         if not args.subcmd:
             parser.print_help()
             return 1

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from torchx.specs.states import NONE, AppState
 
 if TYPE_CHECKING:
-    from torchx.specs.api import AppStatus, ReplicaStatus, RoleStatus
+    from torchx.specs.api import AppStatus, ReplicaStatus
 
 _TEMPLATE = """AppStatus:
     State: ${state}
@@ -90,15 +90,12 @@ def _replica(replica: ReplicaStatus) -> str:
     return f"\n {marker}{replica.role}[{replica.id}]:{body}"
 
 
-def _roles(roles: List[RoleStatus], filter_roles: Optional[List[str]]) -> List[RoleStatus]:
-    return [r for r in roles if not filter_roles or r.role in filter_roles]
-
-
 def format_status(status: AppStatus, filter_roles: Optional[List[str]] = None) -> str:
     """The multi-line text ``torchx status`` prints (upstream's layout)."""
     roles = "".join(
         _replica(replica)
-        for role in _roles(status.roles, filter_roles)
+        for role in status.roles
+        if not filter_roles or role.role in filter_roles
         for replica in sorted(role.replicas, key=lambda r: r.id)
     )
     return Template(_TEMPLATE).substitute(
