@@ -82,8 +82,8 @@ class DockerWorkspaceBuild:
         )
 
 
-def build_context(image: str, workspace: str) -> Tuple[IO[bytes], List[str]]:
-    """The tar build context for ``workspace`` on ``image`` (at offset 0) and its members."""
+def build_context(workspace: str) -> Tuple[IO[bytes], List[str]]:
+    """The tar build context of ``workspace`` (at offset 0) and its members."""
     fs, path = open_workspace(workspace)
     entries = list(workspace_files(fs, path, DOCKER_IGNORE))
     f = tempfile.TemporaryFile(prefix="torchx-context", suffix=".tar")
@@ -158,10 +158,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
         return client
 
     def _workspace_builds(self) -> Dict[str, DockerWorkspaceBuild]:
-        builds = self.__dict__.get("_docker_workspace_builds")
-        if builds is None:
-            builds = self.__dict__["_docker_workspace_builds"] = {}
-        return builds
+        return self.__dict__.setdefault("_docker_workspace_builds", {})
 
     def workspace_build(self, image: str) -> Optional[DockerWorkspaceBuild]:
         """The planned build behind ``image`` (``sha256:...`` or ``image_repo:digest``)."""
@@ -191,7 +188,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
         """Plan an image of ``workspace`` on ``role.image`` (``push_images`` builds it)."""
-        context, files = build_context(role.image, workspace)
+        context, files = build_context(workspace)
         base = role.image
         digest = _digest(context, {"IMAGE": base, "WORKSPACE": workspace})
         build = DockerWorkspaceBuild(
