@@ -92,3 +92,4 @@ NAMED_RESOURCES: Mapping[str, Callable[[], Resource]] = {
     for name, fn in list(globals().items())
     if name.startswith("aws_") and callable(fn)
 }
+AWS_NAMED_RESOURCES = NAMED_RESOURCES  # torchx.specs' name for it
