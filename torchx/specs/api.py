@@ -109,11 +109,10 @@ class macros:
             finally:  # the caller's role keeps its (maybe un-copyable) overrides
                 role.overrides = overrides
             copied.overrides = dict(overrides)
-            role = copied
-            role.args = [self.substitute(a) for a in role.args]
-            role.env = {k: self.substitute(v) for k, v in role.env.items()}
-            role.metadata = self._apply_nested(role.metadata)
-            return role
+            copied.args = [self.substitute(a) for a in copied.args]
+            copied.env = {k: self.substitute(v) for k, v in copied.env.items()}
+            copied.metadata = self._apply_nested(copied.metadata)
+            return copied
 
         def _apply_nested(self, d: Dict[str, Any]) -> Dict[str, Any]:
             out: Dict[str, Any] = {}

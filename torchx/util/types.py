@@ -141,8 +141,6 @@ def decode(encoded_value: Any, annotation: Any) -> Any:
         return encoded_value
     if optional and encoded_value == "None":
         return None
-    if inner in PRIMITIVES:
+    if inner in PRIMITIVES or inner is object:
         return _decode_primitive(encoded_value, inner)
-    if inner is object:
-        return encoded_value
     return decode_from_string(encoded_value, inner)
