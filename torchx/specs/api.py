@@ -11,18 +11,7 @@ import re
 import string
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Generic,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Generic, Mapping, NamedTuple, Optional, TypeVar, Union
 
 # specs.api is where upstream's code imports these from
 from torchx.specs.errors import (  # noqa: F401
@@ -55,9 +44,9 @@ class Resource:
     cpu: int
     gpu: int
     memMB: int
-    capabilities: Dict[str, Any] = field(default_factory=dict)
-    devices: Dict[str, int] = field(default_factory=dict)
-    tags: Dict[str, object] = field(default_factory=dict)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, int] = field(default_factory=dict)
+    tags: dict[str, object] = field(default_factory=dict)
 
     @staticmethod
     def copy(original: Resource, **capabilities: Any) -> Resource:
@@ -114,8 +103,8 @@ class macros:
             copied.metadata = self._apply_nested(copied.metadata)
             return copied
 
-        def _apply_nested(self, d: Dict[str, Any]) -> Dict[str, Any]:
-            out: Dict[str, Any] = {}
+        def _apply_nested(self, d: dict[str, Any]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
             for k, v in d.items():
                 if isinstance(v, str):
                     out[k] = self.substitute(v)
@@ -183,16 +172,16 @@ class Role:
     min_replicas: Optional[int] = None
     base_image: Optional[str] = None
     entrypoint: str = MISSING
-    args: List[str] = field(default_factory=list)
-    env: Dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     num_replicas: int = 1
     max_retries: int = 0
     retry_policy: RetryPolicy = RetryPolicy.APPLICATION
     resource: Resource = field(default_factory=lambda: NULL_RESOURCE)
-    port_map: Dict[str, int] = field(default_factory=dict)
-    metadata: Dict[str, Any] = field(default_factory=dict)
-    mounts: List[Union[BindMount, VolumeMount, DeviceMount]] = field(default_factory=list)
-    overrides: Dict[str, Any] = field(default_factory=dict)
+    port_map: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    mounts: list[Union[BindMount, VolumeMount, DeviceMount]] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def __getattribute__(self, attrname: str) -> Any:
         if attrname == "overrides" or attrname.startswith("__"):
@@ -222,8 +211,8 @@ class AppDef:
     """A job: a name, its roles, and free-form metadata."""
 
     name: str
-    roles: List[Role] = field(default_factory=list)
-    metadata: Dict[str, str] = field(default_factory=dict)
+    roles: list[Role] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -238,9 +227,9 @@ class ReplicaStatus:
 @dataclass
 class RoleStatus:
     role: str
-    replicas: List[ReplicaStatus]
+    replicas: list[ReplicaStatus]
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         replicas = [{**asdict(r), "state": str(r.state)} for r in self.replicas]
         return {"role": self.role, "replicas": replicas}
 
@@ -254,7 +243,7 @@ class AppStatus:
     msg: str = ""
     structured_error_msg: str = NONE
     ui_url: Optional[str] = None
-    roles: List[RoleStatus] = field(default_factory=list)
+    roles: list[RoleStatus] = field(default_factory=list)
 
     def is_terminal(self) -> bool:
         return is_terminal(self.state)
@@ -270,7 +259,7 @@ class AppStatus:
 
         return error_summary(self)
 
-    def to_json(self, filter_roles: Optional[List[str]] = None) -> Dict[str, Any]:
+    def to_json(self, filter_roles: Optional[list[str]] = None) -> dict[str, Any]:
         roles = [r for r in self.roles if not filter_roles or r.role in filter_roles]
         return {
             "state": str(self.state),
@@ -288,7 +277,7 @@ class AppStatus:
 
         return wrap_error_message(msg, header, width)
 
-    def format(self, filter_roles: Optional[List[str]] = None) -> str:
+    def format(self, filter_roles: Optional[list[str]] = None) -> str:
         """Human-readable multi-line status, as ``torchx status`` prints it (upstream's layout)."""
         from torchx.specs.status_format import format_status
 
@@ -370,9 +359,9 @@ _MOUNT_KEY_ALIASES = {
 _MOUNT_KEYS = {"type", "src", "dst", "readonly", "perm"}
 
 
-def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMount]]:
+def parse_mounts(opts: list[str]) -> list[Union[BindMount, VolumeMount, DeviceMount]]:
     """Parse docker-style mount options, e.g. ``["type=bind,src=/a,dst=/b,readonly"]``."""
-    groups: List[Dict[str, str]] = []
+    groups: list[dict[str, str]] = []
     for opt in opts:
         for item in filter(None, (p.strip() for p in opt.split(","))):
             key, _, value = item.partition("=")
@@ -389,7 +378,7 @@ def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMo
                 )
             else:
                 groups[-1][key] = value if _ else "true"
-    mounts: List[Union[BindMount, VolumeMount, DeviceMount]] = []
+    mounts: list[Union[BindMount, VolumeMount, DeviceMount]] = []
     for g in groups:
         kind = g.get("type", "")
         readonly = g.get("readonly", "false").lower() in ("true", "1", "")

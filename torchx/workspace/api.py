@@ -11,24 +11,10 @@ import logging
 import os
 import posixpath
 import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Dict,
-    Generic,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Generic, Optional, Protocol, TypeVar, Union
 
 from torchx.specs import AppDef, CfgVal, Role, TorchXError, runopts
 
@@ -61,7 +47,7 @@ class Workspace:
     under ``lib/``. A single project mapped to ``""`` behaves like a plain path string.
     """
 
-    projects: Dict[str, str]
+    projects: dict[str, str]
 
     def is_unmapped_single_project(self) -> bool:
         return len(self.projects) == 1 and not next(iter(self.projects.values()))
@@ -91,7 +77,7 @@ class PkgInfo(Generic[PackageType]):
     """Deprecated upstream helper (kept for imports); emits a ``FutureWarning``."""
 
     img: str
-    lazy_overrides: Dict[str, Any]
+    lazy_overrides: dict[str, Any]
     metadata: PackageType
 
     def __post_init__(self) -> None:
@@ -187,7 +173,7 @@ def _assemble(workspace: Workspace, root: str) -> None:
             raise WorkspaceError(f"workspace project {src!r} does not exist; {DISABLE_HINT}")
 
 
-def open_workspace(workspace: str) -> Tuple[AbstractFileSystem, str]:
+def open_workspace(workspace: str) -> tuple[AbstractFileSystem, str]:
     """The filesystem and root path of ``workspace``; it must be an existing directory."""
     import fsspec
 
@@ -209,16 +195,16 @@ def _read_rules(fs: AbstractFileSystem, path: str, ignore_name: str) -> IgnoreRu
 
 def _walk(
     fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
-) -> Iterator[Tuple[str, str, List[str], Dict[str, Mapping[str, Any]]]]:
+) -> Iterator[tuple[str, str, list[str], dict[str, Mapping[str, Any]]]]:
     """``(dir, reldir, dirs, files)`` for every directory read, in sorted order; a symlink to
     a directory is a file (copied as a link), and ``skip`` (a copy's target) is left out."""
     rules = _read_rules(fs, path, ignore_name)
-    stack: List[Tuple[str, str]] = [(path, "")]
+    stack: list[tuple[str, str]] = [(path, "")]
     while stack:
         current, rel = stack.pop()
         for dirpath, dirs, files in fs.walk(current, detail=True, maxdepth=1):
-            entries: Dict[str, Mapping[str, Any]] = dict(files)
-            subdirs: List[str] = []
+            entries: dict[str, Mapping[str, Any]] = dict(files)
+            subdirs: list[str] = []
             for name, info in sorted(dirs.items()):
                 if info.get("islink"):
                     entries[name] = info
@@ -240,7 +226,7 @@ def _walk(
 
 def walk_workspace(
     fs: AbstractFileSystem, path: str, ignore_name: str = TORCHX_IGNORE
-) -> Iterable[Tuple[str, Iterable[str], Mapping[str, Mapping[str, object]]]]:
+) -> Iterable[tuple[str, Iterable[str], Mapping[str, Mapping[str, object]]]]:
     """``fs.walk`` leaving out what ``ignore_name`` excludes (never ``Dockerfile.torchx``)."""
     for dirpath, _, dirs, files in _walk(fs, path, ignore_name):
         yield dirpath, dirs, files
@@ -248,7 +234,7 @@ def walk_workspace(
 
 def workspace_files(
     fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
-) -> Iterator[Tuple[str, Mapping[str, Any]]]:
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """``(relpath, info)`` of every file the ignore file lets through, in sorted order
     (leaving out the directory ``skip``, relative to ``path``).
     """
@@ -265,7 +251,7 @@ class WorkspaceBuild:
     role: str
     old_image: str
     image: str
-    files: List[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
     detail: str = ""
 
     def __str__(self) -> str:
@@ -321,7 +307,7 @@ def workspace_dir(role: Role) -> Optional[str]:
     return str(value) if value else None
 
 
-def _describe(scheduler: WorkspaceMixin[Any], role: Role, old_image: str) -> Tuple[List[str], str]:
+def _describe(scheduler: WorkspaceMixin[Any], role: Role, old_image: str) -> tuple[list[str], str]:
     """The files that went into the role's new image or job dir, and where they are."""
     if role.image == old_image:
         return [], "nothing built: the role runs its image (or directory) as is"
