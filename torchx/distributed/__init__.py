@@ -69,13 +69,9 @@ def is_local_rank0() -> bool:
 
 
 def init_pg(backend: Backend = "auto", **kwargs: Any) -> torch.device:
-    """Initialize the default process group and return this rank's device.
-
-    ``auto`` is nccl when the host has a CUDA device, else gloo. Launched by torchrun or
-    torchx, it joins the job's group; in a plain ``python`` process it makes a one-rank
-    group over an in-process store (no port, and, unlike upstream, no ``MASTER_*``
-    variables written into this process's environment).
-    """
+    """Initialize the default process group and return this rank's device (``auto``: nccl
+    with a CUDA device, else gloo). In a plain ``python`` process the group has one rank over
+    an in-process store: no port and, unlike upstream, no ``MASTER_*`` env written."""
     if backend == "auto":
         backend = "nccl" if has_cuda_devices() and dist.is_nccl_available() else "gloo"
     if dist.is_torchelastic_launched():

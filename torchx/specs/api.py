@@ -83,11 +83,8 @@ class macros:
         base_img_root: str = "DEPRECATED"
 
         def apply(self, role: Role) -> Role:
-            """A deep copy of ``role`` with macros substituted in args, env values and metadata.
-
-            Each copy gets its own ``overrides`` dict: an override resolved in one copy
-            stays available to the next (one copy per replica) and to the caller's role.
-            """
+            """A deep copy of ``role`` with macros substituted in args, env values and metadata;
+            each copy (one per replica) gets its own ``overrides``, the caller's role keeps its."""
             for name, value in list(role.overrides.items()):
                 if hasattr(value, "__await__"):  # awaitable only once: resolve on the caller's
                     getattr(role, name)

@@ -34,11 +34,8 @@ class TorchXArgumentHelpFormatter(
 
 
 def get_fn_docstring(fn: Callable[..., object]) -> Tuple[str, Dict[str, str]]:
-    """``(description, {arg: help})`` from ``fn``'s Google-style docstring.
-
-    Undocumented arguments get ``" "`` (argparse drops empty help); without a
-    docstring the description is the function name and a tip to add one.
-    """
+    """``(description, {arg: help})`` from ``fn``'s Google-style docstring; an undocumented
+    argument gets ``" "`` (argparse drops empty help)."""
     default_desc = (
         f"{fn.__name__} TIP: improve this help string by adding a docstring\n"
         f"to your component (see: {_DOC_URL})"

@@ -34,10 +34,8 @@ def _check_length(kind: str, name: str) -> None:
 
 
 def role_name_from(text: str, default: str = "worker") -> str:
-    """A valid role name made from ``text`` (a file stem, a module): each run of characters
-    outside ``[A-Za-z0-9_.-]`` becomes ``_`` (``"my script"`` -> ``"my_script"``), a leading
-    ``.``/``-`` is dropped and the result is cut to the maximum length; ``default`` when
-    nothing is left. Only for names torchx derives: a name the user gives is checked as is."""
+    """A valid role name made from ``text`` (a file stem, a module): ``"my script"`` ->
+    ``"my_script"``. Only for names torchx derives: a name the user gives is checked as is."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).lstrip(".-")[:MAX_NAME_LENGTH]
     return name or default
 

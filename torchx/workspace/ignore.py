@@ -129,11 +129,8 @@ class IgnoreRules:
         )
 
     def excluded(self, relpath: str) -> bool:
-        """Whether ``relpath`` (``/``-separated, relative to the root) is left out.
-
-        A pattern counts if it matches the path itself or any of its parent directories;
-        the last pattern that counts decides.
-        """
+        """Whether ``relpath`` is left out: the last pattern that matches it or one of its parent
+        directories decides."""
         parent = posixpath.dirname(relpath)
         parents = parent.split("/") if parent else []
         excluded = False
