@@ -45,14 +45,6 @@ def _split_dict(value: str) -> Dict[str, str]:
     return out
 
 
-def _parse_bool(value: str) -> bool:
-    low = value.strip().lower()
-    if low not in ("true", "false"):
-        # upstream turns anything but "true" into False (so "1" and "yes" silently mean False)
-        raise ValueError(f"expected True or False, got {value!r}")
-    return low == "true"
-
-
 @dataclass
 class runopt:
     """One scheduler run option: default, type, required flag and help."""
@@ -73,7 +65,11 @@ class runopt:
     def cast_to_type(self, value: str) -> CfgVal:
         """Parse the string form (``-cfg`` / ``.torchxconfig``) of this option."""
         if self.opt_type is bool:
-            return _parse_bool(value)
+            low = value.strip().lower()
+            if low not in ("true", "false"):
+                # upstream turns anything but "true" into False (so "1" silently means False)
+                raise ValueError(f"expected True or False, got {value!r}")
+            return low == "true"
         if self.is_type_list_of_str:
             return _split_items(value)
         if self.is_type_dict_of_str:

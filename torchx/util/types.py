@@ -89,18 +89,12 @@ def type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def decode_bool(value: str) -> bool:
-    low = value.strip().lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise ValueError(f"expected True or False, got {value!r}")
-
-
 def _decode_primitive(value: str, tp: Any) -> Any:
     if tp is bool:
-        return decode_bool(value)
+        low = value.strip().lower()
+        if low not in ("true", "1", "yes", "false", "0", "no"):
+            raise ValueError(f"expected True or False, got {value!r}")
+        return low in ("true", "1", "yes")
     if tp is str or tp is object:
         return value
     try:
