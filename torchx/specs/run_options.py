@@ -35,16 +35,6 @@ def _split_items(value: str) -> List[str]:
     return [v for v in value.replace(";", ",").split(",") if v]
 
 
-def _split_dict(value: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for item in _split_items(value):
-        if ":" not in item:
-            raise ValueError(f"expected key:value items, got {item!r}")
-        k, v = item.split(":", 1)
-        out[k] = v
-    return out
-
-
 @dataclass
 class runopt:
     """One scheduler run option: default, type, required flag and help."""
@@ -73,7 +63,11 @@ class runopt:
         if self.is_type_list_of_str:
             return _split_items(value)
         if self.is_type_dict_of_str:
-            return _split_dict(value)
+            pairs = [item.split(":", 1) for item in _split_items(value)]
+            for pair in pairs:
+                if len(pair) != 2:
+                    raise ValueError(f"expected key:value items, got {pair[0]!r}")
+            return dict(pairs)
         if self.opt_type is int:
             return int(value)
         if self.opt_type is float:

@@ -21,8 +21,6 @@ from torchx.specs import AppDef, CfgVal, Role, TorchXError, runopts
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-    from torchx.workspace.ignore import IgnoreRules
-
 log: logging.Logger = logging.getLogger(__name__)
 
 TORCHX_IGNORE = ".torchxignore"
@@ -183,22 +181,17 @@ def open_workspace(workspace: str) -> tuple[AbstractFileSystem, str]:
     return fs, path
 
 
-def _read_rules(fs: AbstractFileSystem, path: str, ignore_name: str) -> IgnoreRules:
-    from torchx.workspace.ignore import IgnoreRules
-
-    ignore_path = posixpath.join(path, ignore_name)
-    if not fs.isfile(ignore_path):
-        return IgnoreRules(source=ignore_name)
-    with fs.open(ignore_path, "rt") as f:
-        return IgnoreRules.parse(f.read(), source=ignore_name)
-
-
 def _walk(
     fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
 ) -> Iterator[tuple[str, str, list[str], dict[str, Mapping[str, Any]]]]:
     """``(dir, reldir, dirs, files)`` for every directory read, in sorted order; a symlink to
     a directory is a file (copied as a link), and ``skip`` (a copy's target) is left out."""
-    rules = _read_rules(fs, path, ignore_name)
+    from torchx.workspace.ignore import IgnoreRules
+
+    rules = IgnoreRules(source=ignore_name)
+    if fs.isfile(posixpath.join(path, ignore_name)):
+        with fs.open(posixpath.join(path, ignore_name), "rt") as f:
+            rules = IgnoreRules.parse(f.read(), source=ignore_name)
     stack: list[tuple[str, str]] = [(path, "")]
     while stack:
         current, rel = stack.pop()
