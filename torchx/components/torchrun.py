@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
-from typing import Any, List, NoReturn, Optional, Sequence
+from typing import List, NoReturn, Optional, Sequence
 
-from torchx.components.torchrun_flags import Flag, add_flags, torchrun_flags
+from torchx.components.torchrun_flags import add_flags, torchrun_flags
 from torchx.specs.errors import InvalidArgumentError
 
 COMPONENT = "dist.ddp"
@@ -110,8 +110,13 @@ def request_from_args(args: argparse.Namespace) -> TorchrunRequest:
             continue
         if dest in _SET_BY_JOB:
             ignored.append(f"{flag.option_strings[-1]} {value}: {_SET_BY_JOB[dest]} is used")
+        elif not flag.env:
+            raise InvalidArgumentError(
+                f"torchrun {flag.option_strings[-1]}: torch reads it only from the command line,"
+                " which dist.ddp writes; run this job without it"
+            )
         else:
-            env.append(f"{flag.env_name}={_env_value(flag, value)}")
+            env.append(f"{flag.env_name}={'1' if value is True else value}")
     component_args = _ddp_args(args)
     for dest in _ROLE_DESTS:
         value = getattr(args, dest)
@@ -124,15 +129,6 @@ def request_from_args(args: argparse.Namespace) -> TorchrunRequest:
     if args.training_script_args:
         component_args += ["--", *args.training_script_args]
     return TorchrunRequest(component_args, script, bool(args.module), bool(args.no_python), ignored)
-
-
-def _env_value(flag: Flag, value: Any) -> str:
-    if not flag.env:
-        raise InvalidArgumentError(
-            f"torchrun {flag.option_strings[-1]}: torch reads it only from the command line,"
-            " which dist.ddp writes; run this job without it"
-        )
-    return "1" if value is True else str(value)
 
 
 def _ddp_args(args: argparse.Namespace) -> List[str]:

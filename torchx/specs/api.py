@@ -51,13 +51,11 @@ class Resource:
     @staticmethod
     def copy(original: Resource, **capabilities: Any) -> Resource:
         """A copy of ``original`` with ``capabilities`` merged in (tags dropped, as upstream)."""
-        res_capabilities = dict(original.capabilities)
-        res_capabilities.update(capabilities)
         return Resource(
             cpu=original.cpu,
             gpu=original.gpu,
             memMB=original.memMB,
-            capabilities=res_capabilities,
+            capabilities={**original.capabilities, **capabilities},
             devices=dict(original.devices),
         )
 
