@@ -103,7 +103,8 @@ class CmdRun(SubCommand):
     def run(self, args: argparse.Namespace) -> None:
         from torchx.runner import config
         from torchx.runner.api import get_runner
-        from torchx.specs.builders import ComponentHelpRequest
+        from torchx.specs.builders import ComponentHelpRequest, component_help
+        from torchx.specs.finder import get_component
 
         if args.stdin:
             self._apply_stdin(args)
@@ -128,7 +129,8 @@ class CmdRun(SubCommand):
             runner.scheduler_run_opts(scheduler)  # an unknown scheduler fails here
             cfg = self._cfg(runner, scheduler, args, args.stdin_cfg)
             if isinstance(component_args, list) and component_args[:1] in (["--help"], ["-h"]):
-                self._print_help(component)
+                defaults = config.get_configs("component", component)
+                print(component_help(get_component(component).fn, defaults))
                 return
             try:
                 info = runner.dryrun_component(
@@ -177,15 +179,6 @@ class CmdRun(SubCommand):
                     )
                 cfg[key] = value
         return cfg
-
-    def _print_help(self, component: str) -> None:
-        from torchx.runner import config
-        from torchx.specs.builders import component_help
-        from torchx.specs.finder import get_component
-
-        print(
-            component_help(get_component(component).fn, config.get_configs("component", component))
-        )
 
     def _print_dryrun(self, info: Any) -> None:
         import pprint

@@ -172,8 +172,7 @@ class CustomComponentsFinder(ComponentsFinder):
             ) from None
         fn = namespace.get(fn_name)
         if not callable(fn):
-            funcs = [k for k, v in namespace.items() if inspect.isfunction(v)]
-            funcs = [f for f in funcs if not f.startswith("_")]
+            funcs = [k for k, v in namespace.items() if inspect.isfunction(v) and k[:1] != "_"]
             import difflib
 
             hint = difflib.get_close_matches(fn_name, funcs, n=3)
@@ -253,12 +252,9 @@ _load_components = _find_components  # upstream's name (its tests call it)
 
 
 def get_components() -> Dict[str, _Component]:
-    """The valid components by name: the builtins plus the ``torchx.components`` entry points.
-
-    A ``[torchx.components]`` entry ``foo = my.pkg`` names the functions of ``my.pkg``
-    (and its submodules) ``foo.<module>.<fn>``; an alias starting with ``_`` adds no
-    prefix. Unlike upstream, registering entry points does not hide the builtins.
-    """
+    """The valid components by name: the builtins plus the ``torchx.components`` entry points
+    (``foo = my.pkg`` names ``my.pkg``'s functions ``foo.<module>.<fn>``; an alias starting
+    with ``_`` adds no prefix)."""
     return {n: c for n, c in _find_components().items() if not c.validation_errors}
 
 
@@ -279,11 +275,8 @@ def _builtin_component(name: str) -> Optional[_Component]:
 
 def get_component(name: str) -> _Component:
     """A component by builtin/plugin name (``dist.ddp``), ``path/to/file.py:fn`` or
-    ``package.module:fn`` (a dotted name that is not a file here: imported).
-
-    Raises :class:`ComponentNotFoundException` or, when the linter finds problems,
-    :class:`ComponentValidationException` listing them on one line.
-    """
+    ``package.module:fn`` (a dotted name that is not a file here: imported); raises
+    :class:`ComponentNotFoundException` or :class:`ComponentValidationException`."""
     if ":" in name:
         path, _, fn_name = name.rpartition(":")
         if _is_module_name(path):
