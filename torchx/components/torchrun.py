@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
-from typing import List, NoReturn, Optional, Sequence
+from typing import ClassVar, List, NoReturn, Optional, Sequence
 
 from torchx.components.torchrun_flags import add_flags, torchrun_flags
 from torchx.specs.errors import InvalidArgumentError
@@ -53,10 +53,7 @@ class TorchrunRequest:
     module: bool = False
     no_python: bool = False
     ignored: List[str] = field(default_factory=list)  # "--rdzv_id 7: the app id is used"
-
-    @property
-    def component(self) -> str:
-        return COMPONENT
+    component: ClassVar[str] = COMPONENT
 
 
 class _RaisingParser(argparse.ArgumentParser):

@@ -241,11 +241,8 @@ def materialize_appdef(
     cmpnt_defaults: Optional[Mapping[str, Any]] = None,
     config: Optional[Mapping[str, Any]] = None,
 ) -> AppDef:
-    """Call the component with parsed arguments; raises if it does not return an AppDef.
-
-    ``cmpnt_defaults`` (strings, as in ``.torchxconfig``) override the declared
-    defaults; ``config`` (typed values, as from ``torchx run --stdin``) override both.
-    """
+    """Call the component with parsed arguments; ``cmpnt_defaults`` (strings, as in
+    ``.torchxconfig``) override its defaults, ``config`` (typed values) override both."""
     args = component_args_from_str(cmpnt_fn, cmpnt_args, cmpnt_defaults, config)
     appdef = cmpnt_fn(*args.positional_args.values(), *args.var_args, **args.kwargs)
     if not isinstance(appdef, AppDef):

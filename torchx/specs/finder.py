@@ -88,12 +88,8 @@ def module_relname(module: ModuleType, relative_to: ModuleType) -> str:
 
 
 class ModuleComponentsFinder(ComponentsFinder):
-    """The functions of ``module`` and its submodules, named ``{group}.{relative module}.{fn}``.
-
-    For ``foo/bar/baz.py`` defining ``echo``: module ``foo.bar`` with group ``""`` gives
-    ``baz.echo``, with group ``abc`` gives ``abc.baz.echo``; module ``foo.bar.baz``
-    gives ``echo`` (or ``my_echo.echo`` with group ``my_echo``).
-    """
+    """The functions of ``module`` and its submodules, named ``{group}.{relative module}.{fn}``:
+    ``echo`` of ``foo/bar/baz.py`` is ``abc.baz.echo`` for module ``foo.bar``, group ``abc``."""
 
     def __init__(self, module: Union[str, ModuleType], group: str) -> None:
         self.base_module: ModuleType = self._try_import(module)

@@ -26,11 +26,10 @@ def to_list(arg: str) -> List[str]:
 
 
 def to_dict(arg: str) -> Dict[str, str]:
-    """``"k1=v1,k2=v2"`` (or ``;``) to a dict of value literals.
+    """``"k1=v1,k2=v2"`` (or ``;``) to a dict of value literals; ``''`` and ``""`` are empty.
 
-    A value may itself hold ``,``/``;`` (a list literal): the last delimiter
-    before the next ``key=`` separates the pairs, so ``FOO=v1,v2,BAR=v3`` is
-    ``{"FOO": "v1,v2", "BAR": "v3"}``. ``''`` and ``""`` are the empty string.
+    The last delimiter before the next ``key=`` separates the pairs: ``FOO=v1,v2,BAR=v3`` is
+    ``{"FOO": "v1,v2", "BAR": "v3"}``.
     """
     if not arg or not arg.strip():
         return {}

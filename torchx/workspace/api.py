@@ -39,11 +39,8 @@ class WorkspaceError(TorchXError):
 
 @dataclass
 class Workspace:
-    """Local projects (keys) mapped to sub-directories (values) of the workspace root.
-
-    ``{"~/src/app": ""}`` puts the project's files at the root; ``{"~/src/lib": "lib"}``
-    under ``lib/``. A single project mapped to ``""`` behaves like a plain path string.
-    """
+    """Local projects (keys) mapped to sub-directories (values) of the workspace root:
+    ``{"~/src/app": "", "~/src/lib": "lib"}``; one project mapped to ``""`` is a plain path."""
 
     projects: dict[str, str]
 
