@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from torchx.specs.api import AppDef, TorchXError
-from torchx.specs.file_linter import validate
+from torchx.specs.file_linter import get_fn_docstring, validate
 from torchx.util.io import read_conf_file
 
 BUILTIN_PACKAGE = "torchx.components"
@@ -49,12 +49,6 @@ def _short_description(fn: Callable[..., Any]) -> str:
     """The first line of the docstring: enough for listings, without docstring_parser."""
     doc = inspect.getdoc(fn) or ""
     return doc.split("\n")[0] if doc else fn.__name__
-
-
-def _description(fn: Callable[..., Any]) -> str:
-    from torchx.specs.file_linter import get_fn_docstring
-
-    return get_fn_docstring(fn)[0]
 
 
 def _lint(path: str, fn_name: str) -> List[str]:
@@ -126,7 +120,8 @@ class ModuleComponentsFinder(ComponentsFinder):
             if fn.__module__ != module.__name__:
                 continue  # imported, not defined here
             name = ".".join(p for p in (self.group, relname, fn_name) if p)
-            found.append(_Component(name, _description(fn), fn_name, fn, _lint(path, fn_name)))
+            desc = get_fn_docstring(fn)[0]
+            found.append(_Component(name, desc, fn_name, fn, _lint(path, fn_name)))
         return found
 
 
@@ -178,7 +173,7 @@ class CustomComponentsFinder(ComponentsFinder):
                 else f"; functions in it: {', '.join(funcs) or 'none'}"
             )
             raise ComponentNotFoundException(f"{path} has no function {fn_name!r}{more}")
-        desc = _description(fn) if full_description else _short_description(fn)
+        desc = get_fn_docstring(fn)[0] if full_description else _short_description(fn)
         return _Component(f"{path}:{fn_name}", desc, fn_name, fn, errors)
 
 

@@ -109,10 +109,8 @@ class ImageBuild(Protocol):
 
 
 class WorkspaceMixin(abc.ABC, Generic[T]):
-    """Mixed into a scheduler that can put a local workspace in front of a role's image.
-
-    ``T`` is what ``dryrun_push_images`` hands to ``push_images`` (images to push).
-    """
+    """Mixed into a scheduler that can put a local workspace in front of a role's image; ``T``
+    is what ``dryrun_push_images`` hands to ``push_images``."""
 
     def workspace_opts(self) -> runopts:
         """Run options the workspace needs (added to the scheduler's ``run_opts``)."""
