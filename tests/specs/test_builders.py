@@ -12,8 +12,8 @@ import torchx.specs as specs
 from torchx.components import dist, utils
 from torchx.specs.builders import (
     ComponentArgumentError,
+    ComponentHelpRequest,
     _create_args_parser,
-    is_help_request,
     materialize_appdef,
     parse_args,
 )
@@ -124,10 +124,10 @@ def test_required_unknown_kwargs_and_return_type() -> None:
 
 
 def test_help_inside_materialize_is_returned_not_exited() -> None:
-    with pytest.raises(Exception) as e:
+    with pytest.raises(ComponentHelpRequest) as e:
         materialize_appdef(_comp, ["-n", "2", "--help"])
-    text = is_help_request(e.value)
-    assert text is not None and "A test component." in text
+    text = e.value.text
+    assert "A test component." in text
     assert "-n int, --n int      how many (default: 1)" in text
 
 

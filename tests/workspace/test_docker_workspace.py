@@ -72,7 +72,7 @@ def _app() -> specs.AppDef:
 
 
 def test_context_is_default_dockerfile_plus_exactly_the_unignored_files(ws: Path) -> None:
-    f, names = build_context(BASE, str(ws))
+    f, names = build_context(str(ws))
     members = _members(f)
     assert names == [TORCHX_DOCKERFILE, "run.sh", "src/model.py", "train.py"]
     assert list(members) == names
@@ -87,7 +87,7 @@ def test_context_is_default_dockerfile_plus_exactly_the_unignored_files(ws: Path
 def test_workspace_dockerfile_is_used_even_if_ignored(ws: Path) -> None:
     (ws / TORCHX_DOCKERFILE).write_text("FROM scratch\nCOPY train.py .\n")
     (ws / ".dockerignore").write_text("*\n!train.py\n")
-    f, names = build_context(BASE, str(ws))
+    f, names = build_context(str(ws))
     assert names == [TORCHX_DOCKERFILE, "train.py"]
     assert _read(f, TORCHX_DOCKERFILE) == b"FROM scratch\nCOPY train.py .\n"
 

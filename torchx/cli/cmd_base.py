@@ -8,11 +8,7 @@ from typing import ClassVar
 
 
 class SubCommand(abc.ABC):
-    """One CLI verb: ``add_arguments`` declares its flags, ``run`` does the work.
-
-    ``run`` may raise any exception derived from ``torchx.specs.TorchXError``
-    (user errors: printed as one line, exit 1) or ``CommandError``.
-    """
+    """One CLI verb; ``run`` raises a ``TorchXError`` or ``CommandError`` for a user error."""
 
     #: False: the verb declares its own help flag (``torchx torchrun`` takes ``-h`` as the
     #: named resource, as ``dist.ddp`` does, and keeps ``--help``)

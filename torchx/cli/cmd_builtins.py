@@ -26,10 +26,6 @@ class CmdBuiltins(SubCommand):
         components = get_components()
         print(f"Found {len(components)} builtin components:")
         for i, name in enumerate(sorted(components), 1):
-            print(f"{i:3d}. {name:<22} {_first_line(components[name].description)}")
-
-
-def _first_line(text: str) -> str:
-    """A component's one-line summary (upstream's description may run to several lines)."""
-    lines = (text or "").strip().splitlines()
-    return lines[0] if lines else ""
+            # upstream's description may run to several lines: its first is the summary
+            summary = (components[name].description or "").strip().splitlines() or [""]
+            print(f"{i:3d}. {name:<22} {summary[0]}")

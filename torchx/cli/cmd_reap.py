@@ -1,9 +1,5 @@
-"""``torchx reap [-s SCHEDULER ...] [--dryrun]``: cancel orphaned jobs.
-
-An orphan is a live app whose owner (the Airflow task instance or Prefect flow run that
-submitted it, stored with the job) has ended and will not retry it; see
-``torchx.pipelines.reap`` for the states and the credentials. Run it on a schedule (cron,
-an Airflow DAG, a Prefect deployment) where the schedulers' state is visible.
+"""``torchx reap [-s SCHEDULER ...] [--dryrun]``: cancel live apps whose owner (the task or
+flow run that submitted them) has ended; see ``torchx.pipelines.reap``. Run it on a schedule.
 """
 
 from __future__ import annotations

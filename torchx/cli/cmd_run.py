@@ -1,7 +1,6 @@
 """``torchx run``: materialize a component and submit it; local apps are waited on and streamed.
 
-Heavy modules (runner, schedulers, component finder) are imported inside ``run`` so
-that building the parser stays cheap.
+Heavy modules are imported inside ``run`` so that building the parser stays cheap.
 """
 
 from __future__ import annotations
@@ -48,14 +47,7 @@ class CmdRun(SubCommand):
             help="scheduler to run on"
             " (default: [cli:run] scheduler in .torchxconfig, else local_cwd)",
         )
-        subparser.add_argument(
-            "-cfg",
-            "--scheduler_args",
-            action="append",
-            default=None,
-            metavar="KEY=VALUE[,KEY=VALUE...]",
-            help="scheduler run options (see `torchx runopts SCHEDULER`); may be repeated",
-        )
+        add_cfg_argument(subparser)
         subparser.add_argument(
             "--dryrun",
             action="store_true",
@@ -111,7 +103,8 @@ class CmdRun(SubCommand):
     def run(self, args: argparse.Namespace) -> None:
         from torchx.runner import config
         from torchx.runner.api import get_runner
-        from torchx.specs.builders import ComponentHelpRequest
+        from torchx.specs.builders import ComponentHelpRequest, component_help
+        from torchx.specs.finder import get_component
 
         if args.stdin:
             self._apply_stdin(args)
@@ -130,19 +123,14 @@ class CmdRun(SubCommand):
         component = comp_and_args[0]
         component_args: Union[List[str], Dict[str, Any]] = args.stdin_args_dict or comp_and_args[1:]
         workspace = resolve_workspace(args.workspace, cli_defaults)
-        stall_timeout = args.stall_timeout
-        if stall_timeout is not None and not stall_timeout > 0:
-            raise CommandError(
-                f"--stall_timeout {stall_timeout:g}: give a number of seconds > 0", 2
-            )
+        check_stall_timeout(args.stall_timeout)
 
         with get_runner() as runner:
-            runner.scheduler_run_opts(
-                scheduler
-            )  # an unknown scheduler fails here, listing the known ones
+            runner.scheduler_run_opts(scheduler)  # an unknown scheduler fails here
             cfg = self._cfg(runner, scheduler, args, args.stdin_cfg)
             if isinstance(component_args, list) and component_args[:1] in (["--help"], ["-h"]):
-                self._print_help(component)
+                defaults = config.get_configs("component", component)
+                print(component_help(get_component(component).fn, defaults))
                 return
             try:
                 info = runner.dryrun_component(
@@ -152,7 +140,7 @@ class CmdRun(SubCommand):
                     cfg=cfg,
                     workspace=workspace,
                     parent_run_id=args.parent_run_id,
-                    stall_timeout=stall_timeout,
+                    stall_timeout=args.stall_timeout,
                 )
             except ComponentHelpRequest as e:
                 print(e.text)
@@ -180,10 +168,8 @@ class CmdRun(SubCommand):
         args: argparse.Namespace,
         given: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
-        """``-cfg`` options (each may be repeated) on top of ``given`` (``--stdin``'s).
-
-        A key given twice with different values is an error.
-        """
+        """``-cfg`` options on top of ``given`` (``--stdin``'s); a key given twice differently is
+        an error."""
         cfg: Dict[str, Any] = dict(given or {})
         for literal in args.scheduler_args or []:
             for key, value in runner.cfg_from_str(scheduler, literal).items():
@@ -193,15 +179,6 @@ class CmdRun(SubCommand):
                     )
                 cfg[key] = value
         return cfg
-
-    def _print_help(self, component: str) -> None:
-        from torchx.runner import config
-        from torchx.specs.builders import component_help
-        from torchx.specs.finder import get_component
-
-        print(
-            component_help(get_component(component).fn, config.get_configs("component", component))
-        )
 
     def _print_dryrun(self, info: Any) -> None:
         import pprint
@@ -307,6 +284,23 @@ class CmdRun(SubCommand):
         args.workspace = data.get("workspace")
 
 
+def add_cfg_argument(parser: Any) -> None:
+    """``-cfg``, as ``torchx run`` and ``torchx torchrun`` take it."""
+    parser.add_argument(
+        "-cfg",
+        "--scheduler_args",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="scheduler run options (see `torchx runopts SCHEDULER`); may be repeated",
+    )
+
+
+def check_stall_timeout(stall_timeout: Optional[float]) -> None:
+    if stall_timeout is not None and not stall_timeout > 0:
+        raise CommandError(f"--stall_timeout {stall_timeout:g}: give a number of seconds > 0", 2)
+
+
 def resolve_workspace(flag: Optional[str], cli_defaults: Dict[str, str]) -> Optional[str]:
     """The workspace to pass to the Runner: ``--workspace``, else ``[cli:run] workspace``,
     else the current directory (``file://$PWD``, as upstream); ``""`` means none.
@@ -319,9 +313,7 @@ def resolve_workspace(flag: Optional[str], cli_defaults: Dict[str, str]) -> Opti
 
 
 def _local_dir(workspace: Optional[str]) -> str:
-    """The directory a local job runs in: a local ``workspace`` (its copy has the same
-    files), else the current directory.
-    """
+    """The directory a local job runs in: a local ``workspace``, else the current one."""
     if workspace:
         path = workspace[len("file://") :] if workspace.startswith("file://") else workspace
         if "://" not in path and os.path.isdir(path):
@@ -334,13 +326,8 @@ def check_script_exists(
     component_args: Union[List[str], Dict[str, Any]],
     workspace: Optional[str] = None,
 ) -> None:
-    """A local app whose ``--script`` file is missing fails now, not after the workers start.
-
-    Applies to components with a ``script`` parameter (``dist.ddp``, ``dist.spmd``,
-    ``utils.python``): local schedulers run in the workspace (by default the current
-    directory), so the file must be there (upstream reports it only after several
-    seconds of worker start-up).
-    """
+    """A local app whose ``--script`` file is missing fails now, not after the workers start
+    (upstream reports it only after several seconds of worker start-up)."""
     import inspect
 
     from torchx.runner import config

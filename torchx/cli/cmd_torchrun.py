@@ -1,11 +1,8 @@
-"""``torchx torchrun``: a torchrun command line, with torchrun's own flags, as a torchx app.
+"""``torchx torchrun``: a torchrun command line, with torchrun's own flags, as the
+``dist.ddp`` app ``torchx run`` submits for the same job.
 
-The app is the ``dist.ddp`` app ``torchx run`` submits for the same job
-(``torchx.components.torchrun`` maps the flags). Without ``-s`` it runs on ``local_cwd`` in
-the foreground, as torchrun would: the workers' lines are streamed with their node and rank
-as prefix, Ctrl-C cancels the job, and the exit code is torchrun's (1 when a worker
-failed, as torchrun's agent exits). With ``-s SCHEDULER`` it submits, prints the handle
-and returns.
+Without ``-s`` it runs on ``local_cwd`` in the foreground, as torchrun would (streamed,
+Ctrl-C cancels, torchrun's exit code); with ``-s SCHEDULER`` it submits and returns.
 """
 
 from __future__ import annotations
@@ -13,8 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from torchx.cli.cmd_base import CommandError
-from torchx.cli.cmd_run import CmdRun, check_script_exists, resolve_workspace
+from torchx.cli.cmd_run import (
+    CmdRun,
+    add_cfg_argument,
+    check_script_exists,
+    check_stall_timeout,
+    resolve_workspace,
+)
 
 LOCAL = "local_cwd"
 
@@ -33,14 +35,7 @@ class CmdTorchrun(CmdRun):
             default=None,
             help=f"submit to this scheduler and return (default: {LOCAL}, in the foreground)",
         )
-        where.add_argument(
-            "-cfg",
-            "--scheduler_args",
-            action="append",
-            default=None,
-            metavar="KEY=VALUE[,KEY=VALUE...]",
-            help="scheduler run options (see `torchx runopts SCHEDULER`); may be repeated",
-        )
+        add_cfg_argument(where)
         where.add_argument(
             "--dryrun",
             action="store_true",
@@ -69,10 +64,7 @@ class CmdTorchrun(CmdRun):
         request = request_from_args(args)
         for note in request.ignored:
             print(f"torchx: note: torchrun {note}", file=sys.stderr)
-        if args.stall_timeout is not None and not args.stall_timeout > 0:
-            raise CommandError(
-                f"--stall_timeout {args.stall_timeout:g}: give a number of seconds > 0", 2
-            )
+        check_stall_timeout(args.stall_timeout)
         scheduler = args.scheduler or LOCAL
         workspace = resolve_workspace(args.workspace, config.get_configs("cli", "run"))
         with get_runner() as runner:

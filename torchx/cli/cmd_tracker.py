@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def _tracker(spec: str | None) -> Any:
     from torchx.runner.config import get_configured_trackers
-    from torchx.trackers.api import build_trackers
+    from torchx.trackers.api import build_trackers, tracker_backend
 
     if spec:
         name, _, config = spec.partition("=")
@@ -25,12 +25,9 @@ def _tracker(spec: str | None) -> Any:
             "no tracker configured;"
             " pass --tracker mlflow[=URI] or set [torchx:tracker] in .torchxconfig"
         )
-    from torchx.trackers.api import tracker_backend
-
-    first = dict(list(trackers.items())[:1])
-    for tracker_name, tracker_config in first.items():
-        tracker_backend(tracker_name, tracker_config).validate()
-    return build_trackers(first)[0]
+    first, first_config = next(iter(trackers.items()))
+    tracker_backend(first, first_config).validate()
+    return build_trackers({first: first_config})[0]
 
 
 class CmdTracker(SubCommand):
@@ -53,13 +50,11 @@ class CmdTracker(SubCommand):
         art = what.add_parser("artifacts", help="artifacts of a run")
         art.add_argument("--artifact", default=None)
         art.add_argument("run_id")
-        lin = what.add_parser("lineage", help="lineage of a run")
-        lin.add_argument("run_id")
-        lin.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
         top = sub.add_parser("lineage", help="draw the lineage of a run")
-        top.add_argument("run_id")
-        top.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
         top.set_defaults(list_what=None)
+        for lineage in (what.add_parser("lineage", help="lineage of a run"), top):
+            lineage.add_argument("run_id")
+            lineage.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
 
     def run(self, args: argparse.Namespace) -> None:
         from tabulate import tabulate
@@ -90,10 +85,6 @@ class CmdTracker(SubCommand):
             print(tabulate(rows, headers=["ARTIFACT", "PATH", "METADATA"]))
 
 
-# ---------------------------------------------------------------------------- lineage drawn
-# as an indented text tree, Graphviz dot, or a Mermaid flowchart
-
-
 def _label(lineage: Lineage, run_id: str) -> str:
     kind = lineage.runs.get(run_id, {}).get("stage") or lineage.runs.get(run_id, {}).get("kind")
     return f"{run_id} [{kind}]" if kind else run_id
@@ -103,23 +94,19 @@ def as_text(lineage: Lineage) -> str:
     """Upstream tree (what the run consumed, recursively), then the runs that consumed it."""
     lines: List[str] = [_label(lineage, lineage.run_id)]
 
-    def up(run_id: str, depth: int, seen: Set[str]) -> None:
-        for e in lineage.upstream(run_id):
-            lines.append(f"{'  ' * depth}<- {e.artifact or 'run'} <- {_label(lineage, e.source)}")
-            if e.source not in seen:
-                up(e.source, depth + 1, seen | {e.source})
+    def walk(run_id: str, depth: int, seen: Set[str], up: bool) -> None:
+        for e in lineage.upstream(run_id) if up else lineage.downstream(run_id):
+            other, arrow = (e.source, "<-") if up else (e.target, "->")
+            label = _label(lineage, other)
+            lines.append(f"{'  ' * depth}{arrow} {e.artifact or 'run'} {arrow} {label}")
+            if other not in seen:
+                walk(other, depth + 1, seen | {other}, up)
 
-    def down(run_id: str, depth: int, seen: Set[str]) -> None:
-        for e in lineage.downstream(run_id):
-            lines.append(f"{'  ' * depth}-> {e.artifact or 'run'} -> {_label(lineage, e.target)}")
-            if e.target not in seen:
-                down(e.target, depth + 1, seen | {e.target})
-
-    up(lineage.run_id, 1, {lineage.run_id})
-    down(lineage.run_id, 1, {lineage.run_id})
+    walk(lineage.run_id, 1, {lineage.run_id}, up=True)
+    walk(lineage.run_id, 1, {lineage.run_id}, up=False)
     for stage in lineage.stages:  # a pipeline run: each stage with what it consumed
         lines.append(f"  stage {_label(lineage, stage)}")
-        up(stage, 2, {stage})
+        walk(stage, 2, {stage}, up=True)
     return "\n".join(lines)
 
 

@@ -27,14 +27,8 @@ def replicas_of(
     app = runner.describe(handle)
     if app is None:
         return []
-    pairs = []
-    for r in app.roles:
-        if role and r.name != role:
-            continue
-        for i in range(r.num_replicas):
-            if ids is None or i in ids:
-                pairs.append((r.name, i))
-    return pairs
+    roles = [r for r in app.roles if not role or r.name == role]
+    return [(r.name, i) for r in roles for i in range(r.num_replicas) if ids is None or i in ids]
 
 
 def stream_logs(

@@ -1,9 +1,7 @@
 """The ``torchx`` command.
 
-Startup is kept cheap on purpose: the top-level parser is built from a static table
-of verbs and only the verb being run has its module imported (upstream imports every
-verb, the runner and all schedulers before printing ``--help``). Plugins from the
-``torchx.cli.cmds`` entry-point group add verbs or replace builtin ones.
+Startup is kept cheap on purpose: only the verb being run has its module imported
+(upstream imports every verb, the runner and all schedulers before printing ``--help``).
 """
 
 from __future__ import annotations
@@ -68,11 +66,8 @@ def _load_verb(module: str, cls: str) -> Optional[SubCommand]:
 
 
 def _declares_plugin_verbs() -> bool:
-    """Cheap pre-check (a few ms): does any installed distribution declare ``[torchx.cli.cmds]``?
-
-    ``importlib.metadata.entry_points`` parses the metadata of every distribution
-    (30-80 ms here), so it only runs when this raw scan finds the group.
-    """
+    """Does any installed distribution declare ``[torchx.cli.cmds]``? A raw scan (a few ms):
+    ``importlib.metadata.entry_points`` (30-80 ms) runs only when it finds the group."""
     marker = f"[{PLUGIN_GROUP}]".encode()
     for d in sys.path:
         try:
@@ -167,14 +162,6 @@ def _verb_of(argv: List[str]) -> Optional[str]:
     return None
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.WARNING),
-        format="torchx %(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-
-
 def run_main(argv: List[str]) -> int:
     """Parse ``argv``, run the verb, map errors to one stderr line and an exit code."""
     debug = False
@@ -185,7 +172,11 @@ def run_main(argv: List[str]) -> int:
             args._verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         level = args.log_level or os.environ.get("LOGLEVEL", "").lower() or "warning"
         debug = level == "debug"
-        _setup_logging(level)
+        logging.basicConfig(
+            level=getattr(logging, level.upper(), logging.WARNING),
+            format="torchx %(asctime)s %(levelname)s %(name)s: %(message)s",
+            datefmt="%H:%M:%S",
+        )
         if not args.subcmd:
             parser.print_help()
             return 1
@@ -244,16 +235,9 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def _cheap_teardown() -> None:
-    """Freeze every object before the interpreter exits.
-
-    Its teardown runs full garbage collections over every object still alive (modules,
-    the parser, the app); one such pass costs 4 ms on a quiet machine and 15-50 ms on a
-    busy one, about 20% of a dry run's CPU. Frozen objects are skipped by those passes;
-    teardown still frees every object that is not in a reference cycle (files are
-    flushed and closed as before) and runs the ``atexit`` handlers (``logging``,
-    ``weakref.finalize``). What it no longer does is collect cycles: in this command's
-    runs they are argparse's parsers and the closed Runner, none with a finalizer.
-    """
+    """Freeze every object before the interpreter exits: its teardown's full garbage
+    collections cost 4-50 ms, about 20% of a dry run's CPU. Only cycles (argparse's
+    parsers, the closed Runner; no finalizers) are then left uncollected."""
     import gc
 
     gc.freeze()

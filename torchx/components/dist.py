@@ -107,12 +107,7 @@ def ddp(
         raise specs.InvalidArgumentError(
             "dist.ddp: give exactly one of --script FILE or --m MODULE"
         )
-    parsed_j = StructuredJArgument.parse(j)
-    min_nnodes, max_nnodes, nproc = (
-        parsed_j.min_nnodes,
-        parsed_j.max_nnodes,
-        parsed_j.nproc_per_node,
-    )
+    min_nnodes, max_nnodes, nproc, nnodes_rep = parse_nnodes(j)
     if max_restarts < 0:
         raise specs.InvalidArgumentError(
             f"dist.ddp: --max_restarts must be >= 0, got {max_restarts}"
@@ -157,7 +152,7 @@ def ddp(
         "--rdzv_id",
         f"{specs.macros.app_id}",
         "--nnodes",
-        parsed_j.nnodes_rep,
+        nnodes_rep,
         "--nproc_per_node",
         str(nproc),
         "--max_restarts",
@@ -249,11 +244,7 @@ def get_role_name(script: Optional[str], m: Optional[str]) -> str:
 
 
 def parse_nnodes(j: str) -> Tuple[int, int, int, str]:
-    """``-j`` as ``(min_nnodes, max_nnodes, nproc_per_node, nnodes_rep)``.
-
-    ``"1:2x4"`` -> ``(1, 2, 4, "1:2")``, ``"2x4"`` -> ``(2, 2, 4, "2")``, ``"4"`` ->
-    ``(1, 1, 4, "1")``; anything else (or a count out of range) raises
-    :class:`torchx.specs.InvalidArgumentError`, a ``ValueError``.
-    """
+    """``-j`` as ``(min_nnodes, max_nnodes, nproc_per_node, nnodes_rep)``: ``"1:2x4"`` ->
+    ``(1, 2, 4, "1:2")``; a bad ``-j`` raises :class:`torchx.specs.InvalidArgumentError`."""
     parsed = StructuredJArgument.parse(j)
     return parsed.min_nnodes, parsed.max_nnodes, parsed.nproc_per_node, parsed.nnodes_rep

@@ -36,10 +36,7 @@ class StructuredNameArgument:
     def parse_from(
         name: str, m: Optional[str] = None, script: Optional[str] = None
     ) -> StructuredNameArgument:
-        """``exp/run``, ``exp/``, ``/run`` or ``run``.
-
-        Defaults: ``default-experiment`` and the script/module.
-        """
+        """``exp/run``, ``exp/``, ``/run`` or ``run`` (default: ``default-experiment``, script)."""
         default_run = (Path(script).stem if script else (m or "").split(".")[-1]) or "app"
         exp, sep, run = name.partition("/")
         if not sep:

@@ -1,25 +1,7 @@
-"""A ``torchrun`` command line as the arguments of the ``dist.ddp`` component.
-
+"""A ``torchrun`` command line as the arguments of the ``dist.ddp`` component, so
 ``torchx torchrun`` and the pipelines' ``torchrun=`` submit the app ``torchx run dist.ddp``
-gives for the same job, so status, logs, cancel, list, tracking, progress and stall
-detection treat it like any other app. The flags are torch's own (``torchrun_flags``);
-the line may also carry dist.ddp's role flags (``--image``, ``--cpu``, ``--gpu``,
-``--memMB``, ``-h`` named resource, ``--env``), which torchrun does not have.
-
-torchrun flag -> dist.ddp argument:
-
-- ``--nnodes N|MIN:MAX`` and ``--nproc_per_node P`` -> ``-j NxP`` / ``-j MIN:MAXxP``
-- ``--max_restarts``, ``--rdzv_conf``, ``--tee`` (one stream number) -> the same
-- ``--rdzv_backend c10d|static`` -> the same; not given: dist.ddp's ``c10d`` (torchrun's
-  ``static`` cannot be elastic); ``--standalone`` -> ``c10d`` on one node
-- ``--rdzv_endpoint HOST:PORT`` (static: ``--master_port``) -> ``--rdzv_port PORT``; the
-  host is the job's first node, wherever the scheduler puts it
-- ``SCRIPT`` / ``-m MODULE`` -> ``--script`` / ``--m``; the script's arguments after ``--``
-- ``--rdzv_id``, ``--role``, ``--node_rank``, ``--master_addr``: set by dist.ddp for every
-  node (the app id, ``""``, the replica id, the first node's host); a value given is
-  reported in ``ignored``
-- any other flag (``--no_python``, ``--run_path``, ``--monitor_interval``, ...) -> the
-  role's env ``PET_<FLAG>``, where the job's torchrun reads it as if it were given
+gives for the same job. The flag mapping is README's "From torchrun" table; a flag
+dist.ddp does not map goes to the role's env as ``PET_<FLAG>``, which torchrun reads.
 """
 
 from __future__ import annotations
@@ -27,9 +9,9 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
-from typing import Any, List, NoReturn, Optional, Sequence
+from typing import ClassVar, List, NoReturn, Optional, Sequence
 
-from torchx.components.torchrun_flags import Flag, add_flags, torchrun_flags
+from torchx.components.torchrun_flags import add_flags, torchrun_flags
 from torchx.specs.errors import InvalidArgumentError
 
 COMPONENT = "dist.ddp"
@@ -71,10 +53,7 @@ class TorchrunRequest:
     module: bool = False
     no_python: bool = False
     ignored: List[str] = field(default_factory=list)  # "--rdzv_id 7: the app id is used"
-
-    @property
-    def component(self) -> str:
-        return COMPONENT
+    component: ClassVar[str] = COMPONENT
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -87,9 +66,7 @@ class _RaisingParser(argparse.ArgumentParser):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """dist.ddp's role flags, torchrun's own flags, then the script and its arguments.
 
-    ``parser`` must have no ``-h`` of its own (``-h`` is the named resource, as in
-    ``dist.ddp``); raises :class:`~torchx.components.torchrun_flags.TorchNotInstalledError`
-    without torch.
+    ``parser`` must have no ``-h`` of its own (``-h`` is the named resource, as in dist.ddp).
     """
     flags = torchrun_flags()
     role = parser.add_argument_group("torchx (the job's role, as dist.ddp's flags)")
@@ -130,8 +107,13 @@ def request_from_args(args: argparse.Namespace) -> TorchrunRequest:
             continue
         if dest in _SET_BY_JOB:
             ignored.append(f"{flag.option_strings[-1]} {value}: {_SET_BY_JOB[dest]} is used")
+        elif not flag.env:
+            raise InvalidArgumentError(
+                f"torchrun {flag.option_strings[-1]}: torch reads it only from the command line,"
+                " which dist.ddp writes; run this job without it"
+            )
         else:
-            env.append(f"{flag.env_name}={_env_value(flag, value)}")
+            env.append(f"{flag.env_name}={'1' if value is True else value}")
     component_args = _ddp_args(args)
     for dest in _ROLE_DESTS:
         value = getattr(args, dest)
@@ -144,15 +126,6 @@ def request_from_args(args: argparse.Namespace) -> TorchrunRequest:
     if args.training_script_args:
         component_args += ["--", *args.training_script_args]
     return TorchrunRequest(component_args, script, bool(args.module), bool(args.no_python), ignored)
-
-
-def _env_value(flag: Flag, value: Any) -> str:
-    if not flag.env:
-        raise InvalidArgumentError(
-            f"torchrun {flag.option_strings[-1]}: torch reads it only from the command line,"
-            " which dist.ddp writes; run this job without it"
-        )
-    return "1" if value is True else str(value)
 
 
 def _ddp_args(args: argparse.Namespace) -> List[str]:

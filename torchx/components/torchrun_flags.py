@@ -1,13 +1,7 @@
-"""torchrun's own flags, read from torch's parser (``torch.distributed.run.get_args_parser``).
+"""torchrun's own flags, read from the installed torch's parser so the two never drift.
 
-``torchx torchrun`` and the pipelines' ``torchrun=`` accept exactly the flags the installed
-torch's ``torchrun`` accepts, so the two never drift. Importing torch costs 2-3 s of CPU,
-as much as the rest of a small job's launch, so the flags are described once per torch
-install in ``$TORCHX_HOME/cache/`` (keyed by torch's ``run.py``: a new torch is read
-again) and rebuilt from that description afterwards.
-
-torchrun reads each flag declared with torch's ``env`` / ``check_env`` actions from the
-variable ``PET_<DEST>`` when the flag is not given; so do the flags built here.
+Importing torch costs 2-3 s of CPU, so the flags are described once per torch install in
+``$TORCHX_HOME/cache/`` (keyed by torch's ``run.py``) and rebuilt from that afterwards.
 """
 
 from __future__ import annotations
@@ -159,13 +153,5 @@ def _flags_from_torch() -> Tuple[List[Flag], bool]:
 
 
 def _flag_from_json(d: Dict[str, Any]) -> Flag:
-    return Flag(
-        option_strings=tuple(d["option_strings"]),
-        dest=d["dest"],
-        takes_value=bool(d["takes_value"]),
-        type=str(d["type"]),
-        default=d["default"],
-        choices=tuple(d["choices"]) if d["choices"] else None,
-        help=str(d["help"]),
-        env=bool(d["env"]),
-    )
+    choices = tuple(d["choices"]) if d["choices"] else None
+    return Flag(**{**d, "option_strings": tuple(d["option_strings"]), "choices": choices})

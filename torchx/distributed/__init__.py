@@ -11,7 +11,7 @@ import logging
 import os
 import warnings
 from contextlib import contextmanager
-from typing import Any, Iterator, Literal
+from typing import Any, ContextManager, Iterator, Literal
 
 import torch
 import torch.distributed as dist
@@ -69,13 +69,9 @@ def is_local_rank0() -> bool:
 
 
 def init_pg(backend: Backend = "auto", **kwargs: Any) -> torch.device:
-    """Initialize the default process group and return this rank's device.
-
-    ``auto`` is nccl when the host has a CUDA device, else gloo. Launched by torchrun or
-    torchx, it joins the job's group; in a plain ``python`` process it makes a one-rank
-    group over an in-process store (no port, and, unlike upstream, no ``MASTER_*``
-    variables written into this process's environment).
-    """
+    """Initialize the default process group and return this rank's device (``auto``: nccl
+    with a CUDA device, else gloo). In a plain ``python`` process the group has one rank over
+    an in-process store: no port and, unlike upstream, no ``MASTER_*`` env written."""
     if backend == "auto":
         backend = "nccl" if has_cuda_devices() and dist.is_nccl_available() else "gloo"
     if dist.is_torchelastic_launched():
@@ -87,24 +83,21 @@ def init_pg(backend: Backend = "auto", **kwargs: Any) -> torch.device:
 
 
 @contextmanager
-def on_rank0_first() -> Iterator[None]:
+def _first(first: bool) -> Iterator[None]:
+    if dist.is_initialized() and not first:
+        dist.barrier()
+    try:
+        yield
+    finally:
+        if dist.is_initialized() and first:
+            dist.barrier()
+
+
+def on_rank0_first() -> ContextManager[None]:
     """Run the block on rank 0 first, then on the other ranks (e.g. a download)."""
-    if dist.is_initialized() and not is_rank0():
-        dist.barrier()
-    try:
-        yield
-    finally:
-        if dist.is_initialized() and is_rank0():
-            dist.barrier()
+    return _first(is_rank0())
 
 
-@contextmanager
-def on_local_rank0_first() -> Iterator[None]:
+def on_local_rank0_first() -> ContextManager[None]:
     """Run the block on each host's local rank 0 first, then on that host's other ranks."""
-    if dist.is_initialized() and not is_local_rank0():
-        dist.barrier()
-    try:
-        yield
-    finally:
-        if dist.is_initialized() and is_local_rank0():
-            dist.barrier()
+    return _first(is_local_rank0())

@@ -3,8 +3,6 @@
 Importing this package is cheap: no entry-point scan, no optional dependency.
 """
 
-from typing import Any
-
 from torchx.specs.api import (
     ALL,
     MISSING,
@@ -50,28 +48,23 @@ from torchx.specs.named_resources import (
     named_resources,
     resource,
 )
+from torchx.util.lazy import lazy_getattr
 
 GiB: int = 1024
 
-# name: (module, attribute). builders/finder pull in argparse and docstring_parser,
-# load_group importlib.metadata: each is imported on first use only.
-_LAZY = {
-    "materialize_appdef": ("torchx.specs.builders", "materialize_appdef"),
-    "load_group": ("torchx.specs.plugins", "load_group"),
-    "ComponentNotFoundException": ("torchx.specs.finder", "ComponentNotFoundException"),
-    "ComponentValidationException": ("torchx.specs.finder", "ComponentValidationException"),
-    "AWS_NAMED_RESOURCES": ("torchx.specs.named_resources_aws", "NAMED_RESOURCES"),
-    "GENERIC_NAMED_RESOURCES": ("torchx.specs.named_resources_generic", "NAMED_RESOURCES"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module 'torchx.specs' has no attribute {name!r}")
+# builders/finder pull in argparse and docstring_parser, load_group importlib.metadata:
+# each is imported on first use only
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "materialize_appdef": "torchx.specs.builders",
+        "load_group": "torchx.specs.plugins",
+        "ComponentNotFoundException": "torchx.specs.finder",
+        "ComponentValidationException": "torchx.specs.finder",
+        "AWS_NAMED_RESOURCES": "torchx.specs.named_resources_aws",
+        "GENERIC_NAMED_RESOURCES": "torchx.specs.named_resources_generic",
+    },
+)
 
 
 __all__ = [

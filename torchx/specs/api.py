@@ -1,8 +1,6 @@
 """The job data model: what an app is (AppDef, Role, Resource), how it is doing
-(AppState, AppStatus) and how schedulers are configured (runopts).
-
-Pure: no I/O, no subprocess, no optional dependency. Names, fields and
-behaviour follow upstream TorchX so existing user code keeps working.
+(AppState, AppStatus) and how schedulers are configured (runopts); pure, and upstream's
+names, fields and behaviour.
 """
 
 from __future__ import annotations
@@ -13,20 +11,10 @@ import re
 import string
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Generic,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Generic, Mapping, NamedTuple, Optional, TypeVar, Union
 
-from torchx.specs.errors import (
+# specs.api is where upstream's code imports these from
+from torchx.specs.errors import (  # noqa: F401
     AppStatusError,
     InvalidArgumentError,
     InvalidRunConfigException,
@@ -35,8 +23,8 @@ from torchx.specs.errors import (
     UnknownAppException,
     UnknownSchedulerException,
 )
-from torchx.specs.run_options import CfgVal, get_type_name, runopt, runopts
-from torchx.specs.states import (  # noqa: F401  (upstream's names, defined below api)
+from torchx.specs.run_options import CfgVal, get_type_name, runopt, runopts  # noqa: F401
+from torchx.specs.states import (  # noqa: F401
     _TERMINAL_STATES,
     ALL,
     MISSING,
@@ -46,9 +34,7 @@ from torchx.specs.states import (  # noqa: F401  (upstream's names, defined belo
     is_started,
     is_terminal,
 )
-from torchx.util.types import to_dict
-
-# --------------------------------------------------------------------------- resources
+from torchx.util.types import to_dict  # noqa: F401
 
 
 @dataclass
@@ -58,31 +44,23 @@ class Resource:
     cpu: int
     gpu: int
     memMB: int
-    capabilities: Dict[str, Any] = field(default_factory=dict)
-    devices: Dict[str, int] = field(default_factory=dict)
-    tags: Dict[str, object] = field(default_factory=dict)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, int] = field(default_factory=dict)
+    tags: dict[str, object] = field(default_factory=dict)
 
     @staticmethod
     def copy(original: Resource, **capabilities: Any) -> Resource:
-        """A copy of ``original`` with ``capabilities`` merged in.
-
-        Tags are dropped, as upstream.
-        """
-        res_capabilities = dict(original.capabilities)
-        res_capabilities.update(capabilities)
+        """A copy of ``original`` with ``capabilities`` merged in (tags dropped, as upstream)."""
         return Resource(
             cpu=original.cpu,
             gpu=original.gpu,
             memMB=original.memMB,
-            capabilities=res_capabilities,
+            capabilities={**original.capabilities, **capabilities},
             devices=dict(original.devices),
         )
 
 
 NULL_RESOURCE: Resource = Resource(cpu=-1, gpu=-1, memMB=-1)
-
-
-# --------------------------------------------------------------------------- macros
 
 
 class macros:
@@ -103,11 +81,8 @@ class macros:
         base_img_root: str = "DEPRECATED"
 
         def apply(self, role: Role) -> Role:
-            """A deep copy of ``role`` with macros substituted in args, env values and metadata.
-
-            Each copy gets its own ``overrides`` dict: an override resolved in one copy
-            stays available to the next (one copy per replica) and to the caller's role.
-            """
+            """A deep copy of ``role`` with macros substituted in args, env values and metadata;
+            each copy (one per replica) gets its own ``overrides``, the caller's role keeps its."""
             for name, value in list(role.overrides.items()):
                 if hasattr(value, "__await__"):  # awaitable only once: resolve on the caller's
                     getattr(role, name)
@@ -115,19 +90,16 @@ class macros:
             role.overrides = {}
             try:
                 copied = copy.deepcopy(role)
-            finally:
-                role.overrides = (
-                    overrides  # the caller's role keeps its (maybe un-copyable) overrides
-                )
+            finally:  # the caller's role keeps its (maybe un-copyable) overrides
+                role.overrides = overrides
             copied.overrides = dict(overrides)
-            role = copied
-            role.args = [self.substitute(a) for a in role.args]
-            role.env = {k: self.substitute(v) for k, v in role.env.items()}
-            role.metadata = self._apply_nested(role.metadata)
-            return role
+            copied.args = [self.substitute(a) for a in copied.args]
+            copied.env = {k: self.substitute(v) for k, v in copied.env.items()}
+            copied.metadata = self._apply_nested(copied.metadata)
+            return copied
 
-        def _apply_nested(self, d: Dict[str, Any]) -> Dict[str, Any]:
-            out: Dict[str, Any] = {}
+        def _apply_nested(self, d: dict[str, Any]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
             for k, v in d.items():
                 if isinstance(v, str):
                     out[k] = self.substitute(v)
@@ -142,9 +114,6 @@ class macros:
         def substitute(self, arg: str) -> str:
             """Replace ``${name}`` macros in ``arg``; ``$$`` is a literal ``$``."""
             return string.Template(arg).safe_substitute(**asdict(self))
-
-
-# --------------------------------------------------------------------------- roles and apps
 
 
 class RetryPolicy(str, Enum):
@@ -198,16 +167,16 @@ class Role:
     min_replicas: Optional[int] = None
     base_image: Optional[str] = None
     entrypoint: str = MISSING
-    args: List[str] = field(default_factory=list)
-    env: Dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     num_replicas: int = 1
     max_retries: int = 0
     retry_policy: RetryPolicy = RetryPolicy.APPLICATION
     resource: Resource = field(default_factory=lambda: NULL_RESOURCE)
-    port_map: Dict[str, int] = field(default_factory=dict)
-    metadata: Dict[str, Any] = field(default_factory=dict)
-    mounts: List[Union[BindMount, VolumeMount, DeviceMount]] = field(default_factory=list)
-    overrides: Dict[str, Any] = field(default_factory=dict)
+    port_map: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    mounts: list[Union[BindMount, VolumeMount, DeviceMount]] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def __getattribute__(self, attrname: str) -> Any:
         if attrname == "overrides" or attrname.startswith("__"):
@@ -237,11 +206,8 @@ class AppDef:
     """A job: a name, its roles, and free-form metadata."""
 
     name: str
-    roles: List[Role] = field(default_factory=list)
-    metadata: Dict[str, str] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- states
+    roles: list[Role] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -256,22 +222,11 @@ class ReplicaStatus:
 @dataclass
 class RoleStatus:
     role: str
-    replicas: List[ReplicaStatus]
+    replicas: list[ReplicaStatus]
 
-    def to_json(self) -> Dict[str, Any]:
-        return {
-            "role": self.role,
-            "replicas": [
-                {
-                    "id": r.id,
-                    "state": str(r.state),
-                    "role": r.role,
-                    "hostname": r.hostname,
-                    "structured_error_msg": r.structured_error_msg,
-                }
-                for r in self.replicas
-            ],
-        }
+    def to_json(self) -> dict[str, Any]:
+        replicas = [{**asdict(r), "state": str(r.state)} for r in self.replicas]
+        return {"role": self.role, "replicas": replicas}
 
 
 @dataclass
@@ -283,7 +238,7 @@ class AppStatus:
     msg: str = ""
     structured_error_msg: str = NONE
     ui_url: Optional[str] = None
-    roles: List[RoleStatus] = field(default_factory=list)
+    roles: list[RoleStatus] = field(default_factory=list)
 
     def is_terminal(self) -> bool:
         return is_terminal(self.state)
@@ -299,7 +254,7 @@ class AppStatus:
 
         return error_summary(self)
 
-    def to_json(self, filter_roles: Optional[List[str]] = None) -> Dict[str, Any]:
+    def to_json(self, filter_roles: Optional[list[str]] = None) -> dict[str, Any]:
         roles = [r for r in self.roles if not filter_roles or r.role in filter_roles]
         return {
             "state": str(self.state),
@@ -317,7 +272,7 @@ class AppStatus:
 
         return wrap_error_message(msg, header, width)
 
-    def format(self, filter_roles: Optional[List[str]] = None) -> str:
+    def format(self, filter_roles: Optional[list[str]] = None) -> str:
         """Human-readable multi-line status, as ``torchx status`` prints it (upstream's layout)."""
         from torchx.specs.status_format import format_status
 
@@ -366,8 +321,6 @@ class AppDryRunInfo(Generic[T]):
         return new
 
 
-# --------------------------------------------------------------------------- handles
-
 AppHandle = str
 
 
@@ -392,8 +345,6 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> A
     return f"{scheduler_backend}://{session_name}/{app_id}"
 
 
-# --------------------------------------------------------------------------- mounts
-
 _MOUNT_KEY_ALIASES = {
     "source": "src",
     "destination": "dst",
@@ -403,13 +354,9 @@ _MOUNT_KEY_ALIASES = {
 _MOUNT_KEYS = {"type", "src", "dst", "readonly", "perm"}
 
 
-def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMount]]:
-    """Parse docker-style mount options, e.g. ``["type=bind,src=/a,dst=/b,readonly"]``.
-
-    Each mount starts with ``type=bind|volume|device``; items may be split across
-    list elements (``["type=bind", "src=/a", "dst=/b"]``).
-    """
-    groups: List[Dict[str, str]] = []
+def parse_mounts(opts: list[str]) -> list[Union[BindMount, VolumeMount, DeviceMount]]:
+    """Parse docker-style mount options, e.g. ``["type=bind,src=/a,dst=/b,readonly"]``."""
+    groups: list[dict[str, str]] = []
     for opt in opts:
         for item in filter(None, (p.strip() for p in opt.split(","))):
             key, _, value = item.partition("=")
@@ -426,7 +373,7 @@ def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMo
                 )
             else:
                 groups[-1][key] = value if _ else "true"
-    mounts: List[Union[BindMount, VolumeMount, DeviceMount]] = []
+    mounts: list[Union[BindMount, VolumeMount, DeviceMount]] = []
     for g in groups:
         kind = g.get("type", "")
         readonly = g.get("readonly", "false").lower() in ("true", "1", "")
@@ -452,48 +399,6 @@ def parse_mounts(opts: List[str]) -> List[Union[BindMount, VolumeMount, DeviceMo
                 f"mount {','.join(f'{k}={v}' for k, v in g.items())} is missing {e.args[0]}="
             ) from None
     return mounts
-
-
-__all__ = [
-    "ALL",
-    "MISSING",
-    "NONE",
-    "NULL_RESOURCE",
-    "AppDef",
-    "AppDryRunInfo",
-    "AppHandle",
-    "AppState",
-    "AppStatus",
-    "AppStatusError",
-    "BindMount",
-    "CfgVal",
-    "DeviceMount",
-    "InvalidArgumentError",
-    "InvalidRunConfigException",
-    "MalformedAppHandleException",
-    "MountType",
-    "ParsedAppHandle",
-    "ReplicaState",
-    "ReplicaStatus",
-    "Resource",
-    "RetryPolicy",
-    "Role",
-    "RoleStatus",
-    "TorchXError",
-    "UnknownAppException",
-    "UnknownSchedulerException",
-    "VolumeMount",
-    "get_type_name",
-    "is_started",
-    "is_terminal",
-    "macros",
-    "make_app_handle",
-    "parse_app_handle",
-    "parse_mounts",
-    "runopt",
-    "runopts",
-    "to_dict",
-]
 
 
 def _run_awaitable(awaitable: Any) -> Any:

@@ -1,12 +1,8 @@
 """Turn a component function plus command-line arguments into an ``AppDef``.
 
-Each parameter becomes ``--name`` (one-letter names also ``-x``); ``*args`` takes the
-rest of the command line; help comes from the Google-style docstring. The parser
-(``_create_args_parser``), ``parse_args`` and ``materialize_appdef`` behave as
-upstream TorchX's, with two differences on purpose: a bad argument raises
-:class:`ComponentArgumentError` (one line) instead of exiting the process, and values
-are decoded with their type hints (so ``Optional[int]`` is an int, ``--flag 1`` is
-True, ``--flag maybe`` is an error).
+As upstream, except that a bad argument raises :class:`ComponentArgumentError` instead
+of exiting the process, and values are decoded by their type hints (``Optional[int]`` is
+an int, ``--flag maybe`` is an error).
 """
 
 from __future__ import annotations
@@ -17,7 +13,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence
 
-from torchx.specs.api import (
+# upstream's names in specs.builders
+from torchx.specs.api import (  # noqa: F401
     AppDef,
     BindMount,
     DeviceMount,
@@ -28,28 +25,12 @@ from torchx.specs.api import (
     parse_mounts,
 )
 from torchx.specs.file_linter import TorchXArgumentHelpFormatter, get_fn_docstring
-from torchx.util.types import decode, decode_optional, get_argparse_param_type, is_bool
-
-__all__ = [
-    "BindMount",
-    "ComponentArgs",
-    "ComponentArgumentError",
-    "DeviceMount",
-    "MountType",
-    "TorchXArgumentHelpFormatter",
-    "VolumeMount",
-    "component_args_from_str",
-    "component_help",
-    "decode",
-    "decode_optional",
-    "get_argparse_param_type",
-    "get_fn_docstring",
-    "is_bool",
-    "make_app_handle",
-    "materialize_appdef",
-    "parse_args",
-    "parse_mounts",
-]
+from torchx.util.types import (  # noqa: F401
+    decode,
+    decode_optional,
+    get_argparse_param_type,
+    is_bool,
+)
 
 
 class ComponentArgumentError(TorchXError):
@@ -260,11 +241,8 @@ def materialize_appdef(
     cmpnt_defaults: Optional[Mapping[str, Any]] = None,
     config: Optional[Mapping[str, Any]] = None,
 ) -> AppDef:
-    """Call the component with parsed arguments; raises if it does not return an AppDef.
-
-    ``cmpnt_defaults`` (strings, as in ``.torchxconfig``) override the declared
-    defaults; ``config`` (typed values, as from ``torchx run --stdin``) override both.
-    """
+    """Call the component with parsed arguments; ``cmpnt_defaults`` (strings, as in
+    ``.torchxconfig``) override its defaults, ``config`` (typed values) override both."""
     args = component_args_from_str(cmpnt_fn, cmpnt_args, cmpnt_defaults, config)
     appdef = cmpnt_fn(*args.positional_args.values(), *args.var_args, **args.kwargs)
     if not isinstance(appdef, AppDef):
@@ -272,8 +250,3 @@ def materialize_appdef(
             f"component {cmpnt_fn.__name__} returned {type(appdef).__name__}, expected AppDef"
         )
     return appdef
-
-
-def is_help_request(e: BaseException) -> Optional[str]:
-    """The help text if ``e`` is a ``--help`` request, else None (for the CLI)."""
-    return e.text if isinstance(e, ComponentHelpRequest) else None

@@ -1,9 +1,7 @@
 """The errors a user can cause, each with a message that says what to do.
 
-The CLI prints a :class:`TorchXError` as one line without a traceback. Class names and
-constructor arguments are upstream TorchX's, so ``except`` clauses written for it still
-catch them; where upstream raised a builtin type for the same mistake, the class also
-derives from that type. ``backend_errors()`` names what a backend's failed call raises.
+Names and constructor arguments are upstream's; where upstream raised a builtin type for
+the same mistake, the class also derives from that type.
 """
 
 from __future__ import annotations
@@ -71,7 +69,6 @@ class AppStatusError(TorchXError):
         self.status = status
 
 
-# ------------------------------------------------------------------ a backend's failure
 # What a call into a scheduler's or a tracker's backend raises when its service fails,
 # refuses or is missing: for the callers that must carry on (a tracker never fails a stage;
 # a cancel left undone is reaped later) while a bug (TypeError, AttributeError) surfaces.

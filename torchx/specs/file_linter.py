@@ -1,14 +1,6 @@
-"""The component linter: checks a component function's source before it is run.
-
-``validate(path, fn)`` reads the file's AST (nothing is executed) and reports, as
-upstream TorchX does and with its messages, each parameter without a type
-annotation or with a type the CLI cannot decode, and a missing or wrong return
-annotation. It also accepts what the decoder here handles beyond upstream 0.7.0
-(``T | None``, ``list[str]``, ``dict[str, str]``, string annotations) and reports
-``**kwargs``, which upstream only rejected once the component was called.
-
-``get_fn_docstring`` and ``TorchXArgumentHelpFormatter`` make a component's ``--help``.
-"""
+"""The component linter: checks a component function's source (its AST, nothing is run)
+with upstream's messages, and accepts what the decoder handles beyond upstream 0.7.0
+(``T | None``, ``list[str]``, string annotations)."""
 
 from __future__ import annotations
 
@@ -42,11 +34,8 @@ class TorchXArgumentHelpFormatter(
 
 
 def get_fn_docstring(fn: Callable[..., object]) -> Tuple[str, Dict[str, str]]:
-    """``(description, {arg: help})`` from ``fn``'s Google-style docstring.
-
-    Undocumented arguments get ``" "`` (argparse drops empty help); without a
-    docstring the description is the function name and a tip to add one.
-    """
+    """``(description, {arg: help})`` from ``fn``'s Google-style docstring; an undocumented
+    argument gets ``" "`` (argparse drops empty help)."""
     default_desc = (
         f"{fn.__name__} TIP: improve this help string by adding a docstring\n"
         f"to your component (see: {_DOC_URL})"
@@ -201,13 +190,9 @@ class TorchxReturnValidator(TorchxFunctionValidator):
 
     def _get_return_annotation(self, app_specs_func_def: ast.FunctionDef) -> Optional[str]:
         ret = app_specs_func_def.returns
-        if isinstance(ret, ast.Attribute):
-            return ret.attr
-        if isinstance(ret, ast.Name):
-            return ret.id
         if isinstance(ret, ast.Constant) and isinstance(ret.value, str):
             return ret.value.rpartition(".")[2]  # "specs.AppDef" -> "AppDef"
-        return None
+        return _name_of(ret) if ret else None
 
     def validate(self, app_specs_func_def: ast.FunctionDef) -> List[LinterMessage]:
         supported = self._supported_return_type
@@ -276,12 +261,7 @@ def validate(
     component_function: str,
     validators: Optional[List[TorchxFunctionValidator]] = None,
 ) -> List[LinterMessage]:
-    """Lint ``component_function`` in the Python file ``path``; an empty list means it is fine.
-
-    A parameter must be annotated with ``int``, ``float``, ``str``, ``bool``,
-    ``Optional`` of those, or ``List``/``Dict`` of them; the function must return
-    ``AppDef``.
-    """
+    """Lint ``component_function`` in the Python file ``path``; an empty list means it is fine."""
     try:
         module = _parse(path)
     except SyntaxError as ex:

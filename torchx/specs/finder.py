@@ -1,11 +1,8 @@
 """Find components: builtins, the ``torchx.components`` entry points, ``file.py:fn`` and
-``package.module:fn``.
+``package.module:fn``, each checked by the linter before it is used.
 
-Every component is checked by the linter (:mod:`torchx.specs.file_linter`) before it
-is used, so an unannotated or undecodable parameter is reported, with upstream's
-messages, before the file's function runs. Differences from upstream, on purpose:
-entry-point components add to the builtins instead of replacing them, a file
-component runs in its own namespace, and the validation errors are one line.
+Unlike upstream, entry-point components add to the builtins instead of replacing them,
+and a file component runs in its own namespace.
 """
 
 from __future__ import annotations
@@ -22,26 +19,10 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from torchx.specs.api import AppDef, TorchXError
-from torchx.specs.file_linter import validate
+from torchx.specs.file_linter import get_fn_docstring, validate
 from torchx.util.io import read_conf_file
 
 BUILTIN_PACKAGE = "torchx.components"
-
-__all__ = [
-    "ComponentNotFoundException",
-    "ComponentValidationException",
-    "ComponentsFinder",
-    "CustomComponentsFinder",
-    "ModuleComponentsFinder",
-    "get_builtin_source",
-    "get_component",
-    "get_components",
-    "is_namespace_package",
-    "is_package",
-    "module_relname",
-    "read_conf_file",
-    "validate",
-]
 
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -68,12 +49,6 @@ def _short_description(fn: Callable[..., Any]) -> str:
     """The first line of the docstring: enough for listings, without docstring_parser."""
     doc = inspect.getdoc(fn) or ""
     return doc.split("\n")[0] if doc else fn.__name__
-
-
-def _description(fn: Callable[..., Any]) -> str:
-    from torchx.specs.file_linter import get_fn_docstring
-
-    return get_fn_docstring(fn)[0]
 
 
 def _lint(path: str, fn_name: str) -> List[str]:
@@ -107,12 +82,8 @@ def module_relname(module: ModuleType, relative_to: ModuleType) -> str:
 
 
 class ModuleComponentsFinder(ComponentsFinder):
-    """The functions of ``module`` and its submodules, named ``{group}.{relative module}.{fn}``.
-
-    For ``foo/bar/baz.py`` defining ``echo``: module ``foo.bar`` with group ``""`` gives
-    ``baz.echo``, with group ``abc`` gives ``abc.baz.echo``; module ``foo.bar.baz``
-    gives ``echo`` (or ``my_echo.echo`` with group ``my_echo``).
-    """
+    """The functions of ``module`` and its submodules, named ``{group}.{relative module}.{fn}``:
+    ``echo`` of ``foo/bar/baz.py`` is ``abc.baz.echo`` for module ``foo.bar``, group ``abc``."""
 
     def __init__(self, module: Union[str, ModuleType], group: str) -> None:
         self.base_module: ModuleType = self._try_import(module)
@@ -149,7 +120,8 @@ class ModuleComponentsFinder(ComponentsFinder):
             if fn.__module__ != module.__name__:
                 continue  # imported, not defined here
             name = ".".join(p for p in (self.group, relname, fn_name) if p)
-            found.append(_Component(name, _description(fn), fn_name, fn, _lint(path, fn_name)))
+            desc = get_fn_docstring(fn)[0]
+            found.append(_Component(name, desc, fn_name, fn, _lint(path, fn_name)))
         return found
 
 
@@ -191,8 +163,7 @@ class CustomComponentsFinder(ComponentsFinder):
             ) from None
         fn = namespace.get(fn_name)
         if not callable(fn):
-            funcs = [k for k, v in namespace.items() if inspect.isfunction(v)]
-            funcs = [f for f in funcs if not f.startswith("_")]
+            funcs = [k for k, v in namespace.items() if inspect.isfunction(v) and k[:1] != "_"]
             import difflib
 
             hint = difflib.get_close_matches(fn_name, funcs, n=3)
@@ -202,7 +173,7 @@ class CustomComponentsFinder(ComponentsFinder):
                 else f"; functions in it: {', '.join(funcs) or 'none'}"
             )
             raise ComponentNotFoundException(f"{path} has no function {fn_name!r}{more}")
-        desc = _description(fn) if full_description else _short_description(fn)
+        desc = get_fn_docstring(fn)[0] if full_description else _short_description(fn)
         return _Component(f"{path}:{fn_name}", desc, fn_name, fn, errors)
 
 
@@ -231,8 +202,12 @@ def _module_component(module_name: str, fn_name: str) -> _Component:
     fn = getattr(module, fn_name, None)
     if not inspect.isfunction(fn):
         raise ComponentNotFoundException(f"module {module_name} has no function {fn_name!r}")
+    return _linted(f"{module_name}:{fn_name}", module, fn_name, fn)
+
+
+def _linted(name: str, module: ModuleType, fn_name: str, fn: Callable[..., AppDef]) -> _Component:
     errors = _lint(os.path.abspath(module.__file__ or ""), fn_name)
-    return _Component(f"{module_name}:{fn_name}", _short_description(fn), fn_name, fn, errors)
+    return _Component(name, _short_description(fn), fn_name, fn, errors)
 
 
 def _raise_if_invalid(component: _Component) -> _Component:
@@ -268,12 +243,9 @@ _load_components = _find_components  # upstream's name (its tests call it)
 
 
 def get_components() -> Dict[str, _Component]:
-    """The valid components by name: the builtins plus the ``torchx.components`` entry points.
-
-    A ``[torchx.components]`` entry ``foo = my.pkg`` names the functions of ``my.pkg``
-    (and its submodules) ``foo.<module>.<fn>``; an alias starting with ``_`` adds no
-    prefix. Unlike upstream, registering entry points does not hide the builtins.
-    """
+    """The valid components by name: the builtins plus the ``torchx.components`` entry points
+    (``foo = my.pkg`` names ``my.pkg``'s functions ``foo.<module>.<fn>``; an alias starting
+    with ``_`` adds no prefix)."""
     return {n: c for n, c in _find_components().items() if not c.validation_errors}
 
 
@@ -289,17 +261,13 @@ def _builtin_component(name: str) -> Optional[_Component]:
     fn = getattr(module, fn_name, None)
     if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
         return None
-    errors = _lint(os.path.abspath(module.__file__ or ""), fn_name)
-    return _Component(name, _short_description(fn), fn_name, fn, errors)
+    return _linted(name, module, fn_name, fn)
 
 
 def get_component(name: str) -> _Component:
     """A component by builtin/plugin name (``dist.ddp``), ``path/to/file.py:fn`` or
-    ``package.module:fn`` (a dotted name that is not a file here: imported).
-
-    Raises :class:`ComponentNotFoundException` or, when the linter finds problems,
-    :class:`ComponentValidationException` listing them on one line.
-    """
+    ``package.module:fn`` (a dotted name that is not a file here: imported); raises
+    :class:`ComponentNotFoundException` or :class:`ComponentValidationException`."""
     if ":" in name:
         path, _, fn_name = name.rpartition(":")
         if _is_module_name(path):
@@ -323,11 +291,7 @@ def get_component(name: str) -> _Component:
 
 
 def get_builtin_source(name: str) -> str:
-    """The component's source with the module's imports above it (``torchx builtins --print``).
-
-    The imports are the module's ``import``/``from`` lines before the function, taken
-    literally, so a copy may carry some it does not need.
-    """
+    """The component's source under the module's import lines (``torchx builtins --print``)."""
     component = get_component(name)
     lines = Path(inspect.getfile(component.fn)).read_text().splitlines()
     imports = []

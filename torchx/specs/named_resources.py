@@ -8,10 +8,7 @@ from torchx.specs.api import NULL_RESOURCE, InvalidArgumentError, Resource
 
 
 class _NamedResourcesLibrary:
-    """Generic + AWS sizes plus the ``torchx.named_resources`` entry points.
-
-    The entry points are loaded on first use.
-    """
+    """Generic + AWS sizes plus the ``torchx.named_resources`` entry points (on first use)."""
 
     def __init__(self) -> None:
         self._factories: Optional[Dict[str, Callable[[], Resource]]] = None
@@ -75,10 +72,7 @@ def resource(
     memMB: Optional[int] = None,
     h: Optional[str] = None,
 ) -> Resource:
-    """``named_resources[h]`` when ``h`` is given.
-
-    Else ``Resource(cpu or 2, gpu or 0, memMB or 1024)``.
-    """
+    """``named_resources[h]``, else ``Resource(cpu or 2, gpu or 0, memMB or 1024)``."""
     if h:
         return get_named_resources(h)
     return Resource(cpu=cpu or 2, gpu=gpu or 0, memMB=memMB or 1024)

@@ -25,3 +25,4 @@ NAMED_RESOURCES: Mapping[str, Callable[[], Resource]] = {
     "cpu.large": _res(2, 0, 8),
     "cpu.xlarge": _res(8, 0, 32),
 }
+GENERIC_NAMED_RESOURCES = NAMED_RESOURCES  # torchx.specs' name for it

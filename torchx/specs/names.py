@@ -1,9 +1,5 @@
-"""Which app and role names are accepted.
-
-Schedulers use role names in paths (log directories), hostnames and labels, so a name
-like ``../../victim`` or one of 300 characters must be refused before anything is
-written. The check lives here, once, and every scheduler's dry run applies it.
-"""
+"""Which app and role names are accepted: schedulers use them in paths, hostnames and
+labels, so ``../../victim`` must be refused before anything is written."""
 
 from __future__ import annotations
 
@@ -26,6 +22,10 @@ def validate_name(kind: str, name: str) -> None:
             f"{kind} name {name!r} is not allowed: use letters, digits, '_', '.' and '-',"
             " starting with a letter, digit or '_'"
         )
+    _check_length(kind, name)
+
+
+def _check_length(kind: str, name: str) -> None:
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidNameError(
             f"{kind} name {name[:40]!r}... is {len(name)} characters long;"
@@ -34,10 +34,8 @@ def validate_name(kind: str, name: str) -> None:
 
 
 def role_name_from(text: str, default: str = "worker") -> str:
-    """A valid role name made from ``text`` (a file stem, a module): each run of characters
-    outside ``[A-Za-z0-9_.-]`` becomes ``_`` (``"my script"`` -> ``"my_script"``), a leading
-    ``.``/``-`` is dropped and the result is cut to the maximum length; ``default`` when
-    nothing is left. Only for names torchx derives: a name the user gives is checked as is."""
+    """A valid role name made from ``text`` (a file stem, a module): ``"my script"`` ->
+    ``"my_script"``. Only for names torchx derives: a name the user gives is checked as is."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).lstrip(".-")[:MAX_NAME_LENGTH]
     return name or default
 
@@ -56,11 +54,7 @@ def validate_app_name(name: str) -> None:
             f"app name {name!r} is not allowed: give a non-empty name without '/', '\\'"
             " or control characters"
         )
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidNameError(
-            f"app name {name[:40]!r}... is {len(name)} characters long;"
-            f" use at most {MAX_NAME_LENGTH}"
-        )
+    _check_length("app", name)
 
 
 def validate_app_names(app: AppDef) -> None:

@@ -1,11 +1,6 @@
-"""``torchx.specs.load_group``: upstream TorchX's entry-point group loader.
-
-Upstream exports it from ``torchx.specs`` with its own calling convention, which code
-written for upstream relies on: each value is a deferred loader that, when called,
-imports the entry point and either returns it (a module) or calls it with the given
-arguments (a function); an empty group returns ``default``. The project's own
-plugin lookups use :mod:`torchx.util.entrypoints`, which this builds on.
-"""
+"""``torchx.specs.load_group``: upstream's entry-point group loader, with its calling
+convention (a deferred loader that returns a module or calls a function), over
+:mod:`torchx.util.entrypoints`."""
 
 from __future__ import annotations
 
@@ -24,9 +19,7 @@ def _deferred(loader: Callable[[], Any]) -> Callable[..., Any]:
 def load_group(group: str, default: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
     """``{name: deferred_load_fn}`` for the entry points of ``group``; ``default`` if it has none.
 
-    ``load_group("torchx.schedulers")["slurm"]("my_session")`` imports the ``slurm``
-    entry point and calls it with ``"my_session"``; a module entry point is returned
-    as is, whatever the arguments.
+    ``load_group("torchx.schedulers")["slurm"]("my_session")`` calls the entry point.
     """
     from torchx.util import entrypoints
 

@@ -1,12 +1,8 @@
 """Scheduler run options (``runopts``) and the ``-cfg k=v,...`` string form they are given in.
 
-Parsing follows upstream TorchX so the same ``-cfg`` string yields the same config:
-pairs are separated by ``,`` or ``;`` (the last one before ``key=``), list values by
-``,``/``;`` and dict values are ``k:v`` items. A string with unknown keys has them
-dropped with a warning, as upstream does, unless the caller asks for ``strict`` parsing
-(the CLI does). Unlike upstream, :meth:`runopts.resolve` rejects unknown keys, so a typo
-(``cfg={"partion": "gpu"}``) is an error on every path that submits: the CLI, ``Runner``,
-``Scheduler.submit`` and the pipeline adapters.
+Parsing follows upstream, so the same ``-cfg`` string yields the same config. Unlike
+upstream, :meth:`runopts.resolve` with a scheduler name rejects unknown keys, so a typo is
+an error on every path that submits.
 """
 
 from __future__ import annotations
@@ -39,24 +35,6 @@ def _split_items(value: str) -> List[str]:
     return [v for v in value.replace(";", ",").split(",") if v]
 
 
-def _split_dict(value: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for item in _split_items(value):
-        if ":" not in item:
-            raise ValueError(f"expected key:value items, got {item!r}")
-        k, v = item.split(":", 1)
-        out[k] = v
-    return out
-
-
-def _parse_bool(value: str) -> bool:
-    low = value.strip().lower()
-    if low not in ("true", "false"):
-        # upstream turns anything but "true" into False (so "1" and "yes" silently mean False)
-        raise ValueError(f"expected True or False, got {value!r}")
-    return low == "true"
-
-
 @dataclass
 class runopt:
     """One scheduler run option: default, type, required flag and help."""
@@ -77,11 +55,19 @@ class runopt:
     def cast_to_type(self, value: str) -> CfgVal:
         """Parse the string form (``-cfg`` / ``.torchxconfig``) of this option."""
         if self.opt_type is bool:
-            return _parse_bool(value)
+            low = value.strip().lower()
+            if low not in ("true", "false"):
+                # upstream turns anything but "true" into False (so "1" silently means False)
+                raise ValueError(f"expected True or False, got {value!r}")
+            return low == "true"
         if self.is_type_list_of_str:
             return _split_items(value)
         if self.is_type_dict_of_str:
-            return _split_dict(value)
+            pairs = [item.split(":", 1) for item in _split_items(value)]
+            for pair in pairs:
+                if len(pair) != 2:
+                    raise ValueError(f"expected key:value items, got {pair[0]!r}")
+            return dict(pairs)
         if self.opt_type is int:
             return int(value)
         if self.opt_type is float:
@@ -147,11 +133,8 @@ class runopts:
         self._opts.update(other._opts)
 
     def resolve(self, cfg: Mapping[str, CfgVal], scheduler: str = "") -> Dict[str, CfgVal]:
-        """``cfg`` with defaults filled in; raises on a missing required key or a wrong type.
-
-        With ``scheduler`` (every submission path passes the scheduler's name), an unknown
-        key is an error naming it; without, unknown keys pass through as upstream's
-        ``resolve`` lets them (a cfg may be the union of several schedulers' options)."""
+        """``cfg`` with defaults filled in; raises on a missing required key or a wrong type,
+        and, given the ``scheduler``'s name, on an unknown key (else it passes, as upstream)."""
         if scheduler:
             self.check_known(cfg, scheduler)
         resolved: Dict[str, CfgVal] = dict(cfg)
@@ -178,13 +161,10 @@ class runopts:
                 )
         return resolved
 
-    def unknown_keys(self, cfg: Mapping[str, CfgVal]) -> List[str]:
-        return [k for k in cfg if k not in self._opts]
-
     def check_known(self, cfg: Mapping[str, CfgVal], scheduler: str = "") -> None:
         """Raise :class:`InvalidRunConfigException` naming the first key of ``cfg`` that
         is not one of these options (a typo would otherwise be dropped without a word)."""
-        unknown = self.unknown_keys(cfg)
+        unknown = [k for k in cfg if k not in self._opts]
         if unknown:
             raise InvalidRunConfigException(
                 self._unknown_message(unknown[0], scheduler), unknown[0], dict(cfg)
@@ -204,13 +184,8 @@ class runopts:
         logger.warning("ignoring unknown run option %r (valid options: %s)", key, known)
 
     def cfg_from_str(self, cfg_str: str, strict: bool = False) -> Dict[str, CfgVal]:
-        """Parse ``"k=v,l=a;b,d=k1:v1;k2:v2"`` into typed values (no defaults applied).
-
-        Pairs are separated by ``,`` or ``;``; a list value may hold the same
-        delimiters, the last one before ``key=`` separating the pairs
-        (``FOO=v1,v2,BAR=v3``). Unknown keys are dropped with a warning, or raise
-        :class:`InvalidRunConfigException` when ``strict``.
-        """
+        """Parse ``"k=v,l=a;b,d=k1:v1;k2:v2"`` (``to_dict``'s rules) into typed values, without
+        defaults; unknown keys are dropped with a warning, or raise when ``strict``."""
         try:
             pairs = to_dict(cfg_str)
         except ValueError:

@@ -1,9 +1,5 @@
-"""App states and the placeholder strings of the data model (re-exported by
-``torchx.specs.api``, upstream's home for them).
-
-Its own module so that the status formatter (``status_format``) can use them without
-importing ``api``, which imports the formatter: no import circle.
-"""
+"""App states and the data model's placeholder strings, apart from ``api`` so that
+``status_format`` can use them without an import circle (``api`` re-exports them)."""
 
 from __future__ import annotations
 

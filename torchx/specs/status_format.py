@@ -1,10 +1,7 @@
-"""How an ``AppStatus`` reads: ``format()`` for ``torchx status``, ``repr()``/``str()`` as
-YAML, and a one-line ``error_summary()`` for errors and pipeline adapters.
+"""How an ``AppStatus`` reads: ``format()``, ``repr()`` and a one-line ``error_summary()``.
 
-``format()`` and ``repr()`` print what upstream TorchX prints for the same status, so
-scripts that show or parse them keep working. Where upstream raised on a status it
-could not format (a reply file without ``errorCode`` or ``timestamp``, an error message
-that is not JSON) these print what they have instead.
+``format()`` and ``repr()`` print what upstream prints, so scripts that parse them keep
+working; where upstream raised on a status it could not format, these print what they have.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from torchx.specs.states import NONE, AppState
 
 if TYPE_CHECKING:
-    from torchx.specs.api import AppStatus, ReplicaStatus, RoleStatus
+    from torchx.specs.api import AppStatus, ReplicaStatus
 
 _TEMPLATE = """AppStatus:
     State: ${state}
@@ -93,15 +90,12 @@ def _replica(replica: ReplicaStatus) -> str:
     return f"\n {marker}{replica.role}[{replica.id}]:{body}"
 
 
-def _roles(roles: List[RoleStatus], filter_roles: Optional[List[str]]) -> List[RoleStatus]:
-    return [r for r in roles if not filter_roles or r.role in filter_roles]
-
-
 def format_status(status: AppStatus, filter_roles: Optional[List[str]] = None) -> str:
     """The multi-line text ``torchx status`` prints (upstream's layout)."""
     roles = "".join(
         _replica(replica)
-        for role in _roles(status.roles, filter_roles)
+        for role in status.roles
+        if not filter_roles or role.role in filter_roles
         for replica in sorted(role.replicas, key=lambda r: r.id)
     )
     return Template(_TEMPLATE).substitute(
@@ -146,14 +140,9 @@ def error_message(structured: str) -> str:
 def error_summary(status: AppStatus) -> str:
     """One line: the state plus the most useful error (the worker's exception if known)."""
     detail = status.msg if status.msg and status.msg != NONE else ""
-    err = error_message(status.structured_error_msg)
-    if not err:
-        for role in status.roles:
-            for r in role.replicas:
-                err = error_message(r.structured_error_msg)
-                if err:
-                    break
-            if err:
-                break
+    replica_errors = (
+        error_message(r.structured_error_msg) for role in status.roles for r in role.replicas
+    )
+    err = error_message(status.structured_error_msg) or next(filter(None, replica_errors), "")
     parts = [str(status.state)] + [p for p in (err, detail) if p]
     return ": ".join(parts[:2]) + (f" ({parts[2]})" if len(parts) > 2 else "")

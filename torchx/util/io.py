@@ -1,9 +1,4 @@
-"""Reading component and config files the way upstream TorchX does (``read_conf_file``).
-
-A path that exists is read as is. Otherwise a ``torchx.file`` entry point named
-``get_file_contents`` may supply the text (upstream's hook for files bundled
-elsewhere), and then a file of that relative path inside the installed package tree.
-"""
+"""``read_conf_file``: upstream's reader of component and config files."""
 
 from __future__ import annotations
 

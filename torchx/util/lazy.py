@@ -1,8 +1,5 @@
-"""Package attributes loaded on first access, so importing a package stays cheap.
-
-``__getattr__ = lazy_getattr(__name__, {"Name": "pkg.module"})`` in a package's
-``__init__`` makes ``from pkg import Name`` import ``pkg.module`` only then (PEP 562).
-"""
+"""``__getattr__ = lazy_getattr(__name__, {"Name": "pkg.module"})``: a package attribute
+imported on first access (PEP 562), so importing the package stays cheap."""
 
 from __future__ import annotations
 

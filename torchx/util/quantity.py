@@ -1,12 +1,5 @@
-"""Kubernetes resource quantities (``500m``, ``8Gi``, ``8G``, ``1.5``, ``1e3``) as torchx numbers.
-
-The one parser for every place that reads a quantity (the kubernetes scheduler reading
-a job back, the KFP launcher reading a task's resources), so ``8G`` means the same
-everywhere: 8e9 bytes, 7629 MiB; ``8Gi`` is 8192 MiB; a plain number of memory is bytes.
-The grammar is Kubernetes' (``k8s.io/apimachinery/pkg/api/resource``): a signed decimal
-number, then a binary suffix (Ki..Ei), a decimal one (n, u, m, k, M..E) or an exponent.
-Values are exact (``Decimal``) until the final rounding.
-"""
+"""Kubernetes resource quantities (``500m``, ``8Gi``, ``8G``, ``1e3``), the one parser for
+every place that reads one, so ``8G`` means the same everywhere (8e9 bytes)."""
 
 from __future__ import annotations
 
@@ -46,10 +39,7 @@ class InvalidQuantityError(ValueError):
 
 
 def parse_quantity(value: Quantity, what: str = "quantity") -> Decimal:
-    """The exact value of a quantity in base units (cores, bytes): ``"500m"`` -> 0.5.
-
-    ``what`` names the value in the error (e.g. ``"memory limit"``).
-    """
+    """The exact value of a quantity in base units (cores, bytes): ``"500m"`` -> 0.5."""
     if isinstance(value, bool):
         raise InvalidQuantityError(f"{what} {value!r} is not a number")
     if isinstance(value, (int, float)):
@@ -85,18 +75,13 @@ def cpu_cores(value: Quantity) -> float:
 
 
 def cpu_whole_cores(value: Quantity) -> int:
-    """CPU as torchx's integer ``Resource.cpu``: rounded up, at least 1 (``"500m"`` -> 1).
-
-    Up, so a role never gets less than the quantity asked for.
-    """
+    """CPU as torchx's integer ``Resource.cpu``, rounded up (never less than asked), at least 1."""
     return max(1, math.ceil(cpu_cores(value)))
 
 
 def memory_mib(value: Quantity) -> int:
-    """Memory in MiB (torchx's ``memMB``), rounded down: ``"8G"`` -> 7629, ``"8Gi"`` -> 8192.
-
-    A plain number is bytes. Down, so the result never exceeds the quantity (a limit).
-    """
+    """Memory in MiB (torchx's ``memMB``), rounded down so it never exceeds a limit: ``"8G"``
+    -> 7629, ``"8Gi"`` -> 8192; a plain number is bytes."""
     size = parse_quantity(value, "memory")
     if size < 0:
         raise InvalidQuantityError(f"memory {value!r} is negative")

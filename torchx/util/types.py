@@ -1,10 +1,7 @@
-"""Decoding command-line strings into component argument types, and the type rules.
+"""Decoding command-line strings into component argument types (upstream's names).
 
-Public names are upstream TorchX's (``to_dict``, ``decode``, ``decode_optional``, ...)
-and give the same results for the inputs upstream accepts. Where upstream returned a
-wrong value (``"1"`` as a bool is False there, ``Optional[int]`` stays a string, ``None
-| int`` is not unwrapped), these decode correctly or raise a one-line ``ValueError``.
-Imports only the standard library: ``torchx.specs`` imports this module.
+Where upstream returned a wrong value (``"1"`` as a bool is False there, ``Optional[int]``
+stays a string), these decode correctly or raise a one-line ``ValueError``.
 """
 
 from __future__ import annotations
@@ -29,11 +26,10 @@ def to_list(arg: str) -> List[str]:
 
 
 def to_dict(arg: str) -> Dict[str, str]:
-    """``"k1=v1,k2=v2"`` (or ``;``) to a dict of value literals.
+    """``"k1=v1,k2=v2"`` (or ``;``) to a dict of value literals; ``''`` and ``""`` are empty.
 
-    A value may itself hold ``,``/``;`` (a list literal): the last delimiter
-    before the next ``key=`` separates the pairs, so ``FOO=v1,v2,BAR=v3`` is
-    ``{"FOO": "v1,v2", "BAR": "v3"}``. ``''`` and ``""`` are the empty string.
+    The last delimiter before the next ``key=`` separates the pairs: ``FOO=v1,v2,BAR=v3`` is
+    ``{"FOO": "v1,v2", "BAR": "v3"}``.
     """
     if not arg or not arg.strip():
         return {}
@@ -48,10 +44,7 @@ def to_dict(arg: str) -> Dict[str, str]:
 
 
 def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
-    """``Optional[T]``/``T | None``/``None | T`` -> ``(T, True)``.
-
-    Anything else -> ``(tp, False)``.
-    """
+    """``Optional[T]``/``T | None``/``None | T`` -> ``(T, True)``; else ``(tp, False)``."""
     origin = typing.get_origin(tp)
     if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -95,18 +88,12 @@ def type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def decode_bool(value: str) -> bool:
-    low = value.strip().lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise ValueError(f"expected True or False, got {value!r}")
-
-
 def _decode_primitive(value: str, tp: Any) -> Any:
     if tp is bool:
-        return decode_bool(value)
+        low = value.strip().lower()
+        if low not in ("true", "1", "yes", "false", "0", "no"):
+            raise ValueError(f"expected True or False, got {value!r}")
+        return low in ("true", "1", "yes")
     if tp is str or tp is object:
         return value
     try:
@@ -116,10 +103,7 @@ def _decode_primitive(value: str, tp: Any) -> Any:
 
 
 def decode_from_string(encoded_value: str, annotation: Any) -> Any:
-    """Decode ``"a,b"`` into ``List[T]`` or ``"k=v,k2=v2"`` into ``Dict[K, V]``.
-
-    An empty string is None. Other annotations raise ``ValueError``.
-    """
+    """Decode ``"a,b"`` into ``List[T]`` or ``"k=v,k2=v2"`` into ``Dict[K, V]`` (``""``: None)."""
     if not encoded_value:
         return None
     origin = typing.get_origin(annotation)
@@ -150,8 +134,6 @@ def decode(encoded_value: Any, annotation: Any) -> Any:
         return encoded_value
     if optional and encoded_value == "None":
         return None
-    if inner in PRIMITIVES:
+    if inner in PRIMITIVES or inner is object:
         return _decode_primitive(encoded_value, inner)
-    if inner is object:
-        return encoded_value
     return decode_from_string(encoded_value, inner)

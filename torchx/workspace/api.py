@@ -1,10 +1,7 @@
 """The workspace contract: what a scheduler mixes in to run the user's local code.
 
-A workspace is a local directory (any fsspec URL) whose files are put in front of a
-role's image at submit time: copied into a job directory (``DirWorkspaceMixin``) or
-built into a new image (``DockerWorkspaceMixin``). The Runner applies it to
-``app.roles[0]`` only, and only for schedulers that mix in ``WorkspaceMixin``
-(``apply_workspace``).
+The Runner applies a workspace to ``app.roles[0]`` only, and only for schedulers that mix
+in ``WorkspaceMixin`` (``apply_workspace``).
 """
 
 from __future__ import annotations
@@ -14,31 +11,15 @@ import logging
 import os
 import posixpath
 import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Dict,
-    Generic,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Generic, Optional, Protocol, TypeVar, Union
 
 from torchx.specs import AppDef, CfgVal, Role, TorchXError, runopts
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
-
-    from torchx.workspace.ignore import IgnoreRules
 
 log: logging.Logger = logging.getLogger(__name__)
 
@@ -56,18 +37,12 @@ class WorkspaceError(TorchXError):
     """A workspace that cannot be applied (missing directory, no Docker daemon, ...)."""
 
 
-# --------------------------------------------------------------------------- Workspace
-
-
 @dataclass
 class Workspace:
-    """Local projects (keys) mapped to sub-directories (values) of the workspace root.
+    """Local projects (keys) mapped to sub-directories (values) of the workspace root:
+    ``{"~/src/app": "", "~/src/lib": "lib"}``; one project mapped to ``""`` is a plain path."""
 
-    ``{"~/src/app": ""}`` puts the project's files at the root; ``{"~/src/lib": "lib"}``
-    under ``lib/``. A single project mapped to ``""`` behaves like a plain path string.
-    """
-
-    projects: Dict[str, str]
+    projects: dict[str, str]
 
     def is_unmapped_single_project(self) -> bool:
         return len(self.projects) == 1 and not next(iter(self.projects.values()))
@@ -97,7 +72,7 @@ class PkgInfo(Generic[PackageType]):
     """Deprecated upstream helper (kept for imports); emits a ``FutureWarning``."""
 
     img: str
-    lazy_overrides: Dict[str, Any]
+    lazy_overrides: dict[str, Any]
     metadata: PackageType
 
     def __post_init__(self) -> None:
@@ -125,9 +100,6 @@ def _deprecated(name: str) -> None:
     )
 
 
-# --------------------------------------------------------------------------- the mixin
-
-
 class ImageBuild(Protocol):
     """An image build a scheduler planned for a workspace (printed as what it is)."""
 
@@ -137,13 +109,8 @@ class ImageBuild(Protocol):
 
 
 class WorkspaceMixin(abc.ABC, Generic[T]):
-    """Mixed into a scheduler that can put a local workspace in front of a role's image.
-
-    ``T`` is what ``dryrun_push_images`` hands to ``push_images`` (images to push).
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    """Mixed into a scheduler that can put a local workspace in front of a role's image; ``T``
+    is what ``dryrun_push_images`` hands to ``push_images``."""
 
     def workspace_opts(self) -> runopts:
         """Run options the workspace needs (added to the scheduler's ``run_opts``)."""
@@ -156,10 +123,7 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
     def build_workspace_and_update_role2(
         self, role: Role, workspace: Union[Workspace, str], cfg: Mapping[str, CfgVal]
     ) -> None:
-        """``build_workspace_and_update_role`` for a ``Workspace`` or a path.
-
-        A multi-project workspace is first assembled in a temporary directory.
-        """
+        """A multi-project workspace is first assembled in a temporary directory."""
         if isinstance(workspace, Workspace):
             if workspace.is_unmapped_single_project():
                 workspace = str(workspace)
@@ -176,10 +140,7 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
-        """Build ``workspace`` on top of ``role.image`` and point the role at the result.
-
-        Mutates ``role`` (usually its ``image``).
-        """
+        """Build ``workspace`` on top of ``role.image`` and point the role (its image) at it."""
 
     def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> T:
         """Rewrite local images in ``app`` to where ``push_images`` will put them."""
@@ -205,10 +166,7 @@ def _assemble(workspace: Workspace, root: str) -> None:
             raise WorkspaceError(f"workspace project {src!r} does not exist; {DISABLE_HINT}")
 
 
-# --------------------------------------------------------------------------- walking
-
-
-def open_workspace(workspace: str) -> Tuple[AbstractFileSystem, str]:
+def open_workspace(workspace: str) -> tuple[AbstractFileSystem, str]:
     """The filesystem and root path of ``workspace``; it must be an existing directory."""
     import fsspec
 
@@ -218,32 +176,23 @@ def open_workspace(workspace: str) -> Tuple[AbstractFileSystem, str]:
     return fs, path
 
 
-def _read_rules(fs: AbstractFileSystem, path: str, ignore_name: str) -> IgnoreRules:
-    from torchx.workspace.ignore import IgnoreRules
-
-    ignore_path = posixpath.join(path, ignore_name)
-    if not fs.isfile(ignore_path):
-        return IgnoreRules(source=ignore_name)
-    with fs.open(ignore_path, "rt") as f:
-        return IgnoreRules.parse(f.read(), source=ignore_name)
-
-
 def _walk(
     fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
-) -> Iterator[Tuple[str, str, List[str], Dict[str, Mapping[str, Any]]]]:
-    """``(dir, reldir, dirs, files)`` for every directory read, in sorted order.
+) -> Iterator[tuple[str, str, list[str], dict[str, Mapping[str, Any]]]]:
+    """``(dir, reldir, dirs, files)`` for every directory read, in sorted order; a symlink to
+    a directory is a file (copied as a link), and ``skip`` (a copy's target) is left out."""
+    from torchx.workspace.ignore import IgnoreRules
 
-    ``files`` holds what the ignore file lets through; a symlink to a directory is
-    listed as a file (it is copied as a link, never followed). The directory ``skip``
-    (relative) is left out: a copy's target inside the workspace is not copied into itself.
-    """
-    rules = _read_rules(fs, path, ignore_name)
-    stack: List[Tuple[str, str]] = [(path, "")]
+    rules = IgnoreRules(source=ignore_name)
+    if fs.isfile(posixpath.join(path, ignore_name)):
+        with fs.open(posixpath.join(path, ignore_name), "rt") as f:
+            rules = IgnoreRules.parse(f.read(), source=ignore_name)
+    stack: list[tuple[str, str]] = [(path, "")]
     while stack:
         current, rel = stack.pop()
         for dirpath, dirs, files in fs.walk(current, detail=True, maxdepth=1):
-            entries: Dict[str, Mapping[str, Any]] = dict(files)
-            subdirs: List[str] = []
+            entries: dict[str, Mapping[str, Any]] = dict(files)
+            subdirs: list[str] = []
             for name, info in sorted(dirs.items()):
                 if info.get("islink"):
                     entries[name] = info
@@ -265,28 +214,21 @@ def _walk(
 
 def walk_workspace(
     fs: AbstractFileSystem, path: str, ignore_name: str = TORCHX_IGNORE
-) -> Iterable[Tuple[str, Iterable[str], Mapping[str, Mapping[str, object]]]]:
-    """Walk ``path`` on ``fs`` like ``fs.walk``, leaving out what ``ignore_name`` excludes.
-
-    The ignore file follows ``.dockerignore`` rules (see ``torchx.workspace.ignore``);
-    ``Dockerfile.torchx`` at the root is never left out.
-    """
+) -> Iterable[tuple[str, Iterable[str], Mapping[str, Mapping[str, object]]]]:
+    """``fs.walk`` leaving out what ``ignore_name`` excludes (never ``Dockerfile.torchx``)."""
     for dirpath, _, dirs, files in _walk(fs, path, ignore_name):
         yield dirpath, dirs, files
 
 
 def workspace_files(
     fs: AbstractFileSystem, path: str, ignore_name: str, skip: Optional[str] = None
-) -> Iterator[Tuple[str, Mapping[str, Any]]]:
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """``(relpath, info)`` of every file the ignore file lets through, in sorted order
     (leaving out the directory ``skip``, relative to ``path``).
     """
     for _, rel, _, files in _walk(fs, path, ignore_name, skip):
         for name, info in files.items():
             yield posixpath.join(rel, name), info
-
-
-# --------------------------------------------------------------------------- the Runner's hook
 
 
 @dataclass
@@ -297,7 +239,7 @@ class WorkspaceBuild:
     role: str
     old_image: str
     image: str
-    files: List[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
     detail: str = ""
 
     def __str__(self) -> str:
@@ -316,11 +258,8 @@ def apply_workspace(
     workspace: Optional[Union[Workspace, str]],
     cfg: Mapping[str, CfgVal],
 ) -> Optional[WorkspaceBuild]:
-    """Build ``workspace`` into ``app.roles[0]`` if ``scheduler`` is a ``WorkspaceMixin``.
-
-    What upstream's ``Runner.dryrun`` does between ``_pre_build_validate`` and
-    ``_validate``; a no-op (None) for an empty workspace or a scheduler without the mixin.
-    """
+    """Build ``workspace`` into ``app.roles[0]`` if ``scheduler`` is a ``WorkspaceMixin``
+    (upstream's ``Runner.dryrun`` step); None when there is nothing to build."""
     if not workspace or not isinstance(scheduler, WorkspaceMixin) or not app.roles:
         return None
     run_opts = getattr(scheduler, "run_opts", None)  # a mixin on a Scheduler, or alone
@@ -356,7 +295,7 @@ def workspace_dir(role: Role) -> Optional[str]:
     return str(value) if value else None
 
 
-def _describe(scheduler: WorkspaceMixin[Any], role: Role, old_image: str) -> Tuple[List[str], str]:
+def _describe(scheduler: WorkspaceMixin[Any], role: Role, old_image: str) -> tuple[list[str], str]:
     """The files that went into the role's new image or job dir, and where they are."""
     if role.image == old_image:
         return [], "nothing built: the role runs its image (or directory) as is"

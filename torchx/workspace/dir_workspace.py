@@ -1,14 +1,6 @@
 """Dir workspaces: the workspace is copied into a job directory and the role runs there.
 
 ``.torchxignore`` at the workspace root says what to leave out (``.dockerignore`` rules).
-
-- ``DirWorkspaceMixin`` (slurm): copies into the ``job_dir`` run option, which must
-  not exist yet, and sets ``role.image`` to it; without ``job_dir`` it does nothing.
-- ``TmpDirWorkspaceMixin``: copies into a new temporary directory.
-- ``LocalDirWorkspaceMixin`` (local_cwd): copies into a new directory under
-  ``$TORCHX_HOME/workspaces`` unless the workspace is the current directory (the CLI's
-  default), where the job already runs; the copy's path is put in the role's metadata
-  under ``WORKSPACE_DIR`` (read it with ``workspace_dir(role)``).
 """
 
 from __future__ import annotations
@@ -39,11 +31,8 @@ class JobDirExistsError(WorkspaceError, FileExistsError):
 
 
 def copy_workspace(workspace: str, target: str, ignore_name: str = TORCHX_IGNORE) -> List[str]:
-    """Copy the files of ``workspace`` that ``ignore_name`` lets through into ``target``.
-
-    File modes are kept (scripts stay executable) and symlinks are copied as links.
-    Returns the copied paths, relative to ``target``.
-    """
+    """Copy what ``ignore_name`` lets through into ``target``, modes and symlinks kept;
+    returns the copied paths, relative to ``target``."""
     fs, path = open_workspace(workspace)
     skip = None
     if _is_local(fs):

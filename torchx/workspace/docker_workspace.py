@@ -1,18 +1,8 @@
 """Docker workspaces: the workspace is built into a new image on top of the role's image.
 
-The build context is ``Dockerfile.torchx`` (the workspace's own, else
-``DEFAULT_DOCKERFILE``) plus exactly the files ``.dockerignore`` lets through. The build
-gets the build args ``IMAGE`` (the role's image) and ``WORKSPACE`` (the workspace path).
-
-Unlike upstream, nothing talks to Docker during the dry run:
-
-- ``build_workspace_and_update_role`` writes the context (a reproducible tar: sorted,
-  mtime 0, owner 0) and sets ``role.image`` to ``sha256:<digest>``, where the digest
-  covers the context and the build args;
-- ``dryrun_push_images`` rewrites that to ``<image_repo>:<digest>``;
-- ``push_images`` (at schedule time) builds, tags and pushes through the Docker SDK.
-  Without a reachable daemon it raises ``DockerUnavailableError``, naming
-  ``--workspace ""`` as the way to submit the role's image as is.
+Unlike upstream, nothing talks to Docker during the dry run: the build context (a
+reproducible tar) is made and hashed, the role's image becomes ``sha256:<digest>``, and
+``push_images`` builds and pushes it at schedule time.
 """
 
 from __future__ import annotations
@@ -81,10 +71,6 @@ class DockerWorkspaceBuild:
     quiet: bool = False
 
     @property
-    def digest(self) -> str:
-        return self.image[len(HASH_PREFIX) :]
-
-    @property
     def buildargs(self) -> Dict[str, str]:
         return {"IMAGE": self.base_image, "WORKSPACE": self.workspace}
 
@@ -96,8 +82,8 @@ class DockerWorkspaceBuild:
         )
 
 
-def build_context(image: str, workspace: str) -> Tuple[IO[bytes], List[str]]:
-    """The tar build context for ``workspace`` on ``image`` (at offset 0) and its members."""
+def build_context(workspace: str) -> Tuple[IO[bytes], List[str]]:
+    """The tar build context of ``workspace`` (at offset 0) and its members."""
     fs, path = open_workspace(workspace)
     entries = list(workspace_files(fs, path, DOCKER_IGNORE))
     f = tempfile.TemporaryFile(prefix="torchx-context", suffix=".tar")
@@ -153,11 +139,7 @@ def _digest(context: IO[bytes], buildargs: Mapping[str, str]) -> str:
 
 
 class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
-    """Builds the workspace into an image on top of the role's image and pushes it.
-
-    Needs a Docker daemon at schedule time (``docker login`` to ``image_repo`` for the
-    push); the dry run needs none.
-    """
+    """Builds the workspace into an image on top of the role's image and pushes it."""
 
     LABEL_VERSION: str = "torchx.pytorch.org/version"
 
@@ -176,10 +158,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
         return client
 
     def _workspace_builds(self) -> Dict[str, DockerWorkspaceBuild]:
-        builds = self.__dict__.get("_docker_workspace_builds")
-        if builds is None:
-            builds = self.__dict__["_docker_workspace_builds"] = {}
-        return builds
+        return self.__dict__.setdefault("_docker_workspace_builds", {})
 
     def workspace_build(self, image: str) -> Optional[DockerWorkspaceBuild]:
         """The planned build behind ``image`` (``sha256:...`` or ``image_repo:digest``)."""
@@ -208,11 +187,8 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
-        """Plan an image of ``workspace`` on ``role.image``; ``role.image`` becomes its id.
-
-        Only the build context is made here; ``push_images`` builds it.
-        """
-        context, files = build_context(role.image, workspace)
+        """Plan an image of ``workspace`` on ``role.image`` (``push_images`` builds it)."""
+        context, files = build_context(workspace)
         base = role.image
         digest = _digest(context, {"IMAGE": base, "WORKSPACE": workspace})
         build = DockerWorkspaceBuild(
@@ -252,10 +228,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
             image_id = self._build(client, local)
             log.info("pushing image %s:%s...", repo, tag)
             client.images.get(image_id).tag(repo, tag=tag)
-            try:
-                _check_push(client.images.push(repo, tag=tag, stream=True, decode=True))
-            except ImagePushError as e:
-                raise ImagePushError(f"{e}; check `docker login` for {repo}") from None
+            _check_push(client.images.push(repo, tag=tag, stream=True, decode=True), repo)
 
     def _build(self, client: DockerClient, image: str) -> str:
         """The real image id of ``image``, building it first if it is a planned build."""
@@ -343,11 +316,13 @@ def ensure_image(client: DockerClient, image: str) -> None:
         ) from None
 
 
-def _check_push(events: Iterable[Dict[str, Any]]) -> None:
+def _check_push(events: Iterable[Dict[str, Any]], repo: str) -> None:
     last: Dict[str, str] = {}
     for event in events:
         if "error" in event:
-            raise ImagePushError(f"failed to push docker image: {event['error']}")
+            raise ImagePushError(
+                f"failed to push docker image: {event['error']}; check `docker login` for {repo}"
+            )
         status = event.get("status")
         key = str(event.get("id") or "")
         if status and last.get(key) != status:
@@ -356,10 +331,7 @@ def _check_push(events: Iterable[Dict[str, Any]]) -> None:
 
 
 def print_push_events(events: Iterable[Dict[str, str]], stream: TextIO = sys.stderr) -> None:
-    """Render ``docker push`` progress events, one line per layer updated in place.
-
-    Raises ``ImagePushError`` (a ``RuntimeError``) on an error event.
-    """
+    """Render ``docker push`` progress events, one line per layer updated in place."""
     header = "\033[34mdocker push \033[0m"
     layers: List[str] = []
     for event in events:

@@ -1,19 +1,9 @@
-"""``.dockerignore`` rules, applied the way Docker applies them to a build context.
-
-Docker's rules (``moby/patternmatcher`` and the classic context walker), which both
-``.dockerignore`` (docker workspaces) and ``.torchxignore`` (dir workspaces) follow here:
-
-- a line starting with ``#`` is a comment; blank lines are skipped; a pattern is
-  trimmed, cleaned like a path (``a//b/`` is ``a/b``) and a leading ``/`` is dropped;
-- ``*`` matches within one path segment, ``?`` one character other than ``/``,
-  ``**`` any number of segments (``**/*.pyc`` is every ``.pyc``; ``*.pyc`` only the
-  top-level ones), ``[a-z]`` a character class and ``\\`` escapes the next character;
-- a pattern that matches a directory excludes everything under it;
-- ``!pattern`` re-includes what it matches; the last matching line wins;
-- an excluded directory is not even read unless a ``!`` pattern names a path inside it.
+"""``.dockerignore`` rules, applied the way Docker applies them to a build context
+(``moby/patternmatcher``), for ``.dockerignore`` and ``.torchxignore`` alike.
 
 Upstream TorchX matches with ``fnmatch``, where ``*`` also crosses ``/``; Docker does not,
-and neither do we.
+and neither do we. An excluded directory is not read unless a ``!`` pattern names a path
+inside it.
 """
 
 from __future__ import annotations
@@ -139,11 +129,8 @@ class IgnoreRules:
         )
 
     def excluded(self, relpath: str) -> bool:
-        """Whether ``relpath`` (``/``-separated, relative to the root) is left out.
-
-        A pattern counts if it matches the path itself or any of its parent directories;
-        the last pattern that counts decides.
-        """
+        """Whether ``relpath`` is left out: the last pattern that matches it or one of its parent
+        directories decides."""
         parent = posixpath.dirname(relpath)
         parents = parent.split("/") if parent else []
         excluded = False
@@ -158,10 +145,7 @@ class IgnoreRules:
         return excluded
 
     def skip_dir(self, reldir: str) -> bool:
-        """Whether the walk can skip directory ``reldir`` without reading it.
-
-        True when the directory is excluded and no ``!`` pattern names a path under it.
-        """
+        """Whether ``reldir`` is excluded and no ``!`` pattern names a path under it."""
         if not self.excluded(reldir):
             return False
         prefix = reldir + "/"
