@@ -47,13 +47,13 @@ def test_macros_substitute_args_env_metadata_and_escape() -> None:
         entrypoint="x",
         args=["${app_id}", "$${app_id}", specs.macros.replica_id],
         env={"A": "${img_root}/x"},
-        metadata={"k": ["${app_id}"], "n": {"m": "${replica_id}"}},
+        metadata={"k": ["${app_id}", {"v": "${app_id}"}], "n": {"m": "${replica_id}"}},
     )
     out = specs.macros.Values(
         img_root="/root", app_id="app-1", replica_id="3", rank0_env="R"
     ).apply(role)
     assert out.args == ["app-1", "${app_id}", "3"] and out.env == {"A": "/root/x"}
-    assert out.metadata == {"k": ["app-1"], "n": {"m": "3"}}
+    assert out.metadata == {"k": ["app-1", {"v": "app-1"}], "n": {"m": "3"}}
     assert role.args[0] == "${app_id}"  # the original is untouched
 
 

@@ -99,17 +99,17 @@ class macros:
             return copied
 
         def _apply_nested(self, d: dict[str, Any]) -> dict[str, Any]:
-            out: dict[str, Any] = {}
-            for k, v in d.items():
-                if isinstance(v, str):
-                    out[k] = self.substitute(v)
-                elif isinstance(v, list):
-                    out[k] = [self.substitute(x) if isinstance(x, str) else x for x in v]
-                elif isinstance(v, dict):
-                    out[k] = self._apply_nested(v)
-                else:
-                    out[k] = v
-            return out
+            return {k: self._substitute_value(v) for k, v in d.items()}
+
+        def _substitute_value(self, value: Any) -> Any:
+            """``value`` with its strings substituted, in lists and dicts at any depth."""
+            if isinstance(value, str):
+                return self.substitute(value)
+            if isinstance(value, list):
+                return [self._substitute_value(x) for x in value]
+            if isinstance(value, dict):
+                return self._apply_nested(value)
+            return value
 
         def substitute(self, arg: str) -> str:
             """Replace ``${name}`` macros in ``arg``; ``$$`` is a literal ``$``."""
