@@ -1,5 +1,5 @@
 """``torchx reap [-s SCHEDULER ...] [--dryrun]``: cancel live apps whose owner (the task or
-flow run that submitted them) has ended; see ``torchx.pipelines.reap``. Run it on a schedule.
+flow run that submitted them) has ended; see docs/orphans.md. Run it on a schedule.
 """
 
 from __future__ import annotations
