@@ -322,7 +322,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         job = KubernetesJob(manifests, namespace, name, job_type, images_to_push, claim)
         return AppDryRunInfo(job, str)
 
-    @api_errors
+    @api_errors()
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
         self.push_images(dryrun_info.request.images_to_push)
         from kubernetes.client.rest import ApiException
@@ -407,7 +407,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         )
         return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
 
-    @api_errors
+    @api_errors()
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         namespace, name = parse_app_id(app_id)
         kind = self._kinds.get(app_id)
@@ -464,12 +464,12 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
     # ------------------------------------------------------------------ list / cancel
 
-    @api_errors
+    @api_errors()
     def list(self) -> List[ListAppResponse]:
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
         return [app for _, app in self._apps({LABEL_ORGANIZATION: ORGANIZATION})]
 
-    @api_errors
+    @api_errors()
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
@@ -501,7 +501,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         namespace = namespace or self.default_namespace()
         return find_apps(self._custom(), self._batch(), namespace, labels)
 
-    @api_errors
+    @api_errors()
     def _cancel_existing(self, app_id: str) -> None:
         from kubernetes.client.rest import ApiException
 
