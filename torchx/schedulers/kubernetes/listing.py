@@ -8,6 +8,7 @@ re-attach to, or cancel as a race's loser, another team's app.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Dict, List, Tuple
 
@@ -43,38 +44,35 @@ def app_name(obj: Dict[str, Any]) -> str:
     )
 
 
-def list_json(method: Any, namespace: str, selector: str) -> List[Dict[str, Any]]:
-    """The items a namespaced list call returns, as plain dicts (as the API sent them)
-    rather than models: the same shape as custom objects."""
+def list_json(method: Any, namespace: str, labels: Dict[str, str]) -> List[Dict[str, Any]]:
+    """The items with ``labels`` a namespaced list call returns (also when a server ignores
+    the selector), as plain dicts (as the API sent them) rather than models."""
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
     resp = method(namespace, label_selector=selector, _preload_content=False)
-    return list(json.loads(resp.data).get("items") or [])
+    items = json.loads(resp.data).get("items") or []
+    return [i for i in items if all(labels_of(i).get(k) == v for k, v in labels.items())]
 
 
 def find_apps(custom: Any, batch: Any, namespace: str, labels: Dict[str, str]) -> Found:
     """(oldest object, entry) of each app in ``namespace`` whose objects carry ``labels``."""
     from kubernetes.client.rest import ApiException
 
-    selector = ",".join(f"{k}={v}" for k, v in labels.items())
-
-    def matches(obj: Dict[str, Any]) -> bool:  # also when a server ignores the selector
-        return all(labels_of(obj).get(k) == v for k, v in labels.items())
-
-    apps: Found = []
+    volcano = functools.partial(
+        custom.list_namespaced_custom_object, VOLCANO_GROUP, VOLCANO_VERSION, plural=VOLCANO_PLURAL
+    )
     try:
-        resp = custom.list_namespaced_custom_object(
-            VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, label_selector=selector
-        )
+        volcano_jobs = list_json(volcano, namespace, labels)
     except ApiException as e:
         if e.status != 404:  # 404: Volcano not installed
             raise
-        resp = {}
-    for job in resp.get("items") or []:
-        if matches(job):
-            app_id = f"{namespace}:{job['metadata']['name']}"
-            apps.append((job, ListAppResponse(app_id, ks.volcano_state(job), name=app_name(job))))
+        volcano_jobs = []
+    apps: Found = []
+    for job in volcano_jobs:
+        app_id = f"{namespace}:{job['metadata']['name']}"
+        apps.append((job, ListAppResponse(app_id, ks.volcano_state(job), name=app_name(job))))
     groups: Dict[str, List[Dict[str, Any]]] = {}
-    for job in list_json(batch.list_namespaced_job, namespace, selector):
-        if matches(job) and labels_of(job).get(LABEL_UNIQUE_NAME):
+    for job in list_json(batch.list_namespaced_job, namespace, labels):
+        if labels_of(job).get(LABEL_UNIQUE_NAME):
             groups.setdefault(labels_of(job)[LABEL_UNIQUE_NAME], []).append(job)
     for name, jobs in groups.items():
         state = ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])

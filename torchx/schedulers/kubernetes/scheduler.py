@@ -66,7 +66,7 @@ from torchx.schedulers.kubernetes.api import (
     load_api_client,
     status_message,
 )
-from torchx.schedulers.kubernetes.listing import app_name, created, find_apps, labels_of, list_json
+from torchx.schedulers.kubernetes.listing import app_name, created, find_apps, list_json
 from torchx.schedulers.kubernetes.manifests import (
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
@@ -106,8 +106,6 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
 logger = logging.getLogger(__name__)
-
-MANAGED_SELECTOR = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
 
 
 class KubernetesOpts(TypedDict, total=False):
@@ -396,16 +394,10 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             raise
 
     def _indexed_jobs(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = list_json(
-            self._batch().list_namespaced_job, namespace, f"{LABEL_UNIQUE_NAME}={name}"
-        )
-        return [j for j in items if labels_of(j).get(LABEL_UNIQUE_NAME) == name]
+        return list_json(self._batch().list_namespaced_job, namespace, {LABEL_UNIQUE_NAME: name})
 
     def _pods(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = list_json(
-            self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}"
-        )
-        return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
+        return list_json(self._core().list_namespaced_pod, namespace, {LABEL_UNIQUE_NAME: name})
 
     @api_errors()
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
@@ -435,7 +427,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
     def _claim(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
         items = list_json(
-            self._core().list_namespaced_config_map, namespace, f"{LABEL_UNIQUE_NAME}={name}"
+            self._core().list_namespaced_config_map, namespace, {LABEL_UNIQUE_NAME: name}
         )
         return next((c for c in items if c["metadata"]["name"] == name), None)
 
@@ -467,7 +459,9 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     @api_errors()
     def list(self) -> List[ListAppResponse]:
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
-        return [app for _, app in self._apps({LABEL_ORGANIZATION: ORGANIZATION})]
+        labels = {LABEL_ORGANIZATION: ORGANIZATION}
+        found = find_apps(self._custom(), self._batch(), self.default_namespace(), labels)
+        return [app for _, app in found]
 
     @api_errors()
     def find_by_idempotency_token(
@@ -482,24 +476,15 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         """
         labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
         namespace = str((cfg or {}).get("namespace") or "") or self.default_namespace()
-        found = self._apps(labels, namespace)
+        found = find_apps(self._custom(), self._batch(), namespace, labels)
         with_job = {app.app_id for _, app in found}
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        for claim in list_json(self._core().list_namespaced_config_map, namespace, selector):
+        for claim in list_json(self._core().list_namespaced_config_map, namespace, labels):
             app_id = f"{namespace}:{claim['metadata']['name']}"
-            if labels_of(claim).get(LABEL_IDEMPOTENCY_TOKEN) == token and app_id not in with_job:
+            if app_id not in with_job:
                 state = claims.claim_state(claim)[0]
                 found.append((claim, ListAppResponse(app_id, state, name=app_name(claim))))
         found.sort(key=lambda pair: (*created(pair[0]), pair[1].app_id))
         return [app for _, app in found]
-
-    def _apps(
-        self, labels: Dict[str, str], namespace: Optional[str] = None
-    ) -> List[Tuple[Dict[str, Any], ListAppResponse]]:
-        """(oldest object, entry) of each app in ``namespace`` (default: the scheduler's)
-        with ``labels``."""
-        namespace = namespace or self.default_namespace()
-        return find_apps(self._custom(), self._batch(), namespace, labels)
 
     @api_errors()
     def _cancel_existing(self, app_id: str) -> None:
