@@ -70,16 +70,13 @@ FATAL_WAITING_REASONS = {
     "CreateContainerError",
 }
 
-# When several replica states compete (e.g. a task's pods), the "most advanced" wins.
+# When a task's pods are in several phases (POD_PHASE_STATE), the "most advanced" wins.
 _STATE_RANK = {
     AppState.UNKNOWN: 0,
-    AppState.UNSUBMITTED: 0,
-    AppState.SUBMITTED: 1,
-    AppState.PENDING: 2,
-    AppState.RUNNING: 3,
-    AppState.SUCCEEDED: 4,
-    AppState.CANCELLED: 5,
-    AppState.FAILED: 6,
+    AppState.PENDING: 1,
+    AppState.RUNNING: 2,
+    AppState.SUCCEEDED: 3,
+    AppState.FAILED: 4,
 }
 
 
@@ -209,14 +206,6 @@ def latest_pods(pods: Iterable[Obj]) -> Dict[Tuple[str, int], PodInfo]:
     return out
 
 
-def most_advanced(states: Iterable[AppState], default: AppState) -> AppState:
-    best = None
-    for s in states:
-        if best is None or _STATE_RANK[s] > _STATE_RANK[best]:
-            best = s
-    return default if best is None else best
-
-
 def volcano_state(job: Obj) -> AppState:
     phase = ((job.get("status") or {}).get("state") or {}).get("phase")
     if _meta(job).get("deletionTimestamp"):
@@ -232,9 +221,8 @@ def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
     phases = [p for p, n in (counts.get("phase") or {}).items() if n]
     if not phases:
         return None
-    return most_advanced(
-        (POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases), AppState.UNKNOWN
-    )
+    states = [POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases]
+    return max(states, key=lambda state: _STATE_RANK[state])
 
 
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
@@ -329,17 +317,10 @@ def describe_response(
 # --------------------------------------------------------------------------- roles
 
 
-def _cpu(q: Optional[str]) -> int:
-    """Whole cores of a limit read back (-1: none or not a quantity a user could fix here)."""
+def _quantity(parse: Callable[[str], int], q: Optional[str]) -> int:
+    """A limit read back (-1: none or not a quantity a user could fix here)."""
     try:
-        return cpu_whole_cores(q) if q else -1
-    except InvalidQuantityError:
-        return -1
-
-
-def _mem_mb(q: Optional[str]) -> int:
-    try:
-        return memory_mib(q) if q else -1
+        return parse(q) if q else -1
     except InvalidQuantityError:
         return -1
 
@@ -363,9 +344,9 @@ def role_from_template(
         min_replicas=min_replicas,
         max_retries=max_retries,
         resource=Resource(
-            cpu=_cpu(limits.get("cpu")),
+            cpu=_quantity(cpu_whole_cores, limits.get("cpu")),
             gpu=int(limits.get(GPU_RESOURCE, 0) or 0),
-            memMB=_mem_mb(limits.get("memory")),
+            memMB=_quantity(memory_mib, limits.get("memory")),
         ),
     )
 
