@@ -232,37 +232,23 @@ def _volumes(role: Role) -> Tuple[List[Any], List[Any], bool]:
     for i, mount in enumerate(role.mounts):
         name = f"mount-{i}"
         if isinstance(mount, BindMount):
-            volumes.append(
-                V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
-            )
-            mounts.append(
-                V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only)
-            )
+            volume = V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
+            read_only = mount.read_only
         elif isinstance(mount, VolumeMount):
-            volumes.append(
-                V1Volume(
-                    name=name,
-                    persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(
-                        claim_name=mount.src, read_only=mount.read_only
-                    ),
-                )
+            claim = V1PersistentVolumeClaimVolumeSource(
+                claim_name=mount.src, read_only=mount.read_only
             )
-            mounts.append(
-                V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only)
-            )
+            volume = V1Volume(name=name, persistent_volume_claim=claim)
+            read_only = mount.read_only
         elif isinstance(mount, DeviceMount):
             # Pods cannot be given a single device: mount the host path, which needs privileges.
-            volumes.append(
-                V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
-            )
-            mounts.append(
-                V1VolumeMount(
-                    name=name, mount_path=mount.dst_path, read_only="w" not in mount.permissions
-                )
-            )
+            volume = V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
+            read_only = "w" not in mount.permissions
             privileged = True
         else:
             raise InvalidAppError(f"role {role.name!r}: unsupported mount {mount!r}")
+        volumes.append(volume)
+        mounts.append(V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=read_only))
     return volumes, mounts, privileged
 
 
