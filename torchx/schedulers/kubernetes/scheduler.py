@@ -7,24 +7,15 @@ every pod a stable host name, and the rank-0 host reaches the replicas as
 ``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
 
 ``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one
-Indexed ``batch/v1`` Job per role plus a headless Service; pods are reachable as
-``{job}-{index}.{service}`` and the rank-0 host is the first role's pod 0. Several
-roles are supported (they share the Service); there is no gang scheduling, and failed
-pods are recreated per index (``backoffLimit = max_retries``).
+Indexed ``batch/v1`` Job per role plus a headless Service (see ``manifests.indexed_jobs``).
 
-App ids are ``{namespace}:{name}``. ``describe`` reports per-replica states from the
-pods and names the reason a pod cannot run (ImagePullBackOff, ErrImagePull, OOMKilled,
-Unschedulable, ...); a bad image fails the app instead of leaving it PENDING forever
-(torchx#207). ``log_iter`` streams pod logs with the client's ``follow`` and keeps
-every line's newline (torchx#983; see ``logs``). Client set-up and error
-translation live in ``api``. A keyed submission (``Runner.run(idempotency_key=...)``)
+App ids are ``{namespace}:{name}``. A keyed submission (``Runner.run(idempotency_key=...)``)
 claims its name with a ConfigMap before creating its job (``claims``).
 
-Workspaces (``DockerWorkspaceMixin``): ``torchx run --workspace DIR`` (the CLI's default
-is the current directory) plans an image of the role's image plus the workspace at dry
-run; the manifests name ``<image_repo>:<digest>``, and ``schedule`` builds and pushes it
-through the Docker SDK before creating anything. Without ``-cfg image_repo`` or a Docker
-daemon the submission fails in one line naming ``--workspace ""`` (run the image as is).
+Workspaces (``DockerWorkspaceMixin``): dry run plans an image of the role's image plus the
+workspace, named ``<image_repo>:<digest>`` in the manifests; ``schedule`` builds and pushes
+it before creating anything. Without ``-cfg image_repo`` or a Docker daemon the submission
+fails in one line naming ``--workspace ""`` (run the image as is).
 """
 
 from __future__ import annotations
@@ -75,17 +66,14 @@ from torchx.schedulers.kubernetes.manifests import (
     LABEL_ORGANIZATION,
     LABEL_UNIQUE_NAME,
     ORGANIZATION,
-    ROLE_NAME_MAX,
     VOLCANO_GROUP,
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
     app_object_name,
     claim_config_map,
     indexed_jobs,
-    normalize_name,
     parse_toleration,
     role_dns_names,
-    task_name,
     unique_app_name,
     volcano_job,
 )
@@ -155,10 +143,6 @@ class KubernetesJob:
         return yaml.safe_dump_all(claim + self.manifests, sort_keys=False, width=1000)
 
     __repr__ = __str__
-
-
-def _name_taken(e: Exception) -> bool:
-    return isinstance(e, NameTaken)
 
 
 def parse_app_id(app_id: str) -> Tuple[str, str]:
@@ -359,7 +343,9 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     ) -> tuple[str, Optional[str]]:
         """The API server refuses a second ConfigMap of one name (409): the claim."""
         app_id = f"{dryrun_info.request.namespace}:{dryrun_info.request.name}"
-        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _name_taken)
+        return schedule_named(
+            self, token, dryrun_info, reattach_succeeded, app_id, lambda e: isinstance(e, NameTaken)
+        )
 
     def _api_error(self, e: Any, req: KubernetesJob) -> KubernetesError:
         reason = status_message(e)
@@ -406,15 +392,11 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         if kind != JOB_TYPE_INDEXED:
             job = self._get_volcano(namespace, name)
             if job is not None:
-                resp = self._describe_volcano(app_id, job, self._pods(namespace, name))
-                resp.metadata = ks.job_metadata(job)
-                return resp
+                return ks.describe_volcano(app_id, job, self._pods(namespace, name))
         if kind != JOB_TYPE_VOLCANO:
             jobs = self._indexed_jobs(namespace, name)
             if jobs:
-                resp = self._describe_indexed(app_id, jobs, self._pods(namespace, name))
-                resp.metadata = ks.job_metadata(jobs[0])
-                return resp
+                return ks.describe_indexed(app_id, jobs, self._pods(namespace, name))
         claim = self._claim(namespace, name) if claims.is_keyed(name) else None
         if claim is not None:  # its job is gone (cancelled) or not yet created
             state, msg = claims.claim_state(claim)
@@ -430,29 +412,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             self._core().list_namespaced_config_map, namespace, {LABEL_UNIQUE_NAME: name}
         )
         return next((c for c in items if c["metadata"]["name"] == name), None)
-
-    def _describe_volcano(
-        self, app_id: str, job: Dict[str, Any], pods: List[Dict[str, Any]]
-    ) -> DescribeAppResponse:
-        roles = ks.volcano_roles(job)
-
-        def from_task_counts(role_idx: int, replica_id: int) -> Optional[AppState]:
-            role_dns = normalize_name(roles[role_idx].name, ROLE_NAME_MAX, fallback="role")
-            return ks.volcano_task_state(job, task_name(role_dns, replica_id))
-
-        restarts = int((job.get("status") or {}).get("retryCount") or 0)
-        state = ks.volcano_state(job)
-        return ks.describe_response(app_id, state, roles, pods, from_task_counts, restarts, "")
-
-    def _describe_indexed(
-        self, app_id: str, jobs: List[Dict[str, Any]], pods: List[Dict[str, Any]]
-    ) -> DescribeAppResponse:
-        roles = ks.indexed_roles(jobs)
-        parts = [ks.batch_job_state(j) for j in jobs]
-        state = ks.combine_states([s for s, _ in parts])
-        msg = next((m for s, m in parts if s == AppState.FAILED and m), "")
-        restarts = sum(int((j.get("status") or {}).get("failed") or 0) for j in jobs)
-        return ks.describe_response(app_id, state, roles, pods, lambda r, i: None, restarts, msg)
 
     # ------------------------------------------------------------------ list / cancel
 

@@ -23,7 +23,10 @@ from torchx.schedulers.kubernetes.manifests import (
     LABEL_REPLICA_ID,
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
+    ROLE_NAME_MAX,
     label_value,
+    normalize_name,
+    task_name,
 )
 from torchx.specs.api import (
     NONE,
@@ -262,6 +265,30 @@ def combine_states(states: List[AppState]) -> AppState:
     return states[0]
 
 
+def describe_volcano(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppResponse:
+    roles = volcano_roles(job)
+
+    def from_task_counts(role_idx: int, replica_id: int) -> Optional[AppState]:
+        role_dns = normalize_name(roles[role_idx].name, ROLE_NAME_MAX, fallback="role")
+        return volcano_task_state(job, task_name(role_dns, replica_id))
+
+    restarts = int((job.get("status") or {}).get("retryCount") or 0)
+    resp = describe_response(app_id, volcano_state(job), roles, pods, from_task_counts, restarts)
+    resp.metadata = job_metadata(job)
+    return resp
+
+
+def describe_indexed(app_id: str, jobs: List[Obj], pods: List[Obj]) -> DescribeAppResponse:
+    parts = [batch_job_state(j) for j in jobs]
+    state = combine_states([s for s, _ in parts])
+    msg = next((m for s, m in parts if s == AppState.FAILED and m), "")
+    restarts = sum(int((j.get("status") or {}).get("failed") or 0) for j in jobs)
+    roles = indexed_roles(jobs)
+    resp = describe_response(app_id, state, roles, pods, lambda r, i: None, restarts, msg)
+    resp.metadata = job_metadata(jobs[0])
+    return resp
+
+
 def describe_response(
     app_id: str,
     state: AppState,
@@ -269,7 +296,7 @@ def describe_response(
     pods: List[Obj],
     fallback: Callable[[int, int], Optional[AppState]],
     restarts: int,
-    msg: str,
+    msg: str = "",
 ) -> DescribeAppResponse:
     """The app's response from its job state and pods: each replica's state comes from its
     newest pod, else ``fallback(role_idx, replica_id)``, else the app's state."""
