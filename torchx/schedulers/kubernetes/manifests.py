@@ -252,10 +252,10 @@ def _volumes(role: Role) -> Tuple[List[Any], List[Any], bool]:
     return volumes, mounts, privileged
 
 
-def _env(env: Dict[str, str], first: Optional[List[Any]] = None) -> List[Any]:
+def _env(env: Dict[str, str]) -> List[Any]:
     from kubernetes.client.models import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
 
-    out = list(first or [])
+    out = []
     for key, value in env.items():
         if value.startswith(FIELD_PATH_PREFIX):
             path = value[len(FIELD_PATH_PREFIX) :]
@@ -286,7 +286,6 @@ def pod_template(
     labels: Dict[str, str],
     annotations: Dict[str, str],
     cfg: Dict[str, Any],
-    env_first: Optional[List[Any]] = None,
     subdomain: Optional[str] = None,
     priority_class: Optional[str] = None,
     stall_timeout: Optional[float] = None,
@@ -322,7 +321,7 @@ def pod_template(
         image=role.image,
         command=watchdog.wrap([role.entrypoint, *role.args], stall_timeout, *watch_options),
         termination_message_policy="FallbackToLogsOnError" if stall_timeout else None,
-        env=_env(env, env_first) or None,
+        env=_env(env) or None,
         resources=resource_requirements(role.resource),
         ports=_ports(role),
         volume_mounts=mounts,
@@ -509,11 +508,8 @@ def indexed_jobs(
     index up to ``max_retries`` times.
     """
     from kubernetes.client.models import (
-        V1EnvVar,
-        V1EnvVarSource,
         V1Job,
         V1JobSpec,
-        V1ObjectFieldSelector,
         V1Service,
         V1ServicePort,
         V1ServiceSpec,
@@ -539,20 +535,16 @@ def indexed_jobs(
         ),
     )
     out = [serialize(service)]
-    replica_env = V1EnvVar(
-        name=REPLICA_ID_ENV,
-        value_from=V1EnvVarSource(
-            field_ref=V1ObjectFieldSelector(
-                field_path=f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"
-            )
-        ),
-    )
+    # first, so that the kubelet expands ``$(TORCHX_REPLICA_ID)`` in the env values after it
+    replica_env = {
+        REPLICA_ID_ENV: f"{FIELD_PATH_PREFIX}metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"
+    }
     for role_idx, (role, role_dns) in enumerate(zip(app.roles, role_names, strict=True)):
         args_ref, env_ref = _replica_id_refs(role)
         base = dict(img_root="", app_id=f"{namespace}:{unique_name}", rank0_env=RANK0_ENV)
         with_args = macros.Values(replica_id=args_ref, **base).apply(role)
         with_env = macros.Values(replica_id=env_ref, **base).apply(role)
-        with_args.env = with_env.env
+        with_args.env = {**replica_env, **with_env.env}
         with_args.metadata = with_env.metadata
         with_args.env[RANK0_ENV] = rank0_host
         labels = _role_labels(app, unique_name, role_idx, role)
@@ -563,7 +555,6 @@ def indexed_jobs(
             labels,
             _annotations(app, role),
             cfg,
-            env_first=[replica_env],
             subdomain=unique_name,
             priority_class=cfg.get("priority_class"),
             # only the rank-0 pod is judged, as for Volcano (one template for every index)
