@@ -20,6 +20,7 @@ fails in one line naming ``--workspace ""`` (run the image as is).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import datetime
 from typing import (
@@ -113,25 +114,18 @@ class NameTaken(KubernetesError):
     """A keyed submission's name is claimed (``claims``) by another submission."""
 
 
+@dataclasses.dataclass(eq=False)
 class KubernetesJob:
     """The manifests ``schedule`` creates (a keyed submission's claim first); ``str()`` is
     YAML ``kubectl apply -f`` accepts."""
 
-    def __init__(
-        self,
-        manifests: List[Dict[str, Any]],
-        namespace: str,
-        name: str,
-        job_type: str,
-        images_to_push: Optional[ImagesToPush] = None,
-        claim: Optional[Dict[str, Any]] = None,
-    ) -> None:
-        self.claim = claim
-        self.manifests = manifests
-        self.namespace = namespace
-        self.name = name
-        self.job_type = job_type
-        self.images_to_push: ImagesToPush = images_to_push or {}  # workspace image -> (repo, tag)
+    manifests: List[Dict[str, Any]]
+    namespace: str
+    name: str
+    job_type: str
+    # workspace image -> (repo, tag)
+    images_to_push: ImagesToPush = dataclasses.field(default_factory=dict)
+    claim: Optional[Dict[str, Any]] = None
 
     @property
     def resource(self) -> Dict[str, Any]:
