@@ -35,6 +35,18 @@ def api_errors() -> Iterator[None]:
         raise KubernetesError(f"cannot reach the Kubernetes API server: {e}") from None
 
 
+@contextlib.contextmanager
+def tolerating(status: int) -> Iterator[None]:
+    """Swallow an API error of ``status`` (e.g. 404: the object is gone, as wanted)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        yield
+    except ApiException as e:
+        if e.status != status:
+            raise
+
+
 def guarded(lines: Iterator[str]) -> Iterator[str]:
     """``api_errors`` for a generator: errors surface while iterating."""
     with api_errors():

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 
 from torchx.schedulers.api import ListAppResponse
 from torchx.schedulers.kubernetes import status as ks
+from torchx.schedulers.kubernetes.api import tolerating
 from torchx.schedulers.kubernetes.manifests import (
     ANNOTATION_SUBMITTED_AT,
     LABEL_APP_NAME,
@@ -55,17 +56,12 @@ def list_json(method: Any, namespace: str, labels: Dict[str, str]) -> List[Dict[
 
 def find_apps(custom: Any, batch: Any, namespace: str, labels: Dict[str, str]) -> Found:
     """(oldest object, entry) of each app in ``namespace`` whose objects carry ``labels``."""
-    from kubernetes.client.rest import ApiException
-
     volcano = functools.partial(
         custom.list_namespaced_custom_object, VOLCANO_GROUP, VOLCANO_VERSION, plural=VOLCANO_PLURAL
     )
-    try:
+    volcano_jobs: List[Dict[str, Any]] = []
+    with tolerating(404):  # Volcano not installed
         volcano_jobs = list_json(volcano, namespace, labels)
-    except ApiException as e:
-        if e.status != 404:  # 404: Volcano not installed
-            raise
-        volcano_jobs = []
     apps: Found = []
     for job in volcano_jobs:
         app_id = f"{namespace}:{job['metadata']['name']}"

@@ -57,6 +57,7 @@ from torchx.schedulers.kubernetes.api import (
     kubeconfig_path,
     load_api_client,
     status_message,
+    tolerating,
 )
 from torchx.schedulers.kubernetes.listing import app_name, created, find_apps, list_json
 from torchx.schedulers.kubernetes.manifests import (
@@ -362,16 +363,11 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     # ------------------------------------------------------------------ describe
 
     def _get_volcano(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
-        from kubernetes.client.rest import ApiException
-
-        try:
+        with tolerating(404):
             return self._custom().get_namespaced_custom_object(
                 VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name
             )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return None
 
     def _indexed_jobs(self, namespace: str, name: str) -> List[Dict[str, Any]]:
         return list_json(self._batch().list_namespaced_job, namespace, {LABEL_UNIQUE_NAME: name})
@@ -441,8 +437,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
     @api_errors()
     def _cancel_existing(self, app_id: str) -> None:
-        from kubernetes.client.rest import ApiException
-
         namespace, name = parse_app_id(app_id)
         if self._get_volcano(namespace, name) is not None:
             self._delete("VolcanoJob", namespace, name)
@@ -450,20 +444,15 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             for job in self._indexed_jobs(namespace, name):
                 self._delete("Job", namespace, job["metadata"]["name"])
             self._delete("Service", namespace, name)
-        try:  # a keyed app's claim stays, so its name is never another app's
+        if claims.is_keyed(name):  # its claim stays, so its name is never another app's
             body = {"data": {claims.CANCELLED_KEY: "true"}}
-            if claims.is_keyed(name):
+            with tolerating(404):  # submitted keyed by a torchx without claims
                 self._core().patch_namespaced_config_map(name, namespace, body)
-        except ApiException as e:
-            if e.status != 404:  # 404: submitted keyed by a torchx without claims
-                raise
         self._cancelled.add(app_id)
 
     def _delete(self, kind: str, namespace: str, name: str) -> None:
         """Delete an object and (foreground) its pods; already gone is fine."""
-        from kubernetes.client.rest import ApiException
-
-        try:
+        with tolerating(404):
             if kind == "VolcanoJob":
                 self._custom().delete_namespaced_custom_object(
                     VOLCANO_GROUP,
@@ -481,9 +470,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 self._core().delete_namespaced_config_map(name, namespace)
             else:
                 self._core().delete_namespaced_service(name, namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
 
     # ------------------------------------------------------------------ logs
 
