@@ -491,9 +491,14 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 " use --streams combined (the default)"
             )
         namespace, name = parse_app_id(app_id)
+
+        def pod_name() -> Optional[str]:  # the newest (a restarted replica has several)
+            info = ks.latest_pods(self._pods(namespace, name)).get((role_name, k))
+            return info.name if info else None
+
         lines = kl.pod_log_lines(
             self._core,
-            lambda: kl.newest_pod(self._pods(namespace, name), role_name, k),
+            pod_name,
             lambda: self._ended(app_id),
             namespace,
             since,

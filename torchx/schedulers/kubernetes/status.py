@@ -24,7 +24,6 @@ from torchx.schedulers.kubernetes.manifests import (
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
     ROLE_NAME_MAX,
-    label_value,
     normalize_name,
     task_name,
 )
@@ -85,8 +84,9 @@ _STATE_RANK = {
 
 @dataclass
 class PodInfo:
-    """What describe needs from one pod."""
+    """What describe and log_iter need from one pod."""
 
+    name: str
     role: str
     replica_id: int
     state: AppState
@@ -118,14 +118,6 @@ def role_name_of(obj_or_template: Obj) -> str:
     return (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME) or (
         meta.get("labels") or {}
     ).get(LABEL_ROLE_NAME, "")
-
-
-def role_matches(pod: Obj, role_name: str) -> bool:
-    meta = _meta(pod)
-    annotated = (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME)
-    if annotated is not None:
-        return annotated == role_name
-    return (meta.get("labels") or {}).get(LABEL_ROLE_NAME) == label_value(role_name)
 
 
 def replica_id_of(pod: Obj) -> Optional[int]:
@@ -186,6 +178,7 @@ def pod_info(pod: Obj) -> Optional[PodInfo]:
     if fatal and state == AppState.PENDING:
         state = AppState.FAILED
     return PodInfo(
+        name=str(_meta(pod).get("name") or ""),
         role=role_name_of(pod),
         replica_id=replica_id,
         state=state,
