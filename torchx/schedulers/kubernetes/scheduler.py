@@ -21,6 +21,8 @@ fails in one line naming ``--workspace ""`` (run the image as is).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import logging
 from datetime import datetime
 from typing import (
@@ -59,11 +61,13 @@ from torchx.schedulers.kubernetes.api import (
     status_message,
     tolerating,
 )
-from torchx.schedulers.kubernetes.listing import app_name, created, find_apps, list_json
 from torchx.schedulers.kubernetes.manifests import (
+    ANNOTATION_APP_NAME,
+    ANNOTATION_SUBMITTED_AT,
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
     JOB_TYPES,
+    LABEL_APP_NAME,
     LABEL_IDEMPOTENCY_TOKEN,
     LABEL_ORGANIZATION,
     LABEL_UNIQUE_NAME,
@@ -138,6 +142,31 @@ class KubernetesJob:
         return yaml.safe_dump_all(claim + self.manifests, sort_keys=False, width=1000)
 
     __repr__ = __str__
+
+
+def labels_of(obj: Dict[str, Any]) -> Dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def created(obj: Dict[str, Any]) -> Tuple[str, int]:
+    """(creationTimestamp, submit time in ns): RFC 3339 UTC stamps sort as strings."""
+    meta = obj.get("metadata") or {}
+    submitted = str((meta.get("annotations") or {}).get(ANNOTATION_SUBMITTED_AT) or "")
+    return str(meta.get("creationTimestamp") or ""), int(submitted) if submitted.isdigit() else 0
+
+
+def app_name(obj: Dict[str, Any]) -> str:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_APP_NAME) or labels_of(obj).get(LABEL_APP_NAME, "")
+
+
+def list_json(method: Any, namespace: str, labels: Dict[str, str]) -> List[Dict[str, Any]]:
+    """The items with ``labels`` a namespaced list call returns (also when a server ignores
+    the selector), as plain dicts (as the API sent them) rather than models."""
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    resp = method(namespace, label_selector=selector, _preload_content=False)
+    items = json.loads(resp.data).get("items") or []
+    return [i for i in items if all(labels_of(i).get(k) == v for k, v in labels.items())]
 
 
 def parse_app_id(app_id: str) -> Tuple[str, str]:
@@ -408,8 +437,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     @api_errors()
     def list(self) -> List[ListAppResponse]:
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
-        labels = {LABEL_ORGANIZATION: ORGANIZATION}
-        found = find_apps(self._custom(), self._batch(), self.default_namespace(), labels)
+        found = self._find_apps(self.default_namespace(), {LABEL_ORGANIZATION: ORGANIZATION})
         return [app for _, app in found]
 
     @api_errors()
@@ -417,7 +445,9 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         """Apps labelled with ``token`` in ``cfg``'s namespace (a keyed app submitted with
-        ``-cfg namespace=...`` is found there by its retry), oldest first.
+        ``-cfg namespace=...`` is found there by its retry), oldest first. Never the whole
+        cluster: two teams' keys can be equal (the same DAG, task and run id), and a
+        cluster-wide lookup would re-attach to, or cancel as a race's loser, another team's app.
 
         The API server filters by label selector. Order: creationTimestamp (whole
         seconds), then the submitter's submit time, then the app id. A claim
@@ -425,7 +455,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         """
         labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
         namespace = str((cfg or {}).get("namespace") or "") or self.default_namespace()
-        found = find_apps(self._custom(), self._batch(), namespace, labels)
+        found = self._find_apps(namespace, labels)
         with_job = {app.app_id for _, app in found}
         for claim in list_json(self._core().list_namespaced_config_map, namespace, labels):
             app_id = f"{namespace}:{claim['metadata']['name']}"
@@ -434,6 +464,33 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 found.append((claim, ListAppResponse(app_id, state, name=app_name(claim))))
         found.sort(key=lambda pair: (*created(pair[0]), pair[1].app_id))
         return [app for _, app in found]
+
+    def _find_apps(
+        self, namespace: str, labels: Dict[str, str]
+    ) -> List[Tuple[Dict[str, Any], ListAppResponse]]:
+        """(oldest object, entry) of each app in ``namespace`` whose objects carry ``labels``:
+        Volcano Jobs, and the Indexed Jobs of one app grouped by its unique-name label."""
+        volcano = functools.partial(
+            self._custom().list_namespaced_custom_object,
+            VOLCANO_GROUP,
+            VOLCANO_VERSION,
+            plural=VOLCANO_PLURAL,
+        )
+        volcano_jobs: List[Dict[str, Any]] = []
+        with tolerating(404):  # Volcano not installed
+            volcano_jobs = list_json(volcano, namespace, labels)
+        found = [(job["metadata"]["name"], ks.volcano_state(job), job) for job in volcano_jobs]
+        groups: Dict[str, List[Dict[str, Any]]] = {}
+        for job in list_json(self._batch().list_namespaced_job, namespace, labels):
+            if labels_of(job).get(LABEL_UNIQUE_NAME):
+                groups.setdefault(labels_of(job)[LABEL_UNIQUE_NAME], []).append(job)
+        for name, jobs in groups.items():
+            state = ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])
+            found.append((name, state, min(jobs, key=created)))
+        return [
+            (obj, ListAppResponse(f"{namespace}:{name}", state, name=app_name(obj)))
+            for name, state, obj in found
+        ]
 
     @api_errors()
     def _cancel_existing(self, app_id: str) -> None:
