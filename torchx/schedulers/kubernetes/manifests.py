@@ -102,9 +102,6 @@ RETRY_POLICIES: Dict[RetryPolicy, List[Dict[str, str]]] = {
 }
 
 
-# --------------------------------------------------------------------------- names
-
-
 def normalize_name(value: str, max_len: int, fallback: str = "app") -> str:
     """A DNS-1035 label: lowercase alphanumerics and '-', starting with a letter."""
     out = re.sub(r"[^a-z0-9-]+", "-", value.lower())
@@ -161,9 +158,6 @@ def volcano_hosts_env(task: str) -> str:
     return f"VC_{task.upper().replace('-', '_')}_HOSTS"
 
 
-# --------------------------------------------------------------------------- cfg parsing
-
-
 def parse_toleration(spec: str) -> Dict[str, Any]:
     """``KEY[=VALUE][:EFFECT]`` (kubectl taint syntax) -> a V1Toleration's fields.
 
@@ -185,9 +179,6 @@ def parse_toleration(spec: str) -> Dict[str, Any]:
         key, value = text.split("=", 1)
         return {"key": key, "operator": "Equal", "value": value, "effect": effect}
     return {"key": text, "operator": "Exists", "effect": effect}
-
-
-# --------------------------------------------------------------------------- pod parts
 
 
 def resource_requirements(resource: Resource) -> Any:
@@ -404,9 +395,6 @@ def serialize(obj: Any) -> Any:
     return ApiClient().sanitize_for_serialization(obj)
 
 
-# --------------------------------------------------------------------------- volcano
-
-
 def volcano_job(
     app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, Any]
 ) -> Dict[str, Any]:
@@ -476,9 +464,6 @@ def volcano_job(
         "metadata": metadata,
         "spec": spec,
     }
-
-
-# --------------------------------------------------------------------------- indexed jobs
 
 
 def indexed_job_name(unique_name: str, role_dns: str) -> str:

@@ -199,8 +199,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     # a keyed app's name is its claim (``claims``): the API server keeps one of a name
     names_keyed_apps = True
 
-    # ------------------------------------------------------------------ client
-
     def _api_client(self) -> Any:
         if self._client is None:
             self._client = load_api_client()
@@ -240,8 +238,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             namespace = None
         self._namespace = namespace or "default"
         return self._namespace
-
-    # ------------------------------------------------------------------ submit
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -389,8 +385,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             f"Kubernetes API error {e.status} ({e.reason}) creating {req.name}: {reason}"
         )
 
-    # ------------------------------------------------------------------ describe
-
     def _get_volcano(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
         with tolerating(404):
             return self._custom().get_namespaced_custom_object(
@@ -431,8 +425,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             self._core().list_namespaced_config_map, namespace, {LABEL_UNIQUE_NAME: name}
         )
         return next((c for c in items if c["metadata"]["name"] == name), None)
-
-    # ------------------------------------------------------------------ list / cancel
 
     @api_errors()
     def list(self) -> List[ListAppResponse]:
@@ -527,8 +519,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 self._core().delete_namespaced_config_map(name, namespace)
             else:
                 self._core().delete_namespaced_service(name, namespace)
-
-    # ------------------------------------------------------------------ logs
 
     def log_iter(
         self,

@@ -334,9 +334,6 @@ def describe_response(
     )
 
 
-# --------------------------------------------------------------------------- roles
-
-
 def _quantity(parse: Callable[[str], int], q: Optional[str]) -> int:
     """A limit read back (-1: none or not a quantity a user could fix here)."""
     try:
