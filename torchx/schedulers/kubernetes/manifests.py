@@ -249,26 +249,11 @@ def _env(env: Dict[str, str]) -> List[Any]:
     out = []
     for key, value in env.items():
         if value.startswith(FIELD_PATH_PREFIX):
-            path = value[len(FIELD_PATH_PREFIX) :]
-            out.append(
-                V1EnvVar(
-                    name=key,
-                    value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path=path)),
-                )
-            )
+            field = V1ObjectFieldSelector(field_path=value.removeprefix(FIELD_PATH_PREFIX))
+            out.append(V1EnvVar(name=key, value_from=V1EnvVarSource(field_ref=field)))
         else:
             out.append(V1EnvVar(name=key, value=value))
     return out
-
-
-def _ports(role: Role) -> Optional[List[Any]]:
-    from kubernetes.client.models import V1ContainerPort
-
-    ports = [
-        V1ContainerPort(name=normalize_name(name, 15, fallback=f"port-{port}"), container_port=port)
-        for name, port in role.port_map.items()
-    ]
-    return ports or None
 
 
 def pod_template(
@@ -288,6 +273,7 @@ def pod_template(
     container's termination message."""
     from kubernetes.client.models import (
         V1Container,
+        V1ContainerPort,
         V1LocalObjectReference,
         V1ObjectMeta,
         V1PodSpec,
@@ -303,6 +289,10 @@ def pod_template(
         node_selector.setdefault("node.kubernetes.io/instance-type", str(instance_type))
     tolerations = [V1Toleration(**parse_toleration(t)) for t in cfg.get("tolerations") or []]
     secrets = [V1LocalObjectReference(name=s) for s in cfg.get("image_pull_secrets") or []]
+    ports = [
+        V1ContainerPort(name=normalize_name(name, 15, fallback=f"port-{port}"), container_port=port)
+        for name, port in role.port_map.items()
+    ]
     # as local, slurm and ray: prints reach the pod log at once (a block-buffered print
     # loop looks silent to stall detection), unless the role says otherwise
     env = {**role.env}
@@ -314,7 +304,7 @@ def pod_template(
         termination_message_policy="FallbackToLogsOnError" if stall_timeout else None,
         env=_env(env) or None,
         resources=resource_requirements(role.resource),
-        ports=_ports(role),
+        ports=ports or None,
         volume_mounts=mounts,
         security_context=V1SecurityContext(privileged=True) if privileged else None,
     )
@@ -453,11 +443,8 @@ def volcano_job(
     }
     if cfg.get("priority_class"):
         spec["priorityClassName"] = cfg["priority_class"]
-    metadata = serialize(
-        _metadata(
-            unique_name, namespace, _app_labels(app, unique_name), _job_annotations(app) or None
-        )
-    )
+    labels = _app_labels(app, unique_name)
+    metadata = serialize(_metadata(unique_name, namespace, labels, _job_annotations(app) or None))
     return {
         "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
         "kind": "Job",
