@@ -12,10 +12,8 @@ Indexed ``batch/v1`` Job per role plus a headless Service (see ``manifests.index
 App ids are ``{namespace}:{name}``. A keyed submission (``Runner.run(idempotency_key=...)``)
 claims its name with a ConfigMap before creating its job (``claims``).
 
-Workspaces (``DockerWorkspaceMixin``): dry run plans an image of the role's image plus the
-workspace, named ``<image_repo>:<digest>`` in the manifests; ``schedule`` builds and pushes
-it before creating anything. Without ``-cfg image_repo`` or a Docker daemon the submission
-fails in one line naming ``--workspace ""`` (run the image as is).
+Workspaces are ``DockerWorkspaceMixin``'s: ``schedule`` pushes the image before creating
+anything.
 """
 
 from __future__ import annotations
@@ -441,9 +439,8 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         cluster: two teams' keys can be equal (the same DAG, task and run id), and a
         cluster-wide lookup would re-attach to, or cancel as a race's loser, another team's app.
 
-        The API server filters by label selector. Order: creationTimestamp (whole
-        seconds), then the submitter's submit time, then the app id. A claim
-        (``claims``) whose job is gone is its app, CANCELLED or FAILED.
+        Order: creationTimestamp (whole seconds), then the submitter's submit time, then the
+        app id. A claim (``claims``) whose job is gone is its app, CANCELLED or FAILED.
         """
         labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
         namespace = str((cfg or {}).get("namespace") or "") or self.default_namespace()
