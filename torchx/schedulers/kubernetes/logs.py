@@ -9,6 +9,7 @@ until the app ends. ``until`` is applied with the API server's per-line timestam
 from __future__ import annotations
 
 import codecs
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterator, Optional
@@ -81,10 +82,7 @@ def response_lines(resp: Any, until: Optional[datetime]) -> Iterator[str]:
 def parse_time(stamp: str) -> datetime:
     """An RFC 3339 log timestamp (nanoseconds cut to micro); garbage sorts first."""
     try:
-        value = stamp.rstrip("Z")
-        if "." in value:
-            head, frac = value.split(".", 1)
-            value = f"{head}.{frac[:6]}"
+        value = re.sub(r"(\.\d{6})\d+", r"\1", stamp.rstrip("Z"))
         return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
     except ValueError:
         return datetime.min.replace(tzinfo=timezone.utc)
