@@ -121,15 +121,12 @@ def role_name_of(obj_or_template: Obj) -> str:
 
 
 def replica_id_of(pod: Obj) -> Optional[int]:
-    """Volcano pods carry our replica label; Indexed Job pods their completion index."""
+    """Volcano pods carry our replica label; Indexed Job pods their completion index (an
+    annotation since Kubernetes 1.21, also a label since 1.28)."""
     meta = _meta(pod)
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    for value in (
-        labels.get(LABEL_REPLICA_ID),
-        annotations.get(ANNOTATION_COMPLETION_INDEX),
-        labels.get(ANNOTATION_COMPLETION_INDEX),
-    ):
+    replica = (meta.get("labels") or {}).get(LABEL_REPLICA_ID)
+    index = (meta.get("annotations") or {}).get(ANNOTATION_COMPLETION_INDEX)
+    for value in (replica, index):
         if value is not None and str(value).isdigit():
             return int(value)
     return None
