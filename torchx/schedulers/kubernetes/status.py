@@ -115,9 +115,8 @@ def job_metadata(job: Obj) -> Dict[str, str]:
 
 def role_name_of(obj_or_template: Obj) -> str:
     meta = _meta(obj_or_template)
-    return (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME) or (
-        meta.get("labels") or {}
-    ).get(LABEL_ROLE_NAME, "")
+    annotated = (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME)
+    return annotated or (meta.get("labels") or {}).get(LABEL_ROLE_NAME, "")
 
 
 def replica_id_of(pod: Obj) -> Optional[int]:
@@ -188,15 +187,8 @@ def pod_info(pod: Obj) -> Optional[PodInfo]:
 
 def latest_pods(pods: Iterable[Obj]) -> Dict[Tuple[str, int], PodInfo]:
     """The newest pod of each (role, replica) (a restarted replica has several)."""
-    out: Dict[Tuple[str, int], PodInfo] = {}
-    for pod in pods:
-        info = pod_info(pod)
-        if info is None:
-            continue
-        key = (info.role, info.replica_id)
-        if key not in out or info.created >= out[key].created:
-            out[key] = info
-    return out
+    infos = sorted((i for i in map(pod_info, pods) if i is not None), key=lambda i: i.created)
+    return {(info.role, info.replica_id): info for info in infos}
 
 
 def volcano_state(job: Obj) -> AppState:
