@@ -281,11 +281,8 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     ) -> None:
         super()._validate(app, scheduler, cfg)
         cfg = cfg or {}
-        opts = self.run_opts()
-        defaults = {name: opt.default for name, opt in opts}
-        given = {
-            k: v for k, v in cfg.items() if v is not None and (k not in opts or v != defaults[k])
-        }
+        defaults = {name: opt.default for name, opt in self.run_opts()}
+        given = {k: v for k, v in cfg.items() if v is not None and v != defaults.get(k)}
         job_type = cfg.get("job_type") or JOB_TYPE_VOLCANO
         if job_type not in JOB_TYPES:
             raise InvalidRunConfigException(
