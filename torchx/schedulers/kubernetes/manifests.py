@@ -137,16 +137,16 @@ def claim_config_map(app: AppDef, name: str, namespace: str) -> Dict[str, Any]:
 
 def role_dns_names(app: AppDef) -> List[str]:
     """Per-role DNS-safe names; two roles may not normalize to the same name."""
-    names = [normalize_name(role.name, ROLE_NAME_MAX, fallback="role") for role in app.roles]
-    seen: Dict[str, str] = {}
-    for role, name in zip(app.roles, names, strict=True):
+    seen: Dict[str, str] = {}  # DNS name -> role name, in role order
+    for role in app.roles:
+        name = normalize_name(role.name, ROLE_NAME_MAX, fallback="role")
         if name in seen:
             raise InvalidAppError(
                 f"roles {seen[name]!r} and {role.name!r} map to the same Kubernetes name {name!r};"
                 " rename one of them"
             )
         seen[name] = role.name
-    return names
+    return list(seen)
 
 
 def task_name(role_dns: str, replica_id: int) -> str:
@@ -399,8 +399,7 @@ def volcano_job(
                 f"role {role.name!r}: retry_policy {role.retry_policy.value} is not supported on"
                 " kubernetes; use APPLICATION or REPLICA"
             )
-        role_min = role.num_replicas if role.min_replicas is None else role.min_replicas
-        min_available += role_min
+        min_available += role.num_replicas if role.min_replicas is None else role.min_replicas
         for replica_id in range(role.num_replicas):
             name = task_name(role_dns, replica_id)
             is_rank0 = name == rank0_task
