@@ -232,9 +232,7 @@ def batch_job_state(job: Obj) -> Tuple[AppState, str]:
 
 
 def combine_states(states: List[AppState]) -> AppState:
-    """One app state from its parts (e.g. one Indexed Job per role)."""
-    if not states:
-        return AppState.UNKNOWN
+    """One app state from its parts (one Indexed Job per role: never none)."""
     for terminal in (AppState.FAILED, AppState.CANCELLED):
         if terminal in states:
             return terminal
