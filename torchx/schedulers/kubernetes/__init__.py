@@ -7,6 +7,7 @@ One job per module:
   annotations, resources, mounts);
 - ``status``: Kubernetes objects to torchx states (pure functions, no client calls);
 - ``logs``: reading and following a replica's pod log;
+- ``claims``: a keyed submission's claim on its name (a ConfigMap);
 - ``scheduler``: ``KubernetesScheduler``, the ``Scheduler`` over all of the above.
 
 ``torchx.schedulers.kubernetes_scheduler`` (upstream's module path) re-exports the public

@@ -204,10 +204,8 @@ def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
     """A task's state from the job's ``status.taskStatusCount`` (when pods are not visible)."""
     counts = ((job.get("status") or {}).get("taskStatusCount") or {}).get(task) or {}
     phases = [p for p, n in (counts.get("phase") or {}).items() if n]
-    if not phases:
-        return None
     states = [POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases]
-    return max(states, key=lambda state: _STATE_RANK[state])
+    return max(states, key=lambda state: _STATE_RANK[state], default=None)
 
 
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
