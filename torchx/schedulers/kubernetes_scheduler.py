@@ -72,6 +72,9 @@ __all__ = [
 
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 
+# plain JSON-able data from kubernetes client models (needs ``torchx[kubernetes]``)
+sanitize_for_serialization = serialize
+
 # Volcano job phases -> AppState (ours also knows Completing)
 JOB_STATE: Dict[str, AppState] = dict(VOLCANO_JOB_STATE)
 
@@ -84,11 +87,6 @@ TASK_STATE: Dict[str, AppState] = {
     "Bound": AppState.PENDING,
     "Releasing": AppState.RUNNING,
 }
-
-
-def sanitize_for_serialization(obj: object) -> object:
-    """Plain JSON-able data from kubernetes client models (needs ``torchx[kubernetes]``)."""
-    return serialize(obj)
 
 
 def pod_labels(
