@@ -313,7 +313,6 @@ def describe_response(
         state=state,
         num_restarts=restarts,
         msg=msg or NONE,
-        structured_error_msg=NONE,
         roles_statuses=statuses,
         roles=roles,
     )
