@@ -18,6 +18,7 @@ from torchx.runner import get_runner
 from torchx.schedulers.api import Stream
 
 from .kmock_server import (
+    PODS,
     VOLCANO_JOBS,
     KMockServer,
     ddp_app,
@@ -67,6 +68,21 @@ def test_indexed_logs_find_the_pod_by_index(srv: KMockServer) -> None:
     pods = indexed_pods(srv, ns, f"{name}-echo", ["Running", "Running"])
     srv.set_log(ns, pods[1], "hi 1\n")
     assert list(runner.log_lines(handle, "echo", 1)) == ["hi 1\n"]
+
+
+def test_logs_read_the_newest_pod_of_a_restarted_replica(srv: KMockServer) -> None:
+    runner = get_runner()
+    handle = runner.run(echo_app(n=2), "kubernetes", {"job_type": "indexed"})
+    ns, name = specs.parse_app_handle(handle).app_id.split(":")
+    first = indexed_pods(srv, ns, f"{name}-echo", ["Failed", "Failed"])[1]
+    retried = srv.get(PODS, ns, first)
+    assert retried is not None
+    retried["metadata"]["creationTimestamp"] = "2025-01-01T00:05:00Z"
+    retried["status"] = {"phase": "Running"}
+    srv.put(PODS, ns, f"{name}-echo-1-fghij", retried)
+    srv.set_log(ns, first, "attempt 1\n")
+    srv.set_log(ns, f"{name}-echo-1-fghij", "attempt 2\n")
+    assert list(runner.log_lines(handle, "echo", 1)) == ["attempt 2\n"]
 
 
 def test_tail_waits_for_the_pod_to_start(srv: KMockServer) -> None:

@@ -7,9 +7,10 @@ One job per module:
   annotations, resources, mounts);
 - ``status``: Kubernetes objects to torchx states (pure functions, no client calls);
 - ``logs``: reading and following a replica's pod log;
-- ``scheduler``: ``KubernetesScheduler``, the ``Scheduler`` over all of the above;
-- ``compat``: upstream names the scheduler does not use itself.
+- ``claims``: a keyed submission's claim on its name (a ConfigMap);
+- ``scheduler``: ``KubernetesScheduler``, the ``Scheduler`` over all of the above.
 
 ``torchx.schedulers.kubernetes_scheduler`` (upstream's module path) re-exports the public
-names. This package imports nothing itself.
+names and defines upstream's names the scheduler does not use itself. This package imports
+nothing itself.
 """

@@ -6,10 +6,10 @@ Every API failure (an HTTP error, an unreachable server, no configuration) becom
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterator, ParamSpec, TypeVar, Union
+from typing import Any, Iterator
 
 from torchx.specs.api import TorchXError
 from torchx.util.modules import import_optional
@@ -19,49 +19,38 @@ class KubernetesError(TorchXError):
     """The Kubernetes API refused a request (the message says why and what to do)."""
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-if TYPE_CHECKING:
-    from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
-
-
-def api_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """API failures (HTTP errors, unreachable server) become one-line KubernetesErrors."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        from kubernetes.client.rest import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return fn(*args, **kwargs)
-        except (ApiException, HTTPError) as e:
-            raise kubernetes_error(e) from None
-
-    return wrapper
-
-
-def guarded(lines: Iterator[str]) -> Iterator[str]:
-    """``api_errors`` for a generator: errors surface while iterating."""
+@contextlib.contextmanager
+def api_errors() -> Iterator[None]:
+    """API failures (HTTP errors, unreachable server) become one-line KubernetesErrors; also
+    a decorator (``@api_errors()``)."""
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
-        yield from lines
+        yield
     except (ApiException, HTTPError) as e:
-        raise kubernetes_error(e) from None
+        if isinstance(e, ApiException) and e.status is not None:
+            reason = f"({e.reason or ''}): {status_message(e)}"
+            raise KubernetesError(f"Kubernetes API error {e.status} {reason}") from None
+        raise KubernetesError(f"cannot reach the Kubernetes API server: {e}") from None
 
 
-def kubernetes_error(e: Union[ApiException, HTTPError]) -> KubernetesError:
+@contextlib.contextmanager
+def tolerating(status: int) -> Iterator[None]:
+    """Swallow an API error of ``status`` (e.g. 404: the object is gone, as wanted)."""
     from kubernetes.client.rest import ApiException
 
-    if isinstance(e, ApiException) and e.status is not None:
-        return KubernetesError(
-            f"Kubernetes API error {e.status} ({e.reason or ''}): {status_message(e)}"
-        )
-    return KubernetesError(f"cannot reach the Kubernetes API server: {e}")
+    try:
+        yield
+    except ApiException as e:
+        if e.status != status:
+            raise
+
+
+def guarded(lines: Iterator[str]) -> Iterator[str]:
+    """``api_errors`` for a generator: errors surface while iterating."""
+    with api_errors():
+        yield from lines
 
 
 def status_message(e: Any) -> str:

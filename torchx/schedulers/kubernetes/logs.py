@@ -9,35 +9,26 @@ until the app ends. ``until`` is applied with the API server's per-line timestam
 from __future__ import annotations
 
 import codecs
+import re
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from torchx.schedulers.api import split_lines_iterator
-from torchx.schedulers.kubernetes import status as ks
 
 TAIL_POLL_SECONDS = 1.0
-
-Obj = Dict[str, Any]
-
-
-def newest_pod(pods: Iterable[Obj], role_name: str, k: int) -> Optional[Obj]:
-    """The latest pod of replica ``k`` of ``role_name`` (a restarted replica has several)."""
-    mine = [p for p in pods if ks.role_matches(p, role_name) and ks.replica_id_of(p) == k]
-    mine.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-    return mine[-1] if mine else None
 
 
 def pod_log_lines(
     core_api: Callable[[], Any],
-    find_pod: Callable[[], Optional[Obj]],
+    pod_name: Callable[[], Optional[str]],
     app_ended: Callable[[], bool],
     namespace: str,
     since: Optional[datetime],
     until: Optional[datetime],
     should_tail: bool,
 ) -> Iterator[str]:
-    """Lines of the pod ``find_pod`` returns; with ``should_tail``, wait for it and follow it.
+    """Lines of the pod ``pod_name`` names; with ``should_tail``, wait for it and follow it.
 
     ``core_api`` makes a ``CoreV1Api``; ``app_ended`` says when to stop waiting for a pod.
     """
@@ -50,11 +41,11 @@ def pod_log_lines(
         kwargs["timestamps"] = True
         until = until.astimezone(timezone.utc)  # a naive time is local time
     while True:
-        pod = find_pod()
-        if pod is not None:
+        name = pod_name()
+        if name is not None:
             try:
                 resp = core_api().read_namespaced_pod_log(
-                    pod["metadata"]["name"],
+                    name,
                     namespace,
                     follow=should_tail,
                     _preload_content=False,
@@ -91,10 +82,7 @@ def response_lines(resp: Any, until: Optional[datetime]) -> Iterator[str]:
 def parse_time(stamp: str) -> datetime:
     """An RFC 3339 log timestamp (nanoseconds cut to micro); garbage sorts first."""
     try:
-        value = stamp.rstrip("Z")
-        if "." in value:
-            head, frac = value.split(".", 1)
-            value = f"{head}.{frac[:6]}"
+        value = re.sub(r"(\.\d{6})\d+", r"\1", stamp.rstrip("Z"))
         return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
     except ValueError:
         return datetime.min.replace(tzinfo=timezone.utc)

@@ -102,9 +102,6 @@ RETRY_POLICIES: Dict[RetryPolicy, List[Dict[str, str]]] = {
 }
 
 
-# --------------------------------------------------------------------------- names
-
-
 def normalize_name(value: str, max_len: int, fallback: str = "app") -> str:
     """A DNS-1035 label: lowercase alphanumerics and '-', starting with a letter."""
     out = re.sub(r"[^a-z0-9-]+", "-", value.lower())
@@ -140,16 +137,16 @@ def claim_config_map(app: AppDef, name: str, namespace: str) -> Dict[str, Any]:
 
 def role_dns_names(app: AppDef) -> List[str]:
     """Per-role DNS-safe names; two roles may not normalize to the same name."""
-    names = [normalize_name(role.name, ROLE_NAME_MAX, fallback="role") for role in app.roles]
-    seen: Dict[str, str] = {}
-    for role, name in zip(app.roles, names, strict=True):
+    seen: Dict[str, str] = {}  # DNS name -> role name, in role order
+    for role in app.roles:
+        name = normalize_name(role.name, ROLE_NAME_MAX, fallback="role")
         if name in seen:
             raise InvalidAppError(
                 f"roles {seen[name]!r} and {role.name!r} map to the same Kubernetes name {name!r};"
                 " rename one of them"
             )
         seen[name] = role.name
-    return names
+    return list(seen)
 
 
 def task_name(role_dns: str, replica_id: int) -> str:
@@ -159,9 +156,6 @@ def task_name(role_dns: str, replica_id: int) -> str:
 def volcano_hosts_env(task: str) -> str:
     """The variable Volcano's svc plugin sets to a task's pod host names."""
     return f"VC_{task.upper().replace('-', '_')}_HOSTS"
-
-
-# --------------------------------------------------------------------------- cfg parsing
 
 
 def parse_toleration(spec: str) -> Dict[str, Any]:
@@ -185,9 +179,6 @@ def parse_toleration(spec: str) -> Dict[str, Any]:
         key, value = text.split("=", 1)
         return {"key": key, "operator": "Equal", "value": value, "effect": effect}
     return {"key": text, "operator": "Exists", "effect": effect}
-
-
-# --------------------------------------------------------------------------- pod parts
 
 
 def resource_requirements(resource: Resource) -> Any:
@@ -232,66 +223,37 @@ def _volumes(role: Role) -> Tuple[List[Any], List[Any], bool]:
     for i, mount in enumerate(role.mounts):
         name = f"mount-{i}"
         if isinstance(mount, BindMount):
-            volumes.append(
-                V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
-            )
-            mounts.append(
-                V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only)
-            )
+            volume = V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
+            read_only = mount.read_only
         elif isinstance(mount, VolumeMount):
-            volumes.append(
-                V1Volume(
-                    name=name,
-                    persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(
-                        claim_name=mount.src, read_only=mount.read_only
-                    ),
-                )
+            claim = V1PersistentVolumeClaimVolumeSource(
+                claim_name=mount.src, read_only=mount.read_only
             )
-            mounts.append(
-                V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=mount.read_only)
-            )
+            volume = V1Volume(name=name, persistent_volume_claim=claim)
+            read_only = mount.read_only
         elif isinstance(mount, DeviceMount):
             # Pods cannot be given a single device: mount the host path, which needs privileges.
-            volumes.append(
-                V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
-            )
-            mounts.append(
-                V1VolumeMount(
-                    name=name, mount_path=mount.dst_path, read_only="w" not in mount.permissions
-                )
-            )
+            volume = V1Volume(name=name, host_path=V1HostPathVolumeSource(path=mount.src_path))
+            read_only = "w" not in mount.permissions
             privileged = True
         else:
             raise InvalidAppError(f"role {role.name!r}: unsupported mount {mount!r}")
+        volumes.append(volume)
+        mounts.append(V1VolumeMount(name=name, mount_path=mount.dst_path, read_only=read_only))
     return volumes, mounts, privileged
 
 
-def _env(env: Dict[str, str], first: Optional[List[Any]] = None) -> List[Any]:
+def _env(env: Dict[str, str]) -> List[Any]:
     from kubernetes.client.models import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
 
-    out = list(first or [])
+    out = []
     for key, value in env.items():
         if value.startswith(FIELD_PATH_PREFIX):
-            path = value[len(FIELD_PATH_PREFIX) :]
-            out.append(
-                V1EnvVar(
-                    name=key,
-                    value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path=path)),
-                )
-            )
+            field = V1ObjectFieldSelector(field_path=value.removeprefix(FIELD_PATH_PREFIX))
+            out.append(V1EnvVar(name=key, value_from=V1EnvVarSource(field_ref=field)))
         else:
             out.append(V1EnvVar(name=key, value=value))
     return out
-
-
-def _ports(role: Role) -> Optional[List[Any]]:
-    from kubernetes.client.models import V1ContainerPort
-
-    ports = [
-        V1ContainerPort(name=normalize_name(name, 15, fallback=f"port-{port}"), container_port=port)
-        for name, port in role.port_map.items()
-    ]
-    return ports or None
 
 
 def pod_template(
@@ -300,7 +262,6 @@ def pod_template(
     labels: Dict[str, str],
     annotations: Dict[str, str],
     cfg: Dict[str, Any],
-    env_first: Optional[List[Any]] = None,
     subdomain: Optional[str] = None,
     priority_class: Optional[str] = None,
     stall_timeout: Optional[float] = None,
@@ -312,6 +273,7 @@ def pod_template(
     container's termination message."""
     from kubernetes.client.models import (
         V1Container,
+        V1ContainerPort,
         V1LocalObjectReference,
         V1ObjectMeta,
         V1PodSpec,
@@ -327,6 +289,10 @@ def pod_template(
         node_selector.setdefault("node.kubernetes.io/instance-type", str(instance_type))
     tolerations = [V1Toleration(**parse_toleration(t)) for t in cfg.get("tolerations") or []]
     secrets = [V1LocalObjectReference(name=s) for s in cfg.get("image_pull_secrets") or []]
+    ports = [
+        V1ContainerPort(name=normalize_name(name, 15, fallback=f"port-{port}"), container_port=port)
+        for name, port in role.port_map.items()
+    ]
     # as local, slurm and ray: prints reach the pod log at once (a block-buffered print
     # loop looks silent to stall detection), unless the role says otherwise
     env = {**role.env}
@@ -336,9 +302,9 @@ def pod_template(
         image=role.image,
         command=watchdog.wrap([role.entrypoint, *role.args], stall_timeout, *watch_options),
         termination_message_policy="FallbackToLogsOnError" if stall_timeout else None,
-        env=_env(env, env_first) or None,
+        env=_env(env) or None,
         resources=resource_requirements(role.resource),
-        ports=_ports(role),
+        ports=ports or None,
         volume_mounts=mounts,
         security_context=V1SecurityContext(privileged=True) if privileged else None,
     )
@@ -419,9 +385,6 @@ def serialize(obj: Any) -> Any:
     return ApiClient().sanitize_for_serialization(obj)
 
 
-# --------------------------------------------------------------------------- volcano
-
-
 def volcano_job(
     app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, Any]
 ) -> Dict[str, Any]:
@@ -436,8 +399,7 @@ def volcano_job(
                 f"role {role.name!r}: retry_policy {role.retry_policy.value} is not supported on"
                 " kubernetes; use APPLICATION or REPLICA"
             )
-        role_min = role.num_replicas if role.min_replicas is None else role.min_replicas
-        min_available += role_min
+        min_available += role.num_replicas if role.min_replicas is None else role.min_replicas
         for replica_id in range(role.num_replicas):
             name = task_name(role_dns, replica_id)
             is_rank0 = name == rank0_task
@@ -480,20 +442,14 @@ def volcano_job(
     }
     if cfg.get("priority_class"):
         spec["priorityClassName"] = cfg["priority_class"]
-    metadata = serialize(
-        _metadata(
-            unique_name, namespace, _app_labels(app, unique_name), _job_annotations(app) or None
-        )
-    )
+    labels = _app_labels(app, unique_name)
+    metadata = serialize(_metadata(unique_name, namespace, labels, _job_annotations(app) or None))
     return {
         "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
         "kind": "Job",
         "metadata": metadata,
         "spec": spec,
     }
-
-
-# --------------------------------------------------------------------------- indexed jobs
 
 
 def indexed_job_name(unique_name: str, role_dns: str) -> str:
@@ -523,11 +479,8 @@ def indexed_jobs(
     index up to ``max_retries`` times.
     """
     from kubernetes.client.models import (
-        V1EnvVar,
-        V1EnvVarSource,
         V1Job,
         V1JobSpec,
-        V1ObjectFieldSelector,
         V1Service,
         V1ServicePort,
         V1ServiceSpec,
@@ -553,20 +506,16 @@ def indexed_jobs(
         ),
     )
     out = [serialize(service)]
-    replica_env = V1EnvVar(
-        name=REPLICA_ID_ENV,
-        value_from=V1EnvVarSource(
-            field_ref=V1ObjectFieldSelector(
-                field_path=f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"
-            )
-        ),
-    )
+    # first, so that the kubelet expands ``$(TORCHX_REPLICA_ID)`` in the env values after it
+    replica_env = {
+        REPLICA_ID_ENV: f"{FIELD_PATH_PREFIX}metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"
+    }
     for role_idx, (role, role_dns) in enumerate(zip(app.roles, role_names, strict=True)):
         args_ref, env_ref = _replica_id_refs(role)
         base = dict(img_root="", app_id=f"{namespace}:{unique_name}", rank0_env=RANK0_ENV)
         with_args = macros.Values(replica_id=args_ref, **base).apply(role)
         with_env = macros.Values(replica_id=env_ref, **base).apply(role)
-        with_args.env = with_env.env
+        with_args.env = {**replica_env, **with_env.env}
         with_args.metadata = with_env.metadata
         with_args.env[RANK0_ENV] = rank0_host
         labels = _role_labels(app, unique_name, role_idx, role)
@@ -577,7 +526,6 @@ def indexed_jobs(
             labels,
             _annotations(app, role),
             cfg,
-            env_first=[replica_env],
             subdomain=unique_name,
             priority_class=cfg.get("priority_class"),
             # only the rank-0 pod is judged, as for Volcano (one template for every index)

@@ -7,28 +7,20 @@ every pod a stable host name, and the rank-0 host reaches the replicas as
 ``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
 
 ``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one
-Indexed ``batch/v1`` Job per role plus a headless Service; pods are reachable as
-``{job}-{index}.{service}`` and the rank-0 host is the first role's pod 0. Several
-roles are supported (they share the Service); there is no gang scheduling, and failed
-pods are recreated per index (``backoffLimit = max_retries``).
+Indexed ``batch/v1`` Job per role plus a headless Service (see ``manifests.indexed_jobs``).
 
-App ids are ``{namespace}:{name}``. ``describe`` reports per-replica states from the
-pods and names the reason a pod cannot run (ImagePullBackOff, ErrImagePull, OOMKilled,
-Unschedulable, ...); a bad image fails the app instead of leaving it PENDING forever
-(torchx#207). ``log_iter`` streams pod logs with the client's ``follow`` and keeps
-every line's newline (torchx#983; see ``logs``). Client set-up and error
-translation live in ``api``. A keyed submission (``Runner.run(idempotency_key=...)``)
+App ids are ``{namespace}:{name}``. A keyed submission (``Runner.run(idempotency_key=...)``)
 claims its name with a ConfigMap before creating its job (``claims``).
 
-Workspaces (``DockerWorkspaceMixin``): ``torchx run --workspace DIR`` (the CLI's default
-is the current directory) plans an image of the role's image plus the workspace at dry
-run; the manifests name ``<image_repo>:<digest>``, and ``schedule`` builds and pushes it
-through the Docker SDK before creating anything. Without ``-cfg image_repo`` or a Docker
-daemon the submission fails in one line naming ``--workspace ""`` (run the image as is).
+Workspaces are ``DockerWorkspaceMixin``'s: ``schedule`` pushes the image before creating
+anything.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import logging
 from datetime import datetime
 from typing import (
@@ -65,27 +57,27 @@ from torchx.schedulers.kubernetes.api import (
     kubeconfig_path,
     load_api_client,
     status_message,
+    tolerating,
 )
-from torchx.schedulers.kubernetes.listing import app_name, created, find_apps, labels_of, list_json
 from torchx.schedulers.kubernetes.manifests import (
+    ANNOTATION_APP_NAME,
+    ANNOTATION_SUBMITTED_AT,
     JOB_TYPE_INDEXED,
     JOB_TYPE_VOLCANO,
     JOB_TYPES,
+    LABEL_APP_NAME,
     LABEL_IDEMPOTENCY_TOKEN,
     LABEL_ORGANIZATION,
     LABEL_UNIQUE_NAME,
     ORGANIZATION,
-    ROLE_NAME_MAX,
     VOLCANO_GROUP,
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
     app_object_name,
     claim_config_map,
     indexed_jobs,
-    normalize_name,
     parse_toleration,
     role_dns_names,
-    task_name,
     unique_app_name,
     volcano_job,
 )
@@ -107,8 +99,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MANAGED_SELECTOR = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
-
 
 class KubernetesOpts(TypedDict, total=False):
     queue: Optional[str]
@@ -127,25 +117,18 @@ class NameTaken(KubernetesError):
     """A keyed submission's name is claimed (``claims``) by another submission."""
 
 
+@dataclasses.dataclass(eq=False)
 class KubernetesJob:
     """The manifests ``schedule`` creates (a keyed submission's claim first); ``str()`` is
     YAML ``kubectl apply -f`` accepts."""
 
-    def __init__(
-        self,
-        manifests: List[Dict[str, Any]],
-        namespace: str,
-        name: str,
-        job_type: str,
-        images_to_push: Optional[ImagesToPush] = None,
-        claim: Optional[Dict[str, Any]] = None,
-    ) -> None:
-        self.claim = claim
-        self.manifests = manifests
-        self.namespace = namespace
-        self.name = name
-        self.job_type = job_type
-        self.images_to_push: ImagesToPush = images_to_push or {}  # workspace image -> (repo, tag)
+    manifests: List[Dict[str, Any]]
+    namespace: str
+    name: str
+    job_type: str
+    # workspace image -> (repo, tag)
+    images_to_push: ImagesToPush = dataclasses.field(default_factory=dict)
+    claim: Optional[Dict[str, Any]] = None
 
     @property
     def resource(self) -> Dict[str, Any]:
@@ -159,8 +142,29 @@ class KubernetesJob:
     __repr__ = __str__
 
 
-def _name_taken(e: Exception) -> bool:
-    return isinstance(e, NameTaken)
+def labels_of(obj: Dict[str, Any]) -> Dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def created(obj: Dict[str, Any]) -> Tuple[str, int]:
+    """(creationTimestamp, submit time in ns): RFC 3339 UTC stamps sort as strings."""
+    meta = obj.get("metadata") or {}
+    submitted = str((meta.get("annotations") or {}).get(ANNOTATION_SUBMITTED_AT) or "")
+    return str(meta.get("creationTimestamp") or ""), int(submitted) if submitted.isdigit() else 0
+
+
+def app_name(obj: Dict[str, Any]) -> str:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_APP_NAME) or labels_of(obj).get(LABEL_APP_NAME, "")
+
+
+def list_json(method: Any, namespace: str, labels: Dict[str, str]) -> List[Dict[str, Any]]:
+    """The items with ``labels`` a namespaced list call returns (also when a server ignores
+    the selector), as plain dicts (as the API sent them) rather than models."""
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    resp = method(namespace, label_selector=selector, _preload_content=False)
+    items = json.loads(resp.data).get("items") or []
+    return [i for i in items if all(labels_of(i).get(k) == v for k, v in labels.items())]
 
 
 def parse_app_id(app_id: str) -> Tuple[str, str]:
@@ -192,8 +196,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
     # a keyed app's name is its claim (``claims``): the API server keeps one of a name
     names_keyed_apps = True
-
-    # ------------------------------------------------------------------ client
 
     def _api_client(self) -> Any:
         if self._client is None:
@@ -234,8 +236,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             namespace = None
         self._namespace = namespace or "default"
         return self._namespace
-
-    # ------------------------------------------------------------------ submit
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -281,11 +281,8 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     ) -> None:
         super()._validate(app, scheduler, cfg)
         cfg = cfg or {}
-        opts = self.run_opts()
-        defaults = {name: opt.default for name, opt in opts}
-        given = {
-            k: v for k, v in cfg.items() if v is not None and (k not in opts or v != defaults[k])
-        }
+        defaults = {name: opt.default for name, opt in self.run_opts()}
+        given = {k: v for k, v in cfg.items() if v is not None and v != defaults.get(k)}
         job_type = cfg.get("job_type") or JOB_TYPE_VOLCANO
         if job_type not in JOB_TYPES:
             raise InvalidRunConfigException(
@@ -322,7 +319,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         job = KubernetesJob(manifests, namespace, name, job_type, images_to_push, claim)
         return AppDryRunInfo(job, str)
 
-    @api_errors
+    @api_errors()
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
         self.push_images(dryrun_info.request.images_to_push)
         from kubernetes.client.rest import ApiException
@@ -361,7 +358,9 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
     ) -> tuple[str, Optional[str]]:
         """The API server refuses a second ConfigMap of one name (409): the claim."""
         app_id = f"{dryrun_info.request.namespace}:{dryrun_info.request.name}"
-        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _name_taken)
+        return schedule_named(
+            self, token, dryrun_info, reattach_succeeded, app_id, lambda e: isinstance(e, NameTaken)
+        )
 
     def _api_error(self, e: Any, req: KubernetesJob) -> KubernetesError:
         reason = status_message(e)
@@ -381,48 +380,31 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             f"Kubernetes API error {e.status} ({e.reason}) creating {req.name}: {reason}"
         )
 
-    # ------------------------------------------------------------------ describe
-
     def _get_volcano(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
-        from kubernetes.client.rest import ApiException
-
-        try:
+        with tolerating(404):
             return self._custom().get_namespaced_custom_object(
                 VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, name
             )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return None
 
     def _indexed_jobs(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = list_json(
-            self._batch().list_namespaced_job, namespace, f"{LABEL_UNIQUE_NAME}={name}"
-        )
-        return [j for j in items if labels_of(j).get(LABEL_UNIQUE_NAME) == name]
+        return list_json(self._batch().list_namespaced_job, namespace, {LABEL_UNIQUE_NAME: name})
 
     def _pods(self, namespace: str, name: str) -> List[Dict[str, Any]]:
-        items = list_json(
-            self._core().list_namespaced_pod, namespace, f"{LABEL_UNIQUE_NAME}={name}"
-        )
-        return [p for p in items if labels_of(p).get(LABEL_UNIQUE_NAME) == name]
+        return list_json(self._core().list_namespaced_pod, namespace, {LABEL_UNIQUE_NAME: name})
 
-    @api_errors
+    @api_errors()
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         namespace, name = parse_app_id(app_id)
         kind = self._kinds.get(app_id)
         if kind != JOB_TYPE_INDEXED:
             job = self._get_volcano(namespace, name)
             if job is not None:
-                resp = self._describe_volcano(app_id, job, self._pods(namespace, name))
-                resp.metadata = ks.job_metadata(job)
-                return resp
+                return ks.describe_volcano(app_id, job, self._pods(namespace, name))
         if kind != JOB_TYPE_VOLCANO:
             jobs = self._indexed_jobs(namespace, name)
             if jobs:
-                resp = self._describe_indexed(app_id, jobs, self._pods(namespace, name))
-                resp.metadata = ks.job_metadata(jobs[0])
-                return resp
+                return ks.describe_indexed(app_id, jobs, self._pods(namespace, name))
         claim = self._claim(namespace, name) if claims.is_keyed(name) else None
         if claim is not None:  # its job is gone (cancelled) or not yet created
             state, msg = claims.claim_state(claim)
@@ -435,76 +417,69 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
 
     def _claim(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
         items = list_json(
-            self._core().list_namespaced_config_map, namespace, f"{LABEL_UNIQUE_NAME}={name}"
+            self._core().list_namespaced_config_map, namespace, {LABEL_UNIQUE_NAME: name}
         )
         return next((c for c in items if c["metadata"]["name"] == name), None)
 
-    def _describe_volcano(
-        self, app_id: str, job: Dict[str, Any], pods: List[Dict[str, Any]]
-    ) -> DescribeAppResponse:
-        roles = ks.volcano_roles(job)
-
-        def from_task_counts(role_idx: int, replica_id: int) -> Optional[AppState]:
-            role_dns = normalize_name(roles[role_idx].name, ROLE_NAME_MAX, fallback="role")
-            return ks.volcano_task_state(job, task_name(role_dns, replica_id))
-
-        restarts = int((job.get("status") or {}).get("retryCount") or 0)
-        state = ks.volcano_state(job)
-        return ks.describe_response(app_id, state, roles, pods, from_task_counts, restarts, "")
-
-    def _describe_indexed(
-        self, app_id: str, jobs: List[Dict[str, Any]], pods: List[Dict[str, Any]]
-    ) -> DescribeAppResponse:
-        roles = ks.indexed_roles(jobs)
-        parts = [ks.batch_job_state(j) for j in jobs]
-        state = ks.combine_states([s for s, _ in parts])
-        msg = next((m for s, m in parts if s == AppState.FAILED and m), "")
-        restarts = sum(int((j.get("status") or {}).get("failed") or 0) for j in jobs)
-        return ks.describe_response(app_id, state, roles, pods, lambda r, i: None, restarts, msg)
-
-    # ------------------------------------------------------------------ list / cancel
-
-    @api_errors
+    @api_errors()
     def list(self) -> List[ListAppResponse]:
         """torchx apps (Volcano and Indexed) in the scheduler's (or kube context's) namespace."""
-        return [app for _, app in self._apps({LABEL_ORGANIZATION: ORGANIZATION})]
+        found = self._find_apps(self.default_namespace(), {LABEL_ORGANIZATION: ORGANIZATION})
+        return [app for _, app in found]
 
-    @api_errors
+    @api_errors()
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         """Apps labelled with ``token`` in ``cfg``'s namespace (a keyed app submitted with
-        ``-cfg namespace=...`` is found there by its retry), oldest first.
+        ``-cfg namespace=...`` is found there by its retry), oldest first. Never the whole
+        cluster: two teams' keys can be equal (the same DAG, task and run id), and a
+        cluster-wide lookup would re-attach to, or cancel as a race's loser, another team's app.
 
-        The API server filters by label selector. Order: creationTimestamp (whole
-        seconds), then the submitter's submit time, then the app id. A claim
-        (``claims``) whose job is gone is its app, CANCELLED or FAILED.
+        Order: creationTimestamp (whole seconds), then the submitter's submit time, then the
+        app id. A claim (``claims``) whose job is gone is its app, CANCELLED or FAILED.
         """
         labels = {LABEL_ORGANIZATION: ORGANIZATION, LABEL_IDEMPOTENCY_TOKEN: token}
         namespace = str((cfg or {}).get("namespace") or "") or self.default_namespace()
-        found = self._apps(labels, namespace)
+        found = self._find_apps(namespace, labels)
         with_job = {app.app_id for _, app in found}
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        for claim in list_json(self._core().list_namespaced_config_map, namespace, selector):
+        for claim in list_json(self._core().list_namespaced_config_map, namespace, labels):
             app_id = f"{namespace}:{claim['metadata']['name']}"
-            if labels_of(claim).get(LABEL_IDEMPOTENCY_TOKEN) == token and app_id not in with_job:
+            if app_id not in with_job:
                 state = claims.claim_state(claim)[0]
                 found.append((claim, ListAppResponse(app_id, state, name=app_name(claim))))
         found.sort(key=lambda pair: (*created(pair[0]), pair[1].app_id))
         return [app for _, app in found]
 
-    def _apps(
-        self, labels: Dict[str, str], namespace: Optional[str] = None
+    def _find_apps(
+        self, namespace: str, labels: Dict[str, str]
     ) -> List[Tuple[Dict[str, Any], ListAppResponse]]:
-        """(oldest object, entry) of each app in ``namespace`` (default: the scheduler's)
-        with ``labels``."""
-        namespace = namespace or self.default_namespace()
-        return find_apps(self._custom(), self._batch(), namespace, labels)
+        """(oldest object, entry) of each app in ``namespace`` whose objects carry ``labels``:
+        Volcano Jobs, and the Indexed Jobs of one app grouped by its unique-name label."""
+        volcano = functools.partial(
+            self._custom().list_namespaced_custom_object,
+            VOLCANO_GROUP,
+            VOLCANO_VERSION,
+            plural=VOLCANO_PLURAL,
+        )
+        volcano_jobs: List[Dict[str, Any]] = []
+        with tolerating(404):  # Volcano not installed
+            volcano_jobs = list_json(volcano, namespace, labels)
+        found = [(job["metadata"]["name"], ks.volcano_state(job), job) for job in volcano_jobs]
+        groups: Dict[str, List[Dict[str, Any]]] = {}
+        for job in list_json(self._batch().list_namespaced_job, namespace, labels):
+            if labels_of(job).get(LABEL_UNIQUE_NAME):
+                groups.setdefault(labels_of(job)[LABEL_UNIQUE_NAME], []).append(job)
+        for name, jobs in groups.items():
+            state = ks.combine_states([ks.batch_job_state(j)[0] for j in jobs])
+            found.append((name, state, min(jobs, key=created)))
+        return [
+            (obj, ListAppResponse(f"{namespace}:{name}", state, name=app_name(obj)))
+            for name, state, obj in found
+        ]
 
-    @api_errors
+    @api_errors()
     def _cancel_existing(self, app_id: str) -> None:
-        from kubernetes.client.rest import ApiException
-
         namespace, name = parse_app_id(app_id)
         if self._get_volcano(namespace, name) is not None:
             self._delete("VolcanoJob", namespace, name)
@@ -512,20 +487,15 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             for job in self._indexed_jobs(namespace, name):
                 self._delete("Job", namespace, job["metadata"]["name"])
             self._delete("Service", namespace, name)
-        try:  # a keyed app's claim stays, so its name is never another app's
+        if claims.is_keyed(name):  # its claim stays, so its name is never another app's
             body = {"data": {claims.CANCELLED_KEY: "true"}}
-            if claims.is_keyed(name):
+            with tolerating(404):  # submitted keyed by a torchx without claims
                 self._core().patch_namespaced_config_map(name, namespace, body)
-        except ApiException as e:
-            if e.status != 404:  # 404: submitted keyed by a torchx without claims
-                raise
         self._cancelled.add(app_id)
 
     def _delete(self, kind: str, namespace: str, name: str) -> None:
         """Delete an object and (foreground) its pods; already gone is fine."""
-        from kubernetes.client.rest import ApiException
-
-        try:
+        with tolerating(404):
             if kind == "VolcanoJob":
                 self._custom().delete_namespaced_custom_object(
                     VOLCANO_GROUP,
@@ -543,11 +513,6 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 self._core().delete_namespaced_config_map(name, namespace)
             else:
                 self._core().delete_namespaced_service(name, namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
-    # ------------------------------------------------------------------ logs
 
     def log_iter(
         self,
@@ -567,9 +532,14 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
                 " use --streams combined (the default)"
             )
         namespace, name = parse_app_id(app_id)
+
+        def pod_name() -> Optional[str]:  # the newest (a restarted replica has several)
+            info = ks.latest_pods(self._pods(namespace, name)).get((role_name, k))
+            return info.name if info else None
+
         lines = kl.pod_log_lines(
             self._core,
-            lambda: kl.newest_pod(self._pods(namespace, name), role_name, k),
+            pod_name,
             lambda: self._ended(app_id),
             namespace,
             since,

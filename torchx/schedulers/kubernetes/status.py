@@ -23,7 +23,9 @@ from torchx.schedulers.kubernetes.manifests import (
     LABEL_REPLICA_ID,
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
-    label_value,
+    ROLE_NAME_MAX,
+    normalize_name,
+    task_name,
 )
 from torchx.specs.api import (
     NONE,
@@ -70,23 +72,21 @@ FATAL_WAITING_REASONS = {
     "CreateContainerError",
 }
 
-# When several replica states compete (e.g. a task's pods), the "most advanced" wins.
+# When a task's pods are in several phases (POD_PHASE_STATE), the "most advanced" wins.
 _STATE_RANK = {
     AppState.UNKNOWN: 0,
-    AppState.UNSUBMITTED: 0,
-    AppState.SUBMITTED: 1,
-    AppState.PENDING: 2,
-    AppState.RUNNING: 3,
-    AppState.SUCCEEDED: 4,
-    AppState.CANCELLED: 5,
-    AppState.FAILED: 6,
+    AppState.PENDING: 1,
+    AppState.RUNNING: 2,
+    AppState.SUCCEEDED: 3,
+    AppState.FAILED: 4,
 }
 
 
 @dataclass
 class PodInfo:
-    """What describe needs from one pod."""
+    """What describe and log_iter need from one pod."""
 
+    name: str
     role: str
     replica_id: int
     state: AppState
@@ -115,29 +115,17 @@ def job_metadata(job: Obj) -> Dict[str, str]:
 
 def role_name_of(obj_or_template: Obj) -> str:
     meta = _meta(obj_or_template)
-    return (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME) or (
-        meta.get("labels") or {}
-    ).get(LABEL_ROLE_NAME, "")
-
-
-def role_matches(pod: Obj, role_name: str) -> bool:
-    meta = _meta(pod)
     annotated = (meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME)
-    if annotated is not None:
-        return annotated == role_name
-    return (meta.get("labels") or {}).get(LABEL_ROLE_NAME) == label_value(role_name)
+    return annotated or (meta.get("labels") or {}).get(LABEL_ROLE_NAME, "")
 
 
 def replica_id_of(pod: Obj) -> Optional[int]:
-    """Volcano pods carry our replica label; Indexed Job pods their completion index."""
+    """Volcano pods carry our replica label; Indexed Job pods their completion index (an
+    annotation since Kubernetes 1.21, also a label since 1.28)."""
     meta = _meta(pod)
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    for value in (
-        labels.get(LABEL_REPLICA_ID),
-        annotations.get(ANNOTATION_COMPLETION_INDEX),
-        labels.get(ANNOTATION_COMPLETION_INDEX),
-    ):
+    replica = (meta.get("labels") or {}).get(LABEL_REPLICA_ID)
+    index = (meta.get("annotations") or {}).get(ANNOTATION_COMPLETION_INDEX)
+    for value in (replica, index):
         if value is not None and str(value).isdigit():
             return int(value)
     return None
@@ -186,6 +174,7 @@ def pod_info(pod: Obj) -> Optional[PodInfo]:
     if fatal and state == AppState.PENDING:
         state = AppState.FAILED
     return PodInfo(
+        name=str(_meta(pod).get("name") or ""),
         role=role_name_of(pod),
         replica_id=replica_id,
         state=state,
@@ -198,23 +187,8 @@ def pod_info(pod: Obj) -> Optional[PodInfo]:
 
 def latest_pods(pods: Iterable[Obj]) -> Dict[Tuple[str, int], PodInfo]:
     """The newest pod of each (role, replica) (a restarted replica has several)."""
-    out: Dict[Tuple[str, int], PodInfo] = {}
-    for pod in pods:
-        info = pod_info(pod)
-        if info is None:
-            continue
-        key = (info.role, info.replica_id)
-        if key not in out or info.created >= out[key].created:
-            out[key] = info
-    return out
-
-
-def most_advanced(states: Iterable[AppState], default: AppState) -> AppState:
-    best = None
-    for s in states:
-        if best is None or _STATE_RANK[s] > _STATE_RANK[best]:
-            best = s
-    return default if best is None else best
+    infos = sorted((i for i in map(pod_info, pods) if i is not None), key=lambda i: i.created)
+    return {(info.role, info.replica_id): info for info in infos}
 
 
 def volcano_state(job: Obj) -> AppState:
@@ -230,11 +204,8 @@ def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
     """A task's state from the job's ``status.taskStatusCount`` (when pods are not visible)."""
     counts = ((job.get("status") or {}).get("taskStatusCount") or {}).get(task) or {}
     phases = [p for p, n in (counts.get("phase") or {}).items() if n]
-    if not phases:
-        return None
-    return most_advanced(
-        (POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases), AppState.UNKNOWN
-    )
+    states = [POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases]
+    return max(states, key=lambda state: _STATE_RANK[state], default=None)
 
 
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
@@ -259,9 +230,7 @@ def batch_job_state(job: Obj) -> Tuple[AppState, str]:
 
 
 def combine_states(states: List[AppState]) -> AppState:
-    """One app state from its parts (e.g. one Indexed Job per role)."""
-    if not states:
-        return AppState.UNKNOWN
+    """One app state from its parts (one Indexed Job per role: never none)."""
     for terminal in (AppState.FAILED, AppState.CANCELLED):
         if terminal in states:
             return terminal
@@ -274,6 +243,30 @@ def combine_states(states: List[AppState]) -> AppState:
     return states[0]
 
 
+def describe_volcano(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppResponse:
+    roles = volcano_roles(job)
+
+    def from_task_counts(role_idx: int, replica_id: int) -> Optional[AppState]:
+        role_dns = normalize_name(roles[role_idx].name, ROLE_NAME_MAX, fallback="role")
+        return volcano_task_state(job, task_name(role_dns, replica_id))
+
+    restarts = int((job.get("status") or {}).get("retryCount") or 0)
+    resp = describe_response(app_id, volcano_state(job), roles, pods, from_task_counts, restarts)
+    resp.metadata = job_metadata(job)
+    return resp
+
+
+def describe_indexed(app_id: str, jobs: List[Obj], pods: List[Obj]) -> DescribeAppResponse:
+    parts = [batch_job_state(j) for j in jobs]
+    state = combine_states([s for s, _ in parts])
+    msg = next((m for s, m in parts if s == AppState.FAILED and m), "")
+    restarts = sum(int((j.get("status") or {}).get("failed") or 0) for j in jobs)
+    roles = indexed_roles(jobs)
+    resp = describe_response(app_id, state, roles, pods, lambda r, i: None, restarts, msg)
+    resp.metadata = job_metadata(jobs[0])
+    return resp
+
+
 def describe_response(
     app_id: str,
     state: AppState,
@@ -281,7 +274,7 @@ def describe_response(
     pods: List[Obj],
     fallback: Callable[[int, int], Optional[AppState]],
     restarts: int,
-    msg: str,
+    msg: str = "",
 ) -> DescribeAppResponse:
     """The app's response from its job state and pods: each replica's state comes from its
     newest pod, else ``fallback(role_idx, replica_id)``, else the app's state."""
@@ -320,26 +313,15 @@ def describe_response(
         state=state,
         num_restarts=restarts,
         msg=msg or NONE,
-        structured_error_msg=NONE,
         roles_statuses=statuses,
         roles=roles,
     )
 
 
-# --------------------------------------------------------------------------- roles
-
-
-def _cpu(q: Optional[str]) -> int:
-    """Whole cores of a limit read back (-1: none or not a quantity a user could fix here)."""
+def _quantity(parse: Callable[[str], int], q: Optional[str]) -> int:
+    """A limit read back (-1: none or not a quantity a user could fix here)."""
     try:
-        return cpu_whole_cores(q) if q else -1
-    except InvalidQuantityError:
-        return -1
-
-
-def _mem_mb(q: Optional[str]) -> int:
-    try:
-        return memory_mib(q) if q else -1
+        return parse(q) if q else -1
     except InvalidQuantityError:
         return -1
 
@@ -363,9 +345,9 @@ def role_from_template(
         min_replicas=min_replicas,
         max_retries=max_retries,
         resource=Resource(
-            cpu=_cpu(limits.get("cpu")),
+            cpu=_quantity(cpu_whole_cores, limits.get("cpu")),
             gpu=int(limits.get(GPU_RESOURCE, 0) or 0),
-            memMB=_mem_mb(limits.get("memory")),
+            memMB=_quantity(memory_mib, limits.get("memory")),
         ),
     )
 
