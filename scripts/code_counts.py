@@ -57,8 +57,9 @@ def main(argv: List[str]) -> int:
         verdict = "ok" if total <= targets[count] else "OVER"
         over = over or total > targets[count]
         print(f"{count:15} {total:6}  target {targets[count]:6}  {verdict}")
-        if args.files and count != "lines":
-            for name, hits in sorted(per_file.items(), key=lambda kv: -kv[1]):
+        if args.files:  # lines: the 20 largest files
+            ranked = sorted(per_file.items(), key=lambda kv: -kv[1])
+            for name, hits in ranked[:20] if count == "lines" else ranked:
                 print(f"    {hits:4}  {name}")
     return 1 if over else 0
 
