@@ -30,8 +30,9 @@ class CmdLog(SubCommand):
         )
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.cli.logs import replicas_of, stream_logs
+        from torchx.cli.logs import stream_logs
         from torchx.runner.api import get_runner
+        from torchx.runner.logs import replicas_of
         from torchx.schedulers.api import Stream
         from torchx.specs.api import MalformedAppHandleException, make_app_handle
 
