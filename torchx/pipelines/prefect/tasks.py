@@ -35,6 +35,7 @@ from torchx.pipelines import core
 from torchx.pipelines.owner import current_prefect_owner, metadata_value
 from torchx.pipelines.prefect import stages
 from torchx.runner.api import get_runner
+from torchx.runner.config import get_configured_trackers
 from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
@@ -472,8 +473,7 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
         state: the flow run's state (unused: any end by cancel or crash is KILLED)
     """
     fid, pipeline_run = _ended_run(flow, flow_run)
-    with get_runner() as runner:
-        trackers = runner.trackers()
+    trackers = get_configured_trackers()
     stages.cancel_stages(stages.read_stages(fid), pipeline_run, _hook_logger(flow_run), trackers)
 
 
@@ -496,5 +496,4 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
     """
     _, pipeline_run = _ended_run(flow, flow_run)
     succeeded = bool(state.is_completed()) if state is not None else True
-    with get_runner() as runner:
-        core.close_pipeline_run(pipeline_run, runner.trackers(), core.final_state(succeeded))
+    core.close_pipeline_run(pipeline_run, get_configured_trackers(), core.final_state(succeeded))
