@@ -561,6 +561,11 @@ class Runner:
             self._ended.add(handle)
             self._recorder.end(handle, roles, state, msg)
 
+    def scheduler(self, scheduler: str) -> Scheduler:
+        """This runner's client of ``scheduler`` (made on first use, closed with the runner),
+        for a caller that needs more than the app-level calls (the Airflow trigger poller)."""
+        return self._scheduler(scheduler)
+
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)
         if sched is None:
