@@ -245,7 +245,9 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
             look.ended = True  # not found
             return look
         status: Optional[AppStatus] = None
-        if listed is None or (is_terminal(listed) and not _final_word(listed)):
+        # a listed SUCCEEDED or CANCELLED is all the event needs; a failure needs its reason
+        final_word = listed in (AppState.SUCCEEDED, AppState.CANCELLED)
+        if listed is None or (is_terminal(listed) and not final_word):
             status = runner.status(watch.handle)  # ends the job's tracker run if it ended
             if status is None:
                 look.ended = True  # not found
@@ -261,12 +263,6 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
     except backend_errors() as e:  # handed to the trigger, which fails (its app runs on)
         look.error = e
     return look
-
-
-def _final_word(listed: AppState) -> bool:
-    """Whether the list's terminal state is all the event needs (a failure's reason needs
-    the app's status)."""
-    return listed in (AppState.SUCCEEDED, AppState.CANCELLED)
 
 
 def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
