@@ -27,3 +27,8 @@ class CommandError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def no_such_app(handle: str, scheduler: str = "SCHEDULER") -> CommandError:
+    """The line a verb gives for an app its scheduler does not know."""
+    return CommandError(f"app {handle} does not exist (see `torchx list -s {scheduler}`)")

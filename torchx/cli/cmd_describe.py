@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchx.cli.cmd_base import CommandError, SubCommand
+from torchx.cli.cmd_base import SubCommand, no_such_app
 
 
 class CmdDescribe(SubCommand):
@@ -20,9 +20,7 @@ class CmdDescribe(SubCommand):
         with get_runner() as runner:
             app = runner.describe(args.app_handle)
         if app is None:
-            raise CommandError(
-                f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)"
-            )
+            raise no_such_app(args.app_handle)
         from torchx.runner.tracking import hide_sensitive
 
         for role in app.roles:  # a job's env may carry credentials (MLFLOW_TRACKING_PASSWORD)

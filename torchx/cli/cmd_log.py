@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 
-from torchx.cli.cmd_base import CommandError, SubCommand
+from torchx.cli.cmd_base import CommandError, SubCommand, no_such_app
 
 _ID_RE = re.compile(
     r"^(?P<scheduler>[^:/]+)://(?P<session>[^/]*)/(?P<app_id>[^/]+)(/(?P<role>[^/]+)?(/(?P<ids>[\d,]+))?)?/?$"
@@ -30,8 +30,9 @@ class CmdLog(SubCommand):
         )
 
     def run(self, args: argparse.Namespace) -> None:
-        from torchx.cli.logs import replicas_of, stream_logs
+        from torchx.cli.logs import stream_logs
         from torchx.runner.api import get_runner
+        from torchx.runner.logs import replicas_of
         from torchx.schedulers.api import Stream
         from torchx.specs.api import MalformedAppHandleException, make_app_handle
 
@@ -47,9 +48,7 @@ class CmdLog(SubCommand):
         ids = [int(i) for i in m["ids"].split(",") if i] if m["ids"] else None
         with get_runner() as runner:
             if runner.status(handle) is None:
-                raise CommandError(
-                    f"app {handle} does not exist (see `torchx list -s {m['scheduler']}`)"
-                )
+                raise no_such_app(handle, m["scheduler"])
             pairs = replicas_of(runner, handle, m["role"], ids)
             if not pairs:
                 raise CommandError(f"app {handle} has no role/replica matching {args.identifier!r}")

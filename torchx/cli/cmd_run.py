@@ -197,7 +197,8 @@ class CmdRun(SubCommand):
         self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool
     ) -> None:
         """Stream (optionally) and wait; Ctrl-C/SIGTERM cancel a local app, else stop watching."""
-        from torchx.cli.logs import replicas_of, stream_logs
+        from torchx.cli.logs import stream_logs
+        from torchx.runner.logs import replicas_of
 
         def on_term(signum: int, frame: Any) -> None:
             raise _Terminated()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from torchx.cli.cmd_base import CommandError, SubCommand
+from torchx.cli.cmd_base import SubCommand, no_such_app
 
 
 class CmdStatus(SubCommand):
@@ -27,9 +27,7 @@ class CmdStatus(SubCommand):
             status = runner.status(args.app_handle)
             progress = runner.progress(args.app_handle) if status is not None else None
         if status is None:
-            raise CommandError(
-                f"app {args.app_handle} does not exist (see `torchx list -s SCHEDULER`)"
-            )
+            raise no_such_app(args.app_handle)
         if args.json:
             doc = status.to_json(roles)
             if progress is not None:

@@ -20,17 +20,6 @@ _COLORS = ["\033[32m", "\033[36m", "\033[33m", "\033[35m", "\033[34m", "\033[31m
 _RESET = "\033[0m"
 
 
-def replicas_of(
-    runner: Runner, handle: str, role: Optional[str] = None, ids: Optional[List[int]] = None
-) -> List[Tuple[str, int]]:
-    """(role, replica id) pairs of the app, optionally narrowed to one role and some ids."""
-    app = runner.describe(handle)
-    if app is None:
-        return []
-    roles = [r for r in app.roles if not role or r.name == role]
-    return [(r.name, i) for r in roles for i in range(r.num_replicas) if ids is None or i in ids]
-
-
 def stream_logs(
     runner: Runner,
     handle: str,

@@ -171,10 +171,18 @@ def submit_or_attach(
 
 
 def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> None:
-    """Call ``emit(role, replica, line)`` for every log line; reader errors are logged."""
-    from torchx.runner.logs import tail_app_logs
+    """Call ``emit(role, replica, line)`` for each line (without its newline) as it is
+    written, from a thread per replica, one call at a time; reader errors are logged."""
+    from torchx.runner.logs import each_replica, replicas_of
 
-    for error in tail_app_logs(runner, handle, emit, tail):
+    lock = threading.Lock()
+
+    def copy(role: str, k: int, _: int) -> None:
+        for line in runner.log_lines(handle, role, k, should_tail=tail):
+            with lock:
+                emit(role, k, line.rstrip("\n"))
+
+    for error in each_replica(replicas_of(runner, handle), copy):
         logger.warning("could not read logs of %s: %s", handle, error)
 
 

@@ -56,12 +56,7 @@ from torchx.specs.api import (
     parse_app_handle,
     runopts,
 )
-from torchx.trackers.env import (
-    ENV_TORCHX_JOB_ID,
-    ENV_TORCHX_PARENT_RUN_ID,
-    ENV_TORCHX_TRACKERS,
-    tracker_config_env_var_name,
-)
+from torchx.trackers.env import ENV_TORCHX_JOB_ID, ENV_TORCHX_PARENT_RUN_ID, tracker_env
 from torchx.workspace.api import Workspace, apply_workspace
 
 if TYPE_CHECKING:
@@ -325,11 +320,7 @@ class Runner:
             role.env.setdefault(ENV_TORCHX_INTERNAL_SESSION_ID, self._name)
             if parent:
                 role.env[ENV_TORCHX_PARENT_RUN_ID] = parent
-            if trackers:
-                role.env[ENV_TORCHX_TRACKERS] = ",".join(trackers)
-                for tracker, tracker_cfg in trackers.items():
-                    if tracker_cfg:
-                        role.env[tracker_config_env_var_name(tracker)] = tracker_cfg
+            role.env.update(tracker_env(trackers))
         resolved = dict(cfg or {})
         torchx_config.apply(scheduler, resolved)
         with log_event(
@@ -560,6 +551,11 @@ class Runner:
         if handle not in self._ended:
             self._ended.add(handle)
             self._recorder.end(handle, roles, state, msg)
+
+    def scheduler(self, scheduler: str) -> Scheduler:
+        """This runner's client of ``scheduler`` (made on first use, closed with the runner),
+        for a caller that needs more than the app-level calls (the Airflow trigger poller)."""
+        return self._scheduler(scheduler)
 
     def _scheduler(self, scheduler: str) -> Scheduler:
         sched = self._scheduler_instances.get(scheduler)

@@ -1,6 +1,5 @@
 """Follow the replicas' logs of an app (the pipeline adapters, ``torchx log``): all at once
-with a thread per replica (``tail_app_logs``, ``each_replica``), or on demand without any
-(``LogCursor``)."""
+with a thread per replica (``each_replica``), or on demand without any (``LogCursor``)."""
 
 from __future__ import annotations
 
@@ -14,27 +13,15 @@ from torchx.schedulers.api import Stream
 from torchx.schedulers.local.logs import LogLines, split_text
 
 
-def tail_app_logs(
-    runner: Runner,
-    handle: str,
-    emit: Callable[[str, int, str], None],
-    should_tail: bool = True,
-) -> List[BaseException]:
-    """Call ``emit(role, replica, line)`` for each line (without its newline) as it is written.
-
-    One thread per replica (``each_replica``); ``emit`` calls are serialized.
-    """
+def replicas_of(
+    runner: Runner, handle: str, role: Optional[str] = None, ids: Optional[List[int]] = None
+) -> List[Tuple[str, int]]:
+    """(role, replica id) pairs of the app, optionally narrowed to one role and some ids."""
     app = runner.describe(handle)
     if app is None:
         return []
-    lock = threading.Lock()
-
-    def copy(role: str, k: int, _: int) -> None:
-        for line in runner.log_lines(handle, role, k, should_tail=should_tail):
-            with lock:
-                emit(role, k, line.rstrip("\n"))
-
-    return each_replica([(r.name, k) for r in app.roles for k in range(r.num_replicas)], copy)
+    roles = [r for r in app.roles if not role or r.name == role]
+    return [(r.name, i) for r in roles for i in range(r.num_replicas) if ids is None or i in ids]
 
 
 def each_replica(

@@ -20,16 +20,12 @@ from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
 from torchx.pipelines.airflow.reaper import Reapable, start
+from torchx.pipelines.owner import map_index_of
 
 logger = logging.getLogger(__name__)
 
 FINAL = ("failed",)
 HANDLE_XCOM = "app_handle"
-
-
-def _map_index(ti: Any) -> int:
-    # not owner.map_index_of: this plugin loads in every Airflow process, owner is slower
-    return -1 if ti.map_index is None else int(ti.map_index)
 
 
 def _in_task_process(ti: Any) -> bool:
@@ -52,7 +48,7 @@ def _app_handle(ti: Any) -> Optional[str]:
             return None  # a task process knows its operator: no XCom call for other tasks
         if operator.app_handle:  # this try submitted or re-attached: no XCom call either
             return str(operator.app_handle)
-        value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=_map_index(ti))
+        value = ti.xcom_pull(task_ids=ti.task_id, key=HANDLE_XCOM, map_indexes=map_index_of(ti))
         return str(value) if value else None
     from airflow.models.xcom import XComModel
 
@@ -61,7 +57,7 @@ def _app_handle(ti: Any) -> Optional[str]:
         key=HANDLE_XCOM,
         task_ids=ti.task_id,
         dag_ids=ti.dag_id,
-        map_indexes=_map_index(ti),
+        map_indexes=map_index_of(ti),
     )
     with _own_session() as session:
         row = session.scalars(query).first()
@@ -77,7 +73,7 @@ def record_task_instance(ti: Any) -> Optional[Reapable]:
     handle = _app_handle(ti)
     if not handle:
         return None
-    return Reapable(handle, ti.dag_id, ti.run_id, ti.task_id, _map_index(ti), state)
+    return Reapable(handle, ti.dag_id, ti.run_id, ti.task_id, map_index_of(ti), state)
 
 
 def record_dag_run(dag_run: Any) -> List[Reapable]:

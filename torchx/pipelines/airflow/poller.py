@@ -23,12 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from torchx.pipelines import core
 from torchx.pipelines.settings import home_param
-from torchx.runner.api import (
-    DEFAULT_SESSION_NAME,
-    Runner,
-    get_runner,
-    get_scheduler_factories,
-)
+from torchx.runner.api import DEFAULT_SESSION_NAME, Runner, get_runner
 from torchx.runner.logs import LogCursor
 from torchx.runtime.progress import Progress
 from torchx.schedulers.api import Scheduler, Stream
@@ -36,7 +31,6 @@ from torchx.specs.api import (
     AppState,
     AppStatus,
     MalformedAppHandleException,
-    UnknownSchedulerException,
     is_terminal,
     parse_app_handle,
 )
@@ -102,7 +96,6 @@ class TriggerPoller:
         self._wake = asyncio.Event()
         self._pool: Optional[_Pool] = None
         self._runners: Dict[Tuple[str, Optional[str]], Runner] = {}  # by (session, home)
-        self._schedulers: Dict[_Group, Scheduler] = {}  # by (scheduler, session, home)
         self.rounds = 0  # poll rounds so far (for benchmarks)
 
     @classmethod
@@ -164,11 +157,8 @@ class TriggerPoller:
         if self._pool is not None:
             self._pool.stop()
             self._pool = None
-        for sched in self._schedulers.values():
-            sched.close()
         for runner in self._runners.values():
-            runner.close()
-        self._schedulers.clear()
+            runner.close()  # and its scheduler clients
         self._runners.clear()
 
     async def _round(self) -> None:
@@ -189,9 +179,9 @@ class TriggerPoller:
         pool = self._pool
         assert pool is not None
         try:
-            sched = self._scheduler(key)
             runner = self._runner(key[1], key[2])
-            states = await pool.run(functools.partial(_list_states, runner, key[0], sched))
+            sched = runner.scheduler(key[0])
+            states = await pool.run(functools.partial(_list_states, sched))
         except backend_errors() as e:  # the scheduler cannot answer: its triggers fail, as they
             # did when each one's status check failed (their apps run on, for the retry)
             for watch in watches:
@@ -227,15 +217,6 @@ class TriggerPoller:
         if look.lines or look.warnings or look.progress is not None or watch.ended:
             watch.changed.set()
 
-    def _scheduler(self, key: _Group) -> Scheduler:
-        sched = self._schedulers.get(key)
-        if sched is None:
-            factories = get_scheduler_factories()
-            if key[0] not in factories:
-                raise UnknownSchedulerException(key[0], sorted(factories))
-            sched = self._schedulers[key] = factories[key[0]](key[1], **home_param(key[2]))
-        return sched
-
     def _runner(self, session: str, torchx_home: Optional[str]) -> Runner:
         runner = self._runners.get((session, torchx_home))
         if runner is None:
@@ -244,11 +225,8 @@ class TriggerPoller:
         return runner
 
 
-def _list_states(runner: Runner, scheduler: str, sched: Scheduler) -> Dict[str, AppState]:
+def _list_states(sched: Scheduler) -> Dict[str, AppState]:
     """Every app's state, by app id, in one scheduler call."""
-    # the Runner makes its scheduler client on first use: here, before the pool's threads
-    # use it at once (each would make one)
-    runner.scheduler_run_opts(scheduler)
     return {app.app_id: app.state for app in sched.list()}
 
 
@@ -267,7 +245,9 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
             look.ended = True  # not found
             return look
         status: Optional[AppStatus] = None
-        if listed is None or (is_terminal(listed) and not _final_word(listed)):
+        # a listed SUCCEEDED or CANCELLED is all the event needs; a failure needs its reason
+        final_word = listed in (AppState.SUCCEEDED, AppState.CANCELLED)
+        if listed is None or (is_terminal(listed) and not final_word):
             status = runner.status(watch.handle)  # ends the job's tracker run if it ended
             if status is None:
                 look.ended = True  # not found
@@ -283,12 +263,6 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
     except backend_errors() as e:  # handed to the trigger, which fails (its app runs on)
         look.error = e
     return look
-
-
-def _final_word(listed: AppState) -> bool:
-    """Whether the list's terminal state is all the event needs (a failure's reason needs
-    the app's status)."""
-    return listed in (AppState.SUCCEEDED, AppState.CANCELLED)
 
 
 def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:

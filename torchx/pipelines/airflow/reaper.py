@@ -18,6 +18,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any, List, Optional
 
+from torchx.pipelines.owner import Owner, is_airflow_task
 from torchx.pipelines.settings import TorchXSettings
 from torchx.specs.errors import backend_errors
 
@@ -38,9 +39,7 @@ class Reapable:
     def what(self) -> str:
         return f"task {self.dag_id}.{self.task_id} (run {self.run_id}, map {self.map_index})"
 
-    def is_owner(self, owner: Any) -> bool:
-        from torchx.pipelines.owner import is_airflow_task
-
+    def is_owner(self, owner: Owner) -> bool:
         return is_airflow_task(owner, self.dag_id, self.run_id, self.task_id, self.map_index)
 
 

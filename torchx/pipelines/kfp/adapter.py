@@ -17,7 +17,7 @@ from torchx import IMAGE
 from torchx.pipelines.kfp.image import base_image
 from torchx.pipelines.kfp.resources import LauncherResources, set_task_resources
 from torchx.specs.api import AppDef, InvalidArgumentError, Role
-from torchx.trackers.api import tracker_config_env_var_name
+from torchx.trackers.env import tracker_env
 from torchx.util.modules import import_optional
 
 # inputs every container component gets; make_task fills them
@@ -84,15 +84,6 @@ def _joined(parts: List[Part]) -> Any:
     if len(parts) == 1:
         return parts[0]
     return {"concat": parts}
-
-
-def tracker_env(trackers: Mapping[str, Optional[str]]) -> Dict[str, str]:
-    """The env that sends a job's ``torchx.trackers`` calls to ``trackers``."""
-    env = {"TORCHX_TRACKERS": ",".join(trackers)} if trackers else {}
-    for name, config in trackers.items():
-        if config:
-            env[tracker_config_env_var_name(name)] = config
-    return env
 
 
 def _job_id() -> Any:

@@ -18,11 +18,11 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
-from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from torchx.pipelines import core
 from torchx.runner.api import get_runner
+from torchx.trackers.mlflow_http import redact
 from torchx.util.paths import ENV_TORCHX_HOME, torchx_home
 
 logger = logging.getLogger(__name__)
@@ -54,17 +54,8 @@ def here(
 ) -> StageRecord:
     """The record of a stage this process submits; a tracker URI's user and password are
     left out (labels are visible to every Prefect user)."""
-    public = {name: _without_userinfo(config) for name, config in trackers.items()}
+    public = {name: redact(config) if config else config for name, config in trackers.items()}
     return StageRecord(scheduler, key, str(torchx_home()), public, dict(cfg or {}))
-
-
-def _without_userinfo(config: Optional[str]) -> Optional[str]:
-    if not config or "@" not in config:
-        return config
-    parts = urlsplit(config)
-    if "@" not in parts.netloc:
-        return config
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def record_stage(flow_run_id: str, record: StageRecord) -> None:

@@ -35,6 +35,7 @@ from torchx.pipelines import core
 from torchx.pipelines.owner import current_prefect_owner, metadata_value
 from torchx.pipelines.prefect import stages
 from torchx.runner.api import get_runner
+from torchx.runner.config import get_configured_trackers
 from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
@@ -46,8 +47,10 @@ Logger = core.Log  # what Prefect's loggers are
 CANCELLATIONS = core.CANCELLATIONS + (TerminationSignal,)
 
 
-def _flow_run() -> tuple[str, str]:
-    fid, name = runtime_flow_run.get_id(), runtime_flow_run.get_flow_name()
+def _flow_run(flow: Any = None, flow_run: Any = None) -> tuple[str, str]:
+    """The flow run's id and flow name: a flow hook's (Prefect passes both), else the current."""
+    fid = flow_run.id if flow_run is not None else runtime_flow_run.get_id()
+    name = flow.name if flow is not None else runtime_flow_run.get_flow_name()
     return str(fid or "no-flow-run"), str(name or "flow")
 
 
@@ -55,9 +58,9 @@ def _in_flow_run() -> bool:
     return bool(runtime_flow_run.get_id())
 
 
-def pipeline_run_id() -> str:
-    """The tracker run of the current flow run (opened on first use)."""
-    fid, name = _flow_run()
+def pipeline_run_id(flow: Any = None, flow_run: Any = None) -> str:
+    """The tracker run of the current flow run (opened on first use), or of a flow hook's."""
+    fid, name = _flow_run(flow, flow_run)
     return f"prefect://{name}/{fid}"
 
 
@@ -455,13 +458,6 @@ def run(
     return handle
 
 
-def _ended_run(flow: Any, flow_run: Any) -> tuple[str, str]:
-    """A flow hook's flow run id and tracker run (Prefect passes both; else the current)."""
-    fid = str(flow_run.id) if flow_run is not None else _flow_run()[0]
-    name = flow.name if flow is not None else _flow_run()[1]
-    return fid, f"prefect://{name}/{fid}"
-
-
 def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = None) -> None:
     """Flow hook (``on_cancellation=[...]``, ``on_crashed=[...]``): cancel the flow run's
     apps and end its tracker run KILLED.
@@ -471,10 +467,10 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
         flow_run: the flow run whose apps to cancel (default: the current one)
         state: the flow run's state (unused: any end by cancel or crash is KILLED)
     """
-    fid, pipeline_run = _ended_run(flow, flow_run)
-    with get_runner() as runner:
-        trackers = runner.trackers()
-    stages.cancel_stages(stages.read_stages(fid), pipeline_run, _hook_logger(flow_run), trackers)
+    records = stages.read_stages(_flow_run(flow, flow_run)[0])
+    pipeline_run = pipeline_run_id(flow, flow_run)
+    trackers = get_configured_trackers()
+    stages.cancel_stages(records, pipeline_run, _hook_logger(flow_run), trackers)
 
 
 def _hook_logger(flow_run: Any) -> Logger:
@@ -494,7 +490,6 @@ def close_pipeline_run(flow: Any = None, flow_run: Any = None, state: Any = None
         flow_run: the flow run that ended (default: the current one)
         state: its final state: completed ends the run FINISHED, anything else FAILED
     """
-    _, pipeline_run = _ended_run(flow, flow_run)
     succeeded = bool(state.is_completed()) if state is not None else True
-    with get_runner() as runner:
-        core.close_pipeline_run(pipeline_run, runner.trackers(), core.final_state(succeeded))
+    state_name = core.final_state(succeeded)
+    core.close_pipeline_run(pipeline_run_id(flow, flow_run), get_configured_trackers(), state_name)
