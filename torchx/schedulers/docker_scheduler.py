@@ -405,7 +405,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             until=until,
         )
         lines = split_lines_iterator(chunk.decode("utf-8", "replace") for chunk in chunks)
-        return filter_regex(regex, lines) if regex else lines
+        return filter_regex(regex, lines)
 
     def _name_taken(self, e: Exception) -> bool:
         """The engine refuses a second container under a name (409), stopped or not;
