@@ -273,8 +273,14 @@ class Scheduler(abc.ABC, Generic[T]):
         if none). A launched app that lost the token is cancelled here (a warning if it
         cannot be). The holder found may be SUCCEEDED only with ``reattach_succeeded``.
 
-        Default, for backends without unique names: schedule, then the oldest live app of
-        the token wins, so a racing loser may start its command before it is cancelled."""
+        With ``names_keyed_apps`` the backend's refusal of the app id is the claim
+        (``schedule_named``). Else schedule, then the oldest live app of the token wins, so
+        a racing loser may start its command before it is cancelled."""
+        app = dryrun_info.app
+        app_id = keyed_app_id(app) if app and self.names_keyed_apps else None
+        if app_id:
+            taken = self._name_taken
+            return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, taken)
         ours = self.schedule(dryrun_info)
         listed = self.find_by_idempotency_token(token, dryrun_info.cfg)
         ended = {a.app_id for a in listed if is_terminal(a.state)}
@@ -284,6 +290,11 @@ class Scheduler(abc.ABC, Generic[T]):
             handle_of = functools.partial(make_app_handle, self.backend, self.session_name)
             cancel_loser(handle_of(ours), handle_of(winner), functools.partial(self.cancel, ours))
         return winner, ours
+
+    def _name_taken(self, e: Exception) -> bool:
+        """With ``names_keyed_apps``: whether ``schedule`` failed because the backend holds
+        a job under the keyed app id already."""
+        return False
 
     def exists(self, app_id: str) -> bool:
         return self.describe(app_id) is not None

@@ -37,7 +37,6 @@ from torchx.schedulers.api import (
     app_stall_timeout,
     filter_regex,
     keyed_app_id,
-    schedule_named,
     split_lines_iterator,
     stored_app,
 )
@@ -368,14 +367,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     ) -> List[ListAppResponse]:
         return self._listing(self._containers(**{LABEL_IDEMPOTENCY_TOKEN: token}))
 
-    def schedule_keyed(
-        self, token: str, dryrun_info: AppDryRunInfo[DockerJob], reattach_succeeded: bool
-    ) -> tuple[str, Optional[str]]:
-        """The engine refuses a second container under a name (409), stopped or not: the
-        claim. Containers are created in one order, so a racing loser's first one fails."""
-        app_id = dryrun_info.request.app_id
-        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _name_taken)
-
     def _listing(self, containers: List[Container]) -> List[ListAppResponse]:
         """One entry per app, oldest first (the engine's creation time, then the app id)."""
         apps: Dict[str, List[Container]] = {}
@@ -414,7 +405,14 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             until=until,
         )
         lines = split_lines_iterator(chunk.decode("utf-8", "replace") for chunk in chunks)
-        return filter_regex(regex, lines) if regex else lines
+        return filter_regex(regex, lines)
+
+    def _name_taken(self, e: Exception) -> bool:
+        """The engine refuses a second container under a name (409), stopped or not;
+        containers are created in one order, so a racing loser's first one fails."""
+        from docker.errors import APIError
+
+        return isinstance(e, APIError) and e.status_code == 409
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Returns when a running replica exits (or after ``timeout``)."""
@@ -473,13 +471,6 @@ def _container_name(app_id: str, role: str, replica_id: int) -> str:
     """Unique per engine; app id and role trimmed as upstream (a host name is <= 64 chars),
     never starting with a character Docker refuses there (``-``, ``_``, ``.``)."""
     return f"{app_id[-30:].lstrip('-_.')}-{role[:30]}-{replica_id}"
-
-
-def _name_taken(e: Exception) -> bool:
-    """Whether creating a container failed because its name is taken (409 Conflict)."""
-    from docker.errors import APIError
-
-    return isinstance(e, APIError) and e.status_code == 409
 
 
 def _replica_key(c: Container) -> tuple[str, int]:

@@ -44,7 +44,6 @@ from torchx.schedulers.api import (
     app_idempotency_token,
     filter_regex,
     keyed_app_id,
-    schedule_named,
     stored_app,
 )
 from torchx.schedulers.ids import unique_name
@@ -353,12 +352,9 @@ class RayScheduler(Scheduler[RayJob]):
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
         return [self._entry(job) for job in jobs]
 
-    def schedule_keyed(
-        self, token: str, dryrun_info: AppDryRunInfo[RayJob], reattach_succeeded: bool
-    ) -> tuple[str, Optional[str]]:
-        """Ray refuses a reused ``submission_id`` (live or stopped job): the claim."""
-        app_id = dryrun_info.request.app_id
-        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, _id_taken)
+    def _name_taken(self, e: Exception) -> bool:
+        """Ray refuses a reused ``submission_id`` (live or stopped job)."""
+        return isinstance(e, (RuntimeError, ValueError)) and "already exists" in str(e)
 
     def _torchx_jobs(self) -> List[Any]:
         client = self._client(_env_address())
@@ -419,11 +415,6 @@ class RayScheduler(Scheduler[RayJob]):
             if desc is None or is_terminal(desc.state):
                 return
             time.sleep(0.5)
-
-
-def _id_taken(e: Exception) -> bool:
-    """Whether ``submit_job`` failed because the submission id is a job's already."""
-    return isinstance(e, (RuntimeError, ValueError)) and "already exists" in str(e)
 
 
 def _state(status: Any) -> AppState:

@@ -275,7 +275,7 @@ class MLflowTracker(TrackerBase):
         self.store.log_metric_rows(self._ensure(run_id), metric_rows(metrics, now_ms(), step or 0))
 
     def log_metrics_batch(self, run_id: str, batch: Sequence[StepMetrics]) -> None:
-        rows = [(k, float(v), ts, step) for metrics, step, ts in batch for k, v in metrics.items()]
+        rows = [row for metrics, step, ts in batch for row in metric_rows(metrics, ts, step)]
         if rows:
             self.store.log_metric_rows(self._ensure(run_id), rows)
 
