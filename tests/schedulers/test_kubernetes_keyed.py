@@ -12,8 +12,9 @@ from typing import Any, List
 
 import pytest
 
+from tests.racing import race_runs
 from torchx import specs
-from torchx.runner import get_runner
+from torchx.runner import Runner, get_runner
 from torchx.schedulers.api import (
     IDEMPOTENCY_GENERATION,
     IDEMPOTENCY_TOKEN,
@@ -75,20 +76,11 @@ def test_racing_keyed_submitters_create_one_job(
         return found
 
     monkeypatch.setattr(KubernetesScheduler, "find_by_idempotency_token", find_then_race)
-    handles: List[str] = []
-    reattached: List[bool] = []
 
-    def submit() -> None:
-        with get_runner() as runner:
-            handle = runner.run(echo_app(), "kubernetes", CFGS[job_type], idempotency_key="race")
-            handles.append(handle)
-            reattached.append(runner.reattached(handle))
+    def submit(runner: Runner) -> str:
+        return runner.run(echo_app(), "kubernetes", CFGS[job_type], idempotency_key="race")
 
-    racers = [threading.Thread(target=submit) for _ in range(n)]
-    for t in racers:
-        t.start()
-    for t in racers:
-        t.join(timeout=180)
+    handles, reattached = race_runs(n, submit)
     assert len(handles) == n and len(set(handles)) == 1, handles
     assert reattached.count(False) == 1, reattached
     assert _creates(srv, "jobs", mark) == 1  # the winner's job; no loser created one

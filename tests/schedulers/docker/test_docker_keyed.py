@@ -12,6 +12,7 @@ from typing import Any, List
 
 import pytest
 
+from tests.racing import race_runs
 from torchx import specs
 from torchx.components import utils
 from torchx.runner import Runner, get_runner
@@ -63,22 +64,13 @@ def test_racing_submitters_start_one_command(docker_client: Any, out: Path) -> N
     app = _appending(out, "sleep 10")
     n = 6
     barrier = threading.Barrier(n)
-    handles: List[str] = []
-    reattached: List[bool] = []
 
-    def submit() -> None:
-        with get_runner(trackers={}) as runner:
-            runner.scheduler_run_opts("local_docker")  # its import before the start line
-            barrier.wait(timeout=120)
-            handle = runner.run(app, "local_docker", idempotency_key=key)
-            handles.append(handle)
-            reattached.append(runner.reattached(handle))
+    def submit(runner: Runner) -> str:
+        runner.scheduler_run_opts("local_docker")  # its import before the start line
+        barrier.wait(timeout=120)
+        return runner.run(app, "local_docker", idempotency_key=key)
 
-    racers = [threading.Thread(target=submit) for _ in range(n)]
-    for t in racers:
-        t.start()
-    for t in racers:
-        t.join(timeout=180)
+    handles, reattached = race_runs(n, submit, trackers={})
     assert len(handles) == n and len(set(handles)) == 1, handles
     handle = handles[0]
     with get_runner(trackers={}) as runner:
