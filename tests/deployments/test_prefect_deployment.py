@@ -163,7 +163,7 @@ def test_torchx_home_only_in_job_variables_still_cancels(
     prefect: PrefectDeployment, tmp_path: Path
 ) -> None:
     """The flow run's TORCHX_HOME differs from the worker's, where the hook runs: the hook
-    reaches the app through the flow run's stage label. The flow is not waiting (it
+    reaches the app through the flow run's stage record. The flow is not waiting (it
     sleeps), so only the hook can cancel the app."""
     home = str(tmp_path / "flow-run-home")
     fid = prefect.run(

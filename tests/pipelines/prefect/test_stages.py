@@ -3,9 +3,12 @@ process whose ``TORCHX_HOME`` differs (as Prefect's worker, which runs the hook)
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from dataclasses import asdict
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -52,3 +55,32 @@ def test_cancel_stages_reaches_an_app_under_another_torchx_home(
             m.setenv("TORCHX_HOME", home)
             with get_runner(trackers={}) as runner:
                 runner.cancel(handle)
+
+
+def test_a_flow_run_holds_one_record_per_stage_the_latest_kept(prefect_server: None) -> None:
+    """Two stages, the first recorded again (a retry, now under another home): two records,
+    the retry's settings kept. A label recorded by torchx 0.8.0.dev0 is still read."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    train = stages.here("local_cwd", "prefect/f/train", {})
+
+    @flow
+    def two_stages() -> str:
+        stages.record_stage(flow_run.id, train)
+        stages.record_stage(flow_run.id, stages.here("local_cwd", "prefect/f/eval", {}))
+        return str(flow_run.id)
+
+    flow_run_id = two_stages()
+    retried = stages.StageRecord("local_cwd", "prefect/f/train", "/elsewhere")
+    stages.record_stage(flow_run_id, retried)
+    by_key = {r.key: r for r in stages.read_stages(flow_run_id)}
+    assert set(by_key) == {"prefect/f/train", "prefect/f/eval"}
+    assert by_key["prefect/f/train"] == retried != train
+
+    old = stages.StageRecord("local_cwd", "prefect/f/old", "/old-home")
+    with get_client(sync_client=True) as client:
+        label = {stages.LABEL_PREFIX + "0123abcd": json.dumps(asdict(old))}
+        client.update_flow_run_labels(UUID(flow_run_id), label)
+    assert old in stages.read_stages(flow_run_id)

@@ -2,10 +2,11 @@
 
 Prefect runs ``on_cancellation`` and ``on_crashed`` hooks in the *worker*, whose settings
 may differ from the flow run's (a deployment's ``job_variables`` set the flow run's env
-only). So before a stage is submitted, the flow run is labelled with what reaches its app
-from any process: scheduler, idempotency key, ``TORCHX_HOME`` and trackers (credentials
-are not recorded: the worker needs its own). ``cancel_stages`` cancels with those settings,
-in a child process when this process's ``TORCHX_HOME`` differs.
+only). So before a stage is submitted, the flow run gets a record (a flow-run input, one
+per stage) of what reaches its app from any process: scheduler, idempotency key,
+``TORCHX_HOME`` and trackers (credentials are not recorded: the worker needs its own).
+``cancel_stages`` cancels with those settings, in a child process when this process's
+``TORCHX_HOME`` differs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 from uuid import UUID
 
+import httpx
+from prefect.client.orchestration import get_client
+
 from torchx.pipelines import core
 from torchx.runner.api import get_runner
 from torchx.trackers.mlflow_http import redact
@@ -27,13 +31,15 @@ from torchx.util.paths import ENV_TORCHX_HOME, torchx_home
 
 logger = logging.getLogger(__name__)
 
-LABEL_PREFIX = "torchx.stage."
+INPUT_PREFIX = "torchx-stage-"  # flow-run input keys: lowercase letters, digits, dashes
+LABEL_PREFIX = "torchx.stage."  # flow-run labels, where torchx 0.8.0.dev0 recorded stages
+MAX_STAGES = 100_000  # records read per flow run
 CHILD_TIMEOUT = 300.0  # a cancel waits for the app to end (the scheduler's grace period)
 
 
 @dataclass(frozen=True)
 class StageRecord:
-    """What reaches a stage's app from any process (one flow-run label per stage)."""
+    """What reaches a stage's app from any process (one flow-run input per stage)."""
 
     scheduler: str
     key: str
@@ -53,36 +59,48 @@ def here(
     cfg: Optional[Dict[str, Any]] = None,
 ) -> StageRecord:
     """The record of a stage this process submits; a tracker URI's user and password are
-    left out (labels are visible to every Prefect user)."""
+    left out (flow-run inputs are visible to every Prefect user)."""
     public = {name: redact(config) if config else config for name, config in trackers.items()}
     return StageRecord(scheduler, key, str(torchx_home()), public, dict(cfg or {}))
 
 
 def record_stage(flow_run_id: str, record: StageRecord) -> None:
-    """Label the flow run with the stage, *before* it is submitted: a cancel that comes
-    while the submission is under way still finds the app through its key."""
-    from prefect.client.orchestration import get_client
+    """Record the stage on the flow run *before* it is submitted: a cancel that comes while
+    the submission is under way still finds the app through its key.
 
-    label = LABEL_PREFIX + hashlib.sha256(record.key.encode()).hexdigest()[:16]
+    An input of its own per stage, not a flow-run label: a label update rewrites the one
+    ``labels`` field every stage shares, and on Prefect's sqlite server it waited 2-6 s
+    behind the server's own writes at each stage's start (benchmarks/RESULTS.md)."""
+    key = INPUT_PREFIX + hashlib.sha256(record.key.encode()).hexdigest()[:16]
+    value = json.dumps(asdict(record))
     with get_client(sync_client=True) as client:
-        client.update_flow_run_labels(UUID(flow_run_id), {label: json.dumps(asdict(record))})
+        try:
+            client.create_flow_run_input(UUID(flow_run_id), key, value)
+        except httpx.HTTPStatusError as e:
+            if e.response.status_code != httpx.codes.CONFLICT:
+                raise
+            # the stage again (a retry): its latest settings are the ones that reach the app
+            client.delete_flow_run_input(UUID(flow_run_id), key)
+            client.create_flow_run_input(UUID(flow_run_id), key, value)
 
 
 def read_stages(flow_run_id: str) -> List[StageRecord]:
-    """Every stage the flow run recorded (an unreadable label is logged and skipped)."""
-    from prefect.client.orchestration import get_client
-
+    """Every stage the flow run recorded, labels of an earlier torchx included (an
+    unreadable record is logged and skipped)."""
     with get_client(sync_client=True) as client:
+        inputs = client.filter_flow_run_input(UUID(flow_run_id), INPUT_PREFIX, MAX_STAGES, set())
         labels = client.read_flow_run(UUID(flow_run_id)).labels
-    records = []
-    for name, value in labels.items():
-        if not name.startswith(LABEL_PREFIX):
-            continue
+    found = [(i.key, i.value) for i in inputs]
+    found += [(k, str(v)) for k, v in labels.items() if k.startswith(LABEL_PREFIX)]
+    records: Dict[str, StageRecord] = {}
+    for name, value in found:
         try:
-            records.append(StageRecord(**json.loads(str(value))))
+            record = StageRecord(**json.loads(value))
         except (TypeError, ValueError) as e:
-            logger.warning("skipping flow-run label %s=%r: %s", name, value, e)
-    return records
+            logger.warning("skipping the flow run's stage record %s=%r: %s", name, value, e)
+            continue
+        records.setdefault(record.key, record)
+    return list(records.values())
 
 
 def cancel_stages(

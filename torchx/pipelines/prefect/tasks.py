@@ -144,7 +144,7 @@ def submit_stage(
         # a misspelled cfg key fails here, before the flow run records a stage the cancel
         # hook could not look up
         runner.scheduler_run_opts(scheduler).check_known(cfg or {}, scheduler)
-        if idempotency_key is not None:  # in a flow run: label it for its cancel hook
+        if idempotency_key is not None:  # in a flow run: record it for its cancel hook
             record = stages.here(scheduler, idempotency_key, runner.trackers(), cfg)
             stages.record_stage(_flow_run()[0], record)
         submission = core.submit_or_attach(
