@@ -16,7 +16,10 @@ Cases, interleaved round by round (the machine is shared: the same load hits eac
 
 Each orchestrated case runs twice per round: ``+mlflow`` with MLflow tracking on sqlite as
 the quick start does, and ``untracked`` (no ``TORCHX_TRACKERS``), so the ratio to the bare
-programs compares like with like and the difference is what tracking costs.
+programs compares like with like and the difference is what tracking costs. ``prefect
+server`` is ``prefect untracked`` against a Prefect server started once before the rounds
+(``prefect server start``, as a deployment has one), so the ephemeral server's start is
+not counted.
 
 Each orchestrated case is a fresh ``python`` process, timed from the outside (what a user
 pays: interpreter, imports, the orchestrator's start, the pipeline); inside it, the time
@@ -28,6 +31,7 @@ database's creation are done once, and each run starts from a copy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -38,8 +42,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -49,8 +54,9 @@ ORCHESTRATORS = ("airflow", "prefect", "kfp")
 # --- the child: one orchestrated pipeline run in a fresh process ---------------------
 
 
-def child_env(out: Path, tracked: bool) -> Dict[str, str]:
-    """The env of one orchestrated run: its own torchx home, Airflow home, Prefect home."""
+def child_env(out: Path, tracked: bool, prefect_api: Optional[str] = None) -> Dict[str, str]:
+    """The env of one orchestrated run: its own torchx home, Airflow home, Prefect home
+    (and Prefect's API, when a server runs)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -69,6 +75,8 @@ def child_env(out: Path, tracked: bool) -> Dict[str, str]:
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300",
         PYTHONPATH=str(ROOT),
     )
+    if prefect_api:
+        env["PREFECT_API_URL"] = prefect_api
     if tracked:
         env.update(
             TORCHX_TRACKERS="mlflow", TORCHX_TRACKER_MLFLOW_CONFIG=f"sqlite:///{out / 'mlflow.db'}"
@@ -254,6 +262,7 @@ def run_orchestrated(
     out: Path,
     templates: Dict[str, Path],
     args: argparse.Namespace,
+    prefect_api: Optional[str] = None,
 ) -> Dict[str, Any]:
     (out / "airflow").mkdir(parents=True)
     shutil.copyfile(templates["airflow"], out / "airflow" / "airflow.db")
@@ -264,7 +273,11 @@ def run_orchestrated(
     spawned, started = time.time(), time.monotonic()
     with open(out / "child.log", "wb") as log, open(out / "child.out", "wb") as stdout:
         proc = subprocess.Popen(
-            command, env=child_env(out, tracked), stdout=stdout, stderr=log, start_new_session=True
+            command,
+            env=child_env(out, tracked, prefect_api),
+            stdout=stdout,
+            stderr=log,
+            start_new_session=True,
         )
         code: Optional[int] = None
         try:
@@ -281,6 +294,36 @@ def run_orchestrated(
     result.update(wall=wall, phases=app_phases(out / "torchx_home", spawned, spawned + wall))
     result["ok"] = bool(result["ok"]) and len(result["phases"]) > 0
     return result
+
+
+@contextlib.contextmanager
+def prefect_server(work: Path) -> Iterator[str]:
+    """A Prefect server for the rounds (its API URL), stopped with its process group."""
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = child_env(work / "prefect-server", tracked=False)
+    (work / "prefect-server" / "prefect").mkdir(parents=True)
+    env["PREFECT_UI_ENABLED"] = "false"
+    prefect = os.path.join(os.path.dirname(sys.executable), "prefect")
+    command = [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    with open(work / "prefect-server.log", "wb") as log:
+        proc = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(f"{api}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log = work / "prefect-server.log"
+                    raise RuntimeError(f"prefect server did not start: see {log}") from None
+                time.sleep(0.5)
+        yield api
+    finally:
+        stop_group(proc)
 
 
 def loadavg() -> float:
@@ -355,7 +398,9 @@ def main() -> int:
     parser.add_argument("--j", default="1:2x1", help="the training stage's -j")
     parser.add_argument(
         "--cases",
-        default="bare," + ",".join(f"{o} +mlflow,{o} untracked" for o in ORCHESTRATORS),
+        default="bare,"
+        + ",".join(f"{o} +mlflow,{o} untracked" for o in ORCHESTRATORS)
+        + ",prefect server",
         help="comma-separated cases to run",
     )
     parser.add_argument(
@@ -390,8 +435,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="torchx-bench-pipeline-"))
     results: Dict[str, List[Dict[str, Any]]] = {c: [] for c in cases}
     loads = [loadavg()]
+    stack = contextlib.ExitStack()
     try:
         templates = prepare_templates(work)
+        server = prefect_server(work) if "prefect server" in cases else contextlib.nullcontext()
+        prefect_api = stack.enter_context(server)
         for round_ in range(args.repeat):
             for case in cases:
                 out = work / f"{case.replace(' ', '_').replace('+', '')}-{round_}"
@@ -404,7 +452,8 @@ def main() -> int:
                 else:
                     orchestrator, mode = case.split(" ")
                     tracked = mode == "+mlflow"
-                    result = run_orchestrated(orchestrator, tracked, out, templates, args)
+                    api = prefect_api if mode == "server" else None
+                    result = run_orchestrated(orchestrator, tracked, out, templates, args, api)
                 loads.append(loadavg())
                 result["load"] = loads[-1]
                 results[case].append(result)
@@ -413,6 +462,7 @@ def main() -> int:
                         f.write(json.dumps({"case": case, "round": round_, **result}) + "\n")
                 print(f"round {round_ + 1} {case}: {json.dumps(result)}", flush=True)
     finally:
+        stack.close()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
