@@ -32,14 +32,6 @@ class IgnorePattern:
         return self.regex.match(relpath) is not None
 
 
-def _clean(pattern: str) -> str:
-    """Go's ``filepath.Clean`` for the patterns we see (no ``//`` prefix, no trailing ``/``)."""
-    cleaned = posixpath.normpath(pattern)
-    if cleaned.startswith("//"):
-        cleaned = "/" + cleaned.lstrip("/")
-    return cleaned
-
-
 def _translate_class(pattern: str, start: int, source: str) -> tuple[str, int]:
     """The regex for the bracket expression at ``pattern[start]`` and the index after it."""
     i = start + 1
@@ -121,9 +113,8 @@ class IgnoreRules:
                 raise InvalidIgnorePatternError(
                     f"{self.source}: a lone '!' is not a pattern; write '!PATH' to re-include PATH"
                 )
-        pattern = _clean(line)
-        if len(pattern) > 1 and pattern.startswith("/"):
-            pattern = pattern[1:]
+        # Go's ``filepath.Clean``; a leading ``/`` is the context's root, as no ``/``
+        pattern = posixpath.normpath(line).lstrip("/") or "/"
         self.patterns.append(
             IgnorePattern(pattern, reinclude, compile_pattern(pattern, self.source))
         )
