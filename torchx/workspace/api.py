@@ -183,10 +183,9 @@ def _walk(
     a directory is a file (copied as a link), and ``skip`` (a copy's target) is left out."""
     from torchx.workspace.ignore import IgnoreRules
 
-    rules = IgnoreRules(source=ignore_name)
-    if fs.isfile(posixpath.join(path, ignore_name)):
-        with fs.open(posixpath.join(path, ignore_name), "rt") as f:
-            rules = IgnoreRules.parse(f.read(), source=ignore_name)
+    ignore_path = posixpath.join(path, ignore_name)
+    text = fs.cat_file(ignore_path).decode() if fs.isfile(ignore_path) else ""
+    rules = IgnoreRules(text, source=ignore_name)
     stack: list[tuple[str, str]] = [(path, "")]
     while stack:
         current, rel = stack.pop()
