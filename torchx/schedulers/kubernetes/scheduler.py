@@ -53,7 +53,6 @@ from torchx.schedulers.kubernetes import status as ks
 from torchx.schedulers.kubernetes.api import (
     KubernetesError,
     api_errors,
-    guarded,
     kubeconfig_path,
     load_api_client,
     status_message,
@@ -546,7 +545,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             until,
             should_tail,
         )
-        return filter_regex(regex, guarded(lines))
+        return filter_regex(regex, lines)
 
     def _ended(self, app_id: str) -> bool:
         desc = self.describe(app_id)
