@@ -536,20 +536,12 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             info = ks.latest_pods(self._pods(namespace, name)).get((role_name, k))
             return info.name if info else None
 
-        lines = kl.pod_log_lines(
-            self._core,
-            pod_name,
-            lambda: self._ended(app_id),
-            namespace,
-            since,
-            until,
-            should_tail,
-        )
-        return filter_regex(regex, lines)
+        def ended() -> bool:
+            desc = self.describe(app_id)
+            return desc is None or is_terminal(desc.state)
 
-    def _ended(self, app_id: str) -> bool:
-        desc = self.describe(app_id)
-        return desc is None or is_terminal(desc.state)
+        lines = kl.pod_log_lines(self._core, pod_name, ended, namespace, since, until, should_tail)
+        return filter_regex(regex, lines)
 
 
 def app_to_resource(
