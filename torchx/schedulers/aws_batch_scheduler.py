@@ -255,16 +255,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
 
     def _get_job(self, app_id: str) -> Optional[Dict[str, Any]]:
         queue, name = parse_app_id(app_id)
-        flt = [{"name": "JOB_NAME", "values": [name]}]
-        listed = self._pages(self.client.list_jobs, "jobSummaryList", jobQueue=queue, filters=flt)
-        summaries = [
-            s for s in listed if s.get("jobName") == name and "#" not in s.get("jobId", "")
-        ]
-        if not summaries:
-            return None
-        newest = max(summaries, key=lambda s: s.get("createdAt") or 0)
-        jobs = self._describe_jobs([newest["jobId"]])
-        return jobs[0] if jobs else None
+        jobs = self._list_jobs(queue, {"name": "JOB_NAME", "values": [name]})
+        named = [job for job in jobs if job.get("jobName") == name]
+        return max(named, key=lambda job: job.get("createdAt") or 0, default=None)
 
     def _node_jobs(self, job: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
         """Batch's per-node jobs (``{jobId}#{index}``); absent until the job starts."""
