@@ -96,7 +96,7 @@ def job_name(app_name: str) -> str:
     return f"{base}-{random_id(8)}"
 
 
-def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
+def resource_requirements_from_resource(resource: Resource) -> List[Dict[str, str]]:
     if resource.memMB <= 0:
         raise InvalidAppError(f"aws_batch needs memMB > 0 for every role, got {resource.memMB}")
     reqs = [
@@ -106,11 +106,6 @@ def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
     if resource.gpu > 0:
         reqs.append({"type": "GPU", "value": str(int(resource.gpu))})
     return reqs
-
-
-def resource_requirements_from_resource(resource: Resource) -> List[Dict[str, str]]:
-    """Upstream's name of ``resource_requirements``."""
-    return resource_requirements(resource)
 
 
 class ResourceType(Enum):
@@ -195,7 +190,7 @@ def container_properties(
         ),
         "environment": [{"name": k, "value": v} for k, v in env.items()],
         "privileged": bool(cfg.get("privileged")),
-        "resourceRequirements": resource_requirements(role.resource),
+        "resourceRequirements": resource_requirements_from_resource(role.resource),
         # PyTorch data loaders need more than Docker's 64 MB of /dev/shm.
         "linuxParameters": {"sharedMemorySize": int(role.resource.memMB), "devices": devices},
         "logConfiguration": {"logDriver": "awslogs"},
