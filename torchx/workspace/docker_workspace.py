@@ -70,10 +70,6 @@ class DockerWorkspaceBuild:
     context: IO[bytes] = field(repr=False)
     quiet: bool = False
 
-    @property
-    def buildargs(self) -> Dict[str, str]:
-        return {"IMAGE": self.base_image, "WORKSPACE": self.workspace}
-
     def __str__(self) -> str:
         return (
             f"docker build context: {TORCHX_DOCKERFILE} + {len(self.files) - 1} file(s)"
