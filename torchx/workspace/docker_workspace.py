@@ -157,12 +157,8 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
         return self.__dict__.setdefault("_docker_workspace_builds", {})
 
     def workspace_build(self, image: str) -> Optional[DockerWorkspaceBuild]:
-        """The planned build behind ``image`` (``sha256:...`` or ``image_repo:digest``)."""
-        builds = self._workspace_builds()
-        if image in builds:
-            return builds[image]
-        tag = image.rpartition(":")[2]
-        return builds.get(HASH_PREFIX + tag)
+        """The planned build behind ``image`` (``sha256:<digest>`` or ``image_repo:<digest>``)."""
+        return self._workspace_builds().get(HASH_PREFIX + image.rpartition(":")[2])
 
     def workspace_opts(self) -> runopts:
         opts = runopts()
