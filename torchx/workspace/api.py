@@ -124,17 +124,14 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
         self, role: Role, workspace: Union[Workspace, str], cfg: Mapping[str, CfgVal]
     ) -> None:
         """A multi-project workspace is first assembled in a temporary directory."""
-        if isinstance(workspace, Workspace):
-            if workspace.is_unmapped_single_project():
-                workspace = str(workspace)
-            else:
-                import tempfile
+        if isinstance(workspace, Workspace) and not workspace.is_unmapped_single_project():
+            import tempfile
 
-                with tempfile.TemporaryDirectory(prefix="torchx_workspace_") as root:
-                    _assemble(workspace, root)
-                    self.build_workspace_and_update_role(role, root, cfg)
-                return
-        self.build_workspace_and_update_role(role, workspace, cfg)
+            with tempfile.TemporaryDirectory(prefix="torchx_workspace_") as root:
+                _assemble(workspace, root)
+                self.build_workspace_and_update_role(role, root, cfg)
+            return
+        self.build_workspace_and_update_role(role, str(workspace), cfg)
 
     @abc.abstractmethod
     def build_workspace_and_update_role(
