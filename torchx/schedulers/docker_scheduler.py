@@ -61,7 +61,6 @@ from torchx.specs.api import (
 from torchx.specs.serialize import appdef_from_dict, appdef_to_dict
 from torchx.util.paths import torchx_home
 from torchx.workspace.docker_workspace import (
-    HASH_PREFIX,
     DockerUnavailableError,
     DockerWorkspaceMixin,
     connect_docker,
@@ -122,11 +121,6 @@ class DockerJob:
     app_id: str
     containers: List[DockerContainer]
     state_dir: str = ""
-
-    @property
-    def images_to_build(self) -> List[str]:
-        """The planned workspace images (``sha256:...``) that ``schedule`` builds first."""
-        return sorted({c.image for c in self.containers if c.image.startswith(HASH_PREFIX)})
 
     def __str__(self) -> str:
         import yaml
@@ -295,10 +289,11 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         req = dryrun_info.request
         client = self._docker_client
-        built = {image: self._build(client, image) for image in req.images_to_build}
+        # a planned workspace image (sha256:...) is built first; _build passes the others on
+        images = {image: self._build(client, image) for image in {c.image for c in req.containers}}
         cpus = _engine_cpus(client)
         Path(req.state_dir).mkdir(parents=True, exist_ok=True)
-        for image in {built.get(c.image, c.image) for c in req.containers}:
+        for image in set(images.values()):
             ensure_image(client, image)
         started: List[Container] = []
         for c in req.containers:
@@ -312,7 +307,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     cpus,
                 )
                 kwargs["nano_cpus"] = int(cpus * 1e9)
-            image = built.get(c.image, c.image)
+            image = images[c.image]
             try:
                 started.append(client.containers.run(image, c.command, detach=True, **kwargs))
             except Exception:  # a half-started app must not run on: stop what started
