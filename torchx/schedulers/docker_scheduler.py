@@ -432,8 +432,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         """Record the cancel (unless the app already ended), then stop every replica: SIGTERM,
         SIGKILL after ``STOP_GRACE`` s. A restart policy does not restart a stopped container."""
         containers = self._containers(app_id)
-        states = [_container_state(c) for c in containers]
-        if not containers or all(is_terminal(s) for s in states):
+        if all(is_terminal(_container_state(c)) for c in containers):  # none, or all ended
             return
         state_dir = _state_dir(containers)
         if not (state_dir / CANCELLED_FILE).exists():
