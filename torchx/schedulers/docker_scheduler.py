@@ -246,7 +246,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                 name = _container_name(app_id, role.name, replica_id)
                 kwargs: Dict[str, Any] = {
                     "name": name,
-                    # a host name of its own: torchrun tells nodes apart by host name and pid
                     "hostname": name,
                     "extra_hosts": hosts,
                     "environment": env,
