@@ -457,24 +457,23 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         if until is not None:
             kwargs["endTime"] = to_millis_since_epoch(until)
         stream: Optional[str] = None
-        token: Optional[str] = None
         ended = False
         while True:
             if stream is None:
                 stream = self._log_stream(job, node_index)
             if stream is not None:
                 while True:  # drain what is there now
-                    args = dict(
-                        kwargs, logStreamName=stream, **({"nextToken": token} if token else {})
+                    resp = self._call(
+                        self.log_client.get_log_events, logStreamName=stream, **kwargs
                     )
-                    resp = self._call(self.log_client.get_log_events, **args)
                     for event in resp.get("events") or []:
                         message = str(event.get("message", ""))
                         yield message if message.endswith("\n") else message + "\n"
-                    new_token = resp.get("nextForwardToken")
-                    if new_token in (None, token):  # AWS hands back the same token at the end
+                    token = resp.get("nextForwardToken")
+                    # AWS hands back the same token at the end
+                    if token in (None, kwargs.get("nextToken")):
                         break
-                    token = new_token
+                    kwargs["nextToken"] = token
             if not should_tail or ended:
                 return
             job = self._get_job(app_id) or job
