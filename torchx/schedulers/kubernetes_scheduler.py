@@ -1,9 +1,6 @@
-"""Upstream's module path of the kubernetes scheduler: ``kubernetes`` lives in the
-``torchx.schedulers.kubernetes`` package; this module re-exports what upstream's
-``torchx.schedulers.kubernetes_scheduler`` offered, so code written against it keeps working.
-
-The names upstream had that the package spells differently are defined here, each a thin
-view of the one implementation in ``manifests`` / ``status``.
+"""Upstream's module path of the kubernetes scheduler (``torchx.schedulers.kubernetes``):
+the package's names re-exported, and those upstream spells differently defined here, each a
+thin view of the one implementation in ``manifests`` / ``status``.
 """
 
 from __future__ import annotations
