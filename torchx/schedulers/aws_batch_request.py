@@ -39,15 +39,11 @@ RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
 NODE_INDEX_ENV = "AWS_BATCH_JOB_NODE_INDEX"
 ENV_TORCHX_ROLE_IDX = "TORCHX_ROLE_IDX"
 ENV_TORCHX_ROLE_NAME = "TORCHX_ROLE_NAME"
-TAG_VERSION = "torchx.pytorch.org/version"
-TAG_APP_NAME = "torchx.pytorch.org/app-name"
+TAG_TORCHX_VER = "torchx.pytorch.org/version"
+TAG_TORCHX_APPNAME = "torchx.pytorch.org/app-name"
+TAG_TORCHX_USER = "torchx.pytorch.org/user"
 TAG_APP_ID = "torchx.pytorch.org/app-id"
-TAG_USER = "torchx.pytorch.org/user"
-# upstream 0.7.0's names
-DEFAULT_ROLE_NAME = "node"
-TAG_TORCHX_VER = TAG_VERSION
-TAG_TORCHX_APPNAME = TAG_APP_NAME
-TAG_TORCHX_USER = TAG_USER
+DEFAULT_ROLE_NAME = "node"  # upstream 0.7.0's name
 TAG_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
 MAX_NODE_RANGES = 5
 MAX_ATTEMPTS = 10
@@ -248,10 +244,10 @@ def batch_job(
         )
         start += role.num_replicas
     tags = {
-        TAG_VERSION: torchx.__version__,
-        TAG_APP_NAME: app.name,
+        TAG_TORCHX_VER: torchx.__version__,
+        TAG_TORCHX_APPNAME: app.name,
         TAG_APP_ID: app_id,
-        TAG_USER: str(cfg.get("user") or getpass.getuser()),
+        TAG_TORCHX_USER: str(cfg.get("user") or getpass.getuser()),
     }
     tags.update({str(k): str(v) for k, v in app.metadata.items() if k != IDEMPOTENCY_TOKEN})
     token = app_idempotency_token(app)

@@ -47,12 +47,10 @@ from torchx.schedulers.aws_batch_request import (  # noqa: F401 (upstream's name
     ENV_TORCHX_ROLE_IDX,
     ENV_TORCHX_ROLE_NAME,
     MAX_NODE_RANGES,
-    TAG_APP_NAME,
     TAG_IDEMPOTENCY_TOKEN,
     TAG_TORCHX_APPNAME,
     TAG_TORCHX_USER,
     TAG_TORCHX_VER,
-    TAG_VERSION,
     BatchJob,
     ResourceType,
     batch_job,
@@ -323,7 +321,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         for queue in self._queues():
             # AFTER_CREATED_AT=1: a filter makes ListJobs return every state, not just RUNNING
             for job in self._list_jobs(queue, {"name": "AFTER_CREATED_AT", "values": ["1"]}):
-                if TAG_VERSION in (job.get("tags") or {}):
+                if TAG_TORCHX_VER in (job.get("tags") or {}):
                     apps.append(self._entry(queue, job))
         return apps
 
@@ -338,13 +336,13 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         for queue in self._queues():
             for job in self._list_jobs(queue, flt, limit=FIND_MAX_JOBS):
                 tags = job.get("tags") or {}
-                if TAG_VERSION in tags and tags.get(TAG_IDEMPOTENCY_TOKEN) == token:
+                if TAG_TORCHX_VER in tags and tags.get(TAG_IDEMPOTENCY_TOKEN) == token:
                     found.append((int(job.get("createdAt") or 0), self._entry(queue, job)))
         found.sort(key=lambda pair: (pair[0], pair[1].app_id))
         return [entry for _, entry in found]
 
     def _entry(self, queue: str, job: Dict[str, Any]) -> ListAppResponse:
-        name = (job.get("tags") or {}).get(TAG_APP_NAME, "")
+        name = (job.get("tags") or {}).get(TAG_TORCHX_APPNAME, "")
         return ListAppResponse(f"{queue}:{job['jobName']}", self._state(job), name=name)
 
     def _pages(
