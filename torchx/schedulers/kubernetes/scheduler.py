@@ -1,19 +1,15 @@
 """``kubernetes``: run an app as a Volcano Job (default) or as Indexed Jobs (no Volcano).
 
-``-cfg job_type=volcano`` (upstream-compatible) submits one
-``batch.volcano.sh/v1alpha1`` Job with one task per replica: Volcano gang-schedules
-the replicas (``minAvailable`` = the roles' ``min_replicas``), its svc plugin gives
-every pod a stable host name, and the rank-0 host reaches the replicas as
-``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
-
-``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one
-Indexed ``batch/v1`` Job per role plus a headless Service (see ``manifests.indexed_jobs``).
+``-cfg job_type=volcano`` (upstream-compatible) submits one ``batch.volcano.sh/v1alpha1`` Job
+with one task per replica: Volcano gang-schedules the replicas (``minAvailable`` = the roles'
+``min_replicas``), its svc plugin gives every pod a stable host name, and the replicas reach
+the rank-0 host as ``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
+``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one Indexed
+``batch/v1`` Job per role plus a headless Service (see ``manifests.indexed_jobs``).
 
 App ids are ``{namespace}:{name}``. A keyed submission (``Runner.run(idempotency_key=...)``)
-claims its name with a ConfigMap before creating its job (``claims``).
-
-Workspaces are ``DockerWorkspaceMixin``'s: ``schedule`` pushes the image before creating
-anything.
+claims its name with a ConfigMap before creating its job (``claims``). Workspaces are
+``DockerWorkspaceMixin``'s: ``schedule`` pushes the image before creating anything.
 """
 
 from __future__ import annotations
