@@ -72,15 +72,6 @@ FATAL_WAITING_REASONS = {
     "CreateContainerError",
 }
 
-# When a task's pods are in several phases (POD_PHASE_STATE), the "most advanced" wins.
-_STATE_RANK = {
-    AppState.UNKNOWN: 0,
-    AppState.PENDING: 1,
-    AppState.RUNNING: 2,
-    AppState.SUCCEEDED: 3,
-    AppState.FAILED: 4,
-}
-
 
 @dataclass
 class PodInfo:
@@ -244,7 +235,8 @@ def describe_volcano(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppRespo
         role_dns = normalize_name(roles[role_idx].name, ROLE_NAME_MAX, fallback="role")
         phases = (task_counts.get(task_name(role_dns, replica_id)) or {}).get("phase") or {}
         states = [POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p, n in phases.items() if n]
-        return max(states, key=lambda state: _STATE_RANK[state], default=None)
+        # of pods in several phases the most advanced wins: AppState is in lifecycle order
+        return max(states, key=lambda state: (state != AppState.UNKNOWN, state), default=None)
 
     restarts = int((job.get("status") or {}).get("retryCount") or 0)
     resp = describe_response(app_id, volcano_state(job), roles, pods, from_task_counts, restarts)
