@@ -39,11 +39,7 @@ from torchx.schedulers.kubernetes.status import POD_PHASE_STATE, VOLCANO_JOB_STA
 from torchx.specs.api import AppDef, AppState, Role
 
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-
-# plain JSON-able data from kubernetes client models (needs ``torchx[kubernetes]``)
 sanitize_for_serialization = serialize
-
-# Volcano job phases -> AppState (ours also knows Completing)
 JOB_STATE: Dict[str, AppState] = dict(VOLCANO_JOB_STATE)
 
 # Volcano task statuses -> replica state: the pod phases plus the scheduling steps

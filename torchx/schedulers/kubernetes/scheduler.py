@@ -121,7 +121,6 @@ class KubernetesJob:
     namespace: str
     name: str
     job_type: str
-    # workspace image -> (repo, tag)
     images_to_push: ImagesToPush = dataclasses.field(default_factory=dict)
     claim: Optional[Dict[str, Any]] = None
 
