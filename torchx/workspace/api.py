@@ -240,12 +240,9 @@ class WorkspaceBuild:
 
     def __str__(self) -> str:
         head = f"workspace {self.workspace} -> role {self.role}: {self.old_image} -> {self.image}"
-        lines = [head]
-        if self.detail:
-            lines.append(self.detail)
-        lines.append(f"{len(self.files)} file(s):")
-        lines.extend(f"  {f}" for f in self.files)
-        return "\n".join(lines)
+        detail = [self.detail] if self.detail else []
+        files = [f"{len(self.files)} file(s):", *(f"  {f}" for f in self.files)]
+        return "\n".join([head, *detail, *files])
 
 
 def apply_workspace(
