@@ -341,12 +341,11 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                 )
             )
         state, msg = _app_state(replica_states, state_dir)
-        error = _first_error(state_dir) if state == AppState.FAILED else NONE
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
             msg=msg,
-            structured_error_msg=error,
+            structured_error_msg=_first_error(state_dir) if state == AppState.FAILED else NONE,
             roles=app.roles if app else [],
             roles_statuses=list(roles_statuses.values()),
             metadata=dict(app.metadata) if app else {},
