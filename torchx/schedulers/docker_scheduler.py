@@ -184,10 +184,8 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             ) from None
 
         # cfg is resolved: its values have their run options' types
-        default_env: Dict[str, str] = {}
-        for pattern in cast(List[str], cfg.get("copy_env") or []):
-            for key in fnmatch.filter(os.environ.keys(), pattern):
-                default_env[key] = os.environ[key]
+        patterns = cast(List[str], cfg.get("copy_env") or [])
+        default_env = {k: os.environ[k] for p in patterns for k in fnmatch.filter(os.environ, p)}
         default_env.update(cast(Dict[str, str], cfg.get("env") or {}))
 
         app_id = keyed_app_id(app) or make_unique(app.name)
