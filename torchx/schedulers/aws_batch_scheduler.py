@@ -426,15 +426,12 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         raise InvalidArgumentError(f"app has no role {role_name!r}")
 
     def _log_stream(self, job: Dict[str, Any], node_index: int) -> Optional[str]:
+        main_node = int((job.get("nodeProperties") or {}).get("mainNode") or 0)
         candidates = self._describe_jobs([f"{job['jobId']}#{node_index}"])
-        if not candidates and node_index == int(
-            (job.get("nodeProperties") or {}).get("mainNode") or 0
-        ):
+        if not candidates and node_index == main_node:
             candidates = [job]  # without node jobs, the job's own stream is the main node's
-        for node in candidates:
-            if _container(node).get("logStreamName"):
-                return str(_container(node)["logStreamName"])
-        return None
+        streams = [_container(node).get("logStreamName") for node in candidates]
+        return next((str(stream) for stream in streams if stream), None)
 
     def _log_lines(
         self,
