@@ -470,6 +470,8 @@ def test_no_kubeconfig_or_no_server_is_one_line(
     monkeypatch.setenv("KUBECONFIG", str(dead.write_kubeconfig(tmp_path / "dead")))
     with pytest.raises(KubernetesError, match="cannot reach the Kubernetes API server"):
         get_runner().status("kubernetes://torchx/default:x")
+    with pytest.raises(KubernetesError, match="cannot reach the Kubernetes API server"):
+        list(create_scheduler("s").log_iter("default:x", "echo"))  # while the lines are read
 
 
 def test_scheduler_accepts_an_injected_client(srv: KMockServer) -> None:

@@ -103,7 +103,7 @@ def test_indexed_dryrun_rewrites_only_the_first_role(srv: KMockServer, ws: Path)
     assert isinstance(sched, KubernetesScheduler)
     planned = sched.workspace_build(f"{IMAGE_REPO}:{tag}")
     assert planned is not None and planned.quiet and planned.files == FILES
-    assert planned.buildargs == {"IMAGE": "alpine", "WORKSPACE": str(ws)}
+    assert (planned.base_image, planned.workspace) == ("alpine", str(ws))
 
 
 def test_image_repo_and_quiet_come_from_the_workspace_mixin() -> None:

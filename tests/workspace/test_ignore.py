@@ -107,13 +107,13 @@ def test_ignore_file_itself_is_kept_unless_excluded(tmp_path: Path) -> None:
 )
 def test_bad_patterns_raise_one_line(text: str, needle: str) -> None:
     with pytest.raises(InvalidIgnorePatternError, match=r"^\.torchxignore: .*") as e:
-        IgnoreRules.parse(text, source=".torchxignore")
+        IgnoreRules(text, source=".torchxignore")
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
 def test_excluded_checks_parent_directories() -> None:
-    rules = IgnoreRules.parse("data\n!data/small.csv\n")
+    rules = IgnoreRules("data\n!data/small.csv\n")
     assert rules.excluded("data/big.csv") and rules.excluded("data/x/y.csv")
     assert not rules.excluded("data/small.csv") and not rules.excluded("src/data")
     assert not rules.skip_dir("data")  # must be read for data/small.csv
-    assert IgnoreRules.parse("data\n").skip_dir("data")
+    assert IgnoreRules("data\n").skip_dir("data")

@@ -39,15 +39,11 @@ RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
 NODE_INDEX_ENV = "AWS_BATCH_JOB_NODE_INDEX"
 ENV_TORCHX_ROLE_IDX = "TORCHX_ROLE_IDX"
 ENV_TORCHX_ROLE_NAME = "TORCHX_ROLE_NAME"
-TAG_VERSION = "torchx.pytorch.org/version"
-TAG_APP_NAME = "torchx.pytorch.org/app-name"
+TAG_TORCHX_VER = "torchx.pytorch.org/version"
+TAG_TORCHX_APPNAME = "torchx.pytorch.org/app-name"
+TAG_TORCHX_USER = "torchx.pytorch.org/user"
 TAG_APP_ID = "torchx.pytorch.org/app-id"
-TAG_USER = "torchx.pytorch.org/user"
-# upstream 0.7.0's names
-DEFAULT_ROLE_NAME = "node"
-TAG_TORCHX_VER = TAG_VERSION
-TAG_TORCHX_APPNAME = TAG_APP_NAME
-TAG_TORCHX_USER = TAG_USER
+DEFAULT_ROLE_NAME = "node"  # upstream 0.7.0's name
 TAG_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
 MAX_NODE_RANGES = 5
 MAX_ATTEMPTS = 10
@@ -96,7 +92,7 @@ def job_name(app_name: str) -> str:
     return f"{base}-{random_id(8)}"
 
 
-def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
+def resource_requirements_from_resource(resource: Resource) -> List[Dict[str, str]]:
     if resource.memMB <= 0:
         raise InvalidAppError(f"aws_batch needs memMB > 0 for every role, got {resource.memMB}")
     reqs = [
@@ -106,11 +102,6 @@ def resource_requirements(resource: Resource) -> List[Dict[str, str]]:
     if resource.gpu > 0:
         reqs.append({"type": "GPU", "value": str(int(resource.gpu))})
     return reqs
-
-
-def resource_requirements_from_resource(resource: Resource) -> List[Dict[str, str]]:
-    """Upstream's name of ``resource_requirements``."""
-    return resource_requirements(resource)
 
 
 class ResourceType(Enum):
@@ -195,7 +186,7 @@ def container_properties(
         ),
         "environment": [{"name": k, "value": v} for k, v in env.items()],
         "privileged": bool(cfg.get("privileged")),
-        "resourceRequirements": resource_requirements(role.resource),
+        "resourceRequirements": resource_requirements_from_resource(role.resource),
         # PyTorch data loaders need more than Docker's 64 MB of /dev/shm.
         "linuxParameters": {"sharedMemorySize": int(role.resource.memMB), "devices": devices},
         "logConfiguration": {"logDriver": "awslogs"},
@@ -253,10 +244,10 @@ def batch_job(
         )
         start += role.num_replicas
     tags = {
-        TAG_VERSION: torchx.__version__,
-        TAG_APP_NAME: app.name,
+        TAG_TORCHX_VER: torchx.__version__,
+        TAG_TORCHX_APPNAME: app.name,
         TAG_APP_ID: app_id,
-        TAG_USER: str(cfg.get("user") or getpass.getuser()),
+        TAG_TORCHX_USER: str(cfg.get("user") or getpass.getuser()),
     }
     tags.update({str(k): str(v) for k, v in app.metadata.items() if k != IDEMPOTENCY_TOKEN})
     token = app_idempotency_token(app)

@@ -47,12 +47,10 @@ from torchx.schedulers.aws_batch_request import (  # noqa: F401 (upstream's name
     ENV_TORCHX_ROLE_IDX,
     ENV_TORCHX_ROLE_NAME,
     MAX_NODE_RANGES,
-    TAG_APP_NAME,
     TAG_IDEMPOTENCY_TOKEN,
     TAG_TORCHX_APPNAME,
     TAG_TORCHX_USER,
     TAG_TORCHX_VER,
-    TAG_VERSION,
     BatchJob,
     ResourceType,
     batch_job,
@@ -255,16 +253,9 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
 
     def _get_job(self, app_id: str) -> Optional[Dict[str, Any]]:
         queue, name = parse_app_id(app_id)
-        flt = [{"name": "JOB_NAME", "values": [name]}]
-        listed = self._pages(self.client.list_jobs, "jobSummaryList", jobQueue=queue, filters=flt)
-        summaries = [
-            s for s in listed if s.get("jobName") == name and "#" not in s.get("jobId", "")
-        ]
-        if not summaries:
-            return None
-        newest = max(summaries, key=lambda s: s.get("createdAt") or 0)
-        jobs = self._describe_jobs([newest["jobId"]])
-        return jobs[0] if jobs else None
+        jobs = self._list_jobs(queue, {"name": "JOB_NAME", "values": [name]})
+        named = [job for job in jobs if job.get("jobName") == name]
+        return max(named, key=lambda job: job.get("createdAt") or 0, default=None)
 
     def _node_jobs(self, job: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
         """Batch's per-node jobs (``{jobId}#{index}``); absent until the job starts."""
@@ -330,7 +321,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         for queue in self._queues():
             # AFTER_CREATED_AT=1: a filter makes ListJobs return every state, not just RUNNING
             for job in self._list_jobs(queue, {"name": "AFTER_CREATED_AT", "values": ["1"]}):
-                if TAG_VERSION in (job.get("tags") or {}):
+                if TAG_TORCHX_VER in (job.get("tags") or {}):
                     apps.append(self._entry(queue, job))
         return apps
 
@@ -345,13 +336,13 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         for queue in self._queues():
             for job in self._list_jobs(queue, flt, limit=FIND_MAX_JOBS):
                 tags = job.get("tags") or {}
-                if TAG_VERSION in tags and tags.get(TAG_IDEMPOTENCY_TOKEN) == token:
+                if TAG_TORCHX_VER in tags and tags.get(TAG_IDEMPOTENCY_TOKEN) == token:
                     found.append((int(job.get("createdAt") or 0), self._entry(queue, job)))
         found.sort(key=lambda pair: (pair[0], pair[1].app_id))
         return [entry for _, entry in found]
 
     def _entry(self, queue: str, job: Dict[str, Any]) -> ListAppResponse:
-        name = (job.get("tags") or {}).get(TAG_APP_NAME, "")
+        name = (job.get("tags") or {}).get(TAG_TORCHX_APPNAME, "")
         return ListAppResponse(f"{queue}:{job['jobName']}", self._state(job), name=name)
 
     def _pages(
@@ -435,15 +426,12 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         raise InvalidArgumentError(f"app has no role {role_name!r}")
 
     def _log_stream(self, job: Dict[str, Any], node_index: int) -> Optional[str]:
+        main_node = int((job.get("nodeProperties") or {}).get("mainNode") or 0)
         candidates = self._describe_jobs([f"{job['jobId']}#{node_index}"])
-        if not candidates and node_index == int(
-            (job.get("nodeProperties") or {}).get("mainNode") or 0
-        ):
+        if not candidates and node_index == main_node:
             candidates = [job]  # without node jobs, the job's own stream is the main node's
-        for node in candidates:
-            if _container(node).get("logStreamName"):
-                return str(_container(node)["logStreamName"])
-        return None
+        streams = [_container(node).get("logStreamName") for node in candidates]
+        return next((str(stream) for stream in streams if stream), None)
 
     def _log_lines(
         self,
@@ -464,24 +452,23 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         if until is not None:
             kwargs["endTime"] = to_millis_since_epoch(until)
         stream: Optional[str] = None
-        token: Optional[str] = None
         ended = False
         while True:
             if stream is None:
                 stream = self._log_stream(job, node_index)
             if stream is not None:
                 while True:  # drain what is there now
-                    args = dict(
-                        kwargs, logStreamName=stream, **({"nextToken": token} if token else {})
+                    resp = self._call(
+                        self.log_client.get_log_events, logStreamName=stream, **kwargs
                     )
-                    resp = self._call(self.log_client.get_log_events, **args)
                     for event in resp.get("events") or []:
                         message = str(event.get("message", ""))
                         yield message if message.endswith("\n") else message + "\n"
-                    new_token = resp.get("nextForwardToken")
-                    if new_token in (None, token):  # AWS hands back the same token at the end
+                    token = resp.get("nextForwardToken")
+                    # AWS hands back the same token at the end
+                    if token in (None, kwargs.get("nextToken")):
                         break
-                    token = new_token
+                    kwargs["nextToken"] = token
             if not should_tail or ended:
                 return
             job = self._get_job(app_id) or job

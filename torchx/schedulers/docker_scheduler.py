@@ -61,7 +61,6 @@ from torchx.specs.api import (
 from torchx.specs.serialize import appdef_from_dict, appdef_to_dict
 from torchx.util.paths import torchx_home
 from torchx.workspace.docker_workspace import (
-    HASH_PREFIX,
     DockerUnavailableError,
     DockerWorkspaceMixin,
     connect_docker,
@@ -122,11 +121,6 @@ class DockerJob:
     app_id: str
     containers: List[DockerContainer]
     state_dir: str = ""
-
-    @property
-    def images_to_build(self) -> List[str]:
-        """The planned workspace images (``sha256:...``) that ``schedule`` builds first."""
-        return sorted({c.image for c in self.containers if c.image.startswith(HASH_PREFIX)})
 
     def __str__(self) -> str:
         import yaml
@@ -190,10 +184,8 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
             ) from None
 
         # cfg is resolved: its values have their run options' types
-        default_env: Dict[str, str] = {}
-        for pattern in cast(List[str], cfg.get("copy_env") or []):
-            for key in fnmatch.filter(os.environ.keys(), pattern):
-                default_env[key] = os.environ[key]
+        patterns = cast(List[str], cfg.get("copy_env") or [])
+        default_env = {k: os.environ[k] for p in patterns for k in fnmatch.filter(os.environ, p)}
         default_env.update(cast(Dict[str, str], cfg.get("env") or {}))
 
         app_id = keyed_app_id(app) or make_unique(app.name)
@@ -252,7 +244,6 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                 name = _container_name(app_id, role.name, replica_id)
                 kwargs: Dict[str, Any] = {
                     "name": name,
-                    # a host name of its own: torchrun tells nodes apart by host name and pid
                     "hostname": name,
                     "extra_hosts": hosts,
                     "environment": env,
@@ -295,10 +286,11 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         req = dryrun_info.request
         client = self._docker_client
-        built = {image: self._build(client, image) for image in req.images_to_build}
+        # a planned workspace image (sha256:...) is built first; _build passes the others on
+        images = {image: self._build(client, image) for image in {c.image for c in req.containers}}
         cpus = _engine_cpus(client)
         Path(req.state_dir).mkdir(parents=True, exist_ok=True)
-        for image in {built.get(c.image, c.image) for c in req.containers}:
+        for image in set(images.values()):
             ensure_image(client, image)
         started: List[Container] = []
         for c in req.containers:
@@ -312,7 +304,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     cpus,
                 )
                 kwargs["nano_cpus"] = int(cpus * 1e9)
-            image = built.get(c.image, c.image)
+            image = images[c.image]
             try:
                 started.append(client.containers.run(image, c.command, detach=True, **kwargs))
             except Exception:  # a half-started app must not run on: stop what started
@@ -347,12 +339,11 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                 )
             )
         state, msg = _app_state(replica_states, state_dir)
-        error = _first_error(state_dir) if state == AppState.FAILED else NONE
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
             msg=msg,
-            structured_error_msg=error,
+            structured_error_msg=_first_error(state_dir) if state == AppState.FAILED else NONE,
             roles=app.roles if app else [],
             roles_statuses=list(roles_statuses.values()),
             metadata=dict(app.metadata) if app else {},
@@ -437,8 +428,7 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         """Record the cancel (unless the app already ended), then stop every replica: SIGTERM,
         SIGKILL after ``STOP_GRACE`` s. A restart policy does not restart a stopped container."""
         containers = self._containers(app_id)
-        states = [_container_state(c) for c in containers]
-        if not containers or all(is_terminal(s) for s in states):
+        if all(is_terminal(_container_state(c)) for c in containers):  # none, or all ended
             return
         state_dir = _state_dir(containers)
         if not (state_dir / CANCELLED_FILE).exists():

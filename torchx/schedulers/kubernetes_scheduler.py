@@ -1,9 +1,6 @@
-"""Upstream's module path of the kubernetes scheduler: ``kubernetes`` lives in the
-``torchx.schedulers.kubernetes`` package; this module re-exports what upstream's
-``torchx.schedulers.kubernetes_scheduler`` offered, so code written against it keeps working.
-
-The names upstream had that the package spells differently are defined here, each a thin
-view of the one implementation in ``manifests`` / ``status``.
+"""Upstream's module path of the kubernetes scheduler (``torchx.schedulers.kubernetes``):
+the package's names re-exported, and those upstream spells differently defined here, each a
+thin view of the one implementation in ``manifests`` / ``status``.
 """
 
 from __future__ import annotations
@@ -11,9 +8,9 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 import torchx
-from torchx.schedulers.kubernetes.api import KubernetesError
-from torchx.schedulers.kubernetes.logs import TAIL_POLL_SECONDS
-from torchx.schedulers.kubernetes.manifests import (
+from torchx.schedulers.kubernetes.api import KubernetesError  # noqa: F401
+from torchx.schedulers.kubernetes.logs import TAIL_POLL_SECONDS  # noqa: F401
+from torchx.schedulers.kubernetes.manifests import (  # noqa: F401 (upstream's names)
     ANNOTATION_ISTIO_SIDECAR,
     LABEL_APP_NAME,
     LABEL_KUBE_APP_NAME,
@@ -30,7 +27,7 @@ from torchx.schedulers.kubernetes.manifests import (
     pod_template,
     serialize,
 )
-from torchx.schedulers.kubernetes.scheduler import (
+from torchx.schedulers.kubernetes.scheduler import (  # noqa: F401
     KubernetesJob,
     KubernetesOpts,
     KubernetesScheduler,
@@ -41,41 +38,8 @@ from torchx.schedulers.kubernetes.scheduler import (
 from torchx.schedulers.kubernetes.status import POD_PHASE_STATE, VOLCANO_JOB_STATE
 from torchx.specs.api import AppDef, AppState, Role
 
-__all__ = [
-    "ANNOTATION_ISTIO_SIDECAR",
-    "JOB_STATE",
-    "KubernetesError",
-    "KubernetesJob",
-    "KubernetesOpts",
-    "KubernetesScheduler",
-    "LABEL_APP_NAME",
-    "LABEL_INSTANCE_TYPE",
-    "LABEL_KUBE_APP_NAME",
-    "LABEL_ORGANIZATION",
-    "LABEL_REPLICA_ID",
-    "LABEL_ROLE_INDEX",
-    "LABEL_ROLE_NAME",
-    "LABEL_UNIQUE_NAME",
-    "LABEL_VERSION",
-    "RESERVED_MEMMB",
-    "RESERVED_MILLICPU",
-    "RETRY_POLICIES",
-    "TAIL_POLL_SECONDS",
-    "TASK_STATE",
-    "app_to_resource",
-    "create_scheduler",
-    "logger",
-    "pod_labels",
-    "role_to_pod",
-    "sanitize_for_serialization",
-]
-
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-
-# plain JSON-able data from kubernetes client models (needs ``torchx[kubernetes]``)
 sanitize_for_serialization = serialize
-
-# Volcano job phases -> AppState (ours also knows Completing)
 JOB_STATE: Dict[str, AppState] = dict(VOLCANO_JOB_STATE)
 
 # Volcano task statuses -> replica state: the pod phases plus the scheduling steps

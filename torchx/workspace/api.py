@@ -124,17 +124,14 @@ class WorkspaceMixin(abc.ABC, Generic[T]):
         self, role: Role, workspace: Union[Workspace, str], cfg: Mapping[str, CfgVal]
     ) -> None:
         """A multi-project workspace is first assembled in a temporary directory."""
-        if isinstance(workspace, Workspace):
-            if workspace.is_unmapped_single_project():
-                workspace = str(workspace)
-            else:
-                import tempfile
+        if isinstance(workspace, Workspace) and not workspace.is_unmapped_single_project():
+            import tempfile
 
-                with tempfile.TemporaryDirectory(prefix="torchx_workspace_") as root:
-                    _assemble(workspace, root)
-                    self.build_workspace_and_update_role(role, root, cfg)
-                return
-        self.build_workspace_and_update_role(role, workspace, cfg)
+            with tempfile.TemporaryDirectory(prefix="torchx_workspace_") as root:
+                _assemble(workspace, root)
+                self.build_workspace_and_update_role(role, root, cfg)
+            return
+        self.build_workspace_and_update_role(role, str(workspace), cfg)
 
     @abc.abstractmethod
     def build_workspace_and_update_role(
@@ -183,10 +180,9 @@ def _walk(
     a directory is a file (copied as a link), and ``skip`` (a copy's target) is left out."""
     from torchx.workspace.ignore import IgnoreRules
 
-    rules = IgnoreRules(source=ignore_name)
-    if fs.isfile(posixpath.join(path, ignore_name)):
-        with fs.open(posixpath.join(path, ignore_name), "rt") as f:
-            rules = IgnoreRules.parse(f.read(), source=ignore_name)
+    ignore_path = posixpath.join(path, ignore_name)
+    text = fs.cat_file(ignore_path).decode() if fs.isfile(ignore_path) else ""
+    rules = IgnoreRules(text, source=ignore_name)
     stack: list[tuple[str, str]] = [(path, "")]
     while stack:
         current, rel = stack.pop()
@@ -244,12 +240,9 @@ class WorkspaceBuild:
 
     def __str__(self) -> str:
         head = f"workspace {self.workspace} -> role {self.role}: {self.old_image} -> {self.image}"
-        lines = [head]
-        if self.detail:
-            lines.append(self.detail)
-        lines.append(f"{len(self.files)} file(s):")
-        lines.extend(f"  {f}" for f in self.files)
-        return "\n".join(lines)
+        detail = [self.detail] if self.detail else []
+        files = [f"{len(self.files)} file(s):", *(f"  {f}" for f in self.files)]
+        return "\n".join([head, *detail, *files])
 
 
 def apply_workspace(

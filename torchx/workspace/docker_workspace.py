@@ -70,10 +70,6 @@ class DockerWorkspaceBuild:
     context: IO[bytes] = field(repr=False)
     quiet: bool = False
 
-    @property
-    def buildargs(self) -> Dict[str, str]:
-        return {"IMAGE": self.base_image, "WORKSPACE": self.workspace}
-
     def __str__(self) -> str:
         return (
             f"docker build context: {TORCHX_DOCKERFILE} + {len(self.files) - 1} file(s)"
@@ -148,25 +144,19 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.__docker_client = docker_client
+        self._workspace_builds: Dict[str, DockerWorkspaceBuild] = {}
 
     @property
     def _docker_client(self) -> DockerClient:
-        client = getattr(self, "_DockerWorkspaceMixin__docker_client", None)
+        client = self.__docker_client
         if client is None:
             client = connect_docker(f"build the workspace image; or {DISABLE_HINT}")
             self.__docker_client = client
         return client
 
-    def _workspace_builds(self) -> Dict[str, DockerWorkspaceBuild]:
-        return self.__dict__.setdefault("_docker_workspace_builds", {})
-
     def workspace_build(self, image: str) -> Optional[DockerWorkspaceBuild]:
-        """The planned build behind ``image`` (``sha256:...`` or ``image_repo:digest``)."""
-        builds = self._workspace_builds()
-        if image in builds:
-            return builds[image]
-        tag = image.rpartition(":")[2]
-        return builds.get(HASH_PREFIX + tag)
+        """The planned build behind ``image`` (``sha256:<digest>`` or ``image_repo:<digest>``)."""
+        return self._workspace_builds.get(HASH_PREFIX + image.rpartition(":")[2])
 
     def workspace_opts(self) -> runopts:
         opts = runopts()
@@ -194,10 +184,10 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
         build = DockerWorkspaceBuild(
             HASH_PREFIX + digest, base, workspace, files, context, bool(cfg.get("quiet"))
         )
-        old = self._workspace_builds().get(build.image)
+        old = self._workspace_builds.get(build.image)
         if old is not None:
             old.context.close()
-        self._workspace_builds()[build.image] = build
+        self._workspace_builds[build.image] = build
         log.info("%s -> %s", build, build.image)
         role.image = build.image
 
@@ -232,7 +222,7 @@ class DockerWorkspaceMixin(WorkspaceMixin[ImagesToPush]):
 
     def _build(self, client: DockerClient, image: str) -> str:
         """The real image id of ``image``, building it first if it is a planned build."""
-        build = self._workspace_builds().get(image)
+        build = self._workspace_builds.get(image)
         if build is None:
             return image
         base = self._build(client, build.base_image)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Iterable, List
+from typing import List
 
 from torchx.specs import TorchXError
 
@@ -27,17 +27,6 @@ class IgnorePattern:
     pattern: str
     reinclude: bool
     regex: re.Pattern[str]
-
-    def matches(self, relpath: str) -> bool:
-        return self.regex.match(relpath) is not None
-
-
-def _clean(pattern: str) -> str:
-    """Go's ``filepath.Clean`` for the patterns we see (no ``//`` prefix, no trailing ``/``)."""
-    cleaned = posixpath.normpath(pattern)
-    if cleaned.startswith("//"):
-        cleaned = "/" + cleaned.lstrip("/")
-    return cleaned
 
 
 def _translate_class(pattern: str, start: int, source: str) -> tuple[str, int]:
@@ -98,35 +87,24 @@ def compile_pattern(pattern: str, source: str = ".dockerignore") -> re.Pattern[s
 class IgnoreRules:
     """The patterns of one ignore file, answering "is this path left out?"."""
 
-    def __init__(self, lines: Iterable[str] = (), source: str = ".dockerignore") -> None:
-        self.source = source
+    def __init__(self, text: str = "", source: str = ".dockerignore") -> None:
         self.patterns: List[IgnorePattern] = []
-        for raw in lines:
-            self._add(raw)
-
-    @classmethod
-    def parse(cls, text: str, source: str = ".dockerignore") -> IgnoreRules:
-        return cls(text.removeprefix("\ufeff").splitlines(), source)
-
-    def _add(self, raw: str) -> None:
-        if raw.startswith("#"):
-            return
-        line = raw.strip()
-        if not line:
-            return
-        reinclude = line.startswith("!")
-        if reinclude:
-            line = line[1:].strip()
-            if not line:
-                raise InvalidIgnorePatternError(
-                    f"{self.source}: a lone '!' is not a pattern; write '!PATH' to re-include PATH"
-                )
-        pattern = _clean(line)
-        if len(pattern) > 1 and pattern.startswith("/"):
-            pattern = pattern[1:]
-        self.patterns.append(
-            IgnorePattern(pattern, reinclude, compile_pattern(pattern, self.source))
-        )
+        for raw in text.removeprefix("\ufeff").splitlines():
+            line = raw.strip()
+            if not line or raw.startswith("#"):
+                continue
+            reinclude = line.startswith("!")
+            if reinclude:
+                line = line[1:].strip()
+                if not line:
+                    raise InvalidIgnorePatternError(
+                        f"{source}: a lone '!' is not a pattern; write '!PATH' to re-include PATH"
+                    )
+            # Go's ``filepath.Clean``; a leading ``/`` is the context's root, as no ``/``
+            pattern = posixpath.normpath(line).lstrip("/") or "/"
+            self.patterns.append(
+                IgnorePattern(pattern, reinclude, compile_pattern(pattern, source))
+            )
 
     def excluded(self, relpath: str) -> bool:
         """Whether ``relpath`` is left out: the last pattern that matches it or one of its parent
@@ -137,8 +115,8 @@ class IgnoreRules:
         for p in self.patterns:
             if p.reinclude != excluded:
                 continue  # cannot change the outcome
-            hit = p.matches(relpath) or any(
-                p.matches("/".join(parents[: i + 1])) for i in range(len(parents))
+            hit = p.regex.match(relpath) or any(
+                p.regex.match("/".join(parents[: i + 1])) for i in range(len(parents))
             )
             if hit:
                 excluded = not p.reinclude

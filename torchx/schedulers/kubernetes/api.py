@@ -47,12 +47,6 @@ def tolerating(status: int) -> Iterator[None]:
             raise
 
 
-def guarded(lines: Iterator[str]) -> Iterator[str]:
-    """``api_errors`` for a generator: errors surface while iterating."""
-    with api_errors():
-        yield from lines
-
-
 def status_message(e: Any) -> str:
     """The API server's own explanation of an ApiException (its Status ``message``)."""
     try:

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from torchx.schedulers.api import split_lines_iterator
+from torchx.schedulers.kubernetes.api import api_errors
 
 TAIL_POLL_SECONDS = 1.0
 
@@ -40,26 +41,27 @@ def pod_log_lines(
     if until is not None:
         kwargs["timestamps"] = True
         until = until.astimezone(timezone.utc)  # a naive time is local time
-    while True:
-        name = pod_name()
-        if name is not None:
-            try:
-                resp = core_api().read_namespaced_pod_log(
-                    name,
-                    namespace,
-                    follow=should_tail,
-                    _preload_content=False,
-                    **kwargs,
-                )
-            except ApiException as e:
-                if e.status not in (400, 404):  # 400: container not started yet
-                    raise
-            else:
-                yield from response_lines(resp, until)
+    with api_errors():  # errors surface while the lines are read
+        while True:
+            name = pod_name()
+            if name is not None:
+                try:
+                    resp = core_api().read_namespaced_pod_log(
+                        name,
+                        namespace,
+                        follow=should_tail,
+                        _preload_content=False,
+                        **kwargs,
+                    )
+                except ApiException as e:
+                    if e.status not in (400, 404):  # 400: container not started yet
+                        raise
+                else:
+                    yield from response_lines(resp, until)
+                    return
+            if not should_tail or app_ended():
                 return
-        if not should_tail or app_ended():
-            return
-        time.sleep(TAIL_POLL_SECONDS)
+            time.sleep(TAIL_POLL_SECONDS)
 
 
 def response_lines(resp: Any, until: Optional[datetime]) -> Iterator[str]:

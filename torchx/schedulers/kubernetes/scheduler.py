@@ -1,19 +1,15 @@
 """``kubernetes``: run an app as a Volcano Job (default) or as Indexed Jobs (no Volcano).
 
-``-cfg job_type=volcano`` (upstream-compatible) submits one
-``batch.volcano.sh/v1alpha1`` Job with one task per replica: Volcano gang-schedules
-the replicas (``minAvailable`` = the roles' ``min_replicas``), its svc plugin gives
-every pod a stable host name, and the rank-0 host reaches the replicas as
-``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
-
-``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one
-Indexed ``batch/v1`` Job per role plus a headless Service (see ``manifests.indexed_jobs``).
+``-cfg job_type=volcano`` (upstream-compatible) submits one ``batch.volcano.sh/v1alpha1`` Job
+with one task per replica: Volcano gang-schedules the replicas (``minAvailable`` = the roles'
+``min_replicas``), its svc plugin gives every pod a stable host name, and the replicas reach
+the rank-0 host as ``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
+``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one Indexed
+``batch/v1`` Job per role plus a headless Service (see ``manifests.indexed_jobs``).
 
 App ids are ``{namespace}:{name}``. A keyed submission (``Runner.run(idempotency_key=...)``)
-claims its name with a ConfigMap before creating its job (``claims``).
-
-Workspaces are ``DockerWorkspaceMixin``'s: ``schedule`` pushes the image before creating
-anything.
+claims its name with a ConfigMap before creating its job (``claims``). Workspaces are
+``DockerWorkspaceMixin``'s: ``schedule`` pushes the image before creating anything.
 """
 
 from __future__ import annotations
@@ -53,7 +49,6 @@ from torchx.schedulers.kubernetes import status as ks
 from torchx.schedulers.kubernetes.api import (
     KubernetesError,
     api_errors,
-    guarded,
     kubeconfig_path,
     load_api_client,
     status_message,
@@ -126,7 +121,6 @@ class KubernetesJob:
     namespace: str
     name: str
     job_type: str
-    # workspace image -> (repo, tag)
     images_to_push: ImagesToPush = dataclasses.field(default_factory=dict)
     claim: Optional[Dict[str, Any]] = None
 
@@ -537,20 +531,12 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             info = ks.latest_pods(self._pods(namespace, name)).get((role_name, k))
             return info.name if info else None
 
-        lines = kl.pod_log_lines(
-            self._core,
-            pod_name,
-            lambda: self._ended(app_id),
-            namespace,
-            since,
-            until,
-            should_tail,
-        )
-        return filter_regex(regex, guarded(lines))
+        def ended() -> bool:
+            desc = self.describe(app_id)
+            return desc is None or is_terminal(desc.state)
 
-    def _ended(self, app_id: str) -> bool:
-        desc = self.describe(app_id)
-        return desc is None or is_terminal(desc.state)
+        lines = kl.pod_log_lines(self._core, pod_name, ended, namespace, since, until, should_tail)
+        return filter_regex(regex, lines)
 
 
 def app_to_resource(

@@ -72,15 +72,6 @@ FATAL_WAITING_REASONS = {
     "CreateContainerError",
 }
 
-# When a task's pods are in several phases (POD_PHASE_STATE), the "most advanced" wins.
-_STATE_RANK = {
-    AppState.UNKNOWN: 0,
-    AppState.PENDING: 1,
-    AppState.RUNNING: 2,
-    AppState.SUCCEEDED: 3,
-    AppState.FAILED: 4,
-}
-
 
 @dataclass
 class PodInfo:
@@ -200,14 +191,6 @@ def volcano_state(job: Obj) -> AppState:
     return VOLCANO_JOB_STATE.get(phase, AppState.UNKNOWN)
 
 
-def volcano_task_state(job: Obj, task: str) -> Optional[AppState]:
-    """A task's state from the job's ``status.taskStatusCount`` (when pods are not visible)."""
-    counts = ((job.get("status") or {}).get("taskStatusCount") or {}).get(task) or {}
-    phases = [p for p, n in (counts.get("phase") or {}).items() if n]
-    states = [POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p in phases]
-    return max(states, key=lambda state: _STATE_RANK[state], default=None)
-
-
 def batch_job_state(job: Obj) -> Tuple[AppState, str]:
     """(state, message) of a ``batch/v1`` Job from its conditions and counters."""
     status = job.get("status") or {}
@@ -245,10 +228,15 @@ def combine_states(states: List[AppState]) -> AppState:
 
 def describe_volcano(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppResponse:
     roles = volcano_roles(job)
+    task_counts = (job.get("status") or {}).get("taskStatusCount") or {}
 
     def from_task_counts(role_idx: int, replica_id: int) -> Optional[AppState]:
+        """A replica's state from its task's pod phase counts (when its pod is not visible)."""
         role_dns = normalize_name(roles[role_idx].name, ROLE_NAME_MAX, fallback="role")
-        return volcano_task_state(job, task_name(role_dns, replica_id))
+        phases = (task_counts.get(task_name(role_dns, replica_id)) or {}).get("phase") or {}
+        states = [POD_PHASE_STATE.get(p, AppState.UNKNOWN) for p, n in phases.items() if n]
+        # of pods in several phases the most advanced wins: AppState is in lifecycle order
+        return max(states, key=lambda state: (state != AppState.UNKNOWN, state), default=None)
 
     restarts = int((job.get("status") or {}).get("retryCount") or 0)
     resp = describe_response(app_id, volcano_state(job), roles, pods, from_task_counts, restarts)
