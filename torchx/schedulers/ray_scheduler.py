@@ -24,7 +24,6 @@ import os
 import re
 import shlex
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -81,7 +80,6 @@ NO_TORCHX_ON_CLUSTER = (
     " (pip install 'torchx[ray]' in its image or runtime environment); the job runs"
     f" `{DRIVER}` with the cluster's own Python"
 )
-_ENV_LOCK = threading.Lock()
 TAIL_LINES = 400  # the log lines read for the last progress record
 RAY_STATES = {
     "PENDING": AppState.PENDING,
@@ -178,21 +176,18 @@ class RayScheduler(Scheduler[RayJob]):
         js = import_optional("ray.job_submission", "ray")
         url = dashboard_url(address)
         from_env = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
-        if not from_env or dashboard_url(from_env) == url:  # the usual case: env untouched
+        if not from_env or dashboard_url(from_env) == url:  # the usual case: Ray's own client
             return js.JobSubmissionClient(url)
-        # Ray prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS over the argument: hide them while
-        # the client is made for another address (a run option); the lock keeps this
-        # process's other threads (`torchx log` reads replicas concurrently) from seeing it
-        with _ENV_LOCK:
-            saved = {
-                k: os.environ.pop(k)
-                for k in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-                if k in os.environ
-            }
-            try:
-                return js.JobSubmissionClient(url)
-            finally:
-                os.environ.update(saved)
+        # another address (a run option): JobSubmissionClient.__init__ always prefers
+        # $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS to its argument (Ray 2.60,
+        # ray.dashboard.utils.get_address_for_submission_client); its base class takes an
+        # http(s) URL as given. So: the base's init, then the check Ray's init makes.
+        from ray.dashboard.modules.dashboard_sdk import SubmissionClient
+
+        client = js.JobSubmissionClient.__new__(js.JobSubmissionClient)
+        SubmissionClient.__init__(client, address=url)
+        client._check_connection_and_version(min_version="2.0")
+        return client
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
         from torchx.specs.serialize import appdef_to_dict
