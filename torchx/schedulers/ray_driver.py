@@ -33,9 +33,9 @@ from http.client import HTTPException
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock, step_of
+from torchx.schedulers.api import ENV_PROGRESS_FILE, STALL_TIMEOUT
 
 REQUEST_ENV = "TORCHX_RAY_REQUEST"
-STALL_TIMEOUT = "torchx.stall_timeout"  # the app's metadata (``torchx.schedulers.api``)
 PROGRESS_RECORD = "torchx-progress "
 WATCH_INTERVAL = 1.0
 # what Ray puts before an actor's line: "(Replica pid=12) ", maybe in color
@@ -85,7 +85,7 @@ def _replica_actor() -> Any:
             bindir = os.path.dirname(sys.executable)
             full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
             full_env.update(env)
-            full_env["TORCHX_PROGRESS_FILE"] = self.progress_file
+            full_env[ENV_PROGRESS_FILE] = self.progress_file
             self.last_output = time.time()  # a start is activity: silence counts from here
             self.proc = subprocess.Popen(
                 args,
