@@ -413,9 +413,8 @@ class RayScheduler(Scheduler[RayJob]):
 
 
 def _state(status: Any) -> AppState:
-    """A Ray ``JobStatus`` (or its value) as an ``AppState``."""
-    value = status.value if hasattr(status, "value") else status
-    return RAY_STATES.get(str(value), AppState.UNKNOWN)
+    """A Ray ``JobStatus`` (its ``str`` is its value) as an ``AppState``."""
+    return RAY_STATES.get(str(status), AppState.UNKNOWN)
 
 
 def _env_address() -> str:
@@ -429,7 +428,7 @@ def _env_address() -> str:
 
 def _request_of(info: Any) -> Optional[Dict[str, Any]]:
     """The request a torchx job carries in its runtime_env (None: not torchx's)."""
-    env = ((info.runtime_env or {}) if hasattr(info, "runtime_env") else {}).get("env_vars")
+    env = (info.runtime_env or {}).get("env_vars")
     try:
         return decode_request(env[REQUEST_ENV]) if env and env.get(REQUEST_ENV) else None
     except (ValueError, TypeError, zlib.error):  # not one of ours
