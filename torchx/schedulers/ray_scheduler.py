@@ -261,24 +261,21 @@ class RayScheduler(Scheduler[RayJob]):
                 ) from None
         return job.app_id
 
-    def _job_log_tail(self, app_id: str) -> List[str]:
-        """The job log's last ``TAIL_LINES`` lines from the dashboard's log API (Ray's Python
-        ``get_log`` wants the GCS address); else the whole log (e.g. a cluster with auth)."""
+    def progress_path(self, app_id: str) -> Optional[str]:
+        """The first replica's last report, from the job log's last ``TAIL_LINES`` lines (the
+        dashboard's log API: Ray's Python ``get_log`` wants the GCS address), else from the
+        whole log (chatty replicas; a cluster with auth), cached in this process's
+        ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
         query = urllib.parse.urlencode(
             {"submission_id": app_id, "lines": TAIL_LINES, "timeout": 10}
         )
         url = f"{dashboard_url(_env_address())}/api/v0/logs/file?{query}"
         try:
             with urllib.request.urlopen(url, timeout=15) as r:
-                return r.read().decode(errors="replace").splitlines()
-        except OSError:  # URLError, HTTPError, timeouts
-            return self._logs(app_id).splitlines()[-TAIL_LINES:]
-
-    def progress_path(self, app_id: str) -> Optional[str]:
-        """The first replica's last report, from the job's log, cached in this process's
-        ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
-        report = last_progress(self._job_log_tail(app_id))
-        if report is None:  # chatty replicas: the record may be further back
+                report = last_progress(r.read().decode(errors="replace").splitlines())
+        except OSError:  # URLError, HTTPError, timeouts: the whole log below
+            report = None
+        if report is None:
             report = last_progress(self._logs(app_id).splitlines())
         if not report:
             return None
