@@ -196,7 +196,6 @@ class RayScheduler(Scheduler[RayJob]):
         working_dir = str(cfg.get("working_dir") or "") or None
         replicas = []
         for role in app.roles:
-            elastic = role.min_replicas is not None and role.min_replicas < role.num_replicas
             for i in range(role.num_replicas):
                 values = macros.Values(
                     img_root=working_dir or ".",
@@ -205,17 +204,14 @@ class RayScheduler(Scheduler[RayJob]):
                     rank0_env="TORCHX_RANK0_HOST",
                 )
                 r = values.apply(role)
-                env = dict(r.env)
-                env.setdefault("PYTHONUNBUFFERED", "1")
                 replicas.append(
                     {
                         "role": role.name,
                         "replica_id": i,
                         "args": [r.entrypoint, *r.args],
-                        "env": env,
+                        "env": {"PYTHONUNBUFFERED": "1", **r.env},
                         "cpu": max(r.resource.cpu, 1),
                         "gpu": max(r.resource.gpu, 0),
-                        "elastic": elastic,
                         "min_replicas": role.min_replicas or role.num_replicas,
                     }
                 )
