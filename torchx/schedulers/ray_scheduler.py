@@ -110,11 +110,8 @@ class RayJob:
     def metadata(self) -> Dict[str, str]:
         """Marks the Ray job as torchx's, with its token and owner if any."""
         meta = {META_TORCHX: "1", META_APP_NAME: self.app.get("name", ""), "address": self.address}
-        if self.idempotency_token:
-            meta[META_IDEMPOTENCY_TOKEN] = self.idempotency_token
-        if self.owner:
-            meta[META_OWNER] = self.owner
-        return meta
+        stored = {META_IDEMPOTENCY_TOKEN: self.idempotency_token, META_OWNER: self.owner}
+        return {**meta, **{k: v for k, v in stored.items() if v}}
 
     @property
     def request(self) -> Dict[str, Any]:
@@ -291,6 +288,8 @@ class RayScheduler(Scheduler[RayJob]):
 
         app = appdef_from_dict(req["app"]) if req else None
         msg = info.message or NONE
+        meta = info.metadata or {}  # the Ray job's own
+        carried = {IDEMPOTENCY_TOKEN: meta.get(META_IDEMPOTENCY_TOKEN), OWNER: meta.get(META_OWNER)}
         codes: Dict[str, Optional[int]] = {}
         if is_terminal(state):
             logs = client.get_job_logs(app_id)
@@ -322,7 +321,7 @@ class RayScheduler(Scheduler[RayJob]):
             # the request's (e.g. the stall timeout), then what the Ray job itself carries
             metadata={
                 **{k: v for k, v in (app.metadata if app else {}).items() if v},
-                **_app_metadata(info.metadata or {}),
+                **{k: v for k, v in carried.items() if v},
             },
             roles=app.roles if app else [],
             ui_url=f"{dashboard_url(_env_address())}/#/jobs/{app_id}",
@@ -426,12 +425,6 @@ def _request_of(info: Any) -> Optional[Dict[str, Any]]:
         return decode_request(env[REQUEST_ENV]) if env and env.get(REQUEST_ENV) else None
     except (ValueError, TypeError, zlib.error):  # not one of ours
         return None
-
-
-def _app_metadata(meta: Mapping[str, str]) -> Dict[str, str]:
-    """The app metadata a Ray job stores (token, owner), as ``DescribeAppResponse.metadata``."""
-    found = {IDEMPOTENCY_TOKEN: meta.get(META_IDEMPOTENCY_TOKEN), OWNER: meta.get(META_OWNER)}
-    return {k: v for k, v in found.items() if v}
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> RayScheduler:
