@@ -299,17 +299,13 @@ class RayScheduler(Scheduler[RayJob]):
                 msg = NO_TORCHX_ON_CLUSTER
             elif state == AppState.FAILED:
                 msg = stall_reason_in(logs[-65536:]) or msg
+        by_code = is_terminal(state) and state != AppState.CANCELLED  # else: the job's state
         roles = []
         for role in app.roles if app else []:
             reps = []
             for i in range(role.num_replicas):
-                code = codes.get(f"{role.name}/{i}")
-                if state == AppState.CANCELLED:
-                    rs = AppState.CANCELLED
-                elif is_terminal(state):
-                    rs = AppState.SUCCEEDED if code == 0 else AppState.FAILED
-                else:
-                    rs = state
+                ok = codes.get(f"{role.name}/{i}") == 0
+                rs = (AppState.SUCCEEDED if ok else AppState.FAILED) if by_code else state
                 reps.append(ReplicaStatus(i, rs, role.name, "", NONE))
             roles.append(RoleStatus(role.name, reps))
         return DescribeAppResponse(
