@@ -67,8 +67,10 @@ from torchx.specs.api import (
     macros,
     runopts,
 )
+from torchx.specs.serialize import appdef_from_dict, appdef_to_dict
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home, write_private
+from torchx.workspace.dir_workspace import copy_workspace
 
 META_TORCHX = "torchx"
 META_APP_NAME = "app_name"
@@ -187,8 +189,6 @@ class RayScheduler(Scheduler[RayJob]):
         return client
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
-        from torchx.specs.serialize import appdef_to_dict
-
         app_id = keyed_app_id(app) or unique_name(app.name, max_base=40, suffix_length=8)
         working_dir = str(cfg.get("working_dir") or "") or None
         replicas = []
@@ -231,8 +231,6 @@ class RayScheduler(Scheduler[RayJob]):
         client = self._client(job.address)
         with tempfile.TemporaryDirectory(prefix="torchx-ray-upload-") as upload:
             if job.upload_dir:  # the files .torchxignore lets through, uploaded by Ray
-                from torchx.workspace.dir_workspace import copy_workspace
-
                 copy_workspace(job.upload_dir, upload)
                 runtime_env["working_dir"] = upload
             try:
@@ -284,8 +282,6 @@ class RayScheduler(Scheduler[RayJob]):
             return None
         req = _request_of(info)
         state = _state(info.status)
-        from torchx.specs.serialize import appdef_from_dict
-
         app = appdef_from_dict(req["app"]) if req else None
         msg = info.message or NONE
         meta = info.metadata or {}  # the Ray job's own
