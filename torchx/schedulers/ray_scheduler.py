@@ -174,7 +174,7 @@ class RayScheduler(Scheduler[RayJob]):
     def _client(self, address: str) -> Any:
         js = import_optional("ray.job_submission", "ray")
         url = dashboard_url(address)
-        from_env = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+        from_env = _env_address(default="")
         if not from_env or dashboard_url(from_env) == url:  # the usual case: Ray's own client
             return js.JobSubmissionClient(url)
         # another address (a run option): JobSubmissionClient.__init__ always prefers
@@ -401,13 +401,9 @@ def _state(status: Any) -> AppState:
     return RAY_STATES.get(str(status), AppState.UNKNOWN)
 
 
-def _env_address() -> str:
-    """The dashboard this process's environment names (the run option's default)."""
-    return (
-        os.environ.get("RAY_API_SERVER_ADDRESS")
-        or os.environ.get("RAY_ADDRESS")
-        or "127.0.0.1:8265"
-    )
+def _env_address(default: str = "127.0.0.1:8265") -> str:
+    """The dashboard this process's environment names, as Ray's client reads it."""
+    return os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or default
 
 
 def _request_of(info: Any) -> Optional[Dict[str, Any]]:
