@@ -336,12 +336,8 @@ class RayScheduler(Scheduler[RayJob]):
         return isinstance(e, (RuntimeError, ValueError)) and "already exists" in str(e)
 
     def _torchx_jobs(self) -> List[Any]:
-        client = self._client(_env_address())
-        return [
-            job
-            for job in client.list_jobs()
-            if (job.metadata or {}).get(META_TORCHX) == "1" and job.submission_id
-        ]
+        jobs = self._client(_env_address()).list_jobs()
+        return [j for j in jobs if (j.metadata or {}).get(META_TORCHX) == "1" and j.submission_id]
 
     @staticmethod
     def _entry(job: Any) -> ListAppResponse:
