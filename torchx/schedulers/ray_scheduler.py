@@ -370,8 +370,8 @@ class RayScheduler(Scheduler[RayJob]):
         return self._client(_env_address()).get_job_logs(app_id)
 
     @staticmethod
-    def _select(text: str, prefix: str, skip: int = 0) -> Iterator[str]:
-        for line in text.splitlines(keepends=True)[skip:]:
+    def _select(text: str, prefix: str) -> Iterator[str]:
+        for line in text.splitlines(keepends=True):
             line = ACTOR_PREFIX.sub("", line)  # Ray prefixes actor output "(Replica pid=N)"
             if line.startswith(prefix):
                 yield line[len(prefix) :]
@@ -380,14 +380,13 @@ class RayScheduler(Scheduler[RayJob]):
         seen = 0
         while True:
             desc = self.describe(app_id)
+            ended = desc is None or is_terminal(desc.state)
             text = self._logs(app_id)
             lines = text.splitlines(keepends=True)
-            complete = (
-                lines if text.endswith("\n") or (desc and is_terminal(desc.state)) else lines[:-1]
-            )
+            complete = lines if text.endswith("\n") or ended else lines[:-1]  # whole lines
             yield from self._select("".join(complete[seen:]), prefix)
             seen = len(complete)
-            if desc is None or is_terminal(desc.state):
+            if ended:
                 return
             time.sleep(0.5)
 
