@@ -359,12 +359,9 @@ class RayScheduler(Scheduler[RayJob]):
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
         prefix = f"{role_name}/{k} "
-        lines = (
-            self._follow(app_id, prefix)
-            if should_tail
-            else self._select(self._logs(app_id), prefix)
-        )
-        return filter_regex(regex, lines)
+        if should_tail:
+            return filter_regex(regex, self._follow(app_id, prefix))
+        return filter_regex(regex, self._select(self._logs(app_id), prefix))
 
     def _logs(self, app_id: str) -> str:
         return self._client(_env_address()).get_job_logs(app_id)
