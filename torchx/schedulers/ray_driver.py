@@ -103,7 +103,7 @@ def _replica_actor() -> Any:
                     self.output.append(f"{prefix} {text}" + ("" if text.endswith("\n") else "\n"))
             code = self.proc.wait()
             self.last_output = time.time()  # an exit is activity: the job is ending
-            return code  # the progress file stays for the driver's last round (cleanup)
+            return code  # the progress file stays for the driver's last round (then stop)
 
         def take_output(self) -> List[str]:
             """The lines read since the last call (an actor's own stdout reaches the job's log
@@ -111,9 +111,6 @@ def _replica_actor() -> Any:
             with self.output_lock:
                 lines, self.output = self.output, []
             return lines
-
-        def cleanup(self) -> None:
-            shutil.rmtree(self.progress_dir, ignore_errors=True)
 
         def stop(self) -> None:
             if self.proc is not None and self.proc.poll() is None:
@@ -372,7 +369,7 @@ def main() -> int:
     try:  # the last lines and reports (a final step) land before the job is seen to end
         forward(actors)
         watch.once(final=True)
-        ray.get([a.cleanup.remote() for a in actors], timeout=10)
+        ray.get([a.stop.remote() for a in actors], timeout=10)  # all ended: removes files
     except (RayError, OSError) as e:  # the replicas ended: their records are a nicety
         print(f"torchx: could not ask the replicas: {e}", file=sys.stderr, flush=True)
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
