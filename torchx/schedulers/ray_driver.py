@@ -280,12 +280,10 @@ def _kill_tree(pid: int) -> None:
 def _die_with_parent() -> None:
     """preexec: the replica gets SIGKILL if its actor process dies (e.g. killed by Ray)."""
     os.setsid()
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the group kill remains
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no such libc (not Linux): the group kill remains
-        pass
 
 
 def main() -> int:
