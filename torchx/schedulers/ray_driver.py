@@ -342,10 +342,9 @@ def main() -> int:
     pending = list(runs)
     failed = False
 
-    def role_can_succeed(role: str) -> bool:
-        members = [i for i, r in enumerate(replicas) if r["role"] == role]
-        lost = sum(1 for i in members if codes.get(i, 0) != 0)
-        return len(members) - lost >= mins[role]
+    def role_can_succeed(role: str) -> bool:  # a replica still running may yet succeed
+        left = [i for i, r in enumerate(replicas) if r["role"] == role and codes.get(i, 0) == 0]
+        return len(left) >= mins[role]
 
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
