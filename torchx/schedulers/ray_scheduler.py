@@ -194,13 +194,12 @@ class RayScheduler(Scheduler[RayJob]):
         replicas = []
         for role in app.roles:
             for i in range(role.num_replicas):
-                values = macros.Values(
+                r = macros.Values(
                     img_root=working_dir or ".",
                     app_id=app_id,
                     replica_id=str(i),
                     rank0_env="TORCHX_RANK0_HOST",
-                )
-                r = values.apply(role)
+                ).apply(role)
                 replicas.append(
                     {
                         "role": role.name,
