@@ -153,7 +153,6 @@ def forward(actors: List[Any]) -> None:
 
 
 def forward_loop(actors: List[Any]) -> None:
-    """``forward`` every ``FORWARD_INTERVAL`` s until every replica ended."""
     from ray.exceptions import RayError
 
     while not ENDING.wait(FORWARD_INTERVAL):
@@ -202,8 +201,7 @@ class Watch:
             _stop_replicas(self.actors, reason, STALLED_EXIT)
 
     def loop(self, req: Dict[str, Any]) -> None:
-        """``once`` every ``WATCH_INTERVAL`` s (a round whose actors do not answer judges
-        nothing); every ``ORPHAN_CHECK_ROUNDS`` rounds, exit if Ray ended the job."""
+        """A round whose actors do not answer judges nothing."""
         from ray.exceptions import RayError
 
         rounds = 0

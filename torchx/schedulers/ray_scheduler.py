@@ -324,8 +324,7 @@ class RayScheduler(Scheduler[RayJob]):
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
-        """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id);
-        the Job Submission API cannot filter, so every job is listed."""
+        """Ray's start time orders them; the Job Submission API cannot filter: all are listed."""
         jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
         return [self._entry(job) for job in jobs]
