@@ -33,9 +33,9 @@ from http.client import HTTPException
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock, step_of
+from torchx.schedulers.api import ENV_PROGRESS_FILE, STALL_TIMEOUT
 
 REQUEST_ENV = "TORCHX_RAY_REQUEST"
-STALL_TIMEOUT = "torchx.stall_timeout"  # the app's metadata (``torchx.schedulers.api``)
 PROGRESS_RECORD = "torchx-progress "
 WATCH_INTERVAL = 1.0
 # what Ray puts before an actor's line: "(Replica pid=12) ", maybe in color
@@ -85,7 +85,7 @@ def _replica_actor() -> Any:
             bindir = os.path.dirname(sys.executable)
             full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
             full_env.update(env)
-            full_env["TORCHX_PROGRESS_FILE"] = self.progress_file
+            full_env[ENV_PROGRESS_FILE] = self.progress_file
             self.last_output = time.time()  # a start is activity: silence counts from here
             self.proc = subprocess.Popen(
                 args,
@@ -103,7 +103,7 @@ def _replica_actor() -> Any:
                     self.output.append(f"{prefix} {text}" + ("" if text.endswith("\n") else "\n"))
             code = self.proc.wait()
             self.last_output = time.time()  # an exit is activity: the job is ending
-            return code  # the progress file stays for the driver's last round (cleanup)
+            return code  # the progress file stays for the driver's last round (then stop)
 
         def take_output(self) -> List[str]:
             """The lines read since the last call (an actor's own stdout reaches the job's log
@@ -111,9 +111,6 @@ def _replica_actor() -> Any:
             with self.output_lock:
                 lines, self.output = self.output, []
             return lines
-
-        def cleanup(self) -> None:
-            shutil.rmtree(self.progress_dir, ignore_errors=True)
 
         def stop(self) -> None:
             if self.proc is not None and self.proc.poll() is None:
@@ -156,7 +153,6 @@ def forward(actors: List[Any]) -> None:
 
 
 def forward_loop(actors: List[Any]) -> None:
-    """``forward`` every ``FORWARD_INTERVAL`` s until every replica ended."""
     from ray.exceptions import RayError
 
     while not ENDING.wait(FORWARD_INTERVAL):
@@ -205,8 +201,7 @@ class Watch:
             _stop_replicas(self.actors, reason, STALLED_EXIT)
 
     def loop(self, req: Dict[str, Any]) -> None:
-        """``once`` every ``WATCH_INTERVAL`` s (a round whose actors do not answer judges
-        nothing); every ``ORPHAN_CHECK_ROUNDS`` rounds, exit if Ray ended the job."""
+        """A round whose actors do not answer judges nothing."""
         from ray.exceptions import RayError
 
         rounds = 0
@@ -233,11 +228,8 @@ def ended_by_ray(req: Dict[str, Any]) -> bool:
     driver, which would run on holding its replicas' CPUs. Doubt (no answer within 2 s) is
     not an end."""
     url = dashboard_url(str(req.get("address") or ""))
-    job_id = req.get("app_id")
-    if not job_id:
-        return False
     try:
-        with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=2) as r:
+        with urllib.request.urlopen(f"{url}/api/jobs/{req['app_id']}", timeout=2) as r:
             status = json.load(r).get("status")
     except (OSError, ValueError, HTTPException):  # no answer, or not the dashboard's
         return False
@@ -283,12 +275,10 @@ def _kill_tree(pid: int) -> None:
 def _die_with_parent() -> None:
     """preexec: the replica gets SIGKILL if its actor process dies (e.g. killed by Ray)."""
     os.setsid()
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the group kill remains
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no such libc (not Linux): the group kill remains
-        pass
 
 
 def main() -> int:
@@ -350,10 +340,9 @@ def main() -> int:
     pending = list(runs)
     failed = False
 
-    def role_can_succeed(role: str) -> bool:
-        members = [i for i, r in enumerate(replicas) if r["role"] == role]
-        lost = sum(1 for i in members if codes.get(i, 0) != 0)
-        return len(members) - lost >= mins[role]
+    def role_can_succeed(role: str) -> bool:  # a replica still running may yet succeed
+        left = [i for i, r in enumerate(replicas) if r["role"] == role and codes.get(i, 0) == 0]
+        return len(left) >= mins[role]
 
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
@@ -372,7 +361,7 @@ def main() -> int:
     try:  # the last lines and reports (a final step) land before the job is seen to end
         forward(actors)
         watch.once(final=True)
-        ray.get([a.cleanup.remote() for a in actors], timeout=10)
+        ray.get([a.stop.remote() for a in actors], timeout=10)  # all ended: removes files
     except (RayError, OSError) as e:  # the replicas ended: their records are a nicety
         print(f"torchx: could not ask the replicas: {e}", file=sys.stderr, flush=True)
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}

@@ -24,7 +24,6 @@ import os
 import re
 import shlex
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -68,8 +67,10 @@ from torchx.specs.api import (
     macros,
     runopts,
 )
+from torchx.specs.serialize import appdef_from_dict, appdef_to_dict
 from torchx.util.modules import import_optional
 from torchx.util.paths import torchx_home, write_private
+from torchx.workspace.dir_workspace import copy_workspace
 
 META_TORCHX = "torchx"
 META_APP_NAME = "app_name"
@@ -81,7 +82,6 @@ NO_TORCHX_ON_CLUSTER = (
     " (pip install 'torchx[ray]' in its image or runtime environment); the job runs"
     f" `{DRIVER}` with the cluster's own Python"
 )
-_ENV_LOCK = threading.Lock()
 TAIL_LINES = 400  # the log lines read for the last progress record
 RAY_STATES = {
     "PENDING": AppState.PENDING,
@@ -112,11 +112,8 @@ class RayJob:
     def metadata(self) -> Dict[str, str]:
         """Marks the Ray job as torchx's, with its token and owner if any."""
         meta = {META_TORCHX: "1", META_APP_NAME: self.app.get("name", ""), "address": self.address}
-        if self.idempotency_token:
-            meta[META_IDEMPOTENCY_TOKEN] = self.idempotency_token
-        if self.owner:
-            meta[META_OWNER] = self.owner
-        return meta
+        stored = {META_IDEMPOTENCY_TOKEN: self.idempotency_token, META_OWNER: self.owner}
+        return {**meta, **{k: v for k, v in stored.items() if v}}
 
     @property
     def request(self) -> Dict[str, Any]:
@@ -177,50 +174,40 @@ class RayScheduler(Scheduler[RayJob]):
     def _client(self, address: str) -> Any:
         js = import_optional("ray.job_submission", "ray")
         url = dashboard_url(address)
-        from_env = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
-        if not from_env or dashboard_url(from_env) == url:  # the usual case: env untouched
+        from_env = _env_address(default="")
+        if not from_env or dashboard_url(from_env) == url:  # the usual case: Ray's own client
             return js.JobSubmissionClient(url)
-        # Ray prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS over the argument: hide them while
-        # the client is made for another address (a run option); the lock keeps this
-        # process's other threads (`torchx log` reads replicas concurrently) from seeing it
-        with _ENV_LOCK:
-            saved = {
-                k: os.environ.pop(k)
-                for k in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-                if k in os.environ
-            }
-            try:
-                return js.JobSubmissionClient(url)
-            finally:
-                os.environ.update(saved)
+        # another address (a run option): JobSubmissionClient.__init__ always prefers
+        # $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS to its argument (Ray 2.60,
+        # ray.dashboard.utils.get_address_for_submission_client); its base class takes an
+        # http(s) URL as given. So: the base's init, then the check Ray's init makes.
+        from ray.dashboard.modules.dashboard_sdk import SubmissionClient
+
+        client = js.JobSubmissionClient.__new__(js.JobSubmissionClient)
+        SubmissionClient.__init__(client, address=url)
+        client._check_connection_and_version(min_version="2.0")
+        return client
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
-        from torchx.specs.serialize import appdef_to_dict
-
         app_id = keyed_app_id(app) or unique_name(app.name, max_base=40, suffix_length=8)
         working_dir = str(cfg.get("working_dir") or "") or None
         replicas = []
         for role in app.roles:
-            elastic = role.min_replicas is not None and role.min_replicas < role.num_replicas
             for i in range(role.num_replicas):
-                values = macros.Values(
+                r = macros.Values(
                     img_root=working_dir or ".",
                     app_id=app_id,
                     replica_id=str(i),
                     rank0_env="TORCHX_RANK0_HOST",
-                )
-                r = values.apply(role)
-                env = dict(r.env)
-                env.setdefault("PYTHONUNBUFFERED", "1")
+                ).apply(role)
                 replicas.append(
                     {
                         "role": role.name,
                         "replica_id": i,
                         "args": [r.entrypoint, *r.args],
-                        "env": env,
+                        "env": {"PYTHONUNBUFFERED": "1", **r.env},
                         "cpu": max(r.resource.cpu, 1),
                         "gpu": max(r.resource.gpu, 0),
-                        "elastic": elastic,
                         "min_replicas": role.min_replicas or role.num_replicas,
                     }
                 )
@@ -243,8 +230,6 @@ class RayScheduler(Scheduler[RayJob]):
         client = self._client(job.address)
         with tempfile.TemporaryDirectory(prefix="torchx-ray-upload-") as upload:
             if job.upload_dir:  # the files .torchxignore lets through, uploaded by Ray
-                from torchx.workspace.dir_workspace import copy_workspace
-
                 copy_workspace(job.upload_dir, upload)
                 runtime_env["working_dir"] = upload
             try:
@@ -266,24 +251,21 @@ class RayScheduler(Scheduler[RayJob]):
                 ) from None
         return job.app_id
 
-    def _job_log_tail(self, app_id: str) -> List[str]:
-        """The job log's last ``TAIL_LINES`` lines from the dashboard's log API (Ray's Python
-        ``get_log`` wants the GCS address); else the whole log (e.g. a cluster with auth)."""
+    def progress_path(self, app_id: str) -> Optional[str]:
+        """The first replica's last report, from the job log's last ``TAIL_LINES`` lines (the
+        dashboard's log API: Ray's Python ``get_log`` wants the GCS address), else from the
+        whole log (chatty replicas; a cluster with auth), cached in this process's
+        ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
         query = urllib.parse.urlencode(
             {"submission_id": app_id, "lines": TAIL_LINES, "timeout": 10}
         )
         url = f"{dashboard_url(_env_address())}/api/v0/logs/file?{query}"
         try:
             with urllib.request.urlopen(url, timeout=15) as r:
-                return r.read().decode(errors="replace").splitlines()
-        except OSError:  # URLError, HTTPError, timeouts
-            return self._logs(app_id).splitlines()[-TAIL_LINES:]
-
-    def progress_path(self, app_id: str) -> Optional[str]:
-        """The first replica's last report, from the job's log, cached in this process's
-        ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
-        report = last_progress(self._job_log_tail(app_id))
-        if report is None:  # chatty replicas: the record may be further back
+                report = last_progress(r.read().decode(errors="replace").splitlines())
+        except OSError:  # URLError, HTTPError, timeouts: the whole log below
+            report = None
+        if report is None:
             report = last_progress(self._logs(app_id).splitlines())
         if not report:
             return None
@@ -299,10 +281,10 @@ class RayScheduler(Scheduler[RayJob]):
             return None
         req = _request_of(info)
         state = _state(info.status)
-        from torchx.specs.serialize import appdef_from_dict
-
         app = appdef_from_dict(req["app"]) if req else None
         msg = info.message or NONE
+        meta = info.metadata or {}  # the Ray job's own
+        carried = {IDEMPOTENCY_TOKEN: meta.get(META_IDEMPOTENCY_TOKEN), OWNER: meta.get(META_OWNER)}
         codes: Dict[str, Optional[int]] = {}
         if is_terminal(state):
             logs = client.get_job_logs(app_id)
@@ -312,17 +294,13 @@ class RayScheduler(Scheduler[RayJob]):
                 msg = NO_TORCHX_ON_CLUSTER
             elif state == AppState.FAILED:
                 msg = stall_reason_in(logs[-65536:]) or msg
+        by_code = is_terminal(state) and state != AppState.CANCELLED  # else: the job's state
         roles = []
         for role in app.roles if app else []:
             reps = []
             for i in range(role.num_replicas):
-                code = codes.get(f"{role.name}/{i}")
-                if state == AppState.CANCELLED:
-                    rs = AppState.CANCELLED
-                elif is_terminal(state):
-                    rs = AppState.SUCCEEDED if code == 0 else AppState.FAILED
-                else:
-                    rs = state
+                ok = codes.get(f"{role.name}/{i}") == 0
+                rs = (AppState.SUCCEEDED if ok else AppState.FAILED) if by_code else state
                 reps.append(ReplicaStatus(i, rs, role.name, "", NONE))
             roles.append(RoleStatus(role.name, reps))
         return DescribeAppResponse(
@@ -334,7 +312,7 @@ class RayScheduler(Scheduler[RayJob]):
             # the request's (e.g. the stall timeout), then what the Ray job itself carries
             metadata={
                 **{k: v for k, v in (app.metadata if app else {}).items() if v},
-                **_app_metadata(info.metadata or {}),
+                **{k: v for k, v in carried.items() if v},
             },
             roles=app.roles if app else [],
             ui_url=f"{dashboard_url(_env_address())}/#/jobs/{app_id}",
@@ -346,8 +324,7 @@ class RayScheduler(Scheduler[RayJob]):
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
-        """Jobs whose metadata carries ``token``, oldest first (Ray's start time, app id);
-        the Job Submission API cannot filter, so every job is listed."""
+        """Ray's start time orders them; the Job Submission API cannot filter: all are listed."""
         jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
         return [self._entry(job) for job in jobs]
@@ -357,12 +334,8 @@ class RayScheduler(Scheduler[RayJob]):
         return isinstance(e, (RuntimeError, ValueError)) and "already exists" in str(e)
 
     def _torchx_jobs(self) -> List[Any]:
-        client = self._client(_env_address())
-        return [
-            job
-            for job in client.list_jobs()
-            if (job.metadata or {}).get(META_TORCHX) == "1" and job.submission_id
-        ]
+        jobs = self._client(_env_address()).list_jobs()
+        return [j for j in jobs if (j.metadata or {}).get(META_TORCHX) == "1" and j.submission_id]
 
     @staticmethod
     def _entry(job: Any) -> ListAppResponse:
@@ -384,19 +357,16 @@ class RayScheduler(Scheduler[RayJob]):
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
         prefix = f"{role_name}/{k} "
-        lines = (
-            self._follow(app_id, prefix)
-            if should_tail
-            else self._select(self._logs(app_id), prefix)
-        )
-        return filter_regex(regex, lines)
+        if should_tail:
+            return filter_regex(regex, self._follow(app_id, prefix))
+        return filter_regex(regex, self._select(self._logs(app_id), prefix))
 
     def _logs(self, app_id: str) -> str:
         return self._client(_env_address()).get_job_logs(app_id)
 
     @staticmethod
-    def _select(text: str, prefix: str, skip: int = 0) -> Iterator[str]:
-        for line in text.splitlines(keepends=True)[skip:]:
+    def _select(text: str, prefix: str) -> Iterator[str]:
+        for line in text.splitlines(keepends=True):
             line = ACTOR_PREFIX.sub("", line)  # Ray prefixes actor output "(Replica pid=N)"
             if line.startswith(prefix):
                 yield line[len(prefix) :]
@@ -405,46 +375,34 @@ class RayScheduler(Scheduler[RayJob]):
         seen = 0
         while True:
             desc = self.describe(app_id)
+            ended = desc is None or is_terminal(desc.state)
             text = self._logs(app_id)
             lines = text.splitlines(keepends=True)
-            complete = (
-                lines if text.endswith("\n") or (desc and is_terminal(desc.state)) else lines[:-1]
-            )
+            complete = lines if text.endswith("\n") or ended else lines[:-1]  # whole lines
             yield from self._select("".join(complete[seen:]), prefix)
             seen = len(complete)
-            if desc is None or is_terminal(desc.state):
+            if ended:
                 return
             time.sleep(0.5)
 
 
 def _state(status: Any) -> AppState:
-    """A Ray ``JobStatus`` (or its value) as an ``AppState``."""
-    value = status.value if hasattr(status, "value") else status
-    return RAY_STATES.get(str(value), AppState.UNKNOWN)
+    """A Ray ``JobStatus`` (its ``str`` is its value) as an ``AppState``."""
+    return RAY_STATES.get(str(status), AppState.UNKNOWN)
 
 
-def _env_address() -> str:
-    """The dashboard this process's environment names (the run option's default)."""
-    return (
-        os.environ.get("RAY_API_SERVER_ADDRESS")
-        or os.environ.get("RAY_ADDRESS")
-        or "127.0.0.1:8265"
-    )
+def _env_address(default: str = "127.0.0.1:8265") -> str:
+    """The dashboard this process's environment names, as Ray's client reads it."""
+    return os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or default
 
 
 def _request_of(info: Any) -> Optional[Dict[str, Any]]:
     """The request a torchx job carries in its runtime_env (None: not torchx's)."""
-    env = ((info.runtime_env or {}) if hasattr(info, "runtime_env") else {}).get("env_vars")
+    env = (info.runtime_env or {}).get("env_vars")
     try:
         return decode_request(env[REQUEST_ENV]) if env and env.get(REQUEST_ENV) else None
     except (ValueError, TypeError, zlib.error):  # not one of ours
         return None
-
-
-def _app_metadata(meta: Mapping[str, str]) -> Dict[str, str]:
-    """The app metadata a Ray job stores (token, owner), as ``DescribeAppResponse.metadata``."""
-    found = {IDEMPOTENCY_TOKEN: meta.get(META_IDEMPOTENCY_TOKEN), OWNER: meta.get(META_OWNER)}
-    return {k: v for k, v in found.items() if v}
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> RayScheduler:

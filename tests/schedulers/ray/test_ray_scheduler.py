@@ -7,11 +7,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import MappingProxyType
 
 import psutil
 import pytest
 
 from tests.mlflow_server import free_port
+from tests.polling import poll_until
 from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, idempotency_token
@@ -169,6 +171,26 @@ def test_owner_and_token_in_job_metadata_come_back_from_describe_on_ray(env: Pat
         described = get_runner().describe(plain)
         assert described is not None and described.metadata == {}
         assert runner.wait(plain, wait_interval=0.5, timeout=120) is not None
+
+
+def test_a_dashboard_address_option_is_used_without_touching_os_environ(
+    env: Path, ray_head: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's client prefers $RAY_API_SERVER_ADDRESS/$RAY_ADDRESS to its argument: with both
+    naming a dead address, a submit to the head named by ``dashboard_address`` still lands
+    there, and the process's environment (other threads read it) is never written."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(f"http://{ray_head}")  # the env fixture names the head
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    with monkeypatch.context() as patched:
+        patched.setenv("RAY_API_SERVER_ADDRESS", nowhere)
+        patched.setenv("RAY_ADDRESS", nowhere)
+        patched.setattr(os, "environ", MappingProxyType(dict(os.environ)))  # a write raises
+        app_id = create_scheduler("t").submit(_true_app(""), {"dashboard_address": ray_head})
+    ended = ("SUCCEEDED", "FAILED", "STOPPED")
+    status = poll_until(lambda: str(client.get_job_status(app_id).value), ended.__contains__, 120)
+    assert status == "SUCCEEDED"
 
 
 @pytest.mark.slow
