@@ -185,10 +185,11 @@ def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def parse_request(doc: Any, path: str) -> Request:
-    """``doc`` as a ``Request``; raises ``BadRecord`` saying what is wrong."""
-    problem = _problem(doc, Request, "")
-    if problem is None:
+def load_request(app_dir: str) -> Optional[Request]:
+    """The app's request (None if there is none: no such app); ``BadRecord`` if bad."""
+    path = os.path.join(app_dir, REQUEST)
+    doc = _read_record(path, Request)
+    if doc is not None:
         app = doc["app"]
         roles = app.get("roles")
         ok = (
@@ -201,36 +202,20 @@ def parse_request(doc: Any, path: str) -> Request:
                 for r in roles
             )
         )
-        problem = None if ok else "no valid 'app' (name and roles)"
-    if problem:
-        raise BadRecord(path, problem)
-    return typing.cast(Request, doc)
-
-
-def parse_state(doc: Any, path: str) -> State:
-    """``doc`` as a ``State``; raises ``BadRecord`` saying what is wrong."""
-    problem = _problem(doc, State, "")
-    if problem is None and doc["state"] not in STATES:
-        problem = f"unknown state {doc['state']!r}"
-    if problem is None and any(r["state"] not in STATES for r in doc.get("replicas", [])):
-        problem = "bad 'replicas' (unknown state)"
-    if problem:
-        raise BadRecord(path, problem)
-    return typing.cast(State, doc)
-
-
-def load_request(app_dir: str) -> Optional[Request]:
-    """The app's request (None if there is none: no such app); ``BadRecord`` if bad."""
-    path = os.path.join(app_dir, REQUEST)
-    doc = _read_record(path)
-    return None if doc is None else parse_request(doc, path)
+        if not ok:
+            raise BadRecord(path, "no valid 'app' (name and roles)")
+    return typing.cast(Optional[Request], doc)
 
 
 def load_state(app_dir: str) -> Optional[State]:
     """The app's state (None before anyone wrote one); ``BadRecord`` if bad."""
     path = os.path.join(app_dir, STATE)
-    doc = _read_record(path)
-    return None if doc is None else parse_state(doc, path)
+    doc = _read_record(path, State)
+    if doc is not None and doc["state"] not in STATES:
+        raise BadRecord(path, f"unknown state {doc['state']!r}")
+    if doc is not None and any(r["state"] not in STATES for r in doc.get("replicas", [])):
+        raise BadRecord(path, "bad 'replicas' (unknown state)")
+    return typing.cast(Optional[State], doc)
 
 
 def current_state(app_dir: str) -> Optional[State]:
@@ -253,8 +238,9 @@ def read_supervisor(app_dir: str) -> Optional[tuple[int, str]]:
         return (0, "")  # unreadable: treated as a supervisor that is gone
 
 
-def _read_record(path: str) -> Optional[Any]:
-    """The parsed file; None if it does not exist; ``BadRecord`` if unreadable or not JSON."""
+def _read_record(path: str, tp: Any) -> Optional[Any]:
+    """The parsed file; None if it does not exist; ``BadRecord`` if it is unreadable, not
+    JSON, or not a ``tp``."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -263,9 +249,13 @@ def _read_record(path: str) -> Optional[Any]:
     except OSError as e:
         raise BadRecord(path, f"cannot read it ({e.strerror})") from None
     try:
-        return json.loads(data)
+        doc = json.loads(data)
     except ValueError:
         raise BadRecord(path, "it is not valid JSON") from None
+    problem = _problem(doc, tp, "")
+    if problem:
+        raise BadRecord(path, problem)
+    return doc
 
 
 def makedirs_private(path: str) -> None:
