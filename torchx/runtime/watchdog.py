@@ -43,12 +43,6 @@ def unwrap(cmd: List[str]) -> List[str]:
     return cmd[cmd.index("--") + 1 :] if wrapped else cmd
 
 
-def stall_reason(timeout: float, step: Optional[int]) -> str:
-    """The message of an app stopped as stalled (the same text on every scheduler)."""
-    last = f"last step {step}" if step is not None else "no step reported"
-    return f"stalled: no progress or output for {timeout:g} s ({last})"
-
-
 def stall_reason_in(text: str) -> Optional[str]:
     """The stall reason a watchdog left in a replica's output ``text`` (its tail), or None."""
     for line in reversed(text.splitlines()):
@@ -64,14 +58,6 @@ def step_of(report: Optional[Union[str, bytes]]) -> Optional[int]:
         step = json.loads(report or "")["step"]
         return step if isinstance(step, int) else None
     except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _last_step(progress_path: Optional[str]) -> Optional[int]:
-    try:
-        with open(progress_path or "", "rb") as f:
-            return step_of(f.read())
-    except OSError:
         return None
 
 
@@ -132,8 +118,11 @@ class StallClock:
         if now - self.last < self.timeout:
             return None
         if self.progress_path:
-            step = _last_step(self.progress_path)
-        return stall_reason(self.timeout, step)
+            with contextlib.suppress(OSError), open(self.progress_path, "rb") as f:
+                step = step_of(f.read())
+        last = f"last step {step}" if step is not None else "no step reported"
+        # the same text on every scheduler
+        return f"stalled: no progress or output for {self.timeout:g} s ({last})"
 
 
 def report(reason: str) -> None:
