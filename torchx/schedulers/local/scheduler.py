@@ -459,7 +459,10 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         the others get its app; a failed launch gives its claim up."""
         from torchx.schedulers.local import claims
 
-        token_dir, app_id = self._token_dir(token), dryrun_info.request.app_id
+        if not token or "/" in token or token.startswith("."):
+            raise InvalidAppError(f"idempotency token {token!r} is not a plain name")
+        token_dir = str(self._state_root() / TOKENS_DIR / token)
+        app_id = dryrun_info.request.app_id
         holder = claims.claim(token_dir, app_id, self._app_state, reattach_succeeded)
         if holder is not None:
             return holder, None
@@ -468,11 +471,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         except BaseException:  # nothing launched (an interrupt too): free the key, re-raise
             claims.release(token_dir, app_id, self._app_state)
             raise
-
-    def _token_dir(self, token: str) -> str:
-        if not token or "/" in token or token.startswith("."):
-            raise InvalidAppError(f"idempotency token {token!r} is not a plain name")
-        return str(self._state_root() / TOKENS_DIR / token)
 
     def _app_state(self, app_id: str) -> Optional[str]:
         found = self._summary(app_id)
