@@ -239,7 +239,9 @@ class _Reporter:
         if self.enabled is None:
             rank0 = os.environ.get("RANK", "0").strip() in ("0", "")
             self.path = os.environ.get(ENV_PROGRESS_FILE) or None
-            if rank0 and ranks_send_progress(os.environ):
+            # a job tracked from its ranks: rank 0 sends every report to the job's run
+            # itself, and a waiting Runner logs none (no duplicate points)
+            if rank0 and os.environ.get("TORCHX_TRACKERS") and os.environ.get("TORCHX_JOB_ID"):
                 self.sender = _TrackerSender()
             self.enabled = rank0 and bool(self.path or self.sender)
         return bool(self.enabled)
@@ -270,13 +272,6 @@ class _Reporter:
                 logger.warning("report_progress: cannot write %s (%s); ignoring", self.path, e)
         finally:
             self.lock.release()
-
-
-def ranks_send_progress(env: Mapping[str, str]) -> bool:
-    """Whether a job with ``env`` is tracked from its ranks (``TORCHX_TRACKERS`` and
-    ``TORCHX_JOB_ID``): then rank 0 sends every report to the job's run itself, and a
-    waiting Runner logs none (no duplicate points)."""
-    return bool(env.get("TORCHX_TRACKERS") and env.get("TORCHX_JOB_ID"))
 
 
 def _numbers(metrics: Dict[str, Any]) -> Dict[str, float]:
