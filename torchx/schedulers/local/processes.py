@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -180,16 +181,12 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
     printed "end" after a cancel when ``sleep`` was signalled first)."""
     pids = [p for p in pids if p > 1]
     for p in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             if os.getpgid(p) == p:
                 os.killpg(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
     for p in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def kill_tagged_everywhere(prefix: str, roots: Iterable[int] = ()) -> None:

@@ -6,6 +6,7 @@ them: a dry run, which every ``torchx run`` starts with, needs none of them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -387,11 +388,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 err_path = os.path.join(request["log_dir"], role.name, str(i), ERROR_FILE)
                 structured = NONE
                 if rstate == AppState.FAILED and os.path.isfile(err_path):
-                    try:
+                    with contextlib.suppress(OSError):
                         structured = Path(err_path).read_text()
                         error_files.append((os.path.getmtime(err_path), structured))
-                    except OSError:
-                        pass
                 replicas.append(ReplicaStatus(i, rstate, role.name, "localhost", structured))
             roles_statuses.append(RoleStatus(role.name, replicas))
         structured_error = min(error_files)[1] if error_files and state == AppState.FAILED else NONE

@@ -19,6 +19,7 @@ it imports are stdlib only, plus psutil off Linux (``tests/util/test_import_grap
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -142,10 +143,8 @@ class _Tee(threading.Thread):
 
 def _pipe() -> tuple[int, int]:
     r, w = os.pipe()
-    try:
+    with contextlib.suppress(OSError):
         fcntl.fcntl(r, 1031, READ_SIZE)  # F_SETPIPE_SZ: fewer wake-ups for chatty replicas
-    except OSError:
-        pass
     return r, w
 
 
@@ -273,11 +272,9 @@ class Supervisor:
 
     def sleep(self, timeout: float) -> None:
         """Until a signal arrives (a child exited, a cancel) or ``timeout`` s passed."""
-        try:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
             select.select([self.wake_r], [], [], timeout)
             os.read(self.wake_r, 4096)
-        except (BlockingIOError, InterruptedError):
-            pass
 
     def collect(self) -> None:
         """Reap every exited child (orphans re-parent to us); remember replicas' codes."""
