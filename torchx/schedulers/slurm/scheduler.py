@@ -107,29 +107,21 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add(
-            "partition", type_=str, help="partition to run on (default: the cluster's default)"
-        )
-        opts.add("time", type_=str, help="time limit, e.g. 1:00:00")
-        opts.add("comment", type_=str, help="job comment")
-        opts.add("constraint", type_=str, help="node features required")
-        opts.add("mail-user", type_=str, help="where to send job mail")
-        opts.add("mail-type", type_=str, help="which events to mail (e.g. END,FAIL)")
-        opts.add(
-            "job_dir",
-            type_=str,
-            help="directory the job runs in and writes its logs to (default: cwd)",
-        )
-        opts.add(
-            "account",
-            type_=str,
-            help="account to charge the job to (sbatch --account; default: the user's default)",
-        )
-        opts.add(
-            "qos",
-            type_=str,
-            help="quality of service (sbatch --qos; default: the association's default)",
-        )
+        for key, help_text in (
+            ("partition", "partition to run on (default: the cluster's default)"),
+            ("time", "time limit, e.g. 1:00:00"),
+            ("comment", "job comment"),
+            ("constraint", "node features required"),
+            ("mail-user", "where to send job mail"),
+            ("mail-type", "which events to mail (e.g. END,FAIL)"),
+            ("job_dir", "directory the job runs in and writes its logs to (default: cwd)"),
+            (
+                "account",
+                "account to charge the job to (sbatch --account; default: the user's default)",
+            ),
+            ("qos", "quality of service (sbatch --qos; default: the association's default)"),
+        ):
+            opts.add(key, type_=str, help=help_text)
         opts.add("exclusive", type_=bool, default=False, help="whole nodes per replica")
         return opts
 
