@@ -14,6 +14,7 @@ the replica's ``.err``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -244,9 +245,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         msg = f"failed replicas: {', '.join(failing)}" if failed else ""
         structured = NONE
         if errs and job_dir:
-            structured = _last_error(errs[0])
+            structured = _last_error(_text(errs[0]))
             # a replica's watchdog stopped it (its peers then failed too: kill-on-bad-exit)
-            msg = next(filter(None, map(_stall_reason, errs)), msg)
+            msg = next(filter(None, (stall_reason_in(_text(e, tail=4096)) for e in errs)), msg)
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
@@ -418,26 +419,17 @@ def _read(path: str) -> Iterator[str]:
         yield line.decode(errors="replace")
 
 
-def _stall_reason(path: str) -> Optional[str]:
-    """The watchdog's stall reason at the end of a replica's stderr, if it stopped it."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 4096))
-            return stall_reason_in(f.read().decode(errors="replace"))
-    except OSError:
-        return None
+def _text(path: str, tail: int = 0) -> str:
+    """A replica's log, decoded (only its last ``tail`` bytes if given); "" if unreadable."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - tail) if tail else 0)
+        return f.read().decode(errors="replace")
+    return ""
 
 
-def _last_error(path: str) -> str:
+def _last_error(text: str) -> str:
     """The last exception-looking line of a replica's stderr (Slurm has no reply files)."""
-    try:
-        with open(path, "rb") as f:
-            lines = [
-                ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()
-            ]
-    except OSError:
-        return NONE
-    for ln in reversed(lines):
+    for ln in map(str.strip, reversed(text.splitlines())):
         if re.search(r"(Error|Exception)\b", ln) and not ln.startswith(("srun:", "slurmstepd:")):
             return re.sub(r"^\[\d+\]:(\[rank\d+\]:)?\s*", "", ln)
     return NONE
