@@ -149,13 +149,12 @@ def _copy(src: IO[bytes], dst: IO[bytes], clock: StallClock) -> None:
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """TERM the command's process group, KILL it after ``GRACE`` s."""
-    for sig, wait in ((signal.SIGTERM, GRACE), (signal.SIGKILL, GRACE)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+            proc.wait(GRACE)
             return
-        try:
-            proc.wait(wait)
+        except ProcessLookupError:
             return
         except subprocess.TimeoutExpired:
             continue
@@ -207,14 +206,6 @@ USAGE = (
 )
 
 
-def _judged_here(only_where: Optional[str]) -> bool:
-    """``--only-where NAME=VALUE``: judge only where env NAME is VALUE (or unset): the rank-0
-    replica of a gang whose replicas share no directory, so a rank that prints nothing while
-    rank 0 prints (most DDP ranks) is never stopped on its own."""
-    name, _, value = (only_where or "").partition("=")
-    return not name or os.environ.get(name, value) == value
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     head, cmd = (
@@ -229,7 +220,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not cmd or not timeout > 0 or len(head) % 2 == 0 or set(options) - known:
         print(USAGE, file=sys.stderr)
         return 2
-    if not _judged_here(options.get("--only-where")):
+    # ``--only-where NAME=VALUE``: judge only where env NAME is VALUE (or unset): the rank-0
+    # replica of a gang whose replicas share no directory, so a rank that prints nothing while
+    # rank 0 prints (most DDP ranks) is never stopped on its own
+    name, _, value = options.get("--only-where", "").partition("=")
+    if name and os.environ.get(name, value) != value:
         os.execvp(cmd[0], cmd)  # an unjudged replica: its command as if unwrapped
     return run(timeout, cmd, options.get("--peers"), options.get("--beacon"))
 
