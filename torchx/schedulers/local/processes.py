@@ -192,12 +192,8 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
 def kill_tagged_everywhere(prefix: str, roots: Iterable[int] = ()) -> None:
     """SIGKILL, until none is left, every process tagged ``prefix`` and the trees under
     ``roots`` (pids already checked to be ours); used when the supervisor is gone."""
-    known = {}
-    for r in roots:
-        for p in {r} | descendants_of([r]):
-            st = stamp(p)
-            if st:
-                known[p] = st
+    tops = set(roots)
+    known = {p: st for p in tops | descendants_of(tops) if (st := stamp(p))}
     for _ in range(50):
         pids = tagged(prefix) | {p for p, st in known.items() if is_ours(p, st)}
         pids = {p for p in pids if alive(p)}
