@@ -156,22 +156,15 @@ def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
                 if found:
                     return found
         return None
-    if origin is list:
-        if isinstance(value, list):
-            for i, item in enumerate(value):
-                found = _problem(item, args[0], f"{where}[{i}]")
-                if found:
-                    return found
-            return None
-        return f"bad {where!r}"
-    if origin is dict:
-        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-            for k, item in value.items():
-                found = _problem(item, args[1], _join(where, k))
-                if found:
-                    return found
-            return None
-        return f"bad {where!r}"
+    if origin in (list, dict):
+        if origin is list and isinstance(value, list):
+            items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        elif origin is dict and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            items = [(_join(where, k), item) for k, item in value.items()]
+        else:
+            return f"bad {where!r}"
+        # the first problem of an item (their type is the last argument of List and Dict)
+        return next(filter(None, (_problem(item, args[-1], at) for at, item in items)), None)
     if tp is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     elif tp is int:
