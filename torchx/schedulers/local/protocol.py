@@ -15,6 +15,7 @@ under ``state.lock``, so the first terminal state stays. Readers never write.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -128,7 +129,7 @@ class BadRecord(ValueError):
         self.reason = reason
 
 
-_HINTS: Dict[Any, Dict[str, Any]] = {}
+_hints = functools.cache(typing.get_type_hints)
 
 
 def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
@@ -144,18 +145,13 @@ def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
     if typing.is_typeddict(tp):
         if not isinstance(value, dict):
             return f"{where} is not a JSON object" if where else "not a JSON object"
-        hints = _HINTS.get(tp)
-        if hints is None:
-            hints = _HINTS[tp] = typing.get_type_hints(tp)
         for key in tp.__required_keys__:
             if key not in value:
                 return f"no {_join(where, key)!r}"
-        for key, sub in hints.items():
-            if key in value:
-                found = _problem(value[key], sub, _join(where, key))
-                if found:
-                    return found
-        return None
+        found = (
+            _problem(value[k], sub, _join(where, k)) for k, sub in _hints(tp).items() if k in value
+        )
+        return next(filter(None, found), None)
     if origin in (list, dict):
         if origin is list and isinstance(value, list):
             items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
