@@ -35,12 +35,8 @@ class ClaimWaitTimeout(RuntimeError):
 
 
 def _generations(token_dir: str) -> list[int]:
-    found = []
-    for name in os.listdir(token_dir):
-        rest = name[len(CLAIM_PREFIX) :]
-        if name.startswith(CLAIM_PREFIX) and rest.isdigit():
-            found.append(int(rest))
-    return found
+    suffixes = [n[len(CLAIM_PREFIX) :] for n in os.listdir(token_dir) if n.startswith(CLAIM_PREFIX)]
+    return [int(gen) for gen in suffixes if gen.isdigit()]
 
 
 def _path(token_dir: str, gen: int) -> str:
