@@ -91,8 +91,7 @@ def own_children() -> Set[int]:
         return _psutil_children(os.getpid(), recursive=False)
     kids: Set[int] = set()
     try:
-        tids = os.listdir("/proc/self/task")
-        for tid in tids:
+        for tid in os.listdir("/proc/self/task"):
             try:
                 with open(f"/proc/self/task/{tid}/children") as f:
                     kids.update(int(p) for p in f.read().split())
