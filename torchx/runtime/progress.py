@@ -288,11 +288,8 @@ def _numbers(metrics: Dict[str, Any]) -> Dict[str, float]:
 
 def _write_atomic(path: str, text: str) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
+        f.write(text.encode())
     os.replace(tmp, path)
 
 
