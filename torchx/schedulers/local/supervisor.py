@@ -165,9 +165,7 @@ class Replica:
         files.makedirs_private(os.path.dirname(self.spec["stdout"]))
         if os.path.exists(self.spec["error_file"]):
             os.remove(self.spec["error_file"])  # a fresh attempt gets a fresh reply file
-        env = dict(os.environ)
-        env.update(self.spec["env"])
-        env[procs.REPLICA_ENV] = self.tag
+        env = {**os.environ, **self.spec["env"], procs.REPLICA_ENV: self.tag}
         out_r, out_w = _pipe()
         err_r, err_w = _pipe()
         try:
@@ -185,9 +183,8 @@ class Replica:
             os.close(err_r)
             message = f"failed to start {self.spec['args'][0]!r}: {e}\n".encode()
             for path in (self.spec["stderr"], self.spec["combined"]):
-                fd = files.open_private(path)
-                _write_all(fd, message)
-                os.close(fd)
+                with open(files.open_private(path), "ab") as f:
+                    f.write(message)
             self.state, self.exit_code, self.pid = FAILED, 127, None
             return
         finally:
