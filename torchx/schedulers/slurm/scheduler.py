@@ -360,8 +360,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         return filter_regex(regex, lines)
 
     def _follow(self, app_id: str, paths: List[str]) -> Iterator[str]:
-        pos = {p: 0 for p in paths}
-        partial = {p: b"" for p in paths}
+        pos, partial = dict.fromkeys(paths, 0), dict.fromkeys(paths, b"")
         while True:
             desc = self.describe(app_id)
             done = desc is None or is_terminal(desc.state)
@@ -375,10 +374,8 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 *lines, partial[path] = (partial[path] + chunk).split(b"\n")
                 for line in lines:
                     yield line.decode(errors="replace") + "\n"
-            if done:
-                for path in paths:
-                    if partial[path]:
-                        yield partial[path].decode(errors="replace")
+            if done:  # each file's last line, if it has no newline
+                yield from (rest.decode(errors="replace") for rest in partial.values() if rest)
                 return
             time.sleep(0.5)
 
