@@ -422,10 +422,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         except UnreadableAppError as e:
             log.warning("skipping %s", e)
             return None
-        resp = ListAppResponse(
-            app_id=app_id, state=AppState[doc["state"]], name=request["app"]["name"]
-        )
-        return request["submitted"], resp
+        state = AppState[doc["state"]]
+        return request["submitted"], ListAppResponse(app_id, state, name=request["app"]["name"])
 
     def list(self) -> List[ListAppResponse]:
         """Every app of this session, newest first (unreadable ones skipped with a warning)."""
