@@ -169,7 +169,6 @@ def _drain(f: BinaryIO, lines: LineBuffer) -> Generator[bytes, None, bool]:
     read = False
     while chunk := f.read(READ_SIZE):
         read = True
-        out = lines.feed(chunk)
-        if out:
+        if out := lines.feed(chunk):
             yield out
     return read

@@ -129,11 +129,9 @@ class _Tee(threading.Thread):
                     break
                 self.last_output = time.monotonic()
                 _write_all(self.own, chunk)
-                complete = lines.feed(chunk)
-                if complete:
+                if complete := lines.feed(chunk):
                     self.combined.write(complete)
-            rest = lines.rest()
-            if rest:
+            if rest := lines.rest():
                 self.combined.write(rest)
         finally:
             os.close(self.own)
