@@ -130,8 +130,7 @@ def report(reason: str) -> None:
     torchelastic's error file if the job has one (the stall is the failure: it replaces
     what the killed command may have written there)."""
     print(MARK + reason, file=sys.stderr, flush=True)
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if path:
+    if path := os.environ.get("TORCHELASTIC_ERROR_FILE"):
         doc = {"message": {"message": reason, "extraInfo": {"timestamp": str(int(time.time()))}}}
         try:
             with open(path, "w") as f:

@@ -43,8 +43,7 @@ class FsspecResultTracker(ResultTracker):
 
     def put(self, key: KeyType, **results: ResultType) -> None:
         fs, path = self._path(key)
-        parent = path.rsplit("/", 1)[0]  # the base, or a key's own directory under it
-        if parent:
+        if parent := path.rsplit("/", 1)[0]:  # the base, or a key's own directory under it
             fs.makedirs(parent, exist_ok=True)
         fs.write_text(path, json.dumps(results, indent=2))
 

@@ -124,8 +124,7 @@ def _children_map() -> Dict[int, List[int]]:
     children: Dict[int, List[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            fields = _proc_stat(int(name))
-            if fields:
+            if fields := _proc_stat(int(name)):
                 children.setdefault(int(fields[1]), []).append(int(name))
     return children
 

@@ -241,8 +241,7 @@ def _read_record(path: str, tp: Any) -> Optional[Any]:
         doc = json.loads(data)
     except ValueError:
         raise BadRecord(path, "it is not valid JSON") from None
-    problem = _problem(doc, tp, "")
-    if problem:
+    if problem := _problem(doc, tp, ""):
         raise BadRecord(path, problem)
     return doc
 

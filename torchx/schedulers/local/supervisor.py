@@ -353,8 +353,7 @@ class Supervisor:
         r.drain()
         if r.state == FAILED:
             self.msg = f"replica {r.role}/{r.id} exited with code {r.exit_code}"
-            last = last_line(r.spec["stderr"])
-            if last:
+            if last := last_line(r.spec["stderr"]):
                 self.msg += f": {last}"
             if not self.handle_failure(r):
                 self.state = FAILED
