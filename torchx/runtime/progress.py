@@ -239,7 +239,9 @@ class _Reporter:
         if self.enabled is None:
             rank0 = os.environ.get("RANK", "0").strip() in ("0", "")
             self.path = os.environ.get(ENV_PROGRESS_FILE) or None
-            if rank0 and ranks_send_progress(os.environ):
+            # a job tracked from its ranks: rank 0 sends every report to the job's run
+            # itself, and a waiting Runner logs none (no duplicate points)
+            if rank0 and os.environ.get("TORCHX_TRACKERS") and os.environ.get("TORCHX_JOB_ID"):
                 self.sender = _TrackerSender()
             self.enabled = rank0 and bool(self.path or self.sender)
         return bool(self.enabled)
@@ -272,13 +274,6 @@ class _Reporter:
             self.lock.release()
 
 
-def ranks_send_progress(env: Mapping[str, str]) -> bool:
-    """Whether a job with ``env`` is tracked from its ranks (``TORCHX_TRACKERS`` and
-    ``TORCHX_JOB_ID``): then rank 0 sends every report to the job's run itself, and a
-    waiting Runner logs none (no duplicate points)."""
-    return bool(env.get("TORCHX_TRACKERS") and env.get("TORCHX_JOB_ID"))
-
-
 def _numbers(metrics: Dict[str, Any]) -> Dict[str, float]:
     out: Dict[str, float] = {}
     for k, v in metrics.items():
@@ -293,11 +288,8 @@ def _numbers(metrics: Dict[str, Any]) -> Dict[str, float]:
 
 def _write_atomic(path: str, text: str) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
+        f.write(text.encode())
     os.replace(tmp, path)
 
 

@@ -43,12 +43,6 @@ def unwrap(cmd: List[str]) -> List[str]:
     return cmd[cmd.index("--") + 1 :] if wrapped else cmd
 
 
-def stall_reason(timeout: float, step: Optional[int]) -> str:
-    """The message of an app stopped as stalled (the same text on every scheduler)."""
-    last = f"last step {step}" if step is not None else "no step reported"
-    return f"stalled: no progress or output for {timeout:g} s ({last})"
-
-
 def stall_reason_in(text: str) -> Optional[str]:
     """The stall reason a watchdog left in a replica's output ``text`` (its tail), or None."""
     for line in reversed(text.splitlines()):
@@ -64,14 +58,6 @@ def step_of(report: Optional[Union[str, bytes]]) -> Optional[int]:
         step = json.loads(report or "")["step"]
         return step if isinstance(step, int) else None
     except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _last_step(progress_path: Optional[str]) -> Optional[int]:
-    try:
-        with open(progress_path or "", "rb") as f:
-            return step_of(f.read())
-    except OSError:
         return None
 
 
@@ -132,8 +118,11 @@ class StallClock:
         if now - self.last < self.timeout:
             return None
         if self.progress_path:
-            step = _last_step(self.progress_path)
-        return stall_reason(self.timeout, step)
+            with contextlib.suppress(OSError), open(self.progress_path, "rb") as f:
+                step = step_of(f.read())
+        last = f"last step {step}" if step is not None else "no step reported"
+        # the same text on every scheduler
+        return f"stalled: no progress or output for {self.timeout:g} s ({last})"
 
 
 def report(reason: str) -> None:
@@ -141,8 +130,7 @@ def report(reason: str) -> None:
     torchelastic's error file if the job has one (the stall is the failure: it replaces
     what the killed command may have written there)."""
     print(MARK + reason, file=sys.stderr, flush=True)
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if path:
+    if path := os.environ.get("TORCHELASTIC_ERROR_FILE"):
         doc = {"message": {"message": reason, "extraInfo": {"timestamp": str(int(time.time()))}}}
         try:
             with open(path, "w") as f:
@@ -160,13 +148,12 @@ def _copy(src: IO[bytes], dst: IO[bytes], clock: StallClock) -> None:
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """TERM the command's process group, KILL it after ``GRACE`` s."""
-    for sig, wait in ((signal.SIGTERM, GRACE), (signal.SIGKILL, GRACE)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+            proc.wait(GRACE)
             return
-        try:
-            proc.wait(wait)
+        except ProcessLookupError:
             return
         except subprocess.TimeoutExpired:
             continue
@@ -218,14 +205,6 @@ USAGE = (
 )
 
 
-def _judged_here(only_where: Optional[str]) -> bool:
-    """``--only-where NAME=VALUE``: judge only where env NAME is VALUE (or unset): the rank-0
-    replica of a gang whose replicas share no directory, so a rank that prints nothing while
-    rank 0 prints (most DDP ranks) is never stopped on its own."""
-    name, _, value = (only_where or "").partition("=")
-    return not name or os.environ.get(name, value) == value
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     head, cmd = (
@@ -240,7 +219,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not cmd or not timeout > 0 or len(head) % 2 == 0 or set(options) - known:
         print(USAGE, file=sys.stderr)
         return 2
-    if not _judged_here(options.get("--only-where")):
+    # ``--only-where NAME=VALUE``: judge only where env NAME is VALUE (or unset): the rank-0
+    # replica of a gang whose replicas share no directory, so a rank that prints nothing while
+    # rank 0 prints (most DDP ranks) is never stopped on its own
+    name, _, value = options.get("--only-where", "").partition("=")
+    if name and os.environ.get(name, value) != value:
         os.execvp(cmd[0], cmd)  # an unjudged replica: its command as if unwrapped
     return run(timeout, cmd, options.get("--peers"), options.get("--beacon"))
 

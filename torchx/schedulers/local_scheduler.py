@@ -11,19 +11,19 @@ import signal
 import time
 from typing import IO, Any, Optional, Protocol
 
-from torchx.schedulers.ids import make_unique
-from torchx.schedulers.local.images import (
+from torchx.schedulers.ids import make_unique  # noqa: F401
+from torchx.schedulers.local.images import (  # noqa: F401
     ENV_CUDA_VISIBLE_DEVICES,
     CWDImageProvider,
     ImageProvider,
     LocalDirectoryImageProvider,
     LocalOpts,
     ReplicaParam,
-    _join_PATH,  # noqa: F401
+    _join_PATH,
 )
-from torchx.schedulers.local.scheduler import (
+from torchx.schedulers.local.scheduler import (  # noqa: F401
     COMBINED_LOG,
-    ERROR_FILE,  # noqa: F401
+    ERROR_FILE,
     GRACE_SECONDS,
     STDERR_LOG,
     STDOUT_LOG,
@@ -31,32 +31,9 @@ from torchx.schedulers.local.scheduler import (
     PopenRequest,
     UnreadableAppError,
     create_scheduler,
-    log,  # noqa: F401
+    log,
 )
 from torchx.specs.api import is_terminal
-
-__all__ = [
-    "COMBINED_LOG",
-    "CWDImageProvider",
-    "ENV_CUDA_VISIBLE_DEVICES",
-    "GRACE_SECONDS",
-    "ImageProvider",
-    "LocalDirectoryImageProvider",
-    "LocalOpts",
-    "LocalScheduler",
-    "LogIterator",
-    "PopenProtocol",
-    "PopenRequest",
-    "ReplicaParam",
-    "STDERR_LOG",
-    "STDOUT_LOG",
-    "SignalException",
-    "UnreadableAppError",
-    "create_scheduler",
-    "make_unique",
-]
-# also importable, as from upstream's module: NA, AppId, AppName, RoleName, ERROR_FILE,
-# _join_PATH, log
 
 NA = "<N/A>"
 AppId = str

@@ -1,7 +1,7 @@
 """Upstream's module path of the slurm scheduler: ``slurm`` lives in the
 ``torchx.schedulers.slurm`` package; this module re-exports what upstream's
-``torchx.schedulers.slurm_scheduler`` offered (and the status parsers), so code written
-against it keeps working.
+``torchx.schedulers.slurm_scheduler`` offered (and ``SlurmError``), so code written against
+it keeps working.
 """
 
 from torchx.schedulers.slurm.batch import (  # noqa: F401
@@ -13,12 +13,4 @@ from torchx.schedulers.slurm.batch import (  # noqa: F401
     SlurmReplicaRequest,
 )
 from torchx.schedulers.slurm.scheduler import SlurmScheduler, create_scheduler  # noqa: F401
-from torchx.schedulers.slurm.status import (  # noqa: F401
-    SLURM_STATES,
-    SlurmError,
-    parse_jobcomp,
-    parse_sacct,
-    parse_scontrol,
-    parse_squeue_text,
-    squeue_jobs,
-)
+from torchx.schedulers.slurm.status import SLURM_STATES, SlurmError  # noqa: F401

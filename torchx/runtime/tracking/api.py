@@ -43,16 +43,13 @@ class FsspecResultTracker(ResultTracker):
 
     def put(self, key: KeyType, **results: ResultType) -> None:
         fs, path = self._path(key)
-        parent = path.rsplit("/", 1)[0]  # the base, or a key's own directory under it
-        if parent:
+        if parent := path.rsplit("/", 1)[0]:  # the base, or a key's own directory under it
             fs.makedirs(parent, exist_ok=True)
-        with fs.open(path, "w") as f:
-            f.write(json.dumps(results, indent=2))
+        fs.write_text(path, json.dumps(results, indent=2))
 
     def get(self, key: KeyType) -> Dict[str, ResultType]:
         fs, path = self._path(key)
         try:
-            with fs.open(path, "r") as f:
-                return json.loads(f.read())
+            return json.loads(fs.read_text(path))
         except FileNotFoundError:
             return {}

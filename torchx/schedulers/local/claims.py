@@ -35,12 +35,8 @@ class ClaimWaitTimeout(RuntimeError):
 
 
 def _generations(token_dir: str) -> list[int]:
-    found = []
-    for name in os.listdir(token_dir):
-        rest = name[len(CLAIM_PREFIX) :]
-        if name.startswith(CLAIM_PREFIX) and rest.isdigit():
-            found.append(int(rest))
-    return found
+    suffixes = [n[len(CLAIM_PREFIX) :] for n in os.listdir(token_dir) if n.startswith(CLAIM_PREFIX)]
+    return [int(gen) for gen in suffixes if gen.isdigit()]
 
 
 def _path(token_dir: str, gen: int) -> str:
@@ -86,18 +82,12 @@ def _verdict(token_dir: str, gen: int, doc: Dict[str, Any], state: AppState, reu
     return "stale" if name is None else by_app(name)
 
 
-def claim(
-    token_dir: str,
-    app_id: str,
-    state: AppState,
-    reattach_succeeded: bool,
-    timeout: float = LAUNCH_WAIT_SECONDS,
-) -> Optional[str]:
+def claim(token_dir: str, app_id: str, state: AppState, reattach_succeeded: bool) -> Optional[str]:
     """Claim the token for ``app_id``: None if the caller holds it now and must launch
     ``app_id``; else the app id of the claim that rules the token (to re-attach to)."""
     protocol.makedirs_private(token_dir)
     me = {"app_id": app_id, "pid": os.getpid(), "stamp": procs.stamp(os.getpid())}
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + LAUNCH_WAIT_SECONDS
     while True:
         gens = _generations(token_dir)
         gen = max(gens, default=0)
@@ -110,8 +100,9 @@ def claim(
                 if time.monotonic() > deadline:
                     raise ClaimWaitTimeout(
                         f"process {doc.get('pid')} claimed this idempotency key for"
-                        f" {doc['app_id']} but has not launched it within {timeout:.0f} s;"
-                        f" retry later, or remove {_path(token_dir, gen)} if it is stuck"
+                        f" {doc['app_id']} but has not launched it within"
+                        f" {LAUNCH_WAIT_SECONDS:.0f} s; retry later, or remove"
+                        f" {_path(token_dir, gen)} if it is stuck"
                     )
                 time.sleep(POLL_SECONDS)
                 continue

@@ -63,11 +63,9 @@ def observed_state(app_dir: str, request: Request) -> State:
     if doc is not None and doc["state"] in TERMINAL:
         return doc
     alive = supervisor_alive(app_dir)
-    if alive:
+    if alive or (alive is None and now - request["submitted"] <= protocol.LAUNCH_TIMEOUT):
         return doc or {"state": PENDING, "replicas": []}
     if alive is None:
-        if now - request["submitted"] <= protocol.LAUNCH_TIMEOUT:
-            return doc or {"state": PENDING, "replicas": []}
         return protocol.with_state(doc, FAILED, protocol.NEVER_STARTED)
     doc = protocol.load_state(app_dir)  # it may have finished between the two reads
     if doc is not None and doc["state"] in TERMINAL:

@@ -15,6 +15,7 @@ signal handlers are reset, and it leaves by ``os._exit``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -78,10 +79,8 @@ def start(app_dir: str, log_fd: int) -> Started:
 
 def _fork(app_dir: str, log_fd: int) -> int:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: no copy
             stream.flush()  # else the child's copy of the buffer could be written twice
-        except (OSError, ValueError):  # a closed or broken stream has nothing to copy
-            pass
     devnull = os.open(os.devnull, os.O_RDONLY)
     pid = os.fork()
     if pid:
@@ -99,10 +98,8 @@ def _fork(app_dir: str, log_fd: int) -> int:
         _set_name(b"torchx-local")  # its command line stays the launcher's; ps -e, top
         code = supervisor.main(app_dir)
     except BaseException:  # the forked child must reach os._exit, whatever it raised
-        try:
+        with contextlib.suppress(OSError, ValueError):  # no stderr left to print to
             traceback.print_exc()
-        except (OSError, ValueError):  # no stderr left to print to
-            pass
     finally:
         os._exit(code)
 
@@ -110,11 +107,8 @@ def _fork(app_dir: str, log_fd: int) -> int:
 def _set_name(name: bytes) -> None:
     """The process name (``prctl(PR_SET_NAME)``), through ``/proc``: ``ctypes`` would cost
     the child ~5 ms of imports before it starts the replicas."""
-    try:
-        with open("/proc/self/comm", "wb") as f:
-            f.write(name[:15])
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/comm", "wb") as f:
+        f.write(name[:15])
 
 
 def _blank_inherited_fds(devnull: int) -> None:
@@ -122,10 +116,8 @@ def _blank_inherited_fds(devnull: int) -> None:
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd > 2 and fd != devnull:
-            try:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, gone already
                 os.dup2(devnull, fd, inheritable=False)
-            except OSError:
-                pass  # the listing's own descriptor, gone already
     os.close(devnull)
 
 
@@ -133,11 +125,9 @@ def _reset_signals() -> None:
     """The launcher's Python signal handlers and wakeup fd do not apply to the child."""
     signal.set_wakeup_fd(-1)
     for sig in signal.valid_signals():
-        try:
+        with contextlib.suppress(OSError, ValueError):
             if callable(signal.getsignal(sig)):
                 signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a new interpreter
 
 

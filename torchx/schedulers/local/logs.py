@@ -137,7 +137,8 @@ def read_chunks(path: str) -> Chunks:
     lines = LineBuffer()
     with f:
         yield from _drain(f, lines)
-    yield from _rest(lines)
+    if rest := lines.rest():
+        yield rest
 
 
 def follow_chunks(path: str, finished: Callable[[], bool]) -> Chunks:
@@ -159,7 +160,8 @@ def follow_chunks(path: str, finished: Callable[[], bool]) -> Chunks:
             else:
                 time.sleep(pause)
                 pause = min(pause * 2, POLL_SECONDS)
-    yield from _rest(lines)
+    if rest := lines.rest():
+        yield rest
 
 
 def _drain(f: BinaryIO, lines: LineBuffer) -> Generator[bytes, None, bool]:
@@ -167,13 +169,6 @@ def _drain(f: BinaryIO, lines: LineBuffer) -> Generator[bytes, None, bool]:
     read = False
     while chunk := f.read(READ_SIZE):
         read = True
-        out = lines.feed(chunk)
-        if out:
+        if out := lines.feed(chunk):
             yield out
     return read
-
-
-def _rest(lines: LineBuffer) -> Chunks:
-    rest = lines.rest()
-    if rest:
-        yield rest

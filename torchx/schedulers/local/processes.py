@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -90,8 +91,7 @@ def own_children() -> Set[int]:
         return _psutil_children(os.getpid(), recursive=False)
     kids: Set[int] = set()
     try:
-        tids = os.listdir("/proc/self/task")
-        for tid in tids:
+        for tid in os.listdir("/proc/self/task"):
             try:
                 with open(f"/proc/self/task/{tid}/children") as f:
                     kids.update(int(p) for p in f.read().split())
@@ -124,8 +124,7 @@ def _children_map() -> Dict[int, List[int]]:
     children: Dict[int, List[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            fields = _proc_stat(int(name))
-            if fields:
+            if fields := _proc_stat(int(name)):
                 children.setdefault(int(fields[1]), []).append(int(name))
     return children
 
@@ -180,27 +179,19 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
     printed "end" after a cancel when ``sleep`` was signalled first)."""
     pids = [p for p in pids if p > 1]
     for p in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             if os.getpgid(p) == p:
                 os.killpg(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
     for p in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def kill_tagged_everywhere(prefix: str, roots: Iterable[int] = ()) -> None:
     """SIGKILL, until none is left, every process tagged ``prefix`` and the trees under
     ``roots`` (pids already checked to be ours); used when the supervisor is gone."""
-    known = {}
-    for r in roots:
-        for p in {r} | descendants_of([r]):
-            st = stamp(p)
-            if st:
-                known[p] = st
+    tops = set(roots)
+    known = {p: st for p in tops | descendants_of(tops) if (st := stamp(p))}
     for _ in range(50):
         pids = tagged(prefix) | {p for p, st in known.items() if is_ours(p, st)}
         pids = {p for p in pids if alive(p)}

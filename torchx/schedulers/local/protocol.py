@@ -15,6 +15,7 @@ under ``state.lock``, so the first terminal state stays. Readers never write.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -128,7 +129,7 @@ class BadRecord(ValueError):
         self.reason = reason
 
 
-_HINTS: Dict[Any, Dict[str, Any]] = {}
+_hints = functools.cache(typing.get_type_hints)
 
 
 def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
@@ -144,34 +145,22 @@ def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
     if typing.is_typeddict(tp):
         if not isinstance(value, dict):
             return f"{where} is not a JSON object" if where else "not a JSON object"
-        hints = _HINTS.get(tp)
-        if hints is None:
-            hints = _HINTS[tp] = typing.get_type_hints(tp)
         for key in tp.__required_keys__:
             if key not in value:
                 return f"no {_join(where, key)!r}"
-        for key, sub in hints.items():
-            if key in value:
-                found = _problem(value[key], sub, _join(where, key))
-                if found:
-                    return found
-        return None
-    if origin is list:
-        if isinstance(value, list):
-            for i, item in enumerate(value):
-                found = _problem(item, args[0], f"{where}[{i}]")
-                if found:
-                    return found
-            return None
-        return f"bad {where!r}"
-    if origin is dict:
-        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-            for k, item in value.items():
-                found = _problem(item, args[1], _join(where, k))
-                if found:
-                    return found
-            return None
-        return f"bad {where!r}"
+        found = (
+            _problem(value[k], sub, _join(where, k)) for k, sub in _hints(tp).items() if k in value
+        )
+        return next(filter(None, found), None)
+    if origin in (list, dict):
+        if origin is list and isinstance(value, list):
+            items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        elif origin is dict and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            items = [(_join(where, k), item) for k, item in value.items()]
+        else:
+            return f"bad {where!r}"
+        # the first problem of an item (their type is the last argument of List and Dict)
+        return next(filter(None, (_problem(item, args[-1], at) for at, item in items)), None)
     if tp is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     elif tp is int:
@@ -185,10 +174,11 @@ def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def parse_request(doc: Any, path: str) -> Request:
-    """``doc`` as a ``Request``; raises ``BadRecord`` saying what is wrong."""
-    problem = _problem(doc, Request, "")
-    if problem is None:
+def load_request(app_dir: str) -> Optional[Request]:
+    """The app's request (None if there is none: no such app); ``BadRecord`` if bad."""
+    path = os.path.join(app_dir, REQUEST)
+    doc = _read_record(path, Request)
+    if doc is not None:
         app = doc["app"]
         roles = app.get("roles")
         ok = (
@@ -201,36 +191,20 @@ def parse_request(doc: Any, path: str) -> Request:
                 for r in roles
             )
         )
-        problem = None if ok else "no valid 'app' (name and roles)"
-    if problem:
-        raise BadRecord(path, problem)
-    return typing.cast(Request, doc)
-
-
-def parse_state(doc: Any, path: str) -> State:
-    """``doc`` as a ``State``; raises ``BadRecord`` saying what is wrong."""
-    problem = _problem(doc, State, "")
-    if problem is None and doc["state"] not in STATES:
-        problem = f"unknown state {doc['state']!r}"
-    if problem is None and any(r["state"] not in STATES for r in doc.get("replicas", [])):
-        problem = "bad 'replicas' (unknown state)"
-    if problem:
-        raise BadRecord(path, problem)
-    return typing.cast(State, doc)
-
-
-def load_request(app_dir: str) -> Optional[Request]:
-    """The app's request (None if there is none: no such app); ``BadRecord`` if bad."""
-    path = os.path.join(app_dir, REQUEST)
-    doc = _read_record(path)
-    return None if doc is None else parse_request(doc, path)
+        if not ok:
+            raise BadRecord(path, "no valid 'app' (name and roles)")
+    return typing.cast(Optional[Request], doc)
 
 
 def load_state(app_dir: str) -> Optional[State]:
     """The app's state (None before anyone wrote one); ``BadRecord`` if bad."""
     path = os.path.join(app_dir, STATE)
-    doc = _read_record(path)
-    return None if doc is None else parse_state(doc, path)
+    doc = _read_record(path, State)
+    if doc is not None and doc["state"] not in STATES:
+        raise BadRecord(path, f"unknown state {doc['state']!r}")
+    if doc is not None and any(r["state"] not in STATES for r in doc.get("replicas", [])):
+        raise BadRecord(path, "bad 'replicas' (unknown state)")
+    return typing.cast(Optional[State], doc)
 
 
 def current_state(app_dir: str) -> Optional[State]:
@@ -253,8 +227,9 @@ def read_supervisor(app_dir: str) -> Optional[tuple[int, str]]:
         return (0, "")  # unreadable: treated as a supervisor that is gone
 
 
-def _read_record(path: str) -> Optional[Any]:
-    """The parsed file; None if it does not exist; ``BadRecord`` if unreadable or not JSON."""
+def _read_record(path: str, tp: Any) -> Optional[Any]:
+    """The parsed file; None if it does not exist; ``BadRecord`` if it is unreadable, not
+    JSON, or not a ``tp``."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -263,9 +238,12 @@ def _read_record(path: str) -> Optional[Any]:
     except OSError as e:
         raise BadRecord(path, f"cannot read it ({e.strerror})") from None
     try:
-        return json.loads(data)
+        doc = json.loads(data)
     except ValueError:
         raise BadRecord(path, "it is not valid JSON") from None
+    if problem := _problem(doc, tp, ""):
+        raise BadRecord(path, problem)
+    return doc
 
 
 def makedirs_private(path: str) -> None:

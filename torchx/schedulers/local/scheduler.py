@@ -6,6 +6,7 @@ them: a dry run, which every ``torchx run`` starts with, needs none of them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -387,11 +388,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 err_path = os.path.join(request["log_dir"], role.name, str(i), ERROR_FILE)
                 structured = NONE
                 if rstate == AppState.FAILED and os.path.isfile(err_path):
-                    try:
+                    with contextlib.suppress(OSError):
                         structured = Path(err_path).read_text()
                         error_files.append((os.path.getmtime(err_path), structured))
-                    except OSError:
-                        pass
                 replicas.append(ReplicaStatus(i, rstate, role.name, "localhost", structured))
             roles_statuses.append(RoleStatus(role.name, replicas))
         structured_error = min(error_files)[1] if error_files and state == AppState.FAILED else NONE
@@ -423,10 +422,8 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         except UnreadableAppError as e:
             log.warning("skipping %s", e)
             return None
-        resp = ListAppResponse(
-            app_id=app_id, state=AppState[doc["state"]], name=request["app"]["name"]
-        )
-        return request["submitted"], resp
+        state = AppState[doc["state"]]
+        return request["submitted"], ListAppResponse(app_id, state, name=request["app"]["name"])
 
     def list(self) -> List[ListAppResponse]:
         """Every app of this session, newest first (unreadable ones skipped with a warning)."""
@@ -459,7 +456,10 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         the others get its app; a failed launch gives its claim up."""
         from torchx.schedulers.local import claims
 
-        token_dir, app_id = self._token_dir(token), dryrun_info.request.app_id
+        if not token or "/" in token or token.startswith("."):
+            raise InvalidAppError(f"idempotency token {token!r} is not a plain name")
+        token_dir = str(self._state_root() / TOKENS_DIR / token)
+        app_id = dryrun_info.request.app_id
         holder = claims.claim(token_dir, app_id, self._app_state, reattach_succeeded)
         if holder is not None:
             return holder, None
@@ -468,11 +468,6 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         except BaseException:  # nothing launched (an interrupt too): free the key, re-raise
             claims.release(token_dir, app_id, self._app_state)
             raise
-
-    def _token_dir(self, token: str) -> str:
-        if not token or "/" in token or token.startswith("."):
-            raise InvalidAppError(f"idempotency token {token!r} is not a plain name")
-        return str(self._state_root() / TOKENS_DIR / token)
 
     def _app_state(self, app_id: str) -> Optional[str]:
         found = self._summary(app_id)

@@ -19,6 +19,7 @@ it imports are stdlib only, plus psutil off Linux (``tests/util/test_import_grap
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -128,11 +129,9 @@ class _Tee(threading.Thread):
                     break
                 self.last_output = time.monotonic()
                 _write_all(self.own, chunk)
-                complete = lines.feed(chunk)
-                if complete:
+                if complete := lines.feed(chunk):
                     self.combined.write(complete)
-            rest = lines.rest()
-            if rest:
+            if rest := lines.rest():
                 self.combined.write(rest)
         finally:
             os.close(self.own)
@@ -142,10 +141,8 @@ class _Tee(threading.Thread):
 
 def _pipe() -> tuple[int, int]:
     r, w = os.pipe()
-    try:
+    with contextlib.suppress(OSError):
         fcntl.fcntl(r, 1031, READ_SIZE)  # F_SETPIPE_SZ: fewer wake-ups for chatty replicas
-    except OSError:
-        pass
     return r, w
 
 
@@ -166,9 +163,7 @@ class Replica:
         files.makedirs_private(os.path.dirname(self.spec["stdout"]))
         if os.path.exists(self.spec["error_file"]):
             os.remove(self.spec["error_file"])  # a fresh attempt gets a fresh reply file
-        env = dict(os.environ)
-        env.update(self.spec["env"])
-        env[procs.REPLICA_ENV] = self.tag
+        env = {**os.environ, **self.spec["env"], procs.REPLICA_ENV: self.tag}
         out_r, out_w = _pipe()
         err_r, err_w = _pipe()
         try:
@@ -186,9 +181,8 @@ class Replica:
             os.close(err_r)
             message = f"failed to start {self.spec['args'][0]!r}: {e}\n".encode()
             for path in (self.spec["stderr"], self.spec["combined"]):
-                fd = files.open_private(path)
-                _write_all(fd, message)
-                os.close(fd)
+                with open(files.open_private(path), "ab") as f:
+                    f.write(message)
             self.state, self.exit_code, self.pid = FAILED, 127, None
             return
         finally:
@@ -273,11 +267,9 @@ class Supervisor:
 
     def sleep(self, timeout: float) -> None:
         """Until a signal arrives (a child exited, a cancel) or ``timeout`` s passed."""
-        try:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
             select.select([self.wake_r], [], [], timeout)
             os.read(self.wake_r, 4096)
-        except (BlockingIOError, InterruptedError):
-            pass
 
     def collect(self) -> None:
         """Reap every exited child (orphans re-parent to us); remember replicas' codes."""
@@ -361,8 +353,7 @@ class Supervisor:
         r.drain()
         if r.state == FAILED:
             self.msg = f"replica {r.role}/{r.id} exited with code {r.exit_code}"
-            last = last_line(r.spec["stderr"])
-            if last:
+            if last := last_line(r.spec["stderr"]):
                 self.msg += f": {last}"
             if not self.handle_failure(r):
                 self.state = FAILED

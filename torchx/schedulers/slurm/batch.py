@@ -120,8 +120,7 @@ def comment_metadata(text: str) -> Dict[str, str]:
     holding one): the last of each mark, since ours follow the user's comment."""
     found: Dict[str, str] = {}
     for key, mark in ((IDEMPOTENCY_TOKEN, TOKEN_MARK), (OWNER, OWNER_MARK)):
-        values = re.findall(rf"(?:^|\s){re.escape(mark)}(\S+)", text or "")
-        if values:
+        if values := re.findall(rf"(?:^|\s){re.escape(mark)}(\S+)", text or ""):
             found[key] = urllib.parse.unquote(values[-1]) if key == OWNER else values[-1]
     return found
 

@@ -14,6 +14,7 @@ the replica's ``.err``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -107,29 +108,21 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add(
-            "partition", type_=str, help="partition to run on (default: the cluster's default)"
-        )
-        opts.add("time", type_=str, help="time limit, e.g. 1:00:00")
-        opts.add("comment", type_=str, help="job comment")
-        opts.add("constraint", type_=str, help="node features required")
-        opts.add("mail-user", type_=str, help="where to send job mail")
-        opts.add("mail-type", type_=str, help="which events to mail (e.g. END,FAIL)")
-        opts.add(
-            "job_dir",
-            type_=str,
-            help="directory the job runs in and writes its logs to (default: cwd)",
-        )
-        opts.add(
-            "account",
-            type_=str,
-            help="account to charge the job to (sbatch --account; default: the user's default)",
-        )
-        opts.add(
-            "qos",
-            type_=str,
-            help="quality of service (sbatch --qos; default: the association's default)",
-        )
+        for key, help_text in (
+            ("partition", "partition to run on (default: the cluster's default)"),
+            ("time", "time limit, e.g. 1:00:00"),
+            ("comment", "job comment"),
+            ("constraint", "node features required"),
+            ("mail-user", "where to send job mail"),
+            ("mail-type", "which events to mail (e.g. END,FAIL)"),
+            ("job_dir", "directory the job runs in and writes its logs to (default: cwd)"),
+            (
+                "account",
+                "account to charge the job to (sbatch --account; default: the user's default)",
+            ),
+            ("qos", "quality of service (sbatch --qos; default: the association's default)"),
+        ):
+            opts.add(key, type_=str, help=help_text)
         opts.add("exclusive", type_=bool, default=False, help="whole nodes per replica")
         return opts
 
@@ -252,9 +245,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         msg = f"failed replicas: {', '.join(failing)}" if failed else ""
         structured = NONE
         if errs and job_dir:
-            structured = _last_error(errs[0])
+            structured = _last_error(_text(errs[0]))
             # a replica's watchdog stopped it (its peers then failed too: kill-on-bad-exit)
-            msg = next(filter(None, map(_stall_reason, errs)), msg)
+            msg = next(filter(None, (stall_reason_in(_text(e, tail=4096)) for e in errs)), msg)
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
@@ -367,8 +360,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         return filter_regex(regex, lines)
 
     def _follow(self, app_id: str, paths: List[str]) -> Iterator[str]:
-        pos = {p: 0 for p in paths}
-        partial = {p: b"" for p in paths}
+        pos, partial = dict.fromkeys(paths, 0), dict.fromkeys(paths, b"")
         while True:
             desc = self.describe(app_id)
             done = desc is None or is_terminal(desc.state)
@@ -382,10 +374,8 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 *lines, partial[path] = (partial[path] + chunk).split(b"\n")
                 for line in lines:
                     yield line.decode(errors="replace") + "\n"
-            if done:
-                for path in paths:
-                    if partial[path]:
-                        yield partial[path].decode(errors="replace")
+            if done:  # each file's last line, if it has no newline
+                yield from (rest.decode(errors="replace") for rest in partial.values() if rest)
                 return
             time.sleep(0.5)
 
@@ -426,26 +416,17 @@ def _read(path: str) -> Iterator[str]:
         yield line.decode(errors="replace")
 
 
-def _stall_reason(path: str) -> Optional[str]:
-    """The watchdog's stall reason at the end of a replica's stderr, if it stopped it."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 4096))
-            return stall_reason_in(f.read().decode(errors="replace"))
-    except OSError:
-        return None
+def _text(path: str, tail: int = 0) -> str:
+    """A replica's log, decoded (only its last ``tail`` bytes if given); "" if unreadable."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - tail) if tail else 0)
+        return f.read().decode(errors="replace")
+    return ""
 
 
-def _last_error(path: str) -> str:
+def _last_error(text: str) -> str:
     """The last exception-looking line of a replica's stderr (Slurm has no reply files)."""
-    try:
-        with open(path, "rb") as f:
-            lines = [
-                ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()
-            ]
-    except OSError:
-        return NONE
-    for ln in reversed(lines):
+    for ln in map(str.strip, reversed(text.splitlines())):
         if re.search(r"(Error|Exception)\b", ln) and not ln.startswith(("srun:", "slurmstepd:")):
             return re.sub(r"^\[\d+\]:(\[rank\d+\]:)?\s*", "", ln)
     return NONE
