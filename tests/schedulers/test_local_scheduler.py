@@ -268,6 +268,18 @@ def test_missing_entrypoint_is_an_error_at_submit() -> None:
         runner.run(_app(specs.Role(name="w", image=".", entrypoint="no-such-binary")), "local_cwd")
 
 
+def test_a_command_that_cannot_start_says_why_in_the_status(tmp_path: Path) -> None:
+    """Not executable: the app FAILED, and its message (not only its log) gives the reason."""
+    script = tmp_path / "prog.sh"
+    script.write_text("echo hi\n")
+    script.chmod(0o644)
+    with get_runner() as runner:
+        role = specs.Role(name="w", image=str(tmp_path), entrypoint=str(script))
+        status = _wait(runner, runner.run(_app(role), "local_cwd"))
+    assert status.state == specs.AppState.FAILED
+    assert "replica w/0 failed to start" in status.msg and "Permission denied" in status.msg
+
+
 def test_venv_bin_is_first_on_path() -> None:
     with get_runner() as runner:
         h = runner.run(_app(_role("command -v python")), "local_cwd")

@@ -158,6 +158,7 @@ class Replica:
         self.tees: List[_Tee] = []
         self.state = PENDING
         self.exit_code: Optional[int] = None
+        self.start_error = ""  # why its command could not be started (then FAILED)
 
     def start(self) -> None:
         files.makedirs_private(os.path.dirname(self.spec["stdout"]))
@@ -179,10 +180,10 @@ class Replica:
         except OSError as e:
             os.close(out_r)
             os.close(err_r)
-            message = f"failed to start {self.spec['args'][0]!r}: {e}\n".encode()
+            self.start_error = f"failed to start {self.spec['args'][0]!r}: {e}"
             for path in (self.spec["stderr"], self.spec["combined"]):
                 with open(files.open_private(path), "ab") as f:
-                    f.write(message)
+                    f.write(f"{self.start_error}\n".encode())
             self.state, self.exit_code, self.pid = FAILED, 127, None
             return
         finally:
@@ -456,6 +457,9 @@ class Supervisor:
                 self.state, self.msg = SUCCEEDED, ""
             else:
                 self.state = FAILED
+                unstarted = (r for r in self.replicas if r.start_error)
+                if not self.msg and (r := next(unstarted, None)):
+                    self.msg = f"replica {r.role}/{r.id} {r.start_error}"
         self.write_state()
         return 0
 
