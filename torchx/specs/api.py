@@ -98,17 +98,14 @@ class macros:
             copied.metadata = self._apply_nested(copied.metadata)
             return copied
 
-        def _apply_nested(self, d: dict[str, Any]) -> dict[str, Any]:
-            return {k: self._substitute_value(v) for k, v in d.items()}
-
-        def _substitute_value(self, value: Any) -> Any:
+        def _apply_nested(self, value: Any) -> Any:
             """``value`` with its strings substituted, in lists and dicts at any depth."""
             if isinstance(value, str):
                 return self.substitute(value)
             if isinstance(value, list):
-                return [self._substitute_value(x) for x in value]
+                return [self._apply_nested(x) for x in value]
             if isinstance(value, dict):
-                return self._apply_nested(value)
+                return {k: self._apply_nested(v) for k, v in value.items()}
             return value
 
         def substitute(self, arg: str) -> str:
