@@ -221,9 +221,8 @@ class CmdRun(SubCommand):
                         f" (stop it with `torchx cancel {handle}`)",
                         code,
                     ) from None
-                signal.signal(
-                    signal.SIGINT, signal.SIG_IGN
-                )  # a second Ctrl-C must not abort the cancel
+                # a second Ctrl-C must not abort the cancel
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
                 try:
                     runner.cancel(handle)
                     final = runner.wait(handle, wait_interval=1, timeout=30)
