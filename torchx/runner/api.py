@@ -96,8 +96,6 @@ class Runner:
         # progress, resource-hours and failure reasons onto the runs of the apps it watches
         self._recorder = JobRecorder(self._tracking, self._apps, self.trackers, self.progress)
 
-    # ------------------------------------------------------------------ lifecycle
-
     def __enter__(self) -> Runner:
         return self
 
@@ -114,8 +112,6 @@ class Runner:
 
     def name(self) -> str:
         return self._name
-
-    # ------------------------------------------------------------------ submit
 
     def run_component(
         self,
@@ -406,8 +402,6 @@ class Runner:
             self._reattached.add(handle_of(winner))
         return handle_of(winner)
 
-    # ------------------------------------------------------------------ inspect
-
     def status(self, app_handle: AppHandle) -> Optional[AppStatus]:
         """The app's status, or None if its scheduler does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
@@ -501,8 +495,6 @@ class Runner:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
 
-    # ------------------------------------------------------------------ control
-
     def cancel(self, app_handle: AppHandle) -> None:
         """Cancel the app if it is still running (idempotent); unknown apps raise."""
         sched, app_id = self._scheduler_app_id(app_handle)
@@ -520,8 +512,6 @@ class Runner:
     def stop(self, app_handle: AppHandle) -> None:
         """Deprecated alias of :meth:`cancel`."""
         self.cancel(app_handle)
-
-    # ------------------------------------------------------------------ schedulers
 
     def scheduler_backends(self) -> List[str]:
         return list(self._scheduler_factories.keys())

@@ -198,9 +198,6 @@ def with_env(
     return info.keeping_context(sched.submit_dryrun(app, info.cfg))
 
 
-# ---------------------------------------------------------------------------- while it runs
-
-
 @dataclass
 class _Watch:
     trackers: Dict[str, Optional[str]]
