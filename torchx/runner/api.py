@@ -422,10 +422,7 @@ class Runner:
         )
 
     def wait(
-        self,
-        app_handle: AppHandle,
-        wait_interval: float = 10,
-        timeout: Optional[float] = None,
+        self, app_handle: AppHandle, wait_interval: float = 10, timeout: Optional[float] = None
     ) -> Optional[AppStatus]:
         """Block until the app is terminal (or ``timeout`` s); None if the app is unknown.
 

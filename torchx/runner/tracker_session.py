@@ -109,12 +109,7 @@ class TrackerSession:
                 warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
 
     def close_job_run(
-        self,
-        trackers: Trackers,
-        handle: str,
-        env: Mapping[str, str],
-        state: AppState,
-        end_ms: int,
+        self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState, end_ms: int
     ) -> None:
         """End the job's run with the app's terminal ``state`` at ``end_ms``; a failure is one
         warning."""

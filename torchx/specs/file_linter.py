@@ -251,9 +251,7 @@ def _parse(path: str) -> ast.Module:
 
 
 def validate(
-    path: str,
-    component_function: str,
-    validators: Optional[List[TorchxFunctionValidator]] = None,
+    path: str, component_function: str, validators: Optional[List[TorchxFunctionValidator]] = None
 ) -> List[LinterMessage]:
     """Lint ``component_function`` in the Python file ``path``; an empty list means it is fine."""
     try:
