@@ -238,15 +238,8 @@ class CmdRun(SubCommand):
             raise CommandError(f"{handle} {status.error_summary()}")
 
     def _apply_stdin(self, args: argparse.Namespace) -> None:
-        if (
-            args.component_name_and_args
-            or args.scheduler
-            or args.scheduler_args
-            or args.dryrun
-            or args.wait
-            or args.log
-            or args.workspace is not None
-        ):
+        flags = (args.component_name_and_args, args.scheduler, args.scheduler_args, args.dryrun)
+        if any(flags) or args.wait or args.log or args.workspace is not None:
             raise CommandError(
                 "--stdin takes all run arguments from the JSON on stdin; give no other flags", 2
             )
