@@ -17,21 +17,10 @@ from torchx.cli.cmd_base import CommandError, SubCommand
 
 logger = logging.getLogger(__name__)
 
-_STDIN_FIELDS = {
-    "component_name",
-    "scheduler",
-    "scheduler_args",
-    "scheduler_cfg",
-    "dryrun",
-    "wait",
-    "log",
-    "workspace",
-    "parent_run_id",
-    "tee_logs",
-    "component_args",
-    "component_args_str",
-    "stall_timeout",
-}
+_STDIN_FIELDS = set(
+    "component_name component_args component_args_str scheduler scheduler_args scheduler_cfg"
+    " dryrun wait log workspace parent_run_id tee_logs stall_timeout".split()
+)
 
 
 class _Terminated(BaseException):
