@@ -342,12 +342,7 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> A
     return f"{scheduler_backend}://{session_name}/{app_id}"
 
 
-_MOUNT_KEY_ALIASES = {
-    "source": "src",
-    "destination": "dst",
-    "target": "dst",
-    "read_only": "readonly",
-}
+_MOUNT_KEY_ALIASES = dict(source="src", destination="dst", target="dst", read_only="readonly")
 _MOUNT_KEYS = {"type", "src", "dst", "readonly", "perm"}
 
 
