@@ -373,7 +373,6 @@ def filter_regex(regex: Optional[str], lines: Iterable[str]) -> Iterator[str]:
 
 
 def split_lines(text: str) -> List[str]:
-    """Split keeping each line's ``\\n``."""
     return text.splitlines(keepends=True)
 
 

@@ -76,7 +76,6 @@ _T = TypeVar("_T")
 
 
 def none_throws(optional: Optional[_T], message: str = "Unexpected `None`") -> _T:
-    """``optional`` itself; ``AssertionError(message)`` if it is None."""
     if optional is None:
         raise AssertionError(message)
     return optional
