@@ -486,8 +486,7 @@ class Runner:
 
     def list(self, scheduler: str) -> List[ListAppResponse]:
         """Apps the scheduler knows, with their handles."""
-        sched = self._scheduler(scheduler)
-        apps = sched.list()
+        apps = self._scheduler(scheduler).list()
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
@@ -549,8 +548,7 @@ class Runner:
         if sched is None:
             if scheduler not in self._scheduler_factories:
                 raise UnknownSchedulerException(scheduler, sorted(self._scheduler_factories))
-            factory = self._scheduler_factories[scheduler]
-            sched = factory(self._name, **self._scheduler_params)
+            sched = self._scheduler_factories[scheduler](self._name, **self._scheduler_params)
             self._scheduler_instances[scheduler] = sched
         return sched
 
