@@ -84,9 +84,7 @@ class _PydanticModel(Protocol):
 
 
 def _text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
 def _redact_pairs(text: str) -> str:
