@@ -14,13 +14,10 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
-from torchx.runner.compat import (  # noqa: F401 (upstream's names in this module)
-    NONE,
-    get_component,
+from torchx.runner.config import (  # noqa: F401 (upstream's names in this module)
     get_config,
     get_configs,
     get_configured_trackers,
-    materialize_appdef,
 )
 from torchx.runner.events import log_event
 from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
@@ -65,6 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_SESSION_NAME = "torchx"
+NONE = "<NONE>"  # upstream's torchx.runner.api.NONE (the same as torchx.specs.NONE)
 # a keyed submission whose app id an ended app took meanwhile tries the next one, this often
 STALE_GENERATIONS = 3
 
@@ -578,6 +576,20 @@ def get_runner(
         scheduler_params,
         trackers,
     )
+
+
+def get_component(name: str) -> Any:
+    """Upstream's ``torchx.runner.api.get_component``: the component's ``_Component``."""
+    from torchx.specs.finder import get_component as find
+
+    return find(name)
+
+
+def materialize_appdef(*args: Any, **kwargs: Any) -> AppDef:
+    """Upstream's ``torchx.runner.api.materialize_appdef`` (see ``torchx.specs.builders``)."""
+    from torchx.specs.builders import materialize_appdef as materialize
+
+    return materialize(*args, **kwargs)
 
 
 def get_scheduler_factories(
