@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from torchx.runtime.progress import ENV_PROGRESS_FILE, Progress, read_progress
-from torchx.schedulers.api import ENV_PROGRESS_FILE as SCHEDULER_ENV
 
 REPORT = """
 import time
@@ -30,10 +29,6 @@ def run(code: str, env: Dict[str, Optional[str]]) -> subprocess.CompletedProcess
     return subprocess.run(
         [sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=60
     )
-
-
-def test_the_launcher_and_the_rank_agree_on_the_variable() -> None:
-    assert ENV_PROGRESS_FILE == SCHEDULER_ENV
 
 
 def test_rank0_writes_its_last_step_total_rate_and_numeric_metrics(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from torchx import specs
 from torchx.components import utils
+from torchx.runtime.progress import ENV_PROGRESS_FILE
 from torchx.schedulers.api import (
-    ENV_PROGRESS_FILE,
     IDEMPOTENCY_TOKEN,
     OWNER,
     InvalidAppError,

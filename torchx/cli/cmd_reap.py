@@ -30,9 +30,7 @@ class CmdReap(SubCommand):
             help="Prefect API URL (default: the owner's, else PREFECT_API_URL)",
         )
         subparser.add_argument(
-            "--kfp_url",
-            default=None,
-            help="KFP API base URL (default: KF_PIPELINES_ENDPOINT)",
+            "--kfp_url", default=None, help="KFP API base URL (default: KF_PIPELINES_ENDPOINT)"
         )
 
     def run(self, args: argparse.Namespace) -> None:

@@ -17,21 +17,10 @@ from torchx.cli.cmd_base import CommandError, SubCommand
 
 logger = logging.getLogger(__name__)
 
-_STDIN_FIELDS = {
-    "component_name",
-    "scheduler",
-    "scheduler_args",
-    "scheduler_cfg",
-    "dryrun",
-    "wait",
-    "log",
-    "workspace",
-    "parent_run_id",
-    "tee_logs",
-    "component_args",
-    "component_args_str",
-    "stall_timeout",
-}
+_STDIN_FIELDS = set(
+    "component_name component_args component_args_str scheduler scheduler_args scheduler_cfg"
+    " dryrun wait log workspace parent_run_id tee_logs stall_timeout".split()
+)
 
 
 class _Terminated(BaseException):
@@ -221,9 +210,8 @@ class CmdRun(SubCommand):
                         f" (stop it with `torchx cancel {handle}`)",
                         code,
                     ) from None
-                signal.signal(
-                    signal.SIGINT, signal.SIG_IGN
-                )  # a second Ctrl-C must not abort the cancel
+                # a second Ctrl-C must not abort the cancel
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
                 try:
                     runner.cancel(handle)
                     final = runner.wait(handle, wait_interval=1, timeout=30)
@@ -239,15 +227,8 @@ class CmdRun(SubCommand):
             raise CommandError(f"{handle} {status.error_summary()}")
 
     def _apply_stdin(self, args: argparse.Namespace) -> None:
-        if (
-            args.component_name_and_args
-            or args.scheduler
-            or args.scheduler_args
-            or args.dryrun
-            or args.wait
-            or args.log
-            or args.workspace is not None
-        ):
+        flags = (args.component_name_and_args, args.scheduler, args.scheduler_args, args.dryrun)
+        if any(flags) or args.wait or args.log or args.workspace is not None:
             raise CommandError(
                 "--stdin takes all run arguments from the JSON on stdin; give no other flags", 2
             )

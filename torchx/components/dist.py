@@ -141,27 +141,18 @@ def ddp(
         rdzv_conf_arg = _noquote(
             shlex.quote(conf) + f",is_host=$([ {specs.macros.replica_id} = 0 ] && echo 1 || echo 0)"
         )
-    cmd: List[str] = [
-        "torchrun",
-        "--rdzv_backend",
-        rdzv_backend,
-        "--rdzv_conf",
-        rdzv_conf_arg,
-        "--rdzv_endpoint",
-        rdzv_endpoint,
-        "--rdzv_id",
-        f"{specs.macros.app_id}",
-        "--nnodes",
-        nnodes_rep,
-        "--nproc_per_node",
-        str(nproc),
-        "--max_restarts",
-        str(max_restarts),
-        "--tee",
-        str(tee),
-        "--role",
-        "",
-    ]
+    flags = {
+        "--rdzv_backend": rdzv_backend,
+        "--rdzv_conf": rdzv_conf_arg,
+        "--rdzv_endpoint": rdzv_endpoint,
+        "--rdzv_id": f"{specs.macros.app_id}",
+        "--nnodes": nnodes_rep,
+        "--nproc_per_node": str(nproc),
+        "--max_restarts": str(max_restarts),
+        "--tee": str(tee),
+        "--role": "",
+    }
+    cmd = ["torchrun", *(part for flag in flags.items() for part in flag)]
     if rdzv_backend == "static":
         cmd += ["--node_rank", f"{specs.macros.replica_id}"]
     cmd += [script] if script else ["-m", str(m)]

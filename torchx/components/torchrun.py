@@ -27,18 +27,8 @@ _SET_BY_JOB = {
 }
 # flags read into dist.ddp's arguments by _ddp_args
 _MAPPED = frozenset(
-    {
-        "nnodes",
-        "nproc_per_node",
-        "rdzv_backend",
-        "rdzv_endpoint",
-        "rdzv_conf",
-        "standalone",
-        "max_restarts",
-        "tee",
-        "module",
-        "master_port",
-    }
+    "nnodes nproc_per_node rdzv_backend rdzv_endpoint rdzv_conf standalone max_restarts tee"
+    " module master_port".split()
 )
 _ROLE_DESTS = ("image", "h", "cpu", "gpu", "memMB")
 _NNODES = re.compile(r"^\d+(:\d+)?$")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from torchx.specs.errors import TorchXError
-from torchx.util.paths import torchx_home
+from torchx.util.paths import torchx_home, write_private
 
 # bump when Flag changes: older descriptions are then read again from torch
 _FORMAT = 1
@@ -73,11 +73,8 @@ def torchrun_flags() -> List[Flag]:
         pass  # not described yet (or a damaged file): read torch's parser
     flags, exact = _flags_from_torch()
     if exact:
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         try:
-            cache.parent.mkdir(mode=0o700, exist_ok=True)
-            tmp.write_text(json.dumps([asdict(f) for f in flags]))
-            os.replace(tmp, cache)  # readers see no file or a whole one
+            write_private(cache, json.dumps([asdict(f) for f in flags]))  # atomic
         except OSError:  # a read-only home: read torch again next time
             pass
     return flags

@@ -254,6 +254,8 @@ def booth(
         tracker_base: URI of the tracker's base output directory (e.g. s3://foo/bar)
         image: the image that contains the booth app
     """
+    args = ["-m", "torchx.apps.utils.booth_main", "--x1", str(x1), "--x2", str(x2)]
+    args += ["--trial_idx", str(trial_idx), "--tracker_base", tracker_base]
     return specs.AppDef(
         name="torchx-utils-booth",
         roles=[
@@ -261,18 +263,7 @@ def booth(
                 name="torchx-utils-booth",
                 image=image,
                 entrypoint="python",
-                args=[
-                    "-m",
-                    "torchx.apps.utils.booth_main",
-                    "--x1",
-                    str(x1),
-                    "--x2",
-                    str(x2),
-                    "--trial_idx",
-                    str(trial_idx),
-                    "--tracker_base",
-                    tracker_base,
-                ],
+                args=args,
                 resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
             )
         ],

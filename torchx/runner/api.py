@@ -14,13 +14,10 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from torchx.runner import config as torchx_config
-from torchx.runner.compat import (  # noqa: F401 (upstream's names in this module)
-    NONE,
-    get_component,
+from torchx.runner.config import (  # noqa: F401 (upstream's names in this module)
     get_config,
     get_configs,
     get_configured_trackers,
-    materialize_appdef,
 )
 from torchx.runner.events import log_event
 from torchx.runner.resource_hours import ENV_JOB_START_MS, ResourceHours
@@ -65,6 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_SESSION_NAME = "torchx"
+NONE = "<NONE>"  # upstream's torchx.runner.api.NONE (the same as torchx.specs.NONE)
 # a keyed submission whose app id an ended app took meanwhile tries the next one, this often
 STALE_GENERATIONS = 3
 
@@ -96,8 +94,6 @@ class Runner:
         # progress, resource-hours and failure reasons onto the runs of the apps it watches
         self._recorder = JobRecorder(self._tracking, self._apps, self.trackers, self.progress)
 
-    # ------------------------------------------------------------------ lifecycle
-
     def __enter__(self) -> Runner:
         return self
 
@@ -114,8 +110,6 @@ class Runner:
 
     def name(self) -> str:
         return self._name
-
-    # ------------------------------------------------------------------ submit
 
     def run_component(
         self,
@@ -406,8 +400,6 @@ class Runner:
             self._reattached.add(handle_of(winner))
         return handle_of(winner)
 
-    # ------------------------------------------------------------------ inspect
-
     def status(self, app_handle: AppHandle) -> Optional[AppStatus]:
         """The app's status, or None if its scheduler does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
@@ -428,10 +420,7 @@ class Runner:
         )
 
     def wait(
-        self,
-        app_handle: AppHandle,
-        wait_interval: float = 10,
-        timeout: Optional[float] = None,
+        self, app_handle: AppHandle, wait_interval: float = 10, timeout: Optional[float] = None
     ) -> Optional[AppStatus]:
         """Block until the app is terminal (or ``timeout`` s); None if the app is unknown.
 
@@ -495,13 +484,10 @@ class Runner:
 
     def list(self, scheduler: str) -> List[ListAppResponse]:
         """Apps the scheduler knows, with their handles."""
-        sched = self._scheduler(scheduler)
-        apps = sched.list()
+        apps = self._scheduler(scheduler).list()
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
-
-    # ------------------------------------------------------------------ control
 
     def cancel(self, app_handle: AppHandle) -> None:
         """Cancel the app if it is still running (idempotent); unknown apps raise."""
@@ -520,8 +506,6 @@ class Runner:
     def stop(self, app_handle: AppHandle) -> None:
         """Deprecated alias of :meth:`cancel`."""
         self.cancel(app_handle)
-
-    # ------------------------------------------------------------------ schedulers
 
     def scheduler_backends(self) -> List[str]:
         return list(self._scheduler_factories.keys())
@@ -562,8 +546,7 @@ class Runner:
         if sched is None:
             if scheduler not in self._scheduler_factories:
                 raise UnknownSchedulerException(scheduler, sorted(self._scheduler_factories))
-            factory = self._scheduler_factories[scheduler]
-            sched = factory(self._name, **self._scheduler_params)
+            sched = self._scheduler_factories[scheduler](self._name, **self._scheduler_params)
             self._scheduler_instances[scheduler] = sched
         return sched
 
@@ -593,6 +576,20 @@ def get_runner(
         scheduler_params,
         trackers,
     )
+
+
+def get_component(name: str) -> Any:
+    """Upstream's ``torchx.runner.api.get_component``: the component's ``_Component``."""
+    from torchx.specs.finder import get_component as find
+
+    return find(name)
+
+
+def materialize_appdef(*args: Any, **kwargs: Any) -> AppDef:
+    """Upstream's ``torchx.runner.api.materialize_appdef`` (see ``torchx.specs.builders``)."""
+    from torchx.specs.builders import materialize_appdef as materialize
+
+    return materialize(*args, **kwargs)
 
 
 def get_scheduler_factories(

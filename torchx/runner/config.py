@@ -207,15 +207,11 @@ def _apply_section(
             continue  # dump()'s placeholder for a required option: still to be filled in
         opt = opts.get(key)
         if opt is None:
+            valid = ", ".join(k for k, _ in opts) or "none"
             logger.warning(
                 "%s: `%s = %s` in [%s] is not a run option of the %s scheduler; ignoring it"
                 " (valid: %s)",
-                source,
-                key,
-                raw,
-                scheduler,
-                scheduler,
-                ", ".join(k for k, _ in opts) or "none",
+                *(source, key, raw, scheduler, scheduler, valid),
             )
             continue
         try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
@@ -110,17 +109,11 @@ class TrackerSession:
                 warn_on_error(backend, what, backend.close_job_run, "", run.run_id, "KILLED")
 
     def close_job_run(
-        self,
-        trackers: Trackers,
-        handle: str,
-        env: Mapping[str, str],
-        state: AppState,
-        end_ms: Optional[int] = None,
+        self, trackers: Trackers, handle: str, env: Mapping[str, str], state: AppState, end_ms: int
     ) -> None:
-        """End the job's run with the app's terminal ``state`` at ``end_ms`` (None: now); a
-        failure is one warning."""
+        """End the job's run with the app's terminal ``state`` at ``end_ms``; a failure is one
+        warning."""
         status = _RUN_STATUS.get(state, "FAILED")
-        end_ms = end_ms or int(time.time() * 1000)
         for backend in self.backends(trackers):
             what = f"end the tracker run of {handle} as {status}"
             run_id = backend.job_run_id(handle, env)

@@ -84,9 +84,7 @@ class _PydanticModel(Protocol):
 
 
 def _text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
 def _redact_pairs(text: str) -> str:
@@ -198,9 +196,6 @@ def with_env(
     return info.keeping_context(sched.submit_dryrun(app, info.cfg))
 
 
-# ---------------------------------------------------------------------------- while it runs
-
-
 @dataclass
 class _Watch:
     trackers: Dict[str, Optional[str]]
@@ -303,7 +298,9 @@ class JobRecorder:
             hours = self.hours.get(handle)
             metrics = hours.metrics() if hours is not None else {}
             if metrics or tags:
-                self.record(watch.trackers, handle, watch.env, metrics, 0, tags)
+                for backend, run_id in self._runs(watch.trackers, handle, watch.env):
+                    what = f"record metrics of {handle}"
+                    warn_on_error(backend, what, backend.log_job_run, run_id, metrics, 0, tags)
         if trackers and not (settled and self._run_ended(trackers, handle, env)):
             self._session.close_job_run(trackers, handle, env, state, int(seen * 1000))
 
@@ -342,17 +339,3 @@ class JobRecorder:
             if warn_on_error(backend, what, backend.job_run_status, run_id) not in _ENDED:
                 return False  # not ended, or cannot tell (None): end it
         return True
-
-    def record(
-        self,
-        trackers: Mapping[str, Optional[str]],
-        handle: str,
-        env: Mapping[str, str],
-        metrics: Mapping[str, float],
-        step: int,
-        tags: Optional[Mapping[str, str]] = None,
-    ) -> None:
-        """Metrics at ``step`` and tags on the job's run in each tracker that takes them."""
-        for backend, run_id in self._runs(trackers, handle, env):
-            what = f"record metrics of {handle}"
-            warn_on_error(backend, what, backend.log_job_run, run_id, metrics, step, tags or {})

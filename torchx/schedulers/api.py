@@ -127,8 +127,6 @@ class GenerationTaken(Exception):
 
 # ``Runner.run(stall_timeout=S)``'s S (seconds), kept with the job like the token
 STALL_TIMEOUT = "torchx.stall_timeout"
-# where a job's rank 0 writes its progress reports (``torchx.trackers.report_progress``)
-ENV_PROGRESS_FILE = "TORCHX_PROGRESS_FILE"
 
 
 def app_stall_timeout(app: AppDef) -> Optional[float]:
@@ -375,7 +373,6 @@ def filter_regex(regex: Optional[str], lines: Iterable[str]) -> Iterator[str]:
 
 
 def split_lines(text: str) -> List[str]:
-    """Split keeping each line's ``\\n``."""
     return text.splitlines(keepends=True)
 
 

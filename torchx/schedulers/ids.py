@@ -31,7 +31,6 @@ def random_id(length: int = 10) -> str:
 
 
 def random_uint64() -> int:
-    """A random 64-bit unsigned integer."""
     return int.from_bytes(os.urandom(8), "big")
 
 

@@ -98,17 +98,14 @@ class macros:
             copied.metadata = self._apply_nested(copied.metadata)
             return copied
 
-        def _apply_nested(self, d: dict[str, Any]) -> dict[str, Any]:
-            return {k: self._substitute_value(v) for k, v in d.items()}
-
-        def _substitute_value(self, value: Any) -> Any:
+        def _apply_nested(self, value: Any) -> Any:
             """``value`` with its strings substituted, in lists and dicts at any depth."""
             if isinstance(value, str):
                 return self.substitute(value)
             if isinstance(value, list):
-                return [self._substitute_value(x) for x in value]
+                return [self._apply_nested(x) for x in value]
             if isinstance(value, dict):
-                return self._apply_nested(value)
+                return {k: self._apply_nested(v) for k, v in value.items()}
             return value
 
         def substitute(self, arg: str) -> str:
@@ -345,12 +342,7 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> A
     return f"{scheduler_backend}://{session_name}/{app_id}"
 
 
-_MOUNT_KEY_ALIASES = {
-    "source": "src",
-    "destination": "dst",
-    "target": "dst",
-    "read_only": "readonly",
-}
+_MOUNT_KEY_ALIASES = dict(source="src", destination="dst", target="dst", read_only="readonly")
 _MOUNT_KEYS = {"type", "src", "dst", "readonly", "perm"}
 
 

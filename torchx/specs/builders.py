@@ -164,30 +164,24 @@ def component_help(
     return _create_args_parser(fn, cmpnt_defaults).format_help()
 
 
-def _parse(
-    fn: Callable[..., Any],
-    cmpnt_args: List[str],
-    cmpnt_defaults: Optional[Mapping[str, Any]],
-    config: Optional[Mapping[str, Any]],
-    raise_help: bool,
-) -> argparse.Namespace:
-    wants_help = "--help" in cmpnt_args
-    parser = _build_parser(fn, cmpnt_defaults, config, wants_help, raise_help)
-    parsed = parser.parse_args(cmpnt_args)
-    for key, value in (config or {}).items():
-        if key in parsed:
-            setattr(parsed, key, value)
-    return parsed
-
-
 def parse_args(
     cmpnt_fn: Callable[..., Any],
     cmpnt_args: List[str],
     cmpnt_defaults: Optional[Mapping[str, Any]] = None,
     config: Optional[Mapping[str, Any]] = None,
+    *,
+    _raise_help: bool = False,
 ) -> argparse.Namespace:
-    """The parsed (not yet decoded) arguments, ``config`` values merged over them."""
-    return _parse(cmpnt_fn, cmpnt_args, cmpnt_defaults, config, raise_help=False)
+    """The parsed (not yet decoded) arguments, ``config`` values merged over them.
+    ``--help`` prints and exits, as upstream; with ``_raise_help`` (torchx's own callers)
+    it raises :class:`ComponentHelpRequest` instead."""
+    wants_help = "--help" in cmpnt_args
+    parser = _build_parser(cmpnt_fn, cmpnt_defaults, config, wants_help, _raise_help)
+    parsed = parser.parse_args(cmpnt_args)
+    for key, value in (config or {}).items():
+        if key in parsed:
+            setattr(parsed, key, value)
+    return parsed
 
 
 @dataclass
@@ -215,7 +209,7 @@ def component_args_from_str(
         raise ComponentArgumentError(
             f"{fn.__name__}: unknown argument(s) {', '.join(sorted(unknown))}"
         )
-    parsed = _parse(fn, list(cmpnt_args), cmpnt_defaults, config, raise_help=True)
+    parsed = parse_args(fn, list(cmpnt_args), cmpnt_defaults, config, _raise_help=True)
     hints = _type_hints(fn)
     out = ComponentArgs({}, [], {})
     for name, param in params.items():

@@ -165,21 +165,15 @@ class TorchxFunctionArgsValidator(TorchxFunctionValidator):
                 f"Argument `{arg_def.arg}` has: {container}"
             )
             return [self._gen_linter_message(desc, arg_def.lineno)]
-        errors = []
-        if container in ("Dict", "dict"):
-            elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
-            for el in elts:
-                if not isinstance(el, ast.Name):
-                    errors.append(
-                        self._gen_linter_message(
-                            "Dict can only have primitive types", arg_def.lineno
-                        )
-                    )
-        elif not isinstance(ann.slice, ast.Name):
-            errors.append(
-                self._gen_linter_message("List can only have primitive types", arg_def.lineno)
-            )
-        return errors
+        is_dict = container in ("Dict", "dict")
+        elts = ann.slice.elts if is_dict and isinstance(ann.slice, ast.Tuple) else [ann.slice]
+        desc = f"{'Dict' if is_dict else 'List'} can only have primitive types"
+        # one message per key or value type that is not a plain name
+        return [
+            self._gen_linter_message(desc, arg_def.lineno)
+            for el in elts
+            if not isinstance(el, ast.Name)
+        ]
 
 
 class TorchxReturnValidator(TorchxFunctionValidator):
@@ -257,9 +251,7 @@ def _parse(path: str) -> ast.Module:
 
 
 def validate(
-    path: str,
-    component_function: str,
-    validators: Optional[List[TorchxFunctionValidator]] = None,
+    path: str, component_function: str, validators: Optional[List[TorchxFunctionValidator]] = None
 ) -> List[LinterMessage]:
     """Lint ``component_function`` in the Python file ``path``; an empty list means it is fine."""
     try:

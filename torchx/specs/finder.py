@@ -8,6 +8,7 @@ and a file component runs in its own namespace.
 from __future__ import annotations
 
 import abc
+import functools
 import importlib
 import inspect
 import logging
@@ -219,24 +220,19 @@ def _raise_if_invalid(component: _Component) -> _Component:
     return component
 
 
-_components: Optional[Dict[str, _Component]] = None
-
-
+@functools.cache
 def _find_components() -> Dict[str, _Component]:
     """Every function found (valid or not): entry-point modules, then the builtins."""
-    global _components
-    if _components is None:
-        from torchx.util.entrypoints import load_group
+    from torchx.util.entrypoints import load_group
 
-        found: List[_Component] = []
-        for alias, loader in load_group("torchx.components").items():
-            module = loader()
-            if isinstance(module, ModuleType):
-                group = "" if alias.startswith("_") else alias  # "_" means no name prefix
-                found += ModuleComponentsFinder(module, group).find()
-        found += ModuleComponentsFinder(BUILTIN_PACKAGE, "").find()  # builtins win a clash
-        _components = {c.name: c for c in found}
-    return _components
+    found: List[_Component] = []
+    for alias, loader in load_group("torchx.components").items():
+        module = loader()
+        if isinstance(module, ModuleType):
+            group = "" if alias.startswith("_") else alias  # "_" means no name prefix
+            found += ModuleComponentsFinder(module, group).find()
+    found += ModuleComponentsFinder(BUILTIN_PACKAGE, "").find()  # builtins win a clash
+    return {c.name: c for c in found}
 
 
 _load_components = _find_components  # upstream's name (its tests call it)

@@ -229,9 +229,8 @@ class runopts:
     def __repr__(self) -> str:
         required = [(k, o) for k, o in self._opts.items() if o.is_required]
         optional = [(k, o) for k, o in self._opts.items() if not o.is_required]
-        usage = [f"{k}={k.upper()}" for k, _ in required] + [
-            f"[{k}={k.upper()}]" for k, _ in optional
-        ]
+        usage = [f"{k}={k.upper()}" for k, _ in required]
+        usage += [f"[{k}={k.upper()}]" for k, _ in optional]
         out = "    usage:\n        " + ",".join(usage)
         for section, opts in (("required", required), ("optional", optional)):
             if not opts:

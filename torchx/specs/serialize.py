@@ -16,14 +16,11 @@ from torchx.specs.api import (
 )
 
 _MOUNT_TYPES = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}
-
-
-def _mount_kind(m: Union[BindMount, VolumeMount, DeviceMount]) -> str:
-    return {BindMount: "bind", VolumeMount: "volume", DeviceMount: "device"}[type(m)]
+_MOUNT_KINDS = {cls: kind for kind, cls in _MOUNT_TYPES.items()}
 
 
 def role_to_dict(role: Role) -> Dict[str, Any]:
-    d = {
+    return {
         "name": role.name,
         "image": role.image,
         "min_replicas": role.min_replicas,
@@ -36,9 +33,8 @@ def role_to_dict(role: Role) -> Dict[str, Any]:
         "resource": asdict(role.resource),
         "port_map": dict(role.port_map),
         "metadata": _jsonable(role.metadata),
-        "mounts": [dict(asdict(m), type=_mount_kind(m)) for m in role.mounts],
+        "mounts": [dict(asdict(m), type=_MOUNT_KINDS[type(m)]) for m in role.mounts],
     }
-    return d
 
 
 def role_from_dict(d: Dict[str, Any]) -> Role:

@@ -179,9 +179,6 @@ class TrackerBase(abc.ABC):
         return lineage
 
 
-# ---------------------------------------------------------------------------- backends
-
-
 @dataclass
 class JobRun:
     """What the Runner tells a backend about a job whose run it opens."""
@@ -335,9 +332,6 @@ def build_trackers(entrypoint_and_config: Mapping[str, Optional[str]]) -> List[T
 def trackers_from_environ() -> List[TrackerBase]:
     names = [n.strip() for n in os.environ.get(ENV_TORCHX_TRACKERS, "").split(",") if n.strip()]
     return build_trackers({n: os.environ.get(tracker_config_env_var_name(n)) for n in names})
-
-
-# ---------------------------------------------------------------------------- AppRun
 
 
 @dataclass

@@ -128,8 +128,6 @@ class MLflowTracker(TrackerBase):
                 self._store = open_store(self.tracking_uri, lambda: self.client)
             return self._store
 
-    # -------------------------------------------------------------- runs by torchx id
-
     def _run(self, job_id: str, create: bool = True) -> Optional[str]:
         """The MLflow run of ``job_id``, created if asked and missing (a pipeline run, or a
         job whose Runner did not open one)."""
@@ -156,8 +154,6 @@ class MLflowTracker(TrackerBase):
     def latest_metrics(self, backend_run_id: str, by_time: Sequence[str] = ()) -> Latest:
         """By the store (SQL, REST or MlflowClient: no ``import mlflow`` on sqlite or http)."""
         return dict(self.store.latest_metrics(backend_run_id, tuple(by_time)))
-
-    # -------------------------------------------------------------- TrackerBase
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
         rid = self._ensure(run_id)

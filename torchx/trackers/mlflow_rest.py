@@ -157,10 +157,7 @@ class MlflowRest:
         return {m["key"]: _row(m) for m in run.get("data", {}).get("metrics", [])}
 
     def _latest(
-        self,
-        run_id: str,
-        highest: Dict[str, Tuple[int, int, float]],
-        by_time: Optional[List[str]],
+        self, run_id: str, highest: Dict[str, Tuple[int, int, float]], by_time: Optional[List[str]]
     ) -> Latest:
         keys = list(highest) if by_time is None else [k for k in by_time if k in highest]
         newest = {k: self._newest(run_id, k) or highest[k] for k in keys}

@@ -6,5 +6,4 @@ from datetime import datetime, timedelta
 
 
 def get_past_epoch_time(days_past: int) -> int:
-    """The epoch seconds of ``days_past`` days before now."""
     return int((datetime.now() - timedelta(days_past)).timestamp())

@@ -18,9 +18,7 @@ def get_abspath(relpath: str) -> str:
 def _bundled_contents(conf_file: str) -> Optional[str]:
     """``conf_file`` relative to where torchx is installed (``torchx/components/dist.py``)."""
     path = _PACKAGE_ROOT / conf_file
-    if path.is_file():
-        return path.read_text()
-    return None
+    return path.read_text() if path.is_file() else None
 
 
 def read_conf_file(conf_file: str) -> str:

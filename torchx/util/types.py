@@ -46,7 +46,7 @@ def to_dict(arg: str) -> Dict[str, str]:
 def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
     """``Optional[T]``/``T | None``/``None | T`` -> ``(T, True)``; else ``(tp, False)``."""
     origin = typing.get_origin(tp)
-    if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1 and len(typing.get_args(tp)) == 2:
             return args[0], True
@@ -76,7 +76,6 @@ _T = TypeVar("_T")
 
 
 def none_throws(optional: Optional[_T], message: str = "Unexpected `None`") -> _T:
-    """``optional`` itself; ``AssertionError(message)`` if it is None."""
     if optional is None:
         raise AssertionError(message)
     return optional

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, cast
 
+from torchx.runtime.progress import ENV_PROGRESS_FILE
 from torchx.schedulers.api import (
-    ENV_PROGRESS_FILE,
     DescribeAppResponse,
     InvalidAppError,
     ListAppResponse,

@@ -25,9 +25,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
+from torchx.runtime.progress import ENV_PROGRESS_FILE
 from torchx.runtime.watchdog import stall_reason_in
 from torchx.schedulers.api import (
-    ENV_PROGRESS_FILE,
     OWNER,
     DescribeAppResponse,
     ListAppResponse,
