@@ -33,7 +33,8 @@ from http.client import HTTPException
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock, step_of
-from torchx.schedulers.api import ENV_PROGRESS_FILE, STALL_TIMEOUT
+from torchx.runtime.progress import ENV_PROGRESS_FILE
+from torchx.schedulers.api import STALL_TIMEOUT
 
 REQUEST_ENV = "TORCHX_RAY_REQUEST"
 PROGRESS_RECORD = "torchx-progress "

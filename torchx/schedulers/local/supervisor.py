@@ -457,9 +457,11 @@ class Supervisor:
                 self.state, self.msg = SUCCEEDED, ""
             else:
                 self.state = FAILED
-                unstarted = (r for r in self.replicas if r.start_error)
-                if not self.msg and (r := next(unstarted, None)):
-                    self.msg = f"replica {r.role}/{r.id} {r.start_error}"
+                unstarted = [
+                    f"{r.role}/{r.id} {r.start_error}" for r in self.replicas if r.start_error
+                ]
+                if unstarted and not self.msg:
+                    self.msg = f"replica {unstarted[0]}"
         self.write_state()
         return 0
 
