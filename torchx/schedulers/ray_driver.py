@@ -32,8 +32,8 @@ import zlib
 from http.client import HTTPException
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock, step_of
 from torchx.runtime.progress import ENV_PROGRESS_FILE
+from torchx.runtime.watchdog import MARK, STALLED_EXIT, StallClock, step_of
 from torchx.schedulers.api import STALL_TIMEOUT
 
 REQUEST_ENV = "TORCHX_RAY_REQUEST"
