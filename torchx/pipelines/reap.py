@@ -27,6 +27,17 @@ AIRFLOW_DONE = ("failed", "removed", "skipped", "upstream_failed")
 # CANCELLING: a user asked for the cancel; Prefect may leave the run there for good
 PREFECT_DONE = ("FAILED", "CANCELLED", "CRASHED", "CANCELLING")
 KFP_DONE = ("FAILED", "CANCELED")
+# per owner kind: the orchestrator's name, the env var with its API URL, how to give one
+APIS = {
+    "airflow": (
+        "Airflow",
+        "AIRFLOW_API_URL",
+        "pass --airflow_url or set AIRFLOW_API_URL (or [api] base_url in the deployment's"
+        " airflow.cfg)",
+    ),
+    "prefect": ("Prefect", "PREFECT_API_URL", "set PREFECT_API_URL or pass --prefect_url"),
+    "kfp": ("KFP", "KF_PIPELINES_ENDPOINT", "pass --kfp_url or set KF_PIPELINES_ENDPOINT"),
+}
 TIMEOUT = 30.0
 
 logger = logging.getLogger(__name__)
@@ -79,14 +90,6 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
         raise ReapError(f"{url}: bad answer: {e}") from None
 
 
-def _api_url(kind: str, given: Optional[str], owner: Owner, env: str, hint: str) -> str:
-    """The orchestrator's API base URL: the one given, else the owner's, else ``$env``."""
-    base = given or owner.api or os.environ.get(env)
-    if not base:
-        raise ReapError(f"no {kind} API URL for {owner.describe()}: {hint}")
-    return base.rstrip("/")
-
-
 class Orchestrators:
     """Asks owners' orchestrators for their state; remembers logins and unreachable
     orchestrators for the run (an owner's state is asked each time)."""
@@ -97,9 +100,7 @@ class Orchestrators:
         prefect_url: Optional[str] = None,
         kfp_url: Optional[str] = None,
     ):
-        self.airflow_url = airflow_url
-        self.prefect_url = prefect_url
-        self.kfp_url = kfp_url
+        self.urls = {"airflow": airflow_url, "prefect": prefect_url, "kfp": kfp_url}
         self._airflow_tokens: Dict[str, str] = {}
         self._down: Dict[str, str] = {}
 
@@ -109,17 +110,22 @@ class Orchestrators:
         where = owner.api or owner.kind
         if where in self._down:
             raise Unreachable(self._down[where])
+        ask = {"airflow": self._airflow, "prefect": self._prefect, "kfp": self._kfp}.get(owner.kind)
+        if ask is None:
+            return f"unknown ({owner.kind} owners are not looked up)", False
         try:
-            if owner.kind == "airflow":
-                return self._airflow(owner)
-            if owner.kind == "prefect":
-                return self._prefect(owner)
-            if owner.kind == "kfp":
-                return self._kfp(owner)
+            return ask(owner, self._api_url(owner))
         except Unreachable as e:
             self._down[where] = str(e)
             raise
-        return f"unknown ({owner.kind} owners are not looked up)", False
+
+    def _api_url(self, owner: Owner) -> str:
+        """The orchestrator's API base URL: the one given, else the owner's, else its env var."""
+        name, env, hint = APIS[owner.kind]
+        base = self.urls[owner.kind] or owner.api or os.environ.get(env)
+        if not base:
+            raise ReapError(f"no {name} API URL for {owner.describe()}: {hint}")
+        return base.rstrip("/")
 
     def _airflow_token(self, base: str) -> str:
         if base in self._airflow_tokens:
@@ -135,15 +141,7 @@ class Orchestrators:
         self._airflow_tokens[base] = token
         return token
 
-    def _airflow(self, owner: Owner) -> Tuple[str, bool]:
-        base = _api_url(
-            "Airflow",
-            self.airflow_url,
-            owner,
-            "AIRFLOW_API_URL",
-            "pass --airflow_url or set AIRFLOW_API_URL"
-            " (or [api] base_url in the deployment's airflow.cfg)",
-        )
+    def _airflow(self, owner: Owner, base: str) -> Tuple[str, bool]:
         token = self._airflow_token(base)
         ids = owner.ids
         path = "/".join(
@@ -164,14 +162,7 @@ class Orchestrators:
         state = str(ti.get("state") or "none")
         return state, state in AIRFLOW_DONE
 
-    def _prefect(self, owner: Owner) -> Tuple[str, bool]:
-        base = _api_url(
-            "Prefect",
-            self.prefect_url,
-            owner,
-            "PREFECT_API_URL",
-            "set PREFECT_API_URL or pass --prefect_url",
-        )
+    def _prefect(self, owner: Owner, base: str) -> Tuple[str, bool]:
         headers = {}
         if os.environ.get("PREFECT_API_KEY"):
             headers["Authorization"] = f"Bearer {os.environ['PREFECT_API_KEY']}"
@@ -185,14 +176,7 @@ class Orchestrators:
         name = (run.get("state") or {}).get("name") or state
         return (name if name.upper() == state else f"{name} ({state})"), state in PREFECT_DONE
 
-    def _kfp(self, owner: Owner) -> Tuple[str, bool]:
-        base = _api_url(
-            "KFP",
-            self.kfp_url,
-            owner,
-            "KF_PIPELINES_ENDPOINT",
-            "pass --kfp_url or set KF_PIPELINES_ENDPOINT",
-        )
+    def _kfp(self, owner: Owner, base: str) -> Tuple[str, bool]:
         if "://" not in base:
             base = f"http://{base}"
         token = os.environ.get("KF_PIPELINES_TOKEN")
