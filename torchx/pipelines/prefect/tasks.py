@@ -64,28 +64,6 @@ def pipeline_run_id(flow: Any = None, flow_run: Any = None) -> str:
     return f"prefect://{name}/{fid}"
 
 
-def _open_pipeline_run(runner: Any) -> Optional[str]:
-    """The flow run's tracker run, opened on first use (None outside a flow run)."""
-    if not _in_flow_run():
-        return None
-    return core.open_pipeline_run(pipeline_run_id(), runner.trackers(), orchestrator="prefect")
-
-
-def stage_key(
-    component: Union[str, AppDef],
-    component_args: Union[List[str], Dict[str, Any], None],
-    scheduler: str,
-    cfg: Optional[Dict[str, Any]],
-    key: Optional[str],
-) -> Optional[str]:
-    """The idempotency key of a stage in the current flow run (None outside a flow run)."""
-    if not _in_flow_run():
-        return None
-    fid, _ = _flow_run()
-    what = key or core.content_key(component, component_args, scheduler, cfg or {})
-    return core.stage_key("prefect", fid, what)
-
-
 def stage_name(component: Union[str, AppDef], key: Optional[str] = None) -> str:
     """A stage's readable name: ``key``, else the component's (``utils.echo`` -> ``echo``,
     ``path/file.py:train`` -> ``train``, an AppDef -> its name)."""
@@ -137,16 +115,24 @@ def submit_stage(
     logger: Logger,
     stall_timeout: Optional[float] = None,
 ) -> str:
-    """Submit a stage, or re-attach to this flow run's app of the same stage; its handle."""
+    """Submit a stage, or re-attach to this flow run's app of the same stage; its handle.
+    Outside a flow run the stage has no key and no pipeline run."""
     name = stage_name(component, key)
-    idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     with get_runner() as runner:
         # a misspelled cfg key fails here, before the flow run records a stage the cancel
         # hook could not look up
         runner.scheduler_run_opts(scheduler).check_known(cfg or {}, scheduler)
-        if idempotency_key is not None:  # in a flow run: label it for its cancel hook
-            record = stages.here(scheduler, idempotency_key, runner.trackers(), cfg)
-            stages.record_stage(_flow_run()[0], record)
+        idempotency_key = None
+        if _in_flow_run():  # keyed, and labelled for the flow run's cancel hook
+            fid = _flow_run()[0]
+            what = key or core.content_key(component, component_args, scheduler, cfg or {})
+            idempotency_key = core.stage_key("prefect", fid, what)
+            trackers = runner.trackers()
+            stages.record_stage(fid, stages.here(scheduler, idempotency_key, trackers, cfg))
+            if not parent_run_id:  # the flow run's tracker run, opened on first use
+                parent_run_id = core.open_pipeline_run(
+                    pipeline_run_id(), trackers, orchestrator="prefect"
+                )
         submission = core.submit_or_attach(
             runner,
             component,
@@ -154,7 +140,7 @@ def submit_stage(
             scheduler,
             cfg,
             idempotency_key,
-            parent_run_id=parent_run_id or _open_pipeline_run(runner),
+            parent_run_id=parent_run_id or None,
             reattach_succeeded=True,  # within one flow run, a succeeded stage is done
             run_name=name,
             run_params=run_params(name),
@@ -382,15 +368,9 @@ def submit(
         stall_timeout: seconds; the job fails ``stalled: ...`` (its whole gang cancelled)
             when it neither prints nor reports progress for that long (stored with the job)
     """
+    logger = get_run_logger()
     return submit_stage(
-        component,
-        component_args,
-        scheduler,
-        cfg,
-        key,
-        parent_run_id,
-        get_run_logger(),
-        stall_timeout,
+        component, component_args, scheduler, cfg, key, parent_run_id, logger, stall_timeout
     )
 
 
