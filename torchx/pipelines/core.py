@@ -273,13 +273,14 @@ def wait_or_cancel(
     cancel_on: Tuple[Type[BaseException], ...] = CANCELLATIONS,
     log: Optional[Log] = None,
     on_progress: Optional[OnProgress] = None,
-    progress_interval: float = PROGRESS_INTERVAL,
+    progress_interval: Optional[float] = PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app (logs into ``emit``, progress into ``on_progress``); the final
-    status if it SUCCEEDED, else ``StageFailed``. Only ``cancel_on`` cancels the app: any
-    other exception leaves it running, for the task's retry to re-attach to."""
+    """Wait for the app (logs into ``emit``, progress into ``on_progress`` unless
+    ``progress_interval`` is None); the final status if it SUCCEEDED, else ``StageFailed``.
+    Only ``cancel_on`` cancels the app: any other exception leaves it running, for the
+    task's retry to re-attach to."""
     follower = None
-    if on_progress is not None:
+    if on_progress is not None and progress_interval is not None:
         follower = ProgressFollower(runner, handle, on_progress, progress_interval).start()
     try:
         if emit is not None:

@@ -228,17 +228,6 @@ class TorchXOperator(BaseOperator):
     def _runner(self) -> Any:
         return self.hook.runner(self.trackers)
 
-    def _idempotency_key(self, context: Mapping[str, Any]) -> Optional[str]:
-        if not self.durable:
-            return None
-        ti = context["ti"]
-        return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
-
-    def _reuse_succeeded(self, context: Mapping[str, Any]) -> bool:
-        """Whether a SUCCEEDED app is returned rather than run again: on a retry (a crash
-        after it succeeded must not run it twice), after a clear with ``reuse_succeeded``."""
-        return self.reuse_succeeded or is_retry(context["ti"], self.retries)
-
     def _submit(self, context: Mapping[str, Any], runner: Any) -> str:
         ti = context["ti"]
         parent = self.parent_run_id or core.open_pipeline_run(
@@ -250,15 +239,18 @@ class TorchXOperator(BaseOperator):
         component_args = self.component_args
         if self.torchrun is not None:
             component_args = torchrun_stage(self.torchrun).component_args
+        key = core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
         submission = core.submit_or_attach(
             runner,
             self.app if self.app is not None else str(self.component),
             component_args,
             self.scheduler,
             self.hook.settings.cfg_for(self.scheduler, self.cfg),
-            self._idempotency_key(context),
+            key if self.durable else None,
             parent_run_id=parent,
-            reattach_succeeded=self._reuse_succeeded(context),
+            # a SUCCEEDED app is returned rather than run again on a retry (a crash after it
+            # succeeded must not run it twice), and after a clear with ``reuse_succeeded``
+            reattach_succeeded=self.reuse_succeeded or is_retry(ti, self.retries),
             run_name=run_name(ti),
             run_params=run_params(context),
             owner=airflow_owner(ti, self.cancel_on_kill).to_metadata(),
@@ -301,15 +293,14 @@ class TorchXOperator(BaseOperator):
                 method_name="execute_complete",
             )
         emit = self._emit if self.get_logs else None
-        progress = self._progress if self.progress_interval is not None else None
         try:
             status = core.wait_or_cancel(
                 runner,
                 handle,
                 self.poll_interval,
                 emit,
-                on_progress=progress,
-                progress_interval=self.progress_interval or core.PROGRESS_INTERVAL,
+                on_progress=self._progress,
+                progress_interval=self.progress_interval,
             )
         except core.StageFailed as e:
             self._finish(context, handle, e.status, runner)

@@ -167,7 +167,7 @@ def wait_stage(
         logger.info("%s/%d %s", role, k, line)
 
     artifact_key = key or _app_name(handle)
-    progress = None if progress_interval is None else ProgressArtifact(handle, artifact_key, logger)
+    progress = ProgressArtifact(handle, artifact_key, logger)
     with get_runner() as runner:
         try:
             status = core.wait_or_cancel(
@@ -178,7 +178,7 @@ def wait_stage(
                 CANCELLATIONS,
                 logger,
                 on_progress=progress,
-                progress_interval=progress_interval or core.PROGRESS_INTERVAL,
+                progress_interval=progress_interval,
             )
         except core.StageFailed as e:
             if e.status is not None:
