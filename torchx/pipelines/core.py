@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
+from torchx.pipelines.owner import Owner
 from torchx.runner.api import Runner
 from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
@@ -147,7 +148,7 @@ def submit_or_attach(
     reattach_succeeded: bool = False,
     run_name: Optional[str] = None,
     run_params: Optional[Mapping[str, object]] = None,
-    owner: Optional[str] = None,
+    owner: Optional[Owner] = None,
     stall_timeout: Optional[float] = None,
 ) -> Submission:
     """Re-attach to the live app submitted with ``key``, else submit the stage with it
@@ -159,7 +160,7 @@ def submit_or_attach(
         "reattach_succeeded": reattach_succeeded,
         "run_name": run_name,
         "run_params": run_params,
-        "owner": owner,
+        "owner": owner.to_metadata() if owner is not None else None,
         "stall_timeout": stall_timeout,
     }
     if isinstance(component, AppDef):

@@ -253,7 +253,7 @@ class TorchXOperator(BaseOperator):
             reattach_succeeded=self.reuse_succeeded or is_retry(ti, self.retries),
             run_name=run_name(ti),
             run_params=run_params(context),
-            owner=airflow_owner(ti, self.cancel_on_kill).to_metadata(),
+            owner=airflow_owner(ti, self.cancel_on_kill),
             stall_timeout=self.stall_timeout,
         )
         verb = "re-attaching to" if submission.reattached else "submitted"

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
-from torchx.pipelines.owner import kfp_owner, metadata_value
+from torchx.pipelines.owner import kfp_owner
 from torchx.runner.api import get_runner
 from torchx.runner.tracking import redact_args
 from torchx.specs.api import AppDef, Resource
@@ -138,7 +138,7 @@ def launch(
             reattach_succeeded=True,  # a retried step whose app succeeded is done
             run_name=run_name,
             run_params=run_params,
-            owner=metadata_value(kfp_owner(job_id, task_name)),
+            owner=kfp_owner(job_id, task_name),
             stall_timeout=stall_timeout,
         )
         handle = submission.handle

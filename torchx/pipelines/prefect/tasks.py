@@ -32,7 +32,7 @@ from prefect.utilities.collections import isiterable
 from prefect.utilities.engine import resolve_inputs_sync
 
 from torchx.pipelines import core
-from torchx.pipelines.owner import current_prefect_owner, metadata_value
+from torchx.pipelines.owner import current_prefect_owner
 from torchx.pipelines.prefect import stages
 from torchx.runner.api import get_runner
 from torchx.runner.config import get_configured_trackers
@@ -144,7 +144,7 @@ def submit_stage(
             reattach_succeeded=True,  # within one flow run, a succeeded stage is done
             run_name=name,
             run_params=run_params(name),
-            owner=metadata_value(current_prefect_owner()),
+            owner=current_prefect_owner(),
             stall_timeout=stall_timeout,
         )
     verb = "re-attaching to" if submission.reattached else "submitted"
