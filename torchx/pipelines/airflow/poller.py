@@ -110,16 +110,8 @@ class TriggerPoller:
         """How many watched apps have not had their first look yet (for benchmarks)."""
         return sum(1 for w in self._watches if not w.seen and not w.ended)
 
-    def watch(
-        self,
-        handle: str,
-        poll_interval: float,
-        get_logs: bool,
-        progress_interval: Optional[float] = None,
-        torchx_home: Optional[str] = None,
-    ) -> Watch:
-        """Poll ``handle`` from the next round on, until ``unwatch``."""
-        watch = Watch(handle, poll_interval, get_logs, progress_interval, torchx_home)
+    def watch(self, watch: Watch) -> Watch:
+        """Poll ``watch.handle`` from the next round on, until ``unwatch``."""
         self._watches[watch] = None
         if self._task is None or self._task.done():
             self._pool = _Pool(POOL_SIZE)
@@ -181,7 +173,8 @@ class TriggerPoller:
         try:
             runner = self._runner(key[1], key[2])
             sched = runner.scheduler(key[0])
-            states = await pool.run(functools.partial(_list_states, sched))
+            # every app's state, by app id, in one scheduler call
+            states = await pool.run(lambda: {app.app_id: app.state for app in sched.list()})
         except backend_errors() as e:  # the scheduler cannot answer: its triggers fail, as they
             # did when each one's status check failed (their apps run on, for the retry)
             for watch in watches:
@@ -223,11 +216,6 @@ class TriggerPoller:
             runner = get_runner(session, **home_param(torchx_home))
             self._runners[(session, torchx_home)] = runner
         return runner
-
-
-def _list_states(sched: Scheduler) -> Dict[str, AppState]:
-    """Every app's state, by app id, in one scheduler call."""
-    return {app.app_id: app.state for app in sched.list()}
 
 
 def _look_all(

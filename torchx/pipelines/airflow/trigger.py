@@ -72,11 +72,13 @@ class TorchXTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = TriggerPoller.of_running_loop()
         watch = poller.watch(
-            self.app_handle,
-            self.poll_interval,
-            self.get_logs,
-            self.progress_interval,
-            self.torchx_home,
+            Watch(
+                self.app_handle,
+                self.poll_interval,
+                self.get_logs,
+                self.progress_interval,
+                self.torchx_home,
+            )
         )
         try:
             while not watch.ended:
@@ -127,9 +129,7 @@ class TorchXTrigger(BaseTrigger):
     def _killed_by_user(self, error: asyncio.CancelledError) -> bool:
         """Whether ``error`` is Airflow's cancellation for a user's action on the task, by
         the rule Airflow calls ``on_kill`` by (not after the trigger's own timeout)."""
-        if not self.cancel_on_kill:
-            return False
-        if error.args[:1] != (USER_ACTION,):
+        if not self.cancel_on_kill or error.args[:1] != (USER_ACTION,):
             return False
         timeout = self.timeout_after
         if timeout is not None:
