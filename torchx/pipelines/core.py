@@ -328,19 +328,6 @@ def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Opti
     return None
 
 
-def stage_links(
-    handle: str, status: Optional[AppStatus], trackers: Mapping[str, Optional[str]]
-) -> Dict[str, str]:
-    """``{"app": ui url, "tracker": run url}``, each only when there is a real URL."""
-    links: Dict[str, str] = {}
-    if status is not None and status.ui_url:
-        links["app"] = status.ui_url
-    run = tracker_run_link(handle, trackers)
-    if run:
-        links["tracker"] = run
-    return links
-
-
 def final_state(succeeded: bool, cancelled: bool = False) -> str:
     """The pipeline run's end state from the orchestrator's outcome."""
     return KILLED if cancelled else (FINISHED if succeeded else FAILED)

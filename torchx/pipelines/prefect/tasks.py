@@ -235,14 +235,14 @@ def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -
     if not _in_run():
         return
     safe = _safe(artifact_key)
-    links = core.stage_links(handle, status, runner.trackers())
-    if "app" in links:
+    if status.ui_url:
         _sync(create_link_artifact)(
-            links["app"], link_text=f"{handle} logs", key=f"torchx-logs-{safe}"
+            status.ui_url, link_text=f"{handle} logs", key=f"torchx-logs-{safe}"
         )
-    if "tracker" in links:
+    tracker_run = core.tracker_run_link(handle, runner.trackers())
+    if tracker_run:
         _sync(create_link_artifact)(
-            links["tracker"], link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
+            tracker_run, link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
         )
     rows = [
         {"role": r.role, "replica": x.id, "state": str(x.state), "host": x.hostname}
