@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from torchx.pipelines.owner import Owner
@@ -82,14 +81,6 @@ def _error_time(structured: str) -> float:
         return float("inf")
 
 
-@dataclass
-class Submission:
-    """The app a stage runs, and whether it was found (re-attached) rather than submitted."""
-
-    handle: str
-    reattached: bool
-
-
 def stage_key(*parts: object) -> str:
     """A stable key from the orchestrator's identity of a stage (same parts, same key)."""
     return "/".join(str(p) for p in parts)
@@ -150,9 +141,10 @@ def submit_or_attach(
     run_params: Optional[Mapping[str, object]] = None,
     owner: Optional[Owner] = None,
     stall_timeout: Optional[float] = None,
-) -> Submission:
+) -> str:
     """Re-attach to the live app submitted with ``key``, else submit the stage with it
-    (``run_name`` and ``run_params``: the job's tracker run's, from the orchestrator)."""
+    (``run_name`` and ``run_params``: the job's tracker run's, from the orchestrator); the
+    app's handle (``runner.reattached(handle)`` tells which)."""
     cfg = dict(cfg or {})
     options: Dict[str, Any] = {
         "parent_run_id": parent_run_id,
@@ -164,11 +156,9 @@ def submit_or_attach(
         "stall_timeout": stall_timeout,
     }
     if isinstance(component, AppDef):
-        handle = runner.run(component, scheduler, cfg, **options)
-    else:
-        args = component_args if component_args is not None else []
-        handle = runner.run_component(component, args, scheduler, cfg, **options)
-    return Submission(handle, reattached=runner.reattached(handle))
+        return runner.run(component, scheduler, cfg, **options)
+    args = component_args if component_args is not None else []
+    return runner.run_component(component, args, scheduler, cfg, **options)
 
 
 def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> None:

@@ -240,7 +240,7 @@ class TorchXOperator(BaseOperator):
         if self.torchrun is not None:
             component_args = torchrun_stage(self.torchrun).component_args
         key = core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
-        submission = core.submit_or_attach(
+        handle = core.submit_or_attach(
             runner,
             self.app if self.app is not None else str(self.component),
             component_args,
@@ -256,9 +256,9 @@ class TorchXOperator(BaseOperator):
             owner=airflow_owner(ti, self.cancel_on_kill),
             stall_timeout=self.stall_timeout,
         )
-        verb = "re-attaching to" if submission.reattached else "submitted"
-        self.log.info("%s %s", verb, submission.handle)
-        return submission.handle
+        verb = "re-attaching to" if runner.reattached(handle) else "submitted"
+        self.log.info("%s %s", verb, handle)
+        return handle
 
     def _link(self, ti: Any, link: _TorchXLink, url: Optional[str]) -> None:
         """Keep a real URL for the extra link (pushed now for readers of this try's XCom)."""

@@ -127,7 +127,7 @@ def launch(
         # the task's node selector and tolerations go where the scheduler has them (kubernetes)
         opts = runner.scheduler_run_opts(scheduler)
         cfg = {k: v for k, v in cfg.items() if k in given or k in opts}
-        submission = core.submit_or_attach(
+        handle = core.submit_or_attach(
             runner,
             app,
             None,
@@ -141,8 +141,7 @@ def launch(
             owner=kfp_owner(job_id, task_name),
             stall_timeout=stall_timeout,
         )
-        handle = submission.handle
-        verb = "re-attached to" if submission.reattached else "launched"
+        verb = "re-attached to" if runner.reattached(handle) else "launched"
 
         def on_term(signum: int, _: Any) -> None:
             print(f"torchx: step terminated (signal {signum}); cancelling {handle}", flush=True)

@@ -133,7 +133,7 @@ def submit_stage(
                 parent_run_id = core.open_pipeline_run(
                     pipeline_run_id(), trackers, orchestrator="prefect"
                 )
-        submission = core.submit_or_attach(
+        handle = core.submit_or_attach(
             runner,
             component,
             component_args,
@@ -147,9 +147,9 @@ def submit_stage(
             owner=current_prefect_owner(),
             stall_timeout=stall_timeout,
         )
-    verb = "re-attaching to" if submission.reattached else "submitted"
-    logger.info("%s %s", verb, submission.handle)
-    return submission.handle
+        verb = "re-attaching to" if runner.reattached(handle) else "submitted"
+    logger.info("%s %s", verb, handle)
+    return handle
 
 
 def wait_stage(
