@@ -40,8 +40,6 @@ from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
-Logger = core.Log  # what Prefect's loggers are
-
 # a wait cancels its app on these only: a cancelled or timed-out task or flow run, and the
 # SIGTERM the worker sends a cancelled flow run's process (TerminationSignal)
 CANCELLATIONS = core.CANCELLATIONS + (TerminationSignal,)
@@ -93,13 +91,9 @@ def run_params(stage: str) -> Dict[str, object]:
     if not _in_flow_run():
         return params
     fid, flow_name = _flow_run()
-    params.update(
-        {
-            "prefect.flow": flow_name,
-            "prefect.flow_run_id": fid,
-            "prefect.flow_run": runtime_flow_run.get_name(),
-        }
-    )
+    params["prefect.flow"] = flow_name
+    params["prefect.flow_run_id"] = fid
+    params["prefect.flow_run"] = runtime_flow_run.get_name()
     for name, value in (runtime_flow_run.get_parameters() or {}).items():
         params[f"prefect.param.{name}"] = value
     return params
@@ -112,7 +106,7 @@ def submit_stage(
     cfg: Optional[Dict[str, Any]],
     key: Optional[str],
     parent_run_id: Optional[str],
-    logger: Logger,
+    logger: core.Log,
     stall_timeout: Optional[float] = None,
 ) -> str:
     """Submit a stage, or re-attach to this flow run's app of the same stage; its handle.
@@ -157,7 +151,7 @@ def wait_stage(
     poll_interval: float,
     get_logs: bool,
     key: Optional[str],
-    logger: Logger,
+    logger: core.Log,
     progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
 ) -> AppStatus:
     """Wait for the app and publish the stage's artifacts under ``key`` (default: the app's
@@ -193,7 +187,7 @@ class ProgressArtifact:
     """The stage's progress artifact ``torchx-progress-<key>``, created at the first report
     with a total and updated at each changed one; every report is logged."""
 
-    def __init__(self, handle: str, artifact_key: str, logger: Logger) -> None:
+    def __init__(self, handle: str, artifact_key: str, logger: core.Log) -> None:
         self.handle = handle
         self.key = f"torchx-progress-{_safe(artifact_key)}"
         self.logger = logger
@@ -453,7 +447,7 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
     stages.cancel_stages(records, pipeline_run, _hook_logger(flow_run), trackers)
 
 
-def _hook_logger(flow_run: Any) -> Logger:
+def _hook_logger(flow_run: Any) -> core.Log:
     """The flow run's own log (what the UI shows), also from the worker's process."""
     if flow_run is not None:
         with contextlib.suppress(AttributeError, ValueError):  # not a FlowRun: log here
