@@ -303,8 +303,7 @@ class TorchXOperator(BaseOperator):
                 progress_interval=self.progress_interval,
             )
         except core.StageFailed as e:
-            self._finish(context, handle, e.status, runner)
-            raise AirflowException(str(e)) from None
+            return self._finish(context, handle, e.status, runner)
         return self._finish(context, handle, status, runner)
 
     def execute_complete(self, context: Any, event: Optional[Dict[str, Any]] = None) -> str:
@@ -319,12 +318,7 @@ class TorchXOperator(BaseOperator):
             core.follow_logs(runner, handle, self._unstreamed(event.get("streamed")), tail=False)
         status = runner.status(handle)
         self._link(context["ti"], TorchXAppLink(), status.ui_url if status is not None else None)
-        self._finish(context, handle, status, runner)
-        try:
-            core.check_succeeded(handle, status)
-        except core.StageFailed as e:
-            raise AirflowException(str(e)) from None
-        return handle
+        return self._finish(context, handle, status, runner)
 
     def _remember(self, ti: Any, handle: str) -> None:
         """Keep the app and its task instance: ``on_kill`` cancels only a job this one owns."""
@@ -354,15 +348,19 @@ class TorchXOperator(BaseOperator):
     def _finish(
         self, context: Mapping[str, Any], handle: str, status: Optional[AppStatus], runner: Any
     ) -> str:
-        """Push the final status and the tracker link; read the stage's lineage back."""
+        """Push the final status and the tracker link, read the stage's lineage back; the
+        handle if the app SUCCEEDED (its Asset events emitted), else ``AirflowException``."""
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key="app_status", value=status.to_json())
         self.stage_lineage = read_stage_lineage(handle, runner.trackers())
         self._link(ti, TorchXMLflowLink(), self.stage_lineage.tracker_run_url)
-        if status is not None and status.state.name == "SUCCEEDED":
-            self._emit_asset_events(context, self.stage_lineage)
-            self.log.info("%s SUCCEEDED", handle)
+        try:
+            core.check_succeeded(handle, status)
+        except core.StageFailed as e:
+            raise AirflowException(str(e)) from None
+        self._emit_asset_events(context, self.stage_lineage)
+        self.log.info("%s SUCCEEDED", handle)
         return handle
 
     def _emit_asset_events(self, context: Mapping[str, Any], lineage: StageLineage) -> None:
