@@ -1,11 +1,9 @@
 """``TorchXOperator``: submit a torchx component, AppDef or torchrun line from an Airflow
 task, stream its logs, wait (or defer to ``TorchXTrigger``), link and record lineage.
 
-Retries re-attach on any worker: the idempotency key (dag, task, run, map index) is stored
-by the scheduler with the job. A retry returns the app even if it SUCCEEDED (a worker that
-died after its job succeeded does not run it twice); a FAILED or CANCELLED app is never
-re-attached. Each task has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG
-run adds an event to it, not a new Asset per run.
+Retries re-attach on any worker (the scheduler stores the idempotency key, dag, task, run
+and map index, with the job); a FAILED or CANCELLED app is never re-attached. Each task has
+one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG run adds an event to it.
 """
 
 from __future__ import annotations
@@ -413,9 +411,8 @@ class TorchXOperator(BaseOperator):
         and a run facet with the app handle and its MLflow run id and link."""
         return self._facets(self._lineage_for(task_instance))
 
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """OpenLineage FAIL: as on complete, with whatever the stage recorded before failing."""
-        return self.get_openlineage_facets_on_complete(task_instance)
+    # OpenLineage FAIL: as on complete, with whatever the stage recorded before failing
+    get_openlineage_facets_on_failure = get_openlineage_facets_on_complete
 
     def _facets(self, lineage: Optional[StageLineage]) -> Any:
         from torchx.pipelines.airflow.openlineage import operator_lineage
