@@ -314,18 +314,17 @@ def item_keys(parameters: Dict[str, Any]) -> Any:
     def item(name: str, i: int) -> Any:
         return mapped[name][i] if name in mapped else plain(resolved.get(name))
 
-    names = []
-    for i in range(count):
+    def name(i: int) -> str:
         if key:
-            names.append(f"{key}-{i}")
-        elif "handle" in resolved:  # wait: the app's name, once its submit returned it
-            handle = item("handle", i)
-            if isinstance(handle, PrefectFuture):
-                handle = handle.result(raise_on_failure=False)
-            names.append(f"{_app_name(handle) if isinstance(handle, str) else 'stage'}-{i}")
-        else:
-            names.append(f"{stage_name(item('component', i))}-{i}")
-    return names
+            return str(key)
+        if "handle" not in resolved:
+            return stage_name(item("component", i))
+        handle = item("handle", i)  # wait: the app's name, once its submit returned it
+        if isinstance(handle, PrefectFuture):
+            handle = handle.result(raise_on_failure=False)
+        return _app_name(handle) if isinstance(handle, str) else "stage"
+
+    return [f"{name(i)}-{i}" for i in range(count)]
 
 
 # not cached: a retried flow run must ask the scheduler (the key skips a cancelled or
