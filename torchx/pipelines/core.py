@@ -289,7 +289,6 @@ def wait_or_cancel(
 
 
 def check_succeeded(handle: str, status: Optional[AppStatus]) -> AppStatus:
-    """``status`` if the app SUCCEEDED, else ``StageFailed``."""
     if status is None or status.state != AppState.SUCCEEDED:
         raise StageFailed(handle, status)
     return status
