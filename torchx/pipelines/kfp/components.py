@@ -21,15 +21,14 @@ else:  # one clear line when kfp is not installed
 # launcher's pod; env set on the task (task.set_env_variable) reaches both: the launcher
 # needs the tracking URI, credentials and scheduler settings as much as the app does
 _PASSTHROUGH = [
-    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.RESOURCES, apply_to_task=False),
-    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
-    dsl.TaskConfigPassthrough(
-        field=dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR, apply_to_task=False
-    ),
-    dsl.TaskConfigPassthrough(
-        field=dsl.TaskConfigField.KUBERNETES_TOLERATIONS, apply_to_task=False
-    ),
-    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.KUBERNETES_VOLUMES, apply_to_task=False),
+    dsl.TaskConfigPassthrough(field=field, apply_to_task=field == dsl.TaskConfigField.ENV)
+    for field in (
+        dsl.TaskConfigField.RESOURCES,
+        dsl.TaskConfigField.ENV,
+        dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+        dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+        dsl.TaskConfigField.KUBERNETES_VOLUMES,
+    )
 ]
 
 
