@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
@@ -142,6 +142,11 @@ def launch(
             stall_timeout=stall_timeout,
         )
         verb = "re-attached to" if runner.reattached(handle) else "launched"
+        progress: List[Any] = []  # the last report (the Metrics output gets it)
+
+        def on_progress(report: Any) -> None:
+            progress.append(report)
+            print(f"torchx: {core.progress_line(report)}", flush=True)
 
         def on_term(signum: int, _: Any) -> None:
             print(f"torchx: step terminated (signal {signum}); cancelling {handle}", flush=True)
@@ -152,12 +157,11 @@ def launch(
         # the handler serves this wait only: the caller's is back when the wait ends
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, on_term) if main else None
-        progress: List[Any] = []  # the last report (the Metrics output gets it)
         try:
             # named once the handler is in: a SIGTERM from then on cancels the app
             print(f"torchx: {verb} {handle}", flush=True)
             try:
-                core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=_keep(progress))
+                core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=on_progress)
             except core.StageFailed as e:
                 raise RuntimeError(str(e)) from None
         finally:
@@ -171,14 +175,6 @@ def launch(
         if record.run_url:
             print(f"torchx: tracker run {record.run_url}", flush=True)
         return handle, record
-
-
-def _keep(progress: List[Any]) -> Callable[[Any], None]:
-    def on_progress(report: Any) -> None:
-        progress.append(report)
-        print(f"torchx: {core.progress_line(report)}", flush=True)
-
-    return on_progress
 
 
 def _print_line(role: str, k: int, line: str) -> None:
