@@ -211,11 +211,10 @@ class TriggerPoller:
             watch.changed.set()
 
     def _runner(self, session: str, torchx_home: Optional[str]) -> Runner:
-        runner = self._runners.get((session, torchx_home))
-        if runner is None:
-            runner = get_runner(session, **home_param(torchx_home))
-            self._runners[(session, torchx_home)] = runner
-        return runner
+        key = (session, torchx_home)
+        if key not in self._runners:
+            self._runners[key] = get_runner(session, **home_param(torchx_home))
+        return self._runners[key]
 
 
 def _look_all(
