@@ -199,10 +199,6 @@ class ProgressFollower:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
 
-    def due(self) -> bool:
-        """Whether ``poll()`` would read the report now."""
-        return time.monotonic() >= self._next
-
     def poll(self, force: bool = False) -> Optional[Progress]:
         """Read the report if ``interval`` passed (or ``force``); the new one if it changed."""
         with self._lock:

@@ -243,7 +243,7 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
             status = AppStatus(state=listed)
         ended = status is not None and status.is_terminal()
         look.lines = _new_lines(sched, watch, look.warnings, final=ended)
-        if watch.follower is not None and (ended or watch.follower.due()):
+        if watch.follower is not None:  # read when its interval passed, or the app ended
             look.progress = watch.follower.poll(force=ended)
         if ended:
             look.ended, look.status = True, status
