@@ -2,8 +2,8 @@
 
 A stage is keyed by its flow run and ``key=`` (else a digest of what it runs), and the
 scheduler stores the key with the job: a retry on any worker re-attaches to the stage's
-live or succeeded app. ``submit`` is never cached, so a retried flow run asks the scheduler
-again. ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
+live or succeeded app. ``submit_stage`` and ``wait_stage`` are what the tasks do, shared
+with ``TorchXJob``.
 """
 
 from __future__ import annotations
@@ -161,7 +161,6 @@ def wait_stage(
         logger.info("%s/%d %s", role, k, line)
 
     artifact_key = key or _app_name(handle)
-    progress = ProgressArtifact(handle, artifact_key, logger)
     with get_runner() as runner:
         try:
             status = core.wait_or_cancel(
@@ -171,7 +170,7 @@ def wait_stage(
                 emit if get_logs else None,
                 CANCELLATIONS,
                 logger,
-                on_progress=progress,
+                on_progress=ProgressArtifact(handle, artifact_key, logger),
                 progress_interval=progress_interval,
             )
         except core.StageFailed as e:
