@@ -111,11 +111,8 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
             for artifact in tracker.artifacts(handle).values():
                 _add(lineage.outputs, _dataset(artifact, handle))
             for source in tracker.sources(handle):
-                produced = tracker.artifacts(source.source_run_id)
-                _add(
-                    lineage.inputs,
-                    _dataset(produced.get(source.artifact_name or ""), source.source_run_id),
-                )
+                consumed = tracker.artifacts(source.source_run_id).get(source.artifact_name or "")
+                _add(lineage.inputs, _dataset(consumed, source.source_run_id))
             run_id = tracker.backend_run_id(handle) if lineage.tracker_run_id is None else None
             if run_id:  # the first tracker with runs of its own (MLflow)
                 lineage.tracker, lineage.tracker_run_id = name, str(run_id)
