@@ -188,9 +188,13 @@ class TriggerPoller:
             if not watch.ended and (ending or now >= watch.next_look):
                 watch.next_look = now + watch.poll_interval
                 due.append((watch, state))
+
+        def look_all(chunk: List[Tuple[Watch, Optional[AppState]]]) -> List[_Look]:
+            return [_look(runner, sched, watch, state) for watch, state in chunk]
+
         chunks = [due[i::POOL_SIZE] for i in range(min(POOL_SIZE, len(due)))]
         found = await asyncio.gather(
-            *(pool.run(functools.partial(_look_all, runner, sched, chunk)) for chunk in chunks)
+            *(pool.run(functools.partial(look_all, chunk)) for chunk in chunks)
         )
         applied = 0
         for chunk, looks in zip(chunks, found, strict=True):
@@ -215,12 +219,6 @@ class TriggerPoller:
         if key not in self._runners:
             self._runners[key] = get_runner(session, **home_param(torchx_home))
         return self._runners[key]
-
-
-def _look_all(
-    runner: Runner, sched: Scheduler, due: List[Tuple[Watch, Optional[AppState]]]
-) -> List[_Look]:
-    return [_look(runner, sched, watch, state) for watch, state in due]
 
 
 def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppState]) -> _Look:
