@@ -66,6 +66,13 @@ class Candidate:
         verdict = "ORPHAN" if self.orphan else "kept"
         return f"{verdict} {self.handle} owner: {self.owner.describe()} state: {self.owner_state}"
 
+    def ask(self, orchestrators: Orchestrators) -> None:
+        """Ask the owner's state; kept, with the reason, when it cannot be had."""
+        try:
+            self.owner_state, self.orphan = orchestrators.state(self.owner)
+        except ReapError as e:  # one unreachable orchestrator stops no other
+            self.owner_state, self.orphan, self.error = "unknown", False, str(e)
+
 
 def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any]] = None) -> Any:
     """GET (or POST ``body``) ``url``; None on 404; Unreachable when the orchestrator cannot
@@ -232,15 +239,10 @@ def find_candidates(
             owner = owner_of(appdef.metadata if appdef is not None else None)
             if owner is None:
                 continue
-            if not owner.cancel:  # its owner said the job may outlive it
-                found.append(Candidate(app.app_handle, owner, "not asked (cancel: false)"))
-                continue
-            try:
-                state, done = orchestrators.state(owner)
-            except ReapError as e:  # kept: one unreachable orchestrator stops no other
-                found.append(Candidate(app.app_handle, owner, "unknown", False, str(e)))
-                continue
-            found.append(Candidate(app.app_handle, owner, state, done))
+            candidate = Candidate(app.app_handle, owner, "not asked (cancel: false)")
+            if owner.cancel:  # else its owner said the job may outlive it
+                candidate.ask(orchestrators)
+            found.append(candidate)
     return found
 
 
@@ -251,10 +253,7 @@ def reap(runner: Any, candidates: Iterable[Candidate], orchestrators: Orchestrat
     for c in candidates:
         if not c.orphan:
             continue
-        try:
-            c.owner_state, c.orphan = orchestrators.state(c.owner)
-        except ReapError as e:
-            c.owner_state, c.orphan, c.error = "unknown", False, str(e)
+        c.ask(orchestrators)
         if not c.orphan:
             continue
         if cancel_if_owned(runner, c.handle, c.owner.__eq__, c.owner.describe(), c.owner_state):
