@@ -104,9 +104,8 @@ def open_pipeline_run(
     run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object
 ) -> str:
     """Open (idempotently) the tracker run that groups a pipeline run's stages."""
-    if trackers:
-        for tracker in build_trackers(trackers):
-            tracker.add_metadata(run_id, kind="pipeline", **metadata)
+    for tracker in build_trackers(trackers):
+        tracker.add_metadata(run_id, kind="pipeline", **metadata)
     return run_id
 
 
@@ -300,8 +299,6 @@ def cancel_quietly(runner: Runner, handle: str, log: Optional[Log] = None) -> No
 
 def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Optional[str]:
     """The URL of the app's tracker run (None without trackers, a UI, or a run)."""
-    if not trackers:
-        return None
     for tracker in build_trackers(trackers):
         try:
             url = tracker.run_url(handle)
