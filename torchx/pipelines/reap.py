@@ -78,10 +78,8 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
     """GET (or POST ``body``) ``url``; None on 404; Unreachable when the orchestrator cannot
     be asked (connection, timeout, 401); ReapError on any other failure (this URL's)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
-    request.add_header("Content-Type", "application/json")
-    for k, v in headers.items():
-        request.add_header(k, v)
+    all_headers = {"Content-Type": "application/json", **headers}
+    request = urllib.request.Request(url, data, all_headers, method="POST" if data else "GET")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as r:
             return json.loads(r.read().decode() or "null")
