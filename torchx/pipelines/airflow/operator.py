@@ -77,8 +77,7 @@ def close_pipeline_run(
     Connection's, else the configured ones; bind them with ``functools.partial`` when the
     operators are given ``trackers=``."""
     dag_run = context["dag_run"]
-    state = str(dag_run.state or "")
-    succeeded = state.endswith("success")
+    succeeded = str(dag_run.state or "").endswith("success")
     if trackers is None:
         trackers = TorchXHook().settings.trackers
     core.close_pipeline_run(
