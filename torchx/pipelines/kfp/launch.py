@@ -59,8 +59,7 @@ def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]
     uri, run_id = os.environ.get("MLFLOW_TRACKING_URI"), os.environ.get("MLFLOW_RUN_ID")
     if not uri or not run_id:
         return None, None
-    trackers: Optional[Dict[str, Optional[str]]] = {"mlflow": uri}
-    return run_id, None if "TORCHX_TRACKERS" in os.environ else trackers
+    return run_id, None if "TORCHX_TRACKERS" in os.environ else {"mlflow": uri}
 
 
 def launcher_key(job_id: str, task_name: str) -> Optional[str]:
