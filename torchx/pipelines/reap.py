@@ -115,9 +115,8 @@ class Orchestrators:
         where = owner.api or owner.kind
         if where in self._down:
             raise Unreachable(self._down[where])
-        ask = {"airflow": self._airflow, "prefect": self._prefect, "kfp": self._kfp}.get(owner.kind)
-        if ask is None:
-            return f"unknown ({owner.kind} owners are not looked up)", False
+        # owner_of admits only these kinds (owner.KINDS)
+        ask = {"airflow": self._airflow, "prefect": self._prefect, "kfp": self._kfp}[owner.kind]
         try:
             return ask(owner, self._api_url(owner))
         except Unreachable as e:
