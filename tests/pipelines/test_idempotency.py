@@ -111,10 +111,10 @@ def test_a_stage_submit_or_reattach_looks_the_key_up_once(
     monkeypatch.setattr(LocalScheduler, "find_by_idempotency_token", counted)
     with get_runner(trackers={}) as runner:
         first = core.submit_or_attach(runner, "utils.sh", ["sleep", "30"], "local_cwd", {}, "k")
-        assert not first.reattached and len(lookups) == 1, lookups
+        assert not runner.reattached(first) and len(lookups) == 1, lookups
         again = core.submit_or_attach(runner, "utils.sh", ["sleep", "30"], "local_cwd", {}, "k")
-        assert again.reattached and again.handle == first.handle and len(lookups) == 2, lookups
-        runner.cancel(first.handle)
+        assert runner.reattached(again) and again == first and len(lookups) == 2, lookups
+        runner.cancel(first)
 
 
 def test_two_processes_racing_with_one_key_end_with_one_live_app(home: Path) -> None:

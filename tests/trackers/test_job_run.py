@@ -364,7 +364,7 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
             {},
             key="k1",
             run_name="stage",
-        ).handle
+        )
         comma = runner.run_component(  # the value is "s3cr3t...,t4il...", one value
             "utils.sh", ["--env", f"AWS_SECRET_ACCESS_KEY={SECRET},{TAIL}", "true"], "local_cwd"
         )

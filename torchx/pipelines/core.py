@@ -14,9 +14,9 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
+from torchx.pipelines.owner import Owner
 from torchx.runner.api import Runner
 from torchx.runner.resource_hours import ResourceHours
 from torchx.runtime.progress import Progress
@@ -81,14 +81,6 @@ def _error_time(structured: str) -> float:
         return float("inf")
 
 
-@dataclass
-class Submission:
-    """The app a stage runs, and whether it was found (re-attached) rather than submitted."""
-
-    handle: str
-    reattached: bool
-
-
 def stage_key(*parts: object) -> str:
     """A stable key from the orchestrator's identity of a stage (same parts, same key)."""
     return "/".join(str(p) for p in parts)
@@ -112,9 +104,8 @@ def open_pipeline_run(
     run_id: str, trackers: Mapping[str, Optional[str]], **metadata: object
 ) -> str:
     """Open (idempotently) the tracker run that groups a pipeline run's stages."""
-    if trackers:
-        for tracker in build_trackers(trackers):
-            tracker.add_metadata(run_id, kind="pipeline", **metadata)
+    for tracker in build_trackers(trackers):
+        tracker.add_metadata(run_id, kind="pipeline", **metadata)
     return run_id
 
 
@@ -147,11 +138,12 @@ def submit_or_attach(
     reattach_succeeded: bool = False,
     run_name: Optional[str] = None,
     run_params: Optional[Mapping[str, object]] = None,
-    owner: Optional[str] = None,
+    owner: Optional[Owner] = None,
     stall_timeout: Optional[float] = None,
-) -> Submission:
+) -> str:
     """Re-attach to the live app submitted with ``key``, else submit the stage with it
-    (``run_name`` and ``run_params``: the job's tracker run's, from the orchestrator)."""
+    (``run_name`` and ``run_params``: the job's tracker run's, from the orchestrator); the
+    app's handle (``runner.reattached(handle)`` tells which)."""
     cfg = dict(cfg or {})
     options: Dict[str, Any] = {
         "parent_run_id": parent_run_id,
@@ -159,15 +151,13 @@ def submit_or_attach(
         "reattach_succeeded": reattach_succeeded,
         "run_name": run_name,
         "run_params": run_params,
-        "owner": owner,
+        "owner": owner.to_metadata() if owner is not None else None,
         "stall_timeout": stall_timeout,
     }
     if isinstance(component, AppDef):
-        handle = runner.run(component, scheduler, cfg, **options)
-    else:
-        args = component_args if component_args is not None else []
-        handle = runner.run_component(component, args, scheduler, cfg, **options)
-    return Submission(handle, reattached=runner.reattached(handle))
+        return runner.run(component, scheduler, cfg, **options)
+    args = component_args if component_args is not None else []
+    return runner.run_component(component, args, scheduler, cfg, **options)
 
 
 def follow_logs(runner: Runner, handle: str, emit: Emit, tail: bool = True) -> None:
@@ -207,10 +197,6 @@ class ProgressFollower:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-
-    def due(self) -> bool:
-        """Whether ``poll()`` would read the report now."""
-        return time.monotonic() >= self._next
 
     def poll(self, force: bool = False) -> Optional[Progress]:
         """Read the report if ``interval`` passed (or ``force``); the new one if it changed."""
@@ -273,13 +259,14 @@ def wait_or_cancel(
     cancel_on: Tuple[Type[BaseException], ...] = CANCELLATIONS,
     log: Optional[Log] = None,
     on_progress: Optional[OnProgress] = None,
-    progress_interval: float = PROGRESS_INTERVAL,
+    progress_interval: Optional[float] = PROGRESS_INTERVAL,
 ) -> AppStatus:
-    """Wait for the app (logs into ``emit``, progress into ``on_progress``); the final
-    status if it SUCCEEDED, else ``StageFailed``. Only ``cancel_on`` cancels the app: any
-    other exception leaves it running, for the task's retry to re-attach to."""
+    """Wait for the app (logs into ``emit``, progress into ``on_progress`` unless
+    ``progress_interval`` is None); the final status if it SUCCEEDED, else ``StageFailed``.
+    Only ``cancel_on`` cancels the app: any other exception leaves it running, for the
+    task's retry to re-attach to."""
     follower = None
-    if on_progress is not None:
+    if on_progress is not None and progress_interval is not None:
         follower = ProgressFollower(runner, handle, on_progress, progress_interval).start()
     try:
         if emit is not None:
@@ -297,7 +284,6 @@ def wait_or_cancel(
 
 
 def check_succeeded(handle: str, status: Optional[AppStatus]) -> AppStatus:
-    """``status`` if the app SUCCEEDED, else ``StageFailed``."""
     if status is None or status.state != AppState.SUCCEEDED:
         raise StageFailed(handle, status)
     return status
@@ -313,8 +299,6 @@ def cancel_quietly(runner: Runner, handle: str, log: Optional[Log] = None) -> No
 
 def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Optional[str]:
     """The URL of the app's tracker run (None without trackers, a UI, or a run)."""
-    if not trackers:
-        return None
     for tracker in build_trackers(trackers):
         try:
             url = tracker.run_url(handle)
@@ -324,19 +308,6 @@ def tracker_run_link(handle: str, trackers: Mapping[str, Optional[str]]) -> Opti
         if url:
             return url
     return None
-
-
-def stage_links(
-    handle: str, status: Optional[AppStatus], trackers: Mapping[str, Optional[str]]
-) -> Dict[str, str]:
-    """``{"app": ui url, "tracker": run url}``, each only when there is a real URL."""
-    links: Dict[str, str] = {}
-    if status is not None and status.ui_url:
-        links["app"] = status.ui_url
-    run = tracker_run_link(handle, trackers)
-    if run:
-        links["tracker"] = run
-    return links
 
 
 def final_state(succeeded: bool, cancelled: bool = False) -> str:

@@ -127,8 +127,3 @@ def kfp_owner(run_id: str, task_name: str) -> Optional[Owner]:
     if not run_id or not task_name or "{{" in run_id + task_name:
         return None
     return Owner("kfp", {"run": run_id, "task": task_name})
-
-
-def metadata_value(owner: Optional[Owner]) -> Optional[str]:
-    """``owner`` as ``Runner.run(owner=...)`` takes it (None passes through)."""
-    return owner.to_metadata() if owner is not None else None

@@ -27,6 +27,17 @@ AIRFLOW_DONE = ("failed", "removed", "skipped", "upstream_failed")
 # CANCELLING: a user asked for the cancel; Prefect may leave the run there for good
 PREFECT_DONE = ("FAILED", "CANCELLED", "CRASHED", "CANCELLING")
 KFP_DONE = ("FAILED", "CANCELED")
+# per owner kind: the orchestrator's name, the env var with its API URL, how to give one
+APIS = {
+    "airflow": (
+        "Airflow",
+        "AIRFLOW_API_URL",
+        "pass --airflow_url or set AIRFLOW_API_URL (or [api] base_url in the deployment's"
+        " airflow.cfg)",
+    ),
+    "prefect": ("Prefect", "PREFECT_API_URL", "set PREFECT_API_URL or pass --prefect_url"),
+    "kfp": ("KFP", "KF_PIPELINES_ENDPOINT", "pass --kfp_url or set KF_PIPELINES_ENDPOINT"),
+}
 TIMEOUT = 30.0
 
 logger = logging.getLogger(__name__)
@@ -55,15 +66,20 @@ class Candidate:
         verdict = "ORPHAN" if self.orphan else "kept"
         return f"{verdict} {self.handle} owner: {self.owner.describe()} state: {self.owner_state}"
 
+    def ask(self, orchestrators: Orchestrators) -> None:
+        """Ask the owner's state; kept, with the reason, when it cannot be had."""
+        try:
+            self.owner_state, self.orphan = orchestrators.state(self.owner)
+        except ReapError as e:  # one unreachable orchestrator stops no other
+            self.owner_state, self.orphan, self.error = "unknown", False, str(e)
+
 
 def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any]] = None) -> Any:
     """GET (or POST ``body``) ``url``; None on 404; Unreachable when the orchestrator cannot
     be asked (connection, timeout, 401); ReapError on any other failure (this URL's)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
-    request.add_header("Content-Type", "application/json")
-    for k, v in headers.items():
-        request.add_header(k, v)
+    all_headers = {"Content-Type": "application/json", **headers}
+    request = urllib.request.Request(url, data, all_headers, method="POST" if data else "GET")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as r:
             return json.loads(r.read().decode() or "null")
@@ -79,14 +95,6 @@ def _get_json(url: str, headers: Mapping[str, str], body: Optional[Dict[str, Any
         raise ReapError(f"{url}: bad answer: {e}") from None
 
 
-def _api_url(kind: str, given: Optional[str], owner: Owner, env: str, hint: str) -> str:
-    """The orchestrator's API base URL: the one given, else the owner's, else ``$env``."""
-    base = given or owner.api or os.environ.get(env)
-    if not base:
-        raise ReapError(f"no {kind} API URL for {owner.describe()}: {hint}")
-    return base.rstrip("/")
-
-
 class Orchestrators:
     """Asks owners' orchestrators for their state; remembers logins and unreachable
     orchestrators for the run (an owner's state is asked each time)."""
@@ -97,9 +105,7 @@ class Orchestrators:
         prefect_url: Optional[str] = None,
         kfp_url: Optional[str] = None,
     ):
-        self.airflow_url = airflow_url
-        self.prefect_url = prefect_url
-        self.kfp_url = kfp_url
+        self.urls = {"airflow": airflow_url, "prefect": prefect_url, "kfp": kfp_url}
         self._airflow_tokens: Dict[str, str] = {}
         self._down: Dict[str, str] = {}
 
@@ -109,17 +115,21 @@ class Orchestrators:
         where = owner.api or owner.kind
         if where in self._down:
             raise Unreachable(self._down[where])
+        # owner_of admits only these kinds (owner.KINDS)
+        ask = {"airflow": self._airflow, "prefect": self._prefect, "kfp": self._kfp}[owner.kind]
         try:
-            if owner.kind == "airflow":
-                return self._airflow(owner)
-            if owner.kind == "prefect":
-                return self._prefect(owner)
-            if owner.kind == "kfp":
-                return self._kfp(owner)
+            return ask(owner, self._api_url(owner))
         except Unreachable as e:
             self._down[where] = str(e)
             raise
-        return f"unknown ({owner.kind} owners are not looked up)", False
+
+    def _api_url(self, owner: Owner) -> str:
+        """The orchestrator's API base URL: the one given, else the owner's, else its env var."""
+        name, env, hint = APIS[owner.kind]
+        base = self.urls[owner.kind] or owner.api or os.environ.get(env)
+        if not base:
+            raise ReapError(f"no {name} API URL for {owner.describe()}: {hint}")
+        return base.rstrip("/")
 
     def _airflow_token(self, base: str) -> str:
         if base in self._airflow_tokens:
@@ -135,15 +145,7 @@ class Orchestrators:
         self._airflow_tokens[base] = token
         return token
 
-    def _airflow(self, owner: Owner) -> Tuple[str, bool]:
-        base = _api_url(
-            "Airflow",
-            self.airflow_url,
-            owner,
-            "AIRFLOW_API_URL",
-            "pass --airflow_url or set AIRFLOW_API_URL"
-            " (or [api] base_url in the deployment's airflow.cfg)",
-        )
+    def _airflow(self, owner: Owner, base: str) -> Tuple[str, bool]:
         token = self._airflow_token(base)
         ids = owner.ids
         path = "/".join(
@@ -164,14 +166,7 @@ class Orchestrators:
         state = str(ti.get("state") or "none")
         return state, state in AIRFLOW_DONE
 
-    def _prefect(self, owner: Owner) -> Tuple[str, bool]:
-        base = _api_url(
-            "Prefect",
-            self.prefect_url,
-            owner,
-            "PREFECT_API_URL",
-            "set PREFECT_API_URL or pass --prefect_url",
-        )
+    def _prefect(self, owner: Owner, base: str) -> Tuple[str, bool]:
         headers = {}
         if os.environ.get("PREFECT_API_KEY"):
             headers["Authorization"] = f"Bearer {os.environ['PREFECT_API_KEY']}"
@@ -185,14 +180,7 @@ class Orchestrators:
         name = (run.get("state") or {}).get("name") or state
         return (name if name.upper() == state else f"{name} ({state})"), state in PREFECT_DONE
 
-    def _kfp(self, owner: Owner) -> Tuple[str, bool]:
-        base = _api_url(
-            "KFP",
-            self.kfp_url,
-            owner,
-            "KF_PIPELINES_ENDPOINT",
-            "pass --kfp_url or set KF_PIPELINES_ENDPOINT",
-        )
+    def _kfp(self, owner: Owner, base: str) -> Tuple[str, bool]:
         if "://" not in base:
             base = f"http://{base}"
         token = os.environ.get("KF_PIPELINES_TOKEN")
@@ -248,15 +236,10 @@ def find_candidates(
             owner = owner_of(appdef.metadata if appdef is not None else None)
             if owner is None:
                 continue
-            if not owner.cancel:  # its owner said the job may outlive it
-                found.append(Candidate(app.app_handle, owner, "not asked (cancel: false)"))
-                continue
-            try:
-                state, done = orchestrators.state(owner)
-            except ReapError as e:  # kept: one unreachable orchestrator stops no other
-                found.append(Candidate(app.app_handle, owner, "unknown", False, str(e)))
-                continue
-            found.append(Candidate(app.app_handle, owner, state, done))
+            candidate = Candidate(app.app_handle, owner, "not asked (cancel: false)")
+            if owner.cancel:  # else its owner said the job may outlive it
+                candidate.ask(orchestrators)
+            found.append(candidate)
     return found
 
 
@@ -267,10 +250,7 @@ def reap(runner: Any, candidates: Iterable[Candidate], orchestrators: Orchestrat
     for c in candidates:
         if not c.orphan:
             continue
-        try:
-            c.owner_state, c.orphan = orchestrators.state(c.owner)
-        except ReapError as e:
-            c.owner_state, c.orphan, c.error = "unknown", False, str(e)
+        c.ask(orchestrators)
         if not c.orphan:
             continue
         if cancel_if_owned(runner, c.handle, c.owner.__eq__, c.owner.describe(), c.owner_state):

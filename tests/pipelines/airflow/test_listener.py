@@ -71,8 +71,8 @@ def test_the_listener_cancels_only_the_job_of_this_task_instance(
         XComModel.set(HANDLE_XCOM, handle, dag_id=dag_id, task_id="job", run_id=run_id)
 
     def reap_task_instance(ti: Any) -> Optional[str]:
-        found = record_task_instance(ti)  # what the hook records, read from the database
-        assert found is not None and found.state == "failed"
+        [found] = record_task_instance(ti)  # what the hook records, read from the database
+        assert found.state == "failed"
         with get_runner() as runner:
             cancelled = reap_recorded(runner, [found])  # what the started process does
         return cancelled[0] if cancelled else None

@@ -60,9 +60,8 @@ class TorchXHook(BaseHook):
             return TorchXSettings()
         return settings_from(conn.extra_dejson, conn.login, conn.password)
 
-    def get_conn(self) -> Runner:
-        return self.settings.runner()
-
     def runner(self, trackers: Trackers = None) -> Runner:
         """A Runner with the Connection's settings; ``trackers`` (an operator's) win."""
         return self.settings.runner(trackers)
+
+    get_conn = runner  # BaseHook's name for what the hook connects to

@@ -101,7 +101,6 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
     try:
         from torchx.runner.resource_hours import CPU_HOURS, GPU_HOURS, recorded_hours
         from torchx.trackers.api import build_trackers
-        from torchx.trackers.mlflow_backend import MLflowTracker
 
         built = build_trackers(trackers)
     except backend_errors() as e:  # lineage never fails a stage
@@ -112,18 +111,14 @@ def read_stage_lineage(handle: str, trackers: Mapping[str, Optional[str]]) -> St
             for artifact in tracker.artifacts(handle).values():
                 _add(lineage.outputs, _dataset(artifact, handle))
             for source in tracker.sources(handle):
-                produced = tracker.artifacts(source.source_run_id)
-                _add(
-                    lineage.inputs,
-                    _dataset(produced.get(source.artifact_name or ""), source.source_run_id),
-                )
-            if lineage.tracker_run_id is None and isinstance(tracker, MLflowTracker):
-                run_id = tracker.mlflow_run_id(handle)
-                if run_id:
-                    lineage.tracker, lineage.tracker_run_id = name, str(run_id)
-                    hours = recorded_hours(tracker, str(run_id))  # as the Runner logged them
-                    lineage.cpu_hours = hours.get(CPU_HOURS)
-                    lineage.gpu_hours = hours.get(GPU_HOURS)
+                consumed = tracker.artifacts(source.source_run_id).get(source.artifact_name or "")
+                _add(lineage.inputs, _dataset(consumed, source.source_run_id))
+            run_id = tracker.backend_run_id(handle) if lineage.tracker_run_id is None else None
+            if run_id:  # the first tracker with runs of its own (MLflow)
+                lineage.tracker, lineage.tracker_run_id = name, str(run_id)
+                hours = recorded_hours(tracker, str(run_id))  # as the Runner logged them
+                lineage.cpu_hours = hours.get(CPU_HOURS)
+                lineage.gpu_hours = hours.get(GPU_HOURS)
         except backend_errors() as e:  # lineage is never worth failing a stage
             logger.warning("could not read the lineage of %s from %s: %s", handle, name, e)
         if lineage.tracker_run_url is None:

@@ -65,15 +65,15 @@ def _app_handle(ti: Any) -> Optional[str]:
     return str(value) if value else None
 
 
-def record_task_instance(ti: Any) -> Optional[Reapable]:
+def record_task_instance(ti: Any) -> List[Reapable]:
     """What to reap for ``ti``: its job, if ``ti`` ended for good and pushed one."""
     state = str(ti.state or "").lower()  # TaskInstanceState: a str enum, str() its value
     if state not in FINAL:
-        return None
+        return []
     handle = _app_handle(ti)
     if not handle:
-        return None
-    return Reapable(handle, ti.dag_id, ti.run_id, ti.task_id, map_index_of(ti), state)
+        return []
+    return [Reapable(handle, ti.dag_id, ti.run_id, ti.task_id, map_index_of(ti), state)]
 
 
 def record_dag_run(dag_run: Any) -> List[Reapable]:
@@ -119,7 +119,9 @@ def _timed(hook: str, record: Callable[[], List[Reapable]], task: Any = None) ->
             start(found, task.hook.settings if task is not None else None)
     except Exception:  # a listener must never break the scheduler or the task
         logger.exception("torchx: the %s listener could not record its jobs to cancel", hook)
-    where = "in its task process" if task is not None else f"in {_process_name()}"
+    # ``airflow scheduler`` (or api-server, ...): what the duration line names
+    process = " ".join(os.path.basename(a) for a in sys.argv[:2]) or "this process"
+    where = "in its task process" if task is not None else f"in {process}"
     took, cpu = time.monotonic() - started, time.thread_time() - cpu
     logger.info(
         "torchx listener: %s took %.4f s, %.4f s of CPU (%d to reap) %s",
@@ -131,19 +133,10 @@ def _timed(hook: str, record: Callable[[], List[Reapable]], task: Any = None) ->
     )
 
 
-def _process_name() -> str:
-    """``airflow scheduler`` (or api-server, ...): what the duration line names."""
-    return " ".join(os.path.basename(a) for a in sys.argv[:2]) or "this process"
-
-
 @hookimpl
 def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
-    def record() -> List[Reapable]:
-        found = record_task_instance(task_instance)
-        return [found] if found is not None else []
-
     task = _operator(task_instance) if _in_task_process(task_instance) else None
-    _timed("on_task_instance_failed", record, task)
+    _timed("on_task_instance_failed", lambda: record_task_instance(task_instance), task)
 
 
 def _own_session() -> Any:

@@ -59,7 +59,6 @@ def _facets(dataset: StageDataset) -> Dict[str, Any]:
 
 
 def _datasets(kind: Type[D], datasets: Sequence[StageDataset]) -> List[D]:
-    """``datasets`` as OpenLineage ``InputDataset``s or ``OutputDataset``s."""
     out = []
     for d in datasets:
         namespace, name = openlineage_name(d.uri)

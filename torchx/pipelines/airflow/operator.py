@@ -1,11 +1,9 @@
 """``TorchXOperator``: submit a torchx component, AppDef or torchrun line from an Airflow
 task, stream its logs, wait (or defer to ``TorchXTrigger``), link and record lineage.
 
-Retries re-attach on any worker: the idempotency key (dag, task, run, map index) is stored
-by the scheduler with the job. A retry returns the app even if it SUCCEEDED (a worker that
-died after its job succeeded does not run it twice); a FAILED or CANCELLED app is never
-re-attached. Each task has one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG
-run adds an event to it, not a new Asset per run.
+Retries re-attach on any worker (the scheduler stores the idempotency key, dag, task, run
+and map index, with the job); a FAILED or CANCELLED app is never re-attached. Each task has
+one stable Asset ``x-torchx://<dag_id>/<task_id>``: every DAG run adds an event to it.
 """
 
 from __future__ import annotations
@@ -79,8 +77,7 @@ def close_pipeline_run(
     Connection's, else the configured ones; bind them with ``functools.partial`` when the
     operators are given ``trackers=``."""
     dag_run = context["dag_run"]
-    state = str(dag_run.state or "")
-    succeeded = state.endswith("success")
+    succeeded = str(dag_run.state or "").endswith("success")
     if trackers is None:
         trackers = TorchXHook().settings.trackers
     core.close_pipeline_run(
@@ -228,17 +225,6 @@ class TorchXOperator(BaseOperator):
     def _runner(self) -> Any:
         return self.hook.runner(self.trackers)
 
-    def _idempotency_key(self, context: Mapping[str, Any]) -> Optional[str]:
-        if not self.durable:
-            return None
-        ti = context["ti"]
-        return core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
-
-    def _reuse_succeeded(self, context: Mapping[str, Any]) -> bool:
-        """Whether a SUCCEEDED app is returned rather than run again: on a retry (a crash
-        after it succeeded must not run it twice), after a clear with ``reuse_succeeded``."""
-        return self.reuse_succeeded or is_retry(context["ti"], self.retries)
-
     def _submit(self, context: Mapping[str, Any], runner: Any) -> str:
         ti = context["ti"]
         parent = self.parent_run_id or core.open_pipeline_run(
@@ -250,23 +236,26 @@ class TorchXOperator(BaseOperator):
         component_args = self.component_args
         if self.torchrun is not None:
             component_args = torchrun_stage(self.torchrun).component_args
-        submission = core.submit_or_attach(
+        key = core.stage_key("airflow", ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+        handle = core.submit_or_attach(
             runner,
             self.app if self.app is not None else str(self.component),
             component_args,
             self.scheduler,
             self.hook.settings.cfg_for(self.scheduler, self.cfg),
-            self._idempotency_key(context),
+            key if self.durable else None,
             parent_run_id=parent,
-            reattach_succeeded=self._reuse_succeeded(context),
+            # a SUCCEEDED app is returned rather than run again on a retry (a crash after it
+            # succeeded must not run it twice), and after a clear with ``reuse_succeeded``
+            reattach_succeeded=self.reuse_succeeded or is_retry(ti, self.retries),
             run_name=run_name(ti),
             run_params=run_params(context),
-            owner=airflow_owner(ti, self.cancel_on_kill).to_metadata(),
+            owner=airflow_owner(ti, self.cancel_on_kill),
             stall_timeout=self.stall_timeout,
         )
-        verb = "re-attaching to" if submission.reattached else "submitted"
-        self.log.info("%s %s", verb, submission.handle)
-        return submission.handle
+        verb = "re-attaching to" if runner.reattached(handle) else "submitted"
+        self.log.info("%s %s", verb, handle)
+        return handle
 
     def _link(self, ti: Any, link: _TorchXLink, url: Optional[str]) -> None:
         """Keep a real URL for the extra link (pushed now for readers of this try's XCom)."""
@@ -301,19 +290,17 @@ class TorchXOperator(BaseOperator):
                 method_name="execute_complete",
             )
         emit = self._emit if self.get_logs else None
-        progress = self._progress if self.progress_interval is not None else None
         try:
             status = core.wait_or_cancel(
                 runner,
                 handle,
                 self.poll_interval,
                 emit,
-                on_progress=progress,
-                progress_interval=self.progress_interval or core.PROGRESS_INTERVAL,
+                on_progress=self._progress,
+                progress_interval=self.progress_interval,
             )
         except core.StageFailed as e:
-            self._finish(context, handle, e.status, runner)
-            raise AirflowException(str(e)) from None
+            return self._finish(context, handle, e.status, runner)
         return self._finish(context, handle, status, runner)
 
     def execute_complete(self, context: Any, event: Optional[Dict[str, Any]] = None) -> str:
@@ -328,12 +315,7 @@ class TorchXOperator(BaseOperator):
             core.follow_logs(runner, handle, self._unstreamed(event.get("streamed")), tail=False)
         status = runner.status(handle)
         self._link(context["ti"], TorchXAppLink(), status.ui_url if status is not None else None)
-        self._finish(context, handle, status, runner)
-        try:
-            core.check_succeeded(handle, status)
-        except core.StageFailed as e:
-            raise AirflowException(str(e)) from None
-        return handle
+        return self._finish(context, handle, status, runner)
 
     def _remember(self, ti: Any, handle: str) -> None:
         """Keep the app and its task instance: ``on_kill`` cancels only a job this one owns."""
@@ -363,15 +345,19 @@ class TorchXOperator(BaseOperator):
     def _finish(
         self, context: Mapping[str, Any], handle: str, status: Optional[AppStatus], runner: Any
     ) -> str:
-        """Push the final status and the tracker link; read the stage's lineage back."""
+        """Push the final status and the tracker link, read the stage's lineage back; the
+        handle if the app SUCCEEDED (its Asset events emitted), else ``AirflowException``."""
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key="app_status", value=status.to_json())
         self.stage_lineage = read_stage_lineage(handle, runner.trackers())
         self._link(ti, TorchXMLflowLink(), self.stage_lineage.tracker_run_url)
-        if status is not None and status.state.name == "SUCCEEDED":
-            self._emit_asset_events(context, self.stage_lineage)
-            self.log.info("%s SUCCEEDED", handle)
+        try:
+            core.check_succeeded(handle, status)
+        except core.StageFailed as e:
+            raise AirflowException(str(e)) from None
+        self._emit_asset_events(context, self.stage_lineage)
+        self.log.info("%s SUCCEEDED", handle)
         return handle
 
     def _emit_asset_events(self, context: Mapping[str, Any], lineage: StageLineage) -> None:
@@ -424,9 +410,8 @@ class TorchXOperator(BaseOperator):
         and a run facet with the app handle and its MLflow run id and link."""
         return self._facets(self._lineage_for(task_instance))
 
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """OpenLineage FAIL: as on complete, with whatever the stage recorded before failing."""
-        return self.get_openlineage_facets_on_complete(task_instance)
+    # OpenLineage FAIL: as on complete, with whatever the stage recorded before failing
+    get_openlineage_facets_on_failure = get_openlineage_facets_on_complete
 
     def _facets(self, lineage: Optional[StageLineage]) -> Any:
         from torchx.pipelines.airflow.openlineage import operator_lineage

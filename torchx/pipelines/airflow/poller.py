@@ -110,16 +110,8 @@ class TriggerPoller:
         """How many watched apps have not had their first look yet (for benchmarks)."""
         return sum(1 for w in self._watches if not w.seen and not w.ended)
 
-    def watch(
-        self,
-        handle: str,
-        poll_interval: float,
-        get_logs: bool,
-        progress_interval: Optional[float] = None,
-        torchx_home: Optional[str] = None,
-    ) -> Watch:
-        """Poll ``handle`` from the next round on, until ``unwatch``."""
-        watch = Watch(handle, poll_interval, get_logs, progress_interval, torchx_home)
+    def watch(self, watch: Watch) -> Watch:
+        """Poll ``watch.handle`` from the next round on, until ``unwatch``."""
         self._watches[watch] = None
         if self._task is None or self._task.done():
             self._pool = _Pool(POOL_SIZE)
@@ -181,7 +173,8 @@ class TriggerPoller:
         try:
             runner = self._runner(key[1], key[2])
             sched = runner.scheduler(key[0])
-            states = await pool.run(functools.partial(_list_states, sched))
+            # every app's state, by app id, in one scheduler call
+            states = await pool.run(lambda: {app.app_id: app.state for app in sched.list()})
         except backend_errors() as e:  # the scheduler cannot answer: its triggers fail, as they
             # did when each one's status check failed (their apps run on, for the retry)
             for watch in watches:
@@ -195,9 +188,13 @@ class TriggerPoller:
             if not watch.ended and (ending or now >= watch.next_look):
                 watch.next_look = now + watch.poll_interval
                 due.append((watch, state))
+
+        def look_all(chunk: List[Tuple[Watch, Optional[AppState]]]) -> List[_Look]:
+            return [_look(runner, sched, watch, state) for watch, state in chunk]
+
         chunks = [due[i::POOL_SIZE] for i in range(min(POOL_SIZE, len(due)))]
         found = await asyncio.gather(
-            *(pool.run(functools.partial(_look_all, runner, sched, chunk)) for chunk in chunks)
+            *(pool.run(functools.partial(look_all, chunk)) for chunk in chunks)
         )
         applied = 0
         for chunk, looks in zip(chunks, found, strict=True):
@@ -218,22 +215,10 @@ class TriggerPoller:
             watch.changed.set()
 
     def _runner(self, session: str, torchx_home: Optional[str]) -> Runner:
-        runner = self._runners.get((session, torchx_home))
-        if runner is None:
-            runner = get_runner(session, **home_param(torchx_home))
-            self._runners[(session, torchx_home)] = runner
-        return runner
-
-
-def _list_states(sched: Scheduler) -> Dict[str, AppState]:
-    """Every app's state, by app id, in one scheduler call."""
-    return {app.app_id: app.state for app in sched.list()}
-
-
-def _look_all(
-    runner: Runner, sched: Scheduler, due: List[Tuple[Watch, Optional[AppState]]]
-) -> List[_Look]:
-    return [_look(runner, sched, watch, state) for watch, state in due]
+        key = (session, torchx_home)
+        if key not in self._runners:
+            self._runners[key] = get_runner(session, **home_param(torchx_home))
+        return self._runners[key]
 
 
 def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppState]) -> _Look:
@@ -256,7 +241,7 @@ def _look(runner: Runner, sched: Scheduler, watch: Watch, listed: Optional[AppSt
             status = AppStatus(state=listed)
         ended = status is not None and status.is_terminal()
         look.lines = _new_lines(sched, watch, look.warnings, final=ended)
-        if watch.follower is not None and (ended or watch.follower.due()):
+        if watch.follower is not None:  # read when its interval passed, or the app ended
             look.progress = watch.follower.poll(force=ended)
         if ended:
             look.ended, look.status = True, status

@@ -85,8 +85,7 @@ def reap_recorded(runner: Any, found: List[Reapable]) -> List[str]:
 
 def main(argv: List[str]) -> int:
     """``python -m torchx.pipelines.airflow.reaper <records file>``: the started process."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logger.setLevel(logging.INFO)
     with open(argv[1]) as f:
         doc = json.load(f)

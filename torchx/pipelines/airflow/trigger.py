@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Dict, Optional, Tuple
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -26,7 +26,7 @@ from torchx.pipelines.settings import TorchXSettings
 # the message Airflow's triggerer cancels a trigger's task with for a user's action on it
 # (``_USER_ACTION_CANCEL_MSG``, airflow/jobs/triggerer_job_runner.py); a stop or restart: none
 USER_ACTION = "__airflow_user_action__"
-# replica lines logged per record (see ``_write``)
+# replica lines logged per record (see ``_log_news``)
 LINES_PER_RECORD = 1000
 
 
@@ -72,11 +72,13 @@ class TorchXTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = TriggerPoller.of_running_loop()
         watch = poller.watch(
-            self.app_handle,
-            self.poll_interval,
-            self.get_logs,
-            self.progress_interval,
-            self.torchx_home,
+            Watch(
+                self.app_handle,
+                self.poll_interval,
+                self.get_logs,
+                self.progress_interval,
+                self.torchx_home,
+            )
         )
         try:
             while not watch.ended:
@@ -108,7 +110,11 @@ class TorchXTrigger(BaseTrigger):
         """Log what the poller found since the last call: replica lines (counted: the
         counts go into the event), warnings and progress reports."""
         for start in range(0, len(watch.lines), LINES_PER_RECORD):
-            self._write(watch.lines[start : start + LINES_PER_RECORD])
+            # one record per batch: a log call costs the loop about 0.3 ms
+            lines = watch.lines[start : start + LINES_PER_RECORD]
+            for key, _ in lines:
+                self.streamed[key] = self.streamed.get(key, 0) + 1
+            self.log.info("%s", "\n".join(f"{key} {line}" for key, line in lines))
         for warning in watch.warnings:
             self.log.warning("%s", warning)
         for report in watch.progress:
@@ -117,19 +123,10 @@ class TorchXTrigger(BaseTrigger):
         watch.warnings.clear()
         watch.progress.clear()
 
-    def _write(self, lines: List[Tuple[str, str]]) -> None:
-        """Log replica lines as one record (a log call costs the loop about 0.3 ms) and
-        count them."""
-        for key, _ in lines:
-            self.streamed[key] = self.streamed.get(key, 0) + 1
-        self.log.info("%s", "\n".join(f"{key} {line}" for key, line in lines))
-
     def _killed_by_user(self, error: asyncio.CancelledError) -> bool:
         """Whether ``error`` is Airflow's cancellation for a user's action on the task, by
         the rule Airflow calls ``on_kill`` by (not after the trigger's own timeout)."""
-        if not self.cancel_on_kill:
-            return False
-        if error.args[:1] != (USER_ACTION,):
+        if not self.cancel_on_kill or error.args[:1] != (USER_ACTION,):
             return False
         timeout = self.timeout_after
         if timeout is not None:

@@ -21,15 +21,14 @@ else:  # one clear line when kfp is not installed
 # launcher's pod; env set on the task (task.set_env_variable) reaches both: the launcher
 # needs the tracking URI, credentials and scheduler settings as much as the app does
 _PASSTHROUGH = [
-    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.RESOURCES, apply_to_task=False),
-    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
-    dsl.TaskConfigPassthrough(
-        field=dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR, apply_to_task=False
-    ),
-    dsl.TaskConfigPassthrough(
-        field=dsl.TaskConfigField.KUBERNETES_TOLERATIONS, apply_to_task=False
-    ),
-    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.KUBERNETES_VOLUMES, apply_to_task=False),
+    dsl.TaskConfigPassthrough(field=field, apply_to_task=field == dsl.TaskConfigField.ENV)
+    for field in (
+        dsl.TaskConfigField.RESOURCES,
+        dsl.TaskConfigField.ENV,
+        dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+        dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+        dsl.TaskConfigField.KUBERNETES_VOLUMES,
+    )
 ]
 
 
@@ -56,7 +55,6 @@ class TorchXComponent(_python_component.PythonComponent):
             from torchx.pipelines.kfp.resources import launcher_resources, set_task_resources
 
             _check_keyed_in_loop(kwargs)
-
             found = launcher_resources(kwargs.get("component"), kwargs.get("component_args"))
             set_task_resources(task, found)
         return task
@@ -163,7 +161,7 @@ def torchx_launcher(
     import dataclasses
     from collections import namedtuple
 
-    from torchx.pipelines.kfp.launch import launch, launcher_key
+    from torchx.pipelines.kfp.launch import launch
     from torchx.pipelines.kfp.outputs import fill_outputs
 
     tc = (
@@ -179,7 +177,6 @@ def torchx_launcher(
         dict(cfg),
         parent_run_id,
         tc,
-        idempotency_key=launcher_key(job_id, stage),
         job_id=job_id,
         task_name=stage,
         stall_timeout=stall_timeout or None,

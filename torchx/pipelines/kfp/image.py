@@ -12,5 +12,4 @@ ENV_BASE_IMAGE = "TORCHX_KFP_BASE_IMAGE"
 
 
 def base_image() -> str:
-    """``$TORCHX_KFP_BASE_IMAGE``, else ``torchx.IMAGE``."""
     return os.environ.get(ENV_BASE_IMAGE, "").strip() or IMAGE

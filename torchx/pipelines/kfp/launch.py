@@ -10,11 +10,11 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
-from torchx.pipelines.owner import kfp_owner, metadata_value
+from torchx.pipelines.owner import kfp_owner
 from torchx.runner.api import get_runner
 from torchx.runner.tracking import redact_args
 from torchx.specs.api import AppDef, Resource
@@ -59,8 +59,7 @@ def kfp_mlflow_run() -> Tuple[Optional[str], Optional[Dict[str, Optional[str]]]]
     uri, run_id = os.environ.get("MLFLOW_TRACKING_URI"), os.environ.get("MLFLOW_RUN_ID")
     if not uri or not run_id:
         return None, None
-    trackers: Optional[Dict[str, Optional[str]]] = {"mlflow": uri}
-    return run_id, None if "TORCHX_TRACKERS" in os.environ else trackers
+    return run_id, None if "TORCHX_TRACKERS" in os.environ else {"mlflow": uri}
 
 
 def launcher_key(job_id: str, task_name: str) -> Optional[str]:
@@ -107,13 +106,13 @@ def launch(
     cfg: Optional[Dict[str, Any]] = None,
     parent_run_id: str = "",
     task_config: Optional[Mapping[str, Any]] = None,
-    idempotency_key: Optional[str] = None,
     job_id: str = "",
     task_name: str = "",
     stall_timeout: Optional[float] = None,
 ) -> Tuple[str, StageRecord]:
-    """Run the component to completion (a retried step re-attaches to its running or
-    succeeded app); the app handle and what its tracker run recorded."""
+    """Run the component to completion (a retried step, keyed by ``job_id`` and
+    ``task_name``, re-attaches to its running or succeeded app); the app handle and what its
+    tracker run recorded."""
     cfg = dict(cfg or {})
     kfp_run, trackers = kfp_mlflow_run()
     parent_run_id = kfp_run or parent_run_id
@@ -127,22 +126,26 @@ def launch(
         # the task's node selector and tolerations go where the scheduler has them (kubernetes)
         opts = runner.scheduler_run_opts(scheduler)
         cfg = {k: v for k, v in cfg.items() if k in given or k in opts}
-        submission = core.submit_or_attach(
+        handle = core.submit_or_attach(
             runner,
             app,
             None,
             scheduler,
             cfg,
-            idempotency_key,
+            launcher_key(job_id, task_name),
             parent_run_id=parent_run_id or None,
             reattach_succeeded=True,  # a retried step whose app succeeded is done
             run_name=run_name,
             run_params=run_params,
-            owner=metadata_value(kfp_owner(job_id, task_name)),
+            owner=kfp_owner(job_id, task_name),
             stall_timeout=stall_timeout,
         )
-        handle = submission.handle
-        verb = "re-attached to" if submission.reattached else "launched"
+        verb = "re-attached to" if runner.reattached(handle) else "launched"
+        progress: List[Any] = []  # the last report (the Metrics output gets it)
+
+        def on_progress(report: Any) -> None:
+            progress.append(report)
+            print(f"torchx: {core.progress_line(report)}", flush=True)
 
         def on_term(signum: int, _: Any) -> None:
             print(f"torchx: step terminated (signal {signum}); cancelling {handle}", flush=True)
@@ -153,12 +156,11 @@ def launch(
         # the handler serves this wait only: the caller's is back when the wait ends
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, on_term) if main else None
-        progress: List[Any] = []  # the last report (the Metrics output gets it)
         try:
             # named once the handler is in: a SIGTERM from then on cancels the app
             print(f"torchx: {verb} {handle}", flush=True)
             try:
-                core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=_keep(progress))
+                core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=on_progress)
             except core.StageFailed as e:
                 raise RuntimeError(str(e)) from None
         finally:
@@ -172,14 +174,6 @@ def launch(
         if record.run_url:
             print(f"torchx: tracker run {record.run_url}", flush=True)
         return handle, record
-
-
-def _keep(progress: List[Any]) -> Callable[[Any], None]:
-    def on_progress(report: Any) -> None:
-        progress.append(report)
-        print(f"torchx: {core.progress_line(report)}", flush=True)
-
-    return on_progress
 
 
 def _print_line(role: str, k: int, line: str) -> None:

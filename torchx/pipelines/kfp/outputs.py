@@ -38,8 +38,6 @@ def _backend_run_id(tracker: TrackerBase, handle: str) -> Optional[str]:
 def read_stage(handle: str, trackers: Mapping[str, Optional[str]]) -> StageRecord:
     """The app's run in the first tracker that has one; failures to read are logged (a
     stage that succeeded never fails on its outputs)."""
-    if not trackers:
-        return StageRecord()
     try:
         backends = build_trackers(trackers)
     except backend_errors() as e:  # a stage never fails on its tracker

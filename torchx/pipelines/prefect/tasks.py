@@ -2,8 +2,8 @@
 
 A stage is keyed by its flow run and ``key=`` (else a digest of what it runs), and the
 scheduler stores the key with the job: a retry on any worker re-attaches to the stage's
-live or succeeded app. ``submit`` is never cached, so a retried flow run asks the scheduler
-again. ``submit_stage`` and ``wait_stage`` are what the tasks do, shared with ``TorchXJob``.
+live or succeeded app. ``submit_stage`` and ``wait_stage`` are what the tasks do, shared
+with ``TorchXJob``.
 """
 
 from __future__ import annotations
@@ -32,15 +32,13 @@ from prefect.utilities.collections import isiterable
 from prefect.utilities.engine import resolve_inputs_sync
 
 from torchx.pipelines import core
-from torchx.pipelines.owner import current_prefect_owner, metadata_value
+from torchx.pipelines.owner import current_prefect_owner
 from torchx.pipelines.prefect import stages
 from torchx.runner.api import get_runner
 from torchx.runner.config import get_configured_trackers
 from torchx.specs.api import AppDef, AppStatus
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
-
-Logger = core.Log  # what Prefect's loggers are
 
 # a wait cancels its app on these only: a cancelled or timed-out task or flow run, and the
 # SIGTERM the worker sends a cancelled flow run's process (TerminationSignal)
@@ -62,28 +60,6 @@ def pipeline_run_id(flow: Any = None, flow_run: Any = None) -> str:
     """The tracker run of the current flow run (opened on first use), or of a flow hook's."""
     fid, name = _flow_run(flow, flow_run)
     return f"prefect://{name}/{fid}"
-
-
-def _open_pipeline_run(runner: Any) -> Optional[str]:
-    """The flow run's tracker run, opened on first use (None outside a flow run)."""
-    if not _in_flow_run():
-        return None
-    return core.open_pipeline_run(pipeline_run_id(), runner.trackers(), orchestrator="prefect")
-
-
-def stage_key(
-    component: Union[str, AppDef],
-    component_args: Union[List[str], Dict[str, Any], None],
-    scheduler: str,
-    cfg: Optional[Dict[str, Any]],
-    key: Optional[str],
-) -> Optional[str]:
-    """The idempotency key of a stage in the current flow run (None outside a flow run)."""
-    if not _in_flow_run():
-        return None
-    fid, _ = _flow_run()
-    what = key or core.content_key(component, component_args, scheduler, cfg or {})
-    return core.stage_key("prefect", fid, what)
 
 
 def stage_name(component: Union[str, AppDef], key: Optional[str] = None) -> str:
@@ -115,13 +91,9 @@ def run_params(stage: str) -> Dict[str, object]:
     if not _in_flow_run():
         return params
     fid, flow_name = _flow_run()
-    params.update(
-        {
-            "prefect.flow": flow_name,
-            "prefect.flow_run_id": fid,
-            "prefect.flow_run": runtime_flow_run.get_name(),
-        }
-    )
+    params["prefect.flow"] = flow_name
+    params["prefect.flow_run_id"] = fid
+    params["prefect.flow_run"] = runtime_flow_run.get_name()
     for name, value in (runtime_flow_run.get_parameters() or {}).items():
         params[f"prefect.param.{name}"] = value
     return params
@@ -134,36 +106,44 @@ def submit_stage(
     cfg: Optional[Dict[str, Any]],
     key: Optional[str],
     parent_run_id: Optional[str],
-    logger: Logger,
+    logger: core.Log,
     stall_timeout: Optional[float] = None,
 ) -> str:
-    """Submit a stage, or re-attach to this flow run's app of the same stage; its handle."""
+    """Submit a stage, or re-attach to this flow run's app of the same stage; its handle.
+    Outside a flow run the stage has no key and no pipeline run."""
     name = stage_name(component, key)
-    idempotency_key = stage_key(component, component_args, scheduler, cfg, key)
     with get_runner() as runner:
         # a misspelled cfg key fails here, before the flow run records a stage the cancel
         # hook could not look up
         runner.scheduler_run_opts(scheduler).check_known(cfg or {}, scheduler)
-        if idempotency_key is not None:  # in a flow run: record it for its cancel hook
-            record = stages.here(scheduler, idempotency_key, runner.trackers(), cfg)
-            stages.record_stage(_flow_run()[0], record)
-        submission = core.submit_or_attach(
+        idempotency_key = None
+        if _in_flow_run():  # keyed, and recorded for the flow run's cancel hook
+            fid = _flow_run()[0]
+            what = key or core.content_key(component, component_args, scheduler, cfg or {})
+            idempotency_key = core.stage_key("prefect", fid, what)
+            trackers = runner.trackers()
+            stages.record_stage(fid, stages.here(scheduler, idempotency_key, trackers, cfg))
+            if not parent_run_id:  # the flow run's tracker run, opened on first use
+                parent_run_id = core.open_pipeline_run(
+                    pipeline_run_id(), trackers, orchestrator="prefect"
+                )
+        handle = core.submit_or_attach(
             runner,
             component,
             component_args,
             scheduler,
             cfg,
             idempotency_key,
-            parent_run_id=parent_run_id or _open_pipeline_run(runner),
+            parent_run_id=parent_run_id or None,
             reattach_succeeded=True,  # within one flow run, a succeeded stage is done
             run_name=name,
             run_params=run_params(name),
-            owner=metadata_value(current_prefect_owner()),
+            owner=current_prefect_owner(),
             stall_timeout=stall_timeout,
         )
-    verb = "re-attaching to" if submission.reattached else "submitted"
-    logger.info("%s %s", verb, submission.handle)
-    return submission.handle
+        verb = "re-attaching to" if runner.reattached(handle) else "submitted"
+    logger.info("%s %s", verb, handle)
+    return handle
 
 
 def wait_stage(
@@ -171,7 +151,7 @@ def wait_stage(
     poll_interval: float,
     get_logs: bool,
     key: Optional[str],
-    logger: Logger,
+    logger: core.Log,
     progress_interval: Optional[float] = core.PROGRESS_INTERVAL,
 ) -> AppStatus:
     """Wait for the app and publish the stage's artifacts under ``key`` (default: the app's
@@ -181,7 +161,6 @@ def wait_stage(
         logger.info("%s/%d %s", role, k, line)
 
     artifact_key = key or _app_name(handle)
-    progress = None if progress_interval is None else ProgressArtifact(handle, artifact_key, logger)
     with get_runner() as runner:
         try:
             status = core.wait_or_cancel(
@@ -191,8 +170,8 @@ def wait_stage(
                 emit if get_logs else None,
                 CANCELLATIONS,
                 logger,
-                on_progress=progress,
-                progress_interval=progress_interval or core.PROGRESS_INTERVAL,
+                on_progress=ProgressArtifact(handle, artifact_key, logger),
+                progress_interval=progress_interval,
             )
         except core.StageFailed as e:
             if e.status is not None:
@@ -207,7 +186,7 @@ class ProgressArtifact:
     """The stage's progress artifact ``torchx-progress-<key>``, created at the first report
     with a total and updated at each changed one; every report is logged."""
 
-    def __init__(self, handle: str, artifact_key: str, logger: Logger) -> None:
+    def __init__(self, handle: str, artifact_key: str, logger: core.Log) -> None:
         self.handle = handle
         self.key = f"torchx-progress-{_safe(artifact_key)}"
         self.logger = logger
@@ -249,14 +228,14 @@ def _artifacts(handle: str, status: AppStatus, artifact_key: str, runner: Any) -
     if not _in_run():
         return
     safe = _safe(artifact_key)
-    links = core.stage_links(handle, status, runner.trackers())
-    if "app" in links:
+    if status.ui_url:
         _sync(create_link_artifact)(
-            links["app"], link_text=f"{handle} logs", key=f"torchx-logs-{safe}"
+            status.ui_url, link_text=f"{handle} logs", key=f"torchx-logs-{safe}"
         )
-    if "tracker" in links:
+    tracker_run = core.tracker_run_link(handle, runner.trackers())
+    if tracker_run:
         _sync(create_link_artifact)(
-            links["tracker"], link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
+            tracker_run, link_text=f"MLflow run of {handle}", key=f"torchx-mlflow-{safe}"
         )
     rows = [
         {"role": r.role, "replica": x.id, "state": str(x.state), "host": x.hostname}
@@ -334,18 +313,17 @@ def item_keys(parameters: Dict[str, Any]) -> Any:
     def item(name: str, i: int) -> Any:
         return mapped[name][i] if name in mapped else plain(resolved.get(name))
 
-    names = []
-    for i in range(count):
+    def name(i: int) -> str:
         if key:
-            names.append(f"{key}-{i}")
-        elif "handle" in resolved:  # wait: the app's name, once its submit returned it
-            handle = item("handle", i)
-            if isinstance(handle, PrefectFuture):
-                handle = handle.result(raise_on_failure=False)
-            names.append(f"{_app_name(handle) if isinstance(handle, str) else 'stage'}-{i}")
-        else:
-            names.append(f"{stage_name(item('component', i))}-{i}")
-    return names
+            return str(key)
+        if "handle" not in resolved:
+            return stage_name(item("component", i))
+        handle = item("handle", i)  # wait: the app's name, once its submit returned it
+        if isinstance(handle, PrefectFuture):
+            handle = handle.result(raise_on_failure=False)
+        return _app_name(handle) if isinstance(handle, str) else "stage"
+
+    return [f"{name(i)}-{i}" for i in range(count)]
 
 
 # not cached: a retried flow run must ask the scheduler (the key skips a cancelled or
@@ -382,15 +360,9 @@ def submit(
         stall_timeout: seconds; the job fails ``stalled: ...`` (its whole gang cancelled)
             when it neither prints nor reports progress for that long (stored with the job)
     """
+    logger = get_run_logger()
     return submit_stage(
-        component,
-        component_args,
-        scheduler,
-        cfg,
-        key,
-        parent_run_id,
-        get_run_logger(),
-        stall_timeout,
+        component, component_args, scheduler, cfg, key, parent_run_id, logger, stall_timeout
     )
 
 
@@ -473,7 +445,7 @@ def cancel_flow_run_apps(flow: Any = None, flow_run: Any = None, state: Any = No
     stages.cancel_stages(records, pipeline_run, _hook_logger(flow_run), trackers)
 
 
-def _hook_logger(flow_run: Any) -> Logger:
+def _hook_logger(flow_run: Any) -> core.Log:
     """The flow run's own log (what the UI shows), also from the worker's process."""
     if flow_run is not None:
         with contextlib.suppress(AttributeError, ValueError):  # not a FlowRun: log here
