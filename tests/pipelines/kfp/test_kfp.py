@@ -248,9 +248,9 @@ def test_retried_launcher_step_reattaches_under_kfp_local(
     """The first try's launcher dies (SIGKILL, as a lost pod); KFP's retry of the same task
     in the same pipeline job finds the app through the scheduler and waits on it."""
     first_try = (
-        "from torchx.pipelines.kfp.launch import launch; "
+        "from torchx.pipelines.kfp.launch import launch, launcher_key; "
         "launch('utils.sh', ['sh', '-c', 'sleep 4; echo stage-done'],"
-        " job_id='job-1', task_name='train')"
+        " idempotency_key=launcher_key('job-1', 'train'))"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", first_try],

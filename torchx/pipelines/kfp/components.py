@@ -55,6 +55,7 @@ class TorchXComponent(_python_component.PythonComponent):
             from torchx.pipelines.kfp.resources import launcher_resources, set_task_resources
 
             _check_keyed_in_loop(kwargs)
+
             found = launcher_resources(kwargs.get("component"), kwargs.get("component_args"))
             set_task_resources(task, found)
         return task
@@ -161,7 +162,7 @@ def torchx_launcher(
     import dataclasses
     from collections import namedtuple
 
-    from torchx.pipelines.kfp.launch import launch
+    from torchx.pipelines.kfp.launch import launch, launcher_key
     from torchx.pipelines.kfp.outputs import fill_outputs
 
     tc = (
@@ -177,6 +178,7 @@ def torchx_launcher(
         dict(cfg),
         parent_run_id,
         tc,
+        idempotency_key=launcher_key(job_id, stage),
         job_id=job_id,
         task_name=stage,
         stall_timeout=stall_timeout or None,

@@ -106,13 +106,13 @@ def launch(
     cfg: Optional[Dict[str, Any]] = None,
     parent_run_id: str = "",
     task_config: Optional[Mapping[str, Any]] = None,
+    idempotency_key: Optional[str] = None,
     job_id: str = "",
     task_name: str = "",
     stall_timeout: Optional[float] = None,
 ) -> Tuple[str, StageRecord]:
-    """Run the component to completion (a retried step, keyed by ``job_id`` and
-    ``task_name``, re-attaches to its running or succeeded app); the app handle and what its
-    tracker run recorded."""
+    """Run the component to completion (a retried step re-attaches to its running or
+    succeeded app); the app handle and what its tracker run recorded."""
     cfg = dict(cfg or {})
     kfp_run, trackers = kfp_mlflow_run()
     parent_run_id = kfp_run or parent_run_id
@@ -132,7 +132,7 @@ def launch(
             None,
             scheduler,
             cfg,
-            launcher_key(job_id, task_name),
+            idempotency_key,
             parent_run_id=parent_run_id or None,
             reattach_succeeded=True,  # a retried step whose app succeeded is done
             run_name=run_name,
