@@ -16,20 +16,24 @@ exec 9>"$V.lock"
 flock 9 # one builder at a time (parallel test runs on one machine)
 SRC=$(find torchx pyproject.toml -name '*.py' -o -name '*.toml' | LC_ALL=C sort |
     xargs cat | sha256sum | cut -c1-12)
+# torchx is built from a copy of the tree: a build in the tree writes torchx.egg-info there,
+# and while it exists Airflow's plugin loading in the tests (run in the tree) trips on it
+BUILD=$(mktemp -d)
+trap 'rm -rf "$BUILD"' EXIT
+tar -C "$TREE" --exclude=__pycache__ -cf - pyproject.toml README.md torchx examples | tar -C "$BUILD" -xf -
 if [ ! -f "$V/.deps-ready" ]; then
     rm -rf "$V"
     "$PY" -m venv "$V"
     "$V/bin/pip" install --quiet --disable-pip-version-check torch==2.13.0 uv >&2
     "$V/bin/uv" pip install --quiet --python "$V/bin/python" --compile-bytecode \
-        -c constraints.txt torch==2.13.0 "$TREE[ray]" >&2
+        -c constraints.txt torch==2.13.0 "$BUILD[ray]" >&2
     echo "$SRC" >"$V/.torchx-src"
     touch "$V/.deps-ready"
 fi
 if [ "$(cat "$V/.torchx-src" 2>/dev/null)" != "$SRC" ]; then
     # this tree's torchx changed: rebuild it (uv would reuse its cached build otherwise)
     "$V/bin/uv" pip install --quiet --python "$V/bin/python" --compile-bytecode --no-deps --refresh-package torchx \
-        --reinstall-package torchx "$TREE" >&2
+        --reinstall-package torchx "$BUILD" >&2
     echo "$SRC" >"$V/.torchx-src"
 fi
-rm -rf "$TREE/torchx.egg-info" # the build's leftover (see setup.sh)
 echo "$V"
