@@ -267,7 +267,8 @@ def wait_or_cancel(
     task's retry to re-attach to."""
     follower = None
     if on_progress is not None and progress_interval is not None:
-        follower = ProgressFollower(runner, handle, on_progress, progress_interval).start()
+        interval = progress_interval or PROGRESS_INTERVAL  # 0: the default, not a busy loop
+        follower = ProgressFollower(runner, handle, on_progress, interval).start()
     try:
         if emit is not None:
             follow_logs(runner, handle, emit)
