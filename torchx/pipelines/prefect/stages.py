@@ -21,9 +21,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 from uuid import UUID
 
-import httpx
-from prefect.client.orchestration import get_client
-
 from torchx.pipelines import core
 from torchx.runner.api import get_runner
 from torchx.trackers.mlflow_http import redact
@@ -71,6 +68,9 @@ def record_stage(flow_run_id: str, record: StageRecord) -> None:
     An input of its own per stage, not a flow-run label: a label update rewrites the one
     ``labels`` field every stage shares, and on Prefect's sqlite server it waited 2-6 s
     behind the server's own writes at each stage's start (benchmarks/RESULTS.md)."""
+    import httpx  # Prefect's; imported here, as Prefect is: the cancel child needs neither
+    from prefect.client.orchestration import get_client
+
     key = INPUT_PREFIX + hashlib.sha256(record.key.encode()).hexdigest()[:16]
     value = json.dumps(asdict(record))
     with get_client(sync_client=True) as client:
@@ -87,6 +87,8 @@ def record_stage(flow_run_id: str, record: StageRecord) -> None:
 def read_stages(flow_run_id: str) -> List[StageRecord]:
     """Every stage the flow run recorded, labels of an earlier torchx included (an
     unreadable record is logged and skipped)."""
+    from prefect.client.orchestration import get_client
+
     with get_client(sync_client=True) as client:
         inputs = client.filter_flow_run_input(UUID(flow_run_id), INPUT_PREFIX, MAX_STAGES, set())
         labels = client.read_flow_run(UUID(flow_run_id)).labels
