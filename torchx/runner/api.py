@@ -39,6 +39,7 @@ from torchx.schedulers.api import (
     validate_app,
 )
 from torchx.specs.api import (
+    NONE,  # noqa: F401 (upstream's torchx.runner.api.NONE)
     AppDef,
     AppDryRunInfo,
     AppHandle,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_SESSION_NAME = "torchx"
-NONE = "<NONE>"  # upstream's torchx.runner.api.NONE (the same as torchx.specs.NONE)
 # a keyed submission whose app id an ended app took meanwhile tries the next one, this often
 STALE_GENERATIONS = 3
 
