@@ -287,7 +287,10 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
         req = dryrun_info.request
         client = self._docker_client
         # a planned workspace image (sha256:...) is built first; _build passes the others on
-        images = {image: self._build(client, image) for image in {c.image for c in req.containers}}
+        images = {
+            image: self._build(client, image)
+            for image in sorted({c.image for c in req.containers})  # the same order each run
+        }
         cpus = _engine_cpus(client)
         Path(req.state_dir).mkdir(parents=True, exist_ok=True)
         for image in set(images.values()):
