@@ -306,7 +306,8 @@ def prefect_server(work: Path) -> Iterator[str]:
     env["PREFECT_UI_ENABLED"] = "false"
     prefect = os.path.join(os.path.dirname(sys.executable), "prefect")
     command = [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    with open(work / "prefect-server.log", "wb") as log:
+    log_path = work / "prefect-server.log"
+    with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -318,8 +319,7 @@ def prefect_server(work: Path) -> Iterator[str]:
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    log = work / "prefect-server.log"
-                    raise RuntimeError(f"prefect server did not start: see {log}") from None
+                    raise RuntimeError(f"prefect server did not start: see {log_path}") from None
                 time.sleep(0.5)
         yield api
     finally:

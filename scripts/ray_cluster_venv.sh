@@ -16,12 +16,19 @@ exec 9>"$V.lock"
 flock 9 # one builder at a time (parallel test runs on one machine)
 SRC=$(find torchx pyproject.toml -name '*.py' -o -name '*.toml' | LC_ALL=C sort |
     xargs cat | sha256sum | cut -c1-12)
-# torchx is built from a copy of the tree: a build in the tree writes torchx.egg-info there,
-# and while it exists Airflow's plugin loading in the tests (run in the tree) trips on it
-BUILD=$(mktemp -d)
-trap 'rm -rf "$BUILD"' EXIT
-tar -C "$TREE" --exclude=__pycache__ -cf - pyproject.toml README.md torchx examples | tar -C "$BUILD" -xf -
+BUILD=""
+copy_tree() {
+    # torchx is built from a copy of the tree: a build in the tree writes torchx.egg-info
+    # there, and while it exists Airflow's plugin loading in the tests (run in the tree)
+    # trips on it. Copied only when something is built (most calls build nothing).
+    [ -n "$BUILD" ] && return
+    BUILD=$(mktemp -d)
+    trap 'rm -rf "$BUILD"' EXIT
+    tar -C "$TREE" --exclude=__pycache__ -cf - pyproject.toml README.md torchx examples |
+        tar -C "$BUILD" -xf -
+}
 if [ ! -f "$V/.deps-ready" ]; then
+    copy_tree
     rm -rf "$V"
     "$PY" -m venv "$V"
     "$V/bin/pip" install --quiet --disable-pip-version-check torch==2.13.0 uv >&2
@@ -32,6 +39,7 @@ if [ ! -f "$V/.deps-ready" ]; then
 fi
 if [ "$(cat "$V/.torchx-src" 2>/dev/null)" != "$SRC" ]; then
     # this tree's torchx changed: rebuild it (uv would reuse its cached build otherwise)
+    copy_tree
     "$V/bin/uv" pip install --quiet --python "$V/bin/python" --compile-bytecode --no-deps --refresh-package torchx \
         --reinstall-package torchx "$BUILD" >&2
     echo "$SRC" >"$V/.torchx-src"
