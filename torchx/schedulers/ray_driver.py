@@ -229,8 +229,11 @@ def ended_by_ray(req: Dict[str, Any]) -> bool:
     driver, which would run on holding its replicas' CPUs. Doubt (no answer within 2 s) is
     not an end."""
     url = dashboard_url(str(req.get("address") or ""))
+    job_id = req.get("app_id")
+    if not job_id:  # a request of another torchx version: doubt, not an end
+        return False
     try:
-        with urllib.request.urlopen(f"{url}/api/jobs/{req['app_id']}", timeout=2) as r:
+        with urllib.request.urlopen(f"{url}/api/jobs/{job_id}", timeout=2) as r:
             status = json.load(r).get("status")
     except (OSError, ValueError, HTTPException):  # no answer, or not the dashboard's
         return False
