@@ -161,6 +161,7 @@ class Replica:
         self.start_error = ""  # why its command could not be started (then FAILED)
 
     def start(self) -> None:
+        self.start_error = ""
         files.makedirs_private(os.path.dirname(self.spec["stdout"]))
         if os.path.exists(self.spec["error_file"]):
             os.remove(self.spec["error_file"])  # a fresh attempt gets a fresh reply file
@@ -457,11 +458,10 @@ class Supervisor:
                 self.state, self.msg = SUCCEEDED, ""
             else:
                 self.state = FAILED
-                unstarted = [
-                    f"{r.role}/{r.id} {r.start_error}" for r in self.replicas if r.start_error
-                ]
-                if unstarted and not self.msg:
-                    self.msg = f"replica {unstarted[0]}"
+                if not self.msg:  # no replica's exit said why: one may not have started
+                    unstarted = (r for r in self.replicas if r.start_error)
+                    if (first := next(unstarted, None)) is not None:
+                        self.msg = f"replica {first.role}/{first.id} {first.start_error}"
         self.write_state()
         return 0
 
