@@ -174,6 +174,20 @@ def test_finished_job_stays_readable_after_slurmctld_forgot_it(
     assert "replica 0" in _tx("log", f"{handle}/python/0").stdout
 
 
+def test_list_keeps_a_job_cancelled_while_held_after_slurmctld_forgot_it(env: Path) -> None:
+    """sacct leaves out a job that was never eligible unless asked for ended states: a keyed
+    submission that lost its race (cancelled while held) must still be listed, or a
+    triggerer's poller asks about it alone, one job at a time."""
+    if not _has_accounting():
+        pytest.skip("the cluster keeps no accounting")
+    submit = ["sbatch", "--parsable", "--hold", "-t", "1", "--wrap", "true"]
+    job_id = subprocess.run(submit, capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["scancel", job_id], check=True)
+    _wait_forgotten(job_id)
+    listed = {a.app_id: a.state for a in create_scheduler("t").list()}
+    assert listed.get(job_id) == specs.AppState.CANCELLED
+
+
 def test_status_asks_about_the_one_job(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every Slurm command that describe runs names the job; none lists the cluster."""
     calls = env / "calls.txt"

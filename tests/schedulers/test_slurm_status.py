@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import pytest
 
 from torchx.schedulers.slurm.status import (
     parse_jobcomp,
     parse_sacct,
     parse_scontrol,
     parse_squeue_text,
-    squeue_jobs,
+    squeue_groups,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -27,17 +24,12 @@ def _summary(parts: list) -> list:
     return [(p["name"], p["state"], p["exit_code"], p["offset"], p["node"]) for p in parts]
 
 
-@pytest.mark.parametrize(
-    "fixture", ["squeue_22.05_hetjob_failed.json", "squeue_24.11_hetjob_failed.json"]
-)
-def test_squeue_json_of_both_versions(fixture: str) -> None:
-    data = json.loads(_read(fixture))
-    leader = max(
-        int(j["het_job_id"]["number"] if isinstance(j["het_job_id"], dict) else j["het_job_id"])
-        for j in data["jobs"]
-    )
-    groups = [(name, state) for app_id, state, name in squeue_jobs(data) if app_id == str(leader)]
-    assert sorted(groups) == [("w-0", "FAILED"), ("w-1", "FAILED")]
+def test_cluster_wide_squeue_gives_each_jobs_groups_under_its_app_id() -> None:
+    groups = list(squeue_groups(_read("squeue_22.05_hetjob_failed.txt")))
+    assert [(app_id, g["name"], g["state"]) for app_id, g in groups] == [
+        ("6", "w-0", "FAILED"),
+        ("6", "w-1", "FAILED"),
+    ]
 
 
 def test_squeue_of_one_job_has_groups_but_no_exit_codes() -> None:

@@ -49,10 +49,11 @@ from torchx.schedulers.slurm.batch import (
 )
 from torchx.schedulers.slurm.status import (
     SLURM_STATES,
+    SQUEUE_LIST_FIELDS,
     SlurmError,
     query_job,
     run,
-    squeue_jobs,
+    squeue_groups,
 )
 from torchx.specs import (
     NONE,
@@ -105,6 +106,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
     def __init__(self, session_name: str, torchx_home: Optional[str] = None) -> None:
         super().__init__("slurm", session_name)
         self._torchx_home = torchx_home  # None: $TORCHX_HOME
+        # app names by job id, from the records (written once): a poller's list of N jobs
+        # reads each record once, not every round
+        self._app_names: Dict[str, str] = {}
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -268,18 +272,26 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         """Jobs slurmctld holds (cluster-wide ``squeue``) and jobs that ended within
         ``SACCT_SINCE`` (``sacct``, where accounting exists)."""
         seen: Dict[str, ListAppResponse] = {}
-        for app_id, slurm_state, name in squeue_jobs(json.loads(run(["squeue", "--json"]))):
+        out = run(["squeue", "-h", "-t", "all", "-O", SQUEUE_LIST_FIELDS])
+        for app_id, group in squeue_groups(out):
             if app_id not in seen:
-                state = SLURM_STATES.get(slurm_state, AppState.UNKNOWN)
-                seen[app_id] = self._listed(app_id, state, name)
-        for app_id, state, name, _ in _sacct_leaders(["-o", "JobID,State,JobName,Comment"]):
+                state = SLURM_STATES.get(group["state"], AppState.UNKNOWN)
+                seen[app_id] = self._listed(app_id, state, group["name"])
+        # ended jobs by state: without -s, sacct skips jobs that were never eligible (held
+        # jobs cancelled), which slurmctld forgets after MinJobAge
+        ended = ["-E", "now", "-s", ENDED_STATES, "-o", "JobID,State,JobName,Comment"]
+        for app_id, state, name, _ in _sacct_leaders(ended):
             if app_id not in seen:
                 seen[app_id] = self._listed(app_id, state, name)
         return sorted(seen.values(), key=lambda a: int(a.app_id), reverse=True)
 
     def _listed(self, app_id: str, state: AppState, job_name: str) -> ListAppResponse:
-        record = self._record(app_id)
-        return ListAppResponse(app_id, state, name=record["app"]["name"] if record else job_name)
+        if app_id not in self._app_names:
+            record = self._record(app_id)
+            if record is None:  # another user's job, or not recorded yet
+                return ListAppResponse(app_id, state, name=job_name)
+            self._app_names[app_id] = record["app"]["name"]
+        return ListAppResponse(app_id, state, name=self._app_names[app_id])
 
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None

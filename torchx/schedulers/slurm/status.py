@@ -10,7 +10,8 @@
 
 Each source yields the job's het groups as dicts ``{name, state, exit_code, offset, node,
 restarts, work_dir}`` sorted by offset; ``exit_code`` is None where no step reported one.
-Cluster-wide ``squeue --json`` (22.05 and 24.x shapes, ``squeue_jobs``) serves only ``list``.
+``list`` reads cluster-wide ``squeue`` in the same text form (``squeue_groups``): named
+columns, not ``--json``, whose shape changed in 24.x.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ TERMINAL = {s for s, a in SLURM_STATES.items() if is_terminal(a)}
 SQUEUE_FIELDS = (
     "JobID:|,HetJobID:|,HetJobOffset:|,State:|,RestartCnt:|,NodeList:|,Name:|,WorkDir:|,Comment:"
 )
+# cluster-wide, for ``list``: without the comments (up to 1 KB a job, unused there)
+SQUEUE_LIST_FIELDS = SQUEUE_FIELDS.rsplit(",", 1)[0]
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,NodeList,WorkDir,Comment"
 
 
@@ -99,28 +102,30 @@ def _code(text: str) -> Optional[int]:
     return 128 + sig if sig else rc
 
 
-def parse_squeue_text(text: str, job_id: str) -> List[Dict[str, Any]]:
-    """The groups of ``job_id`` in ``squeue -h -O SQUEUE_FIELDS`` output (no exit codes)."""
-    parts = []
+def squeue_groups(text: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """``(app id, group)`` of each het group in ``squeue -h -O SQUEUE_FIELDS`` output (also
+    ``SQUEUE_LIST_FIELDS``); a het job's groups share its app id. No exit codes."""
     for line in text.splitlines():
         fields = line.split("|", 8)
         if len(fields) < 8:
             continue
         jid, het, offset, state, restarts, node, name, work_dir = fields[:8]
-        if (het if het.isdigit() else jid) != job_id:
-            continue
-        parts.append(
-            _part(
-                name,
-                state.strip(),
-                None,
-                int(offset) if offset.isdigit() else 0,
-                node,
-                int(restarts) if restarts.isdigit() else 0,
-                work_dir.strip(),
-                fields[8] if len(fields) > 8 else "",
-            )
+        part = _part(
+            name,
+            state.strip(),
+            None,
+            int(offset) if offset.isdigit() else 0,
+            node,
+            int(restarts) if restarts.isdigit() else 0,
+            work_dir.strip(),
+            fields[8] if len(fields) > 8 else "",
         )
+        yield (het if het.isdigit() else jid), part
+
+
+def parse_squeue_text(text: str, job_id: str) -> List[Dict[str, Any]]:
+    """The groups of ``job_id`` in ``squeue -h -O SQUEUE_FIELDS`` output (no exit codes)."""
+    parts = [part for app_id, part in squeue_groups(text) if app_id == job_id]
     return sorted(parts, key=lambda p: p["offset"])
 
 
@@ -251,25 +256,3 @@ def jobcomp_parts(job_id: str) -> Optional[List[Dict[str, Any]]]:
         return None
     with open(loc.group(1)) as f:
         return parse_jobcomp(f.read(), job_id)
-
-
-def json_number(value: Any) -> Optional[int]:
-    """22.05 scalars and 24.x ``{set, infinite, number}`` objects alike."""
-    if isinstance(value, dict):
-        return int(value["number"]) if value.get("set", True) and "number" in value else None
-    return None if value is None else int(value)
-
-
-def job_state(value: Any) -> str:
-    """``job_state`` of ``squeue --json``: a string (22.05) or a list of flags (24.x)."""
-    if isinstance(value, list):
-        return str(value[0]) if value else "PENDING"
-    return str(value)
-
-
-def squeue_jobs(data: Mapping[str, Any]) -> Iterator[Tuple[str, str, str]]:
-    """``(app id, state, name)`` of each group in ``squeue --json`` output of Slurm 22.05 or
-    24.x (a het job's groups share its app id)."""
-    for job in data.get("jobs", []):
-        het, jid = json_number(job.get("het_job_id")), json_number(job.get("job_id"))
-        yield str(het or jid), job_state(job.get("job_state")), job.get("name", "")
