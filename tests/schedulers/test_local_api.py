@@ -94,6 +94,31 @@ print(get_runner().run(specs.AppDef("t", [role]), "local_cwd", idempotency_key="
 """
 
 
+def test_a_request_is_parsed_once_and_read_again_when_its_file_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A poller lists every app each round: one scheduler parses each request once, yet
+    an app directory made anew under the same id (its state home restored, say) is
+    read again."""
+    from torchx.schedulers.local import protocol
+
+    parsed: List[str] = []
+    load = protocol.load_request
+    monkeypatch.setattr(protocol, "load_request", lambda d: parsed.append(d) or load(d))
+    sched = create_scheduler("torchx")
+    app_id = sched.submit(app(role("true"), name="first"), {})
+    assert [a.name for a in sched.list()] == ["first"]
+    assert [a.name for a in sched.list()] == ["first"]
+    assert len(parsed) == 1
+    request_file = app_dir(app_id) / "request.json"
+    request = json.loads(request_file.read_text())
+    request["app"]["name"] = "second"
+    replacement = request_file.with_suffix(".new")
+    replacement.write_text(json.dumps(request))
+    os.replace(replacement, request_file)
+    assert [a.name for a in sched.list()] == ["second"]
+
+
 def test_two_processes_with_one_key_get_one_app(tmp_path: Path) -> None:
     first = run_python(TWO_WORKERS, tmp_path).strip()
     second = run_python(TWO_WORKERS, tmp_path).strip()

@@ -138,6 +138,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         self._image_provider_class = image_provider_class
         self._cache_size = cache_size  # upstream's LRU size (its tests read it); all apps are kept
         self._extra_paths = extra_paths or []
+        # parsed requests by app id, with the file's stat key: a request is written once,
+        # so a poller's list of N apps re-reads N states but parses no request twice
+        self._requests: Dict[str, Tuple[Tuple[int, int], Request]] = {}
 
     def close(self) -> None:
         """Reaps forked supervisors that exited; apps and their files live on."""
@@ -345,10 +348,18 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         """The app's request; None if there is no such app. Raises ``UnreadableAppError``."""
         if not app_id or "/" in app_id or app_id.startswith("."):
             return None
+        app_dir = self._app_dir(app_id)
+        key = _stat_key(app_dir / files.REQUEST)
+        cached = self._requests.get(app_id)
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
         try:
-            return files.load_request(str(self._app_dir(app_id)))
+            request = files.load_request(str(app_dir))
         except BadRecord as e:
             raise UnreadableAppError(app_id, e.path, e.reason) from None
+        if key is not None and request is not None:
+            self._requests[app_id] = (key, request)
+        return request
 
     def _observe(self, app_id: str) -> Optional[Tuple[Request, State]]:
         """The app's request and its state as ``control.observed_state`` sees it (reads
