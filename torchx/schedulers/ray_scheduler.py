@@ -148,6 +148,7 @@ class RayScheduler(Scheduler[RayJob]):
 
     def __init__(self, session_name: str) -> None:
         super().__init__("ray", session_name)
+        self._clients: Dict[str, Any] = {}  # by dashboard URL: one version check each
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -172,8 +173,13 @@ class RayScheduler(Scheduler[RayJob]):
         return opts
 
     def _client(self, address: str) -> Any:
-        js = import_optional("ray.job_submission", "ray")
         url = dashboard_url(address)
+        if url not in self._clients:
+            self._clients[url] = self._new_client(url)
+        return self._clients[url]
+
+    def _new_client(self, url: str) -> Any:
+        js = import_optional("ray.job_submission", "ray")
         from_env = _env_address(default="")
         if not from_env or dashboard_url(from_env) == url:  # the usual case: Ray's own client
             return js.JobSubmissionClient(url)

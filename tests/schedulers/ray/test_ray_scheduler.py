@@ -193,6 +193,28 @@ def test_a_dashboard_address_option_is_used_without_touching_os_environ(
     assert status == "SUCCEEDED"
 
 
+def test_a_scheduler_checks_a_heads_version_once(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's client asks the head for its version when it is made: a poller's scheduler
+    (a triggerer lists every poll) makes one per head, not one per call."""
+    from ray.dashboard.modules.dashboard_sdk import SubmissionClient
+
+    checks = []
+    check = SubmissionClient._check_connection_and_version
+
+    def counted(client: SubmissionClient, *args: object, **kwargs: object) -> object:
+        checks.append(client._address)
+        return check(client, *args, **kwargs)
+
+    monkeypatch.setattr(SubmissionClient, "_check_connection_and_version", counted)
+    sched = create_scheduler("t")
+    sched.list()
+    sched.list()
+    assert sched.describe("no-such-job") is None
+    assert len(checks) == 1
+
+
 @pytest.mark.slow
 def test_reference_stages_on_ray(env: Path) -> None:
     comp = f"{ROOT}/examples/components.py"
