@@ -9,6 +9,7 @@ pool of daemon threads (never on the loop; a stopping triggerer never waits for 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -19,7 +20,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, TypeVar
 
 from torchx.pipelines import core
 from torchx.pipelines.settings import home_param
@@ -39,8 +40,11 @@ from torchx.specs.errors import backend_errors
 T = TypeVar("T")
 
 POOL_SIZE = 4
-# triggers woken per step of the loop after a round (each logs what the round found)
+# triggers woken per step of the loop after a round (each logs what the round found and
+# fires its event, which Airflow logs in its executor's threads); the pause between the
+# batches lets that work drain before the next batch, so the loop never runs behind it
 WAKE_BATCH = 50
+WAKE_PAUSE = 0.01
 _Future = concurrent.futures.Future[Any]
 _Group = Tuple[str, str, Optional[str]]  # scheduler, session, torchx_home
 # schedulers whose "combined" log is stdout then stderr, not one log in write order: each
@@ -97,6 +101,8 @@ class TriggerPoller:
         self._pool: Optional[_Pool] = None
         self._runners: Dict[Tuple[str, Optional[str]], Runner] = {}  # by (session, home)
         self.rounds = 0  # poll rounds so far (for benchmarks)
+        # (start, seconds) of the recent rounds (for benchmarks)
+        self.round_times: Deque[Tuple[float, float]] = collections.deque(maxlen=1000)
 
     @classmethod
     def of_running_loop(cls) -> TriggerPoller:
@@ -135,6 +141,7 @@ class TriggerPoller:
                     # than leaving them to wait for ever
                     for watch in list(self._watches):
                         self._apply(watch, _Look(error=e))
+                self.round_times.append((started, time.monotonic() - started))
                 if not self._watches:
                     break
                 tick = min(w.poll_interval for w in self._watches)
@@ -202,7 +209,7 @@ class TriggerPoller:
                 self._apply(watch, look)
                 applied += 1
                 if applied % WAKE_BATCH == 0:
-                    await asyncio.sleep(0)  # the woken triggers log, then the loop breathes
+                    await asyncio.sleep(WAKE_PAUSE)
 
     def _apply(self, watch: Watch, look: _Look) -> None:
         watch.lines.extend(look.lines)
