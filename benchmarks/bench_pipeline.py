@@ -21,6 +21,12 @@ server`` is ``prefect untracked`` against a Prefect server started once before t
 (``prefect server start``, as a deployment has one), so the ephemeral server's start is
 not counted.
 
+The ``floor`` cases are the orchestrator without torchx: the bare commands, one plain task
+per stage (``airflow floor``: a DAG of three ``@task``s through ``dag.test()``; ``prefect
+floor``: a flow of three ``@task``s on the ephemeral server; ``prefect server-floor``: the
+same flow against the running server). What an orchestrated case costs above its floor is
+torchx's part; what the floor costs above the bare programs is the orchestrator's own.
+
 Each orchestrated case is a fresh ``python`` process, timed from the outside (what a user
 pays: interpreter, imports, the orchestrator's start, the pipeline); inside it, the time
 of the pipeline call alone (``dag.test()``, the flow call, the pipeline call) is reported
@@ -88,6 +94,11 @@ def run_child(orchestrator: str, out: Path, epochs: int, limit: int, j: str) -> 
     """Run the pipeline once under ``orchestrator``; the phases' times, in seconds."""
     started = time.monotonic()
     base_dir = out / "pipeline"
+    if orchestrator.endswith("-floor"):
+        pipeline = floor_pipeline(orchestrator.split("-")[0], out)
+        imported = time.monotonic()
+        ok = pipeline()
+        return {"ok": ok, "import": imported - started, "pipeline": time.monotonic() - imported}
     if orchestrator == "airflow":
         sys.path.insert(0, str(EXAMPLES / "pipelines" / "airflow"))
         from reference_dag import dag
@@ -117,6 +128,50 @@ def run_child(orchestrator: str, out: Path, epochs: int, limit: int, j: str) -> 
     ended = time.monotonic()
     ok = ok and any(base_dir.glob("**/eval/metrics.json"))  # Airflow's is under its run id
     return {"ok": ok, "import": imported - started, "pipeline": ended - imported}
+
+
+def floor_stage(out: str, index: int) -> None:
+    """Stage ``index`` of ``{out}/stages.json``, as a plain task of the floor runs; its start
+    and end go to ``floor-apps.jsonl``."""
+    stages = json.loads(Path(out, "stages.json").read_text())
+    with open(Path(out, "floor.log"), "ab") as log:
+        ok, start, end = run_stage(stages[index], dict(os.environ), log, time.monotonic() + 1800)
+    with open(Path(out, "floor-apps.jsonl"), "a") as f:
+        f.write(json.dumps([start, start, end]) + "\n")
+    if not ok:
+        raise RuntimeError(f"stage {index} failed: see {out}/floor.log")
+
+
+def floor_pipeline(orchestrator: str, out: Path) -> Callable[[], bool]:
+    """The bare commands, one plain task per stage (``floor_stage``), under ``orchestrator``
+    without torchx: imported, not yet run."""
+    if orchestrator == "airflow":
+        os.environ["BENCH_FLOOR_OUT"] = str(out)
+        folder = Path(__file__).resolve().parent / "airflow_floor"
+        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(folder)
+        sys.path.insert(0, str(folder))
+        from floor_dag import dag
+
+        def run() -> bool:
+            ok = str(dag.test().state) in ("success", "DagRunState.SUCCESS")
+            return ok and (out / "eval" / "metrics.json").exists()
+
+        return run
+
+    from prefect import flow, task
+
+    stage = task(name="stage")(floor_stage)
+
+    @flow(name="torchx-bench-floor")
+    def floor_flow(run_dir: str) -> None:
+        for index in range(3):  # datapreproc, train, evaluate
+            stage(run_dir, index)
+
+    def run() -> bool:
+        floor_flow(str(out))
+        return (out / "eval" / "metrics.json").exists()
+
+    return run
 
 
 # --- the parent: set-up, the bare programs, timing ------------------------------------
@@ -165,31 +220,39 @@ def bare_commands(
     return stages
 
 
+def run_stage(
+    stage: List[Any], base: Dict[str, str], log: Any, deadline: float
+) -> Tuple[bool, float, float]:
+    """Start a stage's commands together (as local_cwd starts its replicas) and wait for
+    them; whether all exited 0, and the stage's start and end (wall clock)."""
+    start = time.time()
+    procs = [
+        subprocess.Popen(
+            argv,
+            env={**base, **env},
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a process group of its own, to stop it whole
+        )
+        for argv, env, cwd in stage
+    ]
+    try:
+        codes = [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
+    finally:  # on a timeout or an interrupt: nothing it started outlives the run
+        for p in procs:
+            stop_group(p)
+    return all(code == 0 for code in codes), start, time.time()
+
+
 def run_bare(out: Path, epochs: int, limit: int, j: str, timeout: float) -> Dict[str, Any]:
     stages = bare_commands(out, epochs, limit, j)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHX_", "MLFLOW_"))}
     started = time.monotonic()
-    deadline = started + timeout
     ok = True
     with open(out / "bare.log", "wb") as log:
         for stage in stages:
-            procs = [
-                subprocess.Popen(
-                    argv,
-                    env={**base, **env},
-                    cwd=cwd,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # a process group of its own, to stop it whole
-                )
-                for argv, env, cwd in stage
-            ]
-            try:
-                codes = [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
-            finally:  # on a timeout or an interrupt: nothing it started outlives the run
-                for p in procs:
-                    stop_group(p)
-            ok = ok and all(code == 0 for code in codes)
+            ok = run_stage(stage, base, log, started + timeout)[0] and ok
     wall = time.monotonic() - started
     return {"ok": ok and (out / "eval" / "metrics.json").exists(), "wall": wall}
 
@@ -235,14 +298,25 @@ def prepare_templates(work: Path) -> Dict[str, Path]:
     return {"airflow": airflow_db, "mlflow": mlflow_db}
 
 
-def app_phases(torchx_home: Path, spawned: float, exited: float) -> Dict[str, float]:
-    """Where an orchestrated run's wall time went, from local_cwd's own records of its
-    apps (``request.json``: submitted; ``state.json``: started, and ended when terminal)."""
+def recorded_apps(out: Path) -> List[Tuple[float, float, float]]:
+    """Each stage's (submitted, started, ended): from local_cwd's own records of its apps
+    (``request.json``: submitted; ``state.json``: started, and ended when terminal), or
+    the floor's ``floor-apps.jsonl``."""
+    if (out / "floor-apps.jsonl").exists():
+        lines = (out / "floor-apps.jsonl").read_text().splitlines()
+        return [tuple(json.loads(line)) for line in lines]  # type: ignore[misc]
     apps = []
-    for request in torchx_home.glob("local_cwd/*/*/request.json"):
+    for request in (out / "torchx_home").glob("local_cwd/*/*/request.json"):
         state = json.loads((request.parent / "state.json").read_text())
         submitted = json.loads(request.read_text())["submitted"]
         apps.append((submitted, state["started"], state["updated"]))
+    return apps
+
+
+def app_phases(
+    apps: List[Tuple[float, float, float]], spawned: float, exited: float
+) -> Dict[str, float]:
+    """Where an orchestrated run's wall time went, from its stages' records."""
     if len(apps) != 3:
         return {}
     apps.sort()
@@ -291,7 +365,7 @@ def run_orchestrated(
     wall = time.monotonic() - started
     lines = (out / "child.out").read_text().strip().splitlines()
     result = json.loads(lines[-1]) if code == 0 and lines else {"ok": False}
-    result.update(wall=wall, phases=app_phases(out / "torchx_home", spawned, spawned + wall))
+    result.update(wall=wall, phases=app_phases(recorded_apps(out), spawned, spawned + wall))
     result["ok"] = bool(result["ok"]) and len(result["phases"]) > 0
     return result
 
@@ -400,7 +474,7 @@ def main() -> int:
         "--cases",
         default="bare,"
         + ",".join(f"{o} +mlflow,{o} untracked" for o in ORCHESTRATORS)
-        + ",prefect server",
+        + ",prefect server,airflow floor,prefect floor,prefect server-floor",
         help="comma-separated cases to run",
     )
     parser.add_argument(
@@ -413,7 +487,8 @@ def main() -> int:
     parser.add_argument(
         "--summarize", metavar="FILE", help="only print the tables of a --results file"
     )
-    parser.add_argument("--child", choices=ORCHESTRATORS, help=argparse.SUPPRESS)
+    children = [*ORCHESTRATORS, "airflow-floor", "prefect-floor"]
+    parser.add_argument("--child", choices=children, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -438,7 +513,11 @@ def main() -> int:
     stack = contextlib.ExitStack()
     try:
         templates = prepare_templates(work)
-        server = prefect_server(work) if "prefect server" in cases else contextlib.nullcontext()
+        server = (
+            prefect_server(work)
+            if {"prefect server", "prefect server-floor"} & set(cases)
+            else contextlib.nullcontext()
+        )
         prefect_api = stack.enter_context(server)
         for round_ in range(args.repeat):
             for case in cases:
@@ -452,7 +531,11 @@ def main() -> int:
                 else:
                     orchestrator, mode = case.split(" ")
                     tracked = mode == "+mlflow"
-                    api = prefect_api if mode == "server" else None
+                    api = prefect_api if mode.startswith("server") else None
+                    if mode.endswith("floor"):
+                        stages = bare_commands(out, args.epochs, args.limit, args.j)
+                        (out / "stages.json").write_text(json.dumps(stages))
+                        orchestrator += "-floor"
                     result = run_orchestrated(orchestrator, tracked, out, templates, args, api)
                 loads.append(loadavg())
                 result["load"] = loads[-1]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -50,10 +51,14 @@ POLL = 5.0
 WINDOW = 40.0
 NICE = -10  # the triggerer's, as root (see run_case)
 END_DEADLINE = 300.0
+# local_cwd apps end over this many seconds after the flag, app i after i/N of it: stages
+# of one triggerer do not all end in one second, and 1,000 supervisors recording their
+# app's end at once would take this 2-core machine (that the triggerer shares here) whole
+SPREAD = 10.0
 
 APP = (
     "exec 3<>{fifo}; i=0; while [ ! -e {flag} ]; do {echo}i=$((i+1)); read -t 1 -u 3; done; "
-    "touch {ended}/{index}"
+    "read -t {linger} -u 3; touch {ended}/{index}"
 )
 
 
@@ -78,6 +83,12 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _own_cpu() -> float:
+    """CPU seconds of this process's threads (not its children)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
+
+
 def _count(path: Optional[str]) -> int:
     if not path or not os.path.exists(path):
         return 0
@@ -100,19 +111,28 @@ def child(args: argparse.Namespace) -> None:
 
     async def main() -> Dict[str, Any]:
         runner = TriggerRunner()
-        lag = {"window": 0.0, "all": 0.0, "threads": 0}
-        in_window = [False]
+        lag = {"startup": 0.0, "window": 0.0, "end": 0.0, "all": 0.0, "threads": 0}
+        # the same less the garbage collections' pauses inside the lag (the heap's, mostly
+        # Airflow's, whoever allocated last)
+        own = {"startup": 0.0, "window": 0.0, "end": 0.0}
+        # the process's CPU seconds during each phase's worst lag: near the lag, the loop or
+        # its threads were working; near 0, the process waited for a core (starved)
+        busy = {"startup": 0.0, "window": 0.0, "end": 0.0}
+        phase = ["startup"]
         overs: List[float] = []
         stop = asyncio.Event()
+        pauses = _gc_pauses()
 
         async def probe() -> None:
             while not stop.is_set():
-                before = time.monotonic()
+                before, collecting, cpu = time.monotonic(), pauses["total"], _own_cpu()
                 await asyncio.sleep(0.1)
                 over = time.monotonic() - before - 0.1
                 lag["all"] = max(lag["all"], over)
-                if in_window[0]:
-                    lag["window"] = max(lag["window"], over)
+                if over > lag[phase[0]]:
+                    lag[phase[0]], busy[phase[0]] = over, _own_cpu() - cpu
+                own[phase[0]] = max(own[phase[0]], over - (pauses["total"] - collecting))
+                if phase[0] == "window":
                     overs.append(over)
                 lag["threads"] = max(lag["threads"], _threads())
 
@@ -146,14 +166,16 @@ def child(args: argparse.Namespace) -> None:
         await asyncio.sleep(POLL)
         startup = time.monotonic() - started
         rounds0, squeue0, cpu0 = _rounds(poller), _count(counter), _cpu()
+        full0 = pauses["full"]
         t0 = time.monotonic()
-        in_window[0] = True
+        phase[0] = "window"
         lag["threads"] = _threads()
         await asyncio.sleep(args.window)
-        in_window[0] = False
+        phase[0] = "end"
         window = time.monotonic() - t0
         cpu = _cpu() - cpu0
         rounds, squeues = _rounds(poller) - rounds0, _count(counter) - squeue0
+        full_window = pauses["full"] - full0
         threads_window = lag["threads"]
         rss = _rss_mb()
         print("WINDOW_DONE", flush=True)
@@ -164,6 +186,8 @@ def child(args: argparse.Namespace) -> None:
             pass
         stop.set()
         await probe_task
+        windowed = [d for t, d in _round_times(poller) if t0 <= t < t0 + window]
+        ending = [d for t, d in _round_times(poller) if t >= t0 + window]
         for task in tasks:
             task.cancel()
         return {
@@ -177,8 +201,16 @@ def child(args: argparse.Namespace) -> None:
             "rss_mb": rss,
             "worst_lag_window_s": lag["window"],
             "worst_lag_all_s": lag["all"],
+            "worst_lag_startup_s": lag["startup"],
+            "worst_lag_end_s": lag["end"],
+            "slowest_round_window_s": max(windowed, default=None),
+            "slowest_round_end_s": max(ending, default=None),
             "lag_p99_window_s": sorted(overs)[int(0.99 * (len(overs) - 1))] if overs else None,
             "lags_over_0_2_s": sum(1 for o in overs if o >= 0.2),
+            "gc_worst_s": pauses["worst"],
+            "gc_full_collections_window": full_window,
+            "worst_own_lag_s": own,
+            "worst_lag_cpu_s": busy,
             "rounds": rounds,
             "squeue_per_round": (squeues / rounds) if rounds else None,
             "squeue_per_poll": squeues / (window / POLL),
@@ -192,17 +224,42 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(asyncio.run(main())), flush=True)
 
 
+def _gc_pauses() -> Dict[str, Any]:
+    """The interpreter's garbage collections from now on (each stops every thread, the
+    loop's too): the worst pause, their total time and the number of full (generation 2)
+    ones."""
+    pauses: Dict[str, Any] = {"worst": 0.0, "total": 0.0, "full": 0}
+    began = [0.0]
+
+    def on_gc(phase: str, info: Dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.monotonic()
+            return
+        pause = time.monotonic() - began[0]
+        pauses["worst"] = max(pauses["worst"], pause)
+        pauses["total"] += pause
+        pauses["full"] += info["generation"] == 2
+
+    gc.callbacks.append(on_gc)
+    return pauses
+
+
 def _trigger(spec: Dict[str, Any], i: int) -> Any:
     if spec["case"] == "datetime":
         from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 
-        moment = datetime.fromtimestamp(spec["moment"], tz=timezone.utc)
+        moment = datetime.fromtimestamp(_moment(spec, i), tz=timezone.utc)
         return DateTimeTrigger(moment=moment)
     from torchx.pipelines.airflow.trigger import TorchXTrigger
 
     return TorchXTrigger(
         spec["handles"][i], poll_interval=POLL, get_logs=spec["logs"], progress_interval=None
     )
+
+
+def _moment(spec: Dict[str, Any], i: int) -> float:
+    """When the i-th ``DateTimeTrigger`` fires: spread as the apps' ends are."""
+    return float(spec["moment"]) + spec["spread"] * i / len(spec["handles"])
 
 
 def _poller() -> Any:
@@ -217,10 +274,14 @@ def _rounds(poller: Any) -> int:
     return poller.rounds if poller is not None else 0
 
 
+def _round_times(poller: Any) -> List[Any]:
+    return list(getattr(poller, "round_times", []))  # older pollers have none
+
+
 # ---------------------------------------------------------------- the apps (parent)
 
 
-def _launch(case: str, n: int, logs: bool, work: Path) -> List[str]:
+def _launch(case: str, n: int, logs: bool, spread: float, work: Path) -> List[str]:
     from torchx.runner import get_runner
 
     fifo, flag, ended = work / "fifo", work / "flag", work / "ended"
@@ -231,7 +292,8 @@ def _launch(case: str, n: int, logs: bool, work: Path) -> List[str]:
     cfg = {"time": "10"} if case == "slurm" else None  # minutes: nothing outlives a crash
 
     def one(i: int) -> str:
-        script = APP.format(fifo=fifo, flag=flag, echo=echo, ended=ended, index=i)
+        linger = f"{spread * i / n:.2f}"
+        script = APP.format(fifo=fifo, flag=flag, echo=echo, ended=ended, index=i, linger=linger)
         with get_runner() as runner:
             handle = runner.run_component("utils.sh", ["bash", "-c", script], case, cfg=cfg)
         if case == "slurm":  # at once: a queue of N jobs would hold up everyone else's
@@ -261,6 +323,17 @@ def _end(case: str, handles: List[str], work: Path) -> Dict[int, float]:
     return ends
 
 
+def _recorded_ends(case: str, handles: List[str], work: Path) -> Dict[int, float]:
+    """When local_cwd recorded each app's end (its supervisor's ``state.json``): what any
+    reader of the scheduler, a trigger included, can see first."""
+    ends = {}
+    for i, handle in enumerate(handles):
+        app_id = handle.rsplit("/", 1)[1]
+        for state in (work / "home" / case).glob(f"*/{app_id}/state.json"):
+            ends[i] = json.loads(state.read_text())["updated"]
+    return ends
+
+
 def _cleanup(case: str, handles: List[str]) -> None:
     if case == "slurm":
         ids = [h.rsplit("/", 1)[1] for h in handles]
@@ -287,7 +360,12 @@ def _shim(work: Path) -> Dict[str, str]:
 
 
 def run_case(
-    case: str, n: int, logs: bool, window: float, torchx_path: Optional[str] = None
+    case: str,
+    n: int,
+    logs: bool,
+    window: float,
+    spread: float = SPREAD,
+    torchx_path: Optional[str] = None,
 ) -> Dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"torchx-bench-triggerer-{case}-"))
     os.environ["TORCHX_HOME"] = str(work / "home")
@@ -297,12 +375,13 @@ def run_case(
     proc = None
     try:
         t = time.monotonic()
-        spec: Dict[str, Any] = {"case": case, "logs": logs}
+        spread = 0.0 if case == "slurm" else spread  # one scancel ends the held jobs
+        spec: Dict[str, Any] = {"case": case, "logs": logs, "spread": spread}
         if case == "datetime":
             spec["moment"] = time.time() + POLL * 2 + window + 15
             handles = [f"datetime/{i}" for i in range(n)]
         else:
-            handles = _launch(case, n, logs, work)
+            handles = _launch(case, n, logs, spread, work)
         spec["handles"] = handles
         launch_s = time.monotonic() - t
         (work / "spec.json").write_text(json.dumps(spec))
@@ -325,16 +404,21 @@ def run_case(
                 result = json.loads(line[len("RESULT ") :])
         proc.wait()
         if case == "datetime":
-            ends = {i: spec["moment"] for i in range(n)}
+            ends = {i: _moment(spec, i) for i in range(n)}
         fired = {int(k): v for k, v in result.pop("fired", {}).items()}
         delays = sorted(fired[i] - ends[i] for i in fired if i in ends)
+        recorded = _recorded_ends(case, handles, work) if case == "local_cwd" else ends
+        after_record = sorted(fired[i] - recorded[i] for i in fired if i in recorded)
         result.update(
             case=case,
             logs=logs,
+            spread_s=spread,
             launch_s=round(launch_s, 1),
             events=len(fired),
             delay_median_s=delays[len(delays) // 2] if delays else None,
             delay_max_s=delays[-1] if delays else None,
+            recorded_delay_median_s=after_record[len(after_record) // 2] if after_record else None,
+            recorded_delay_max_s=after_record[-1] if after_record else None,
             load=os.getloadavg()[0],
             torchx=torchx_path or "this",
         )
@@ -346,15 +430,17 @@ def run_case(
             _cleanup(case, handles)
 
 
+# (case, N, logs, spread of the ends in seconds)
 CASES = [
-    ("datetime", 100, False),
-    ("local_cwd", 100, False),
-    ("local_cwd", 100, True),
-    ("slurm", 100, False),
-    ("datetime", 1000, False),
-    ("local_cwd", 1000, False),
-    ("local_cwd", 1000, True),
-    ("slurm", 1000, False),
+    ("datetime", 100, False, SPREAD),
+    ("local_cwd", 100, False, SPREAD),
+    ("local_cwd", 100, True, SPREAD),
+    ("slurm", 100, False, 0.0),
+    ("datetime", 1000, False, SPREAD),
+    ("local_cwd", 1000, False, SPREAD),
+    ("local_cwd", 1000, True, SPREAD),
+    ("local_cwd", 1000, True, 0.0),  # every app ends in the same second
+    ("slurm", 1000, False, 0.0),
 ]
 
 
@@ -362,38 +448,57 @@ def _row(r: Dict[str, Any]) -> str:
     name = {"datetime": "Airflow `DateTimeTrigger`", "local_cwd": "local_cwd", "slurm": "Slurm"}
     version = "" if r.get("torchx", "this") == "this" else " (before)"
     logs = "lines/s" if r["logs"] else "quiet"
-    p99 = f"{r['lag_p99_window_s']:.3f}" if r.get("lag_p99_window_s") is not None else "-"
-    per_poll = r.get("squeue_per_poll", r.get("squeue_per_round"))
-    squeue = f"{per_poll:.1f}" if r["case"] == "slurm" and per_poll is not None else "-"
-    delay = (
-        f"{r['delay_median_s']:.1f} / {r['delay_max_s']:.1f}"
-        if r.get("delay_max_s") is not None
-        else "-"
+
+    def s(key: str, digits: int = 3) -> str:
+        return "-" if r.get(key) is None else f"{r[key]:.{digits}f}"
+
+    squeue = s("squeue_per_poll", 1) if r["case"] == "slurm" else "-"
+    busy = r.get("worst_lag_cpu_s") or {}
+    lag = " / ".join(
+        f"{s(f'worst_lag_{k}_s')}" + (f" ({busy[k]:.2f})" if k in busy else "")
+        for k in ("startup", "window", "end")
     )
+    own = r.get("worst_own_lag_s") or {}
+    own_lag = " / ".join(f"{own[k]:.3f}" if k in own else "-" for k in ("startup", "window", "end"))
+    collections = f"{s('gc_worst_s')} / {r.get('gc_full_collections_window', '-')}"
+    delay = f"{s('delay_median_s', 1)} / {s('delay_max_s', 1)}"
+    recorded = f"{s('recorded_delay_median_s', 1)} / {s('recorded_delay_max_s', 1)}"
     return (
-        f"| {name[r['case']]}{version} | {r['n']} | {logs} | {r['cpu_cores']:.3f} "
-        f"| {r['cpu_ms_per_stage_s']:.3f} | {r['peak_threads']} | {r['rss_mb']:.0f} "
-        f"| {r['worst_lag_window_s']:.3f} / {r['worst_lag_all_s']:.3f} | {p99} | {squeue} "
-        f"| {delay} | {r['events']}/{r['n']} | {r['load']:.1f} |"
+        f"| {name[r['case']]}{version} | {r['n']} | {logs} | {r.get('spread_s', 0):g} "
+        f"| {r['cpu_cores']:.3f} | {r['peak_threads']} / {r.get('peak_threads_all', '-')} "
+        f"| {r['rss_mb']:.0f} | {lag} | {own_lag} | {collections} | {s('lag_p99_window_s')} "
+        f"| {s('slowest_round_window_s', 2)} / {s('slowest_round_end_s', 2)} | {squeue} "
+        f"| {delay} | {recorded if r['case'] == 'local_cwd' else '-'} "
+        f"| {r['events']}/{r['n']} | {r['load']:.1f} |"
     )
 
 
 def write(results: List[Dict[str, Any]], path: Path) -> str:
     lines = [
         f"`benchmarks/bench_triggerer.py`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
-        f"{os.cpu_count()} cores shared with other work (load average in the last column, "
-        f"1 min, at the case's end). Poll interval {POLL:g} s; a {WINDOW:g} s steady window "
-        "after every trigger started and had its first look. The triggerer process runs at "
+        f"{os.cpu_count()} cores (load average in the last column, 1 min, at the case's end). "
+        f"Poll interval {POLL:g} s; a {WINDOW:g} s steady window after every trigger started "
+        "and had its first look. The triggerer process runs at "
         f"nice {NICE} (here the N apps and their supervisors share its cores; in a deployment "
-        "they run elsewhere). CPU: the triggerer process and its subprocesses "
-        "(`squeue`, `sacct`). Lag: the loop's worst overshoot of a 0.1 s sleep, in the "
-        "window / over the whole run (start-up of N triggers included). Delay: app's end "
-        "to its trigger's event, median / max.",
+        "they run elsewhere). Ends over: the apps end that many seconds apart, first to last "
+        "(`DateTimeTrigger`s fire so); 0: in the same second. CPU: the triggerer process "
+        "and its subprocesses (`squeue`, `sacct`), in the window. Threads: in the window / "
+        "over the whole run. Lag: the loop's worst overshoot of a 0.1 s sleep while the N "
+        "triggers start / in the window / while the apps end (in brackets: the CPU seconds "
+        "the process used during it; far below the lag, it waited for a core); less GC: "
+        "the same less the "
+        "garbage collections' pauses inside each lag (they stop every thread; the heap is "
+        "mostly Airflow's: a full collection of it took 0.13 s in a bare process). GC: the "
+        "worst pause over the run / full (generation 2) collections in the window. "
+        "Round: the slowest poll round "
+        "(one list, then each due app's calls), in the window / while the apps end. Delay: "
+        "from the app's last act (a `touch`, or the `scancel`) to its trigger's event, "
+        "median / max; recorded: from when local_cwd's supervisor recorded the end.",
         "",
-        "| triggers | N | apps' output | CPU (cores) | CPU ms per stage per s "
-        "| peak threads | RSS (MB) | worst lag (s) | lag p99 (s) | squeue per 5 s | delay (s) "
-        "| events | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| triggers | N | apps' output | ends over (s) | CPU (cores) | threads "
+        "| RSS (MB) | worst lag (s) | less GC (s) | GC worst (s) / full in window "
+        "| lag p99 (s) | round (s) | squeue per 5 s | delay (s) | recorded (s) | events | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *[_row(r) for r in results],
     ]
     body = "\n".join(lines)
@@ -408,16 +513,19 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100)
     parser.add_argument("--logs", action="store_true")
     parser.add_argument("--window", type=float, default=WINDOW)
+    parser.add_argument(
+        "--spread", type=float, default=SPREAD, help="seconds over which the apps end"
+    )
     parser.add_argument("--no-write", action="store_true", help="print, do not write RESULTS")
     parser.add_argument("--torchx-path", help="run the triggers of the torchx found here")
     args = parser.parse_args()
     if args.child:
         child(args)
         return
-    cases = [(args.case, args.n, args.logs)] if args.case else CASES
+    cases = [(args.case, args.n, args.logs, args.spread)] if args.case else CASES
     results = []
-    for case, n, logs in cases:
-        result = run_case(case, n, logs, args.window, args.torchx_path)
+    for case, n, logs, spread in cases:
+        result = run_case(case, n, logs, args.window, spread, args.torchx_path)
         print(json.dumps(result), flush=True)
         results.append(result)
     if not args.no_write:
