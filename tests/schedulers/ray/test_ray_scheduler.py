@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 from types import MappingProxyType
+from typing import List
 
 import psutil
 import pytest
@@ -193,18 +194,16 @@ def test_a_dashboard_address_option_is_used_without_touching_os_environ(
     assert status == "SUCCEEDED"
 
 
-def test_a_scheduler_checks_a_heads_version_once(
-    env: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ray's client asks the head for its version when it is made: a poller's scheduler
-    (a triggerer lists every poll) makes one per head, not one per call."""
+def test_a_scheduler_makes_one_client_per_head(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's client asks the head for its version (twice) when it is made: a poller's
+    scheduler (a triggerer lists every poll) makes one client per head, not one per call."""
     from ray.dashboard.modules.dashboard_sdk import SubmissionClient
 
-    checks = []
+    checked: List[SubmissionClient] = []  # held, so that no two share an id
     check = SubmissionClient._check_connection_and_version
 
     def counted(client: SubmissionClient, *args: object, **kwargs: object) -> object:
-        checks.append(client._address)
+        checked.append(client)
         return check(client, *args, **kwargs)
 
     monkeypatch.setattr(SubmissionClient, "_check_connection_and_version", counted)
@@ -212,7 +211,7 @@ def test_a_scheduler_checks_a_heads_version_once(
     sched.list()
     sched.list()
     assert sched.describe("no-such-job") is None
-    assert len(checks) == 1
+    assert len({id(client) for client in checked}) == 1
 
 
 @pytest.mark.slow
