@@ -203,15 +203,16 @@ class TriggerPoller:
         found = await asyncio.gather(
             *(pool.run(functools.partial(look_all, chunk)) for chunk in chunks)
         )
-        applied = 0
+        woken = 0
         for chunk, looks in zip(chunks, found, strict=True):
             for (watch, _), look in zip(chunk, looks, strict=True):
-                self._apply(watch, look)
-                applied += 1
-                if applied % WAKE_BATCH == 0:
+                woken += self._apply(watch, look)
+                if woken == WAKE_BATCH:
+                    woken = 0
                     await asyncio.sleep(WAKE_PAUSE)
 
-    def _apply(self, watch: Watch, look: _Look) -> None:
+    def _apply(self, watch: Watch, look: _Look) -> bool:
+        """Hand ``look`` to the watch's trigger; whether that wakes it."""
         watch.lines.extend(look.lines)
         watch.warnings.extend(look.warnings)
         if look.progress is not None:
@@ -220,6 +221,8 @@ class TriggerPoller:
             watch.ended, watch.status, watch.error = True, look.status, look.error
         if look.lines or look.warnings or look.progress is not None or watch.ended:
             watch.changed.set()
+            return True
+        return False
 
     def _runner(self, session: str, torchx_home: Optional[str]) -> Runner:
         key = (session, torchx_home)
