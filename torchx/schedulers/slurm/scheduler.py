@@ -277,10 +277,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             if app_id not in seen:
                 state = SLURM_STATES.get(group["state"], AppState.UNKNOWN)
                 seen[app_id] = self._listed(app_id, state, group["name"])
-        # ended jobs by state: without -s, sacct skips jobs that were never eligible (held
-        # jobs cancelled), which slurmctld forgets after MinJobAge
-        ended = ["-E", "now", "-s", ENDED_STATES, "-o", "JobID,State,JobName,Comment"]
-        for app_id, state, name, _ in _sacct_leaders(ended):
+        for app_id, state, name, _ in _ended_leaders([]):
             if app_id not in seen:
                 seen[app_id] = self._listed(app_id, state, name)
         return sorted(seen.values(), key=lambda a: int(a.app_id), reverse=True)
@@ -315,10 +312,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
                 )
                 if slurm_state.strip() == "PENDING" and reason.strip() == HELD_REASON:
                     held.add(app_id)
-        # ended jobs by state: without -s, sacct skips jobs that were never eligible (a
-        # losing submission cancelled while still held)
-        args = ["-u", _user(), "-E", "now", "-s", ENDED_STATES, "-o", "JobID,State,JobName,Comment"]
-        for app_id, state, job_name, job_comment in _sacct_leaders(args):
+        for app_id, state, job_name, job_comment in _ended_leaders(["-u", _user()]):
             if app_id not in found and token_of(job_comment) == token:
                 found[app_id] = self._listed(app_id, state, job_name)
         apps = sorted(found.values(), key=lambda a: (int(a.app_id), a.app_id))
@@ -402,11 +396,14 @@ def _roles_from_names(names: List[str]) -> List[tuple[str, int]]:
     return list(counts.items())
 
 
-def _sacct_leaders(args: List[str]) -> Iterator[tuple[str, AppState, str, str]]:
-    """``(app_id, state, job name, comment)`` of each job's first group in ``sacct -X``
-    since ``SACCT_SINCE``; nothing where the cluster keeps no accounting."""
+def _ended_leaders(args: List[str]) -> Iterator[tuple[str, AppState, str, str]]:
+    """``(app_id, state, job name, comment)`` of the first group of each job that ended since
+    ``SACCT_SINCE`` (``sacct -X``, with ``args``); nothing where the cluster keeps no
+    accounting. By state: without -s, sacct skips jobs that were never eligible (held jobs
+    cancelled, e.g. a losing keyed submission), which slurmctld forgets after MinJobAge."""
+    fields = ["-E", "now", "-s", ENDED_STATES, "-o", "JobID,State,JobName,Comment"]
     try:
-        out = run(["sacct", "-X", "-P", "-n", "-S", SACCT_SINCE, *args])
+        out = run(["sacct", "-X", "-P", "-n", "-S", SACCT_SINCE, *fields, *args])
     except SlurmError:
         return
     for line in out.splitlines():
