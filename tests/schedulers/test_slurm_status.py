@@ -1,11 +1,12 @@
 """Slurm: what squeue, scontrol, sacct and the jobcomp log say, from recorded outputs
-(Slurm 22.05 on the local cluster; 24.x JSON rewritten in its schema, see fixtures/README)."""
+(Slurm 22.05 on the local cluster, see fixtures/README)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from torchx.schedulers.slurm.status import (
+    SQUEUE_LIST_FIELDS,
     parse_jobcomp,
     parse_sacct,
     parse_scontrol,
@@ -30,6 +31,20 @@ def test_cluster_wide_squeue_gives_each_jobs_groups_under_its_app_id() -> None:
         ("6", "w-0", "FAILED"),
         ("6", "w-1", "FAILED"),
     ]
+
+
+def test_squeue_columns_are_read_by_the_fields_asked_for() -> None:
+    fields = SQUEUE_LIST_FIELDS + ",Reason:|,Comment:"
+    text = "9|N/A|N/A|PENDING|0|(null)|r-0|/w|JobHeldUser|a|b torchx-token=t1\n"
+    [(app_id, group)] = list(squeue_groups(text, fields))
+    assert (app_id, group["state"], group["reason"], group["offset"]) == (
+        "9",
+        "PENDING",
+        "JobHeldUser",
+        0,
+    )
+    assert (group["name"], group["node"], group["comment"]) == ("r-0", "", "a|b torchx-token=t1")
+    assert list(squeue_groups("9|N/A|N/A|PENDING\n", fields)) == []  # a cut line
 
 
 def test_squeue_of_one_job_has_groups_but_no_exit_codes() -> None:

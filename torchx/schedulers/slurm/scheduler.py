@@ -273,7 +273,7 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         ``SACCT_SINCE`` (``sacct``, where accounting exists)."""
         seen: Dict[str, ListAppResponse] = {}
         out = run(["squeue", "-h", "-t", "all", "-O", SQUEUE_LIST_FIELDS])
-        for app_id, group in squeue_groups(out):
+        for app_id, group in squeue_groups(out, SQUEUE_LIST_FIELDS):
             if app_id not in seen:
                 state = SLURM_STATES.get(group["state"], AppState.UNKNOWN)
                 seen[app_id] = self._listed(app_id, state, group["name"])
@@ -298,20 +298,15 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         every retry calls it, so a winner whose submitter died is released too)."""
         found: Dict[str, ListAppResponse] = {}
         held = set()
-        fields = "JobID:|,HetJobID:|,HetJobOffset:|,State:|,Reason:|,Name:|,Comment:"
+        fields = SQUEUE_LIST_FIELDS + ",Reason:|,Comment:"
         out = run(["squeue", "-h", "-t", "all", "-u", _user(), "-O", fields])
-        for line in out.splitlines():
-            cols = line.split("|", 6)
-            if len(cols) < 7 or cols[2] not in ("0", "N/A"):
-                continue
-            jid, het, _, slurm_state, reason, name, comment = cols
-            if token_of(comment) == token:
-                app_id = het if het.isdigit() else jid
-                found[app_id] = self._listed(
-                    app_id, SLURM_STATES.get(slurm_state, AppState.UNKNOWN), name
-                )
-                if slurm_state.strip() == "PENDING" and reason.strip() == HELD_REASON:
-                    held.add(app_id)
+        for app_id, group in squeue_groups(out, fields):
+            if group["offset"] != 0 or token_of(group["comment"]) != token:
+                continue  # another het group's line, or another stage's job
+            state = SLURM_STATES.get(group["state"], AppState.UNKNOWN)
+            found[app_id] = self._listed(app_id, state, group["name"])
+            if group["state"] == "PENDING" and group["reason"] == HELD_REASON:
+                held.add(app_id)
         for app_id, state, job_name, job_comment in _ended_leaders(["-u", _user()]):
             if app_id not in found and token_of(job_comment) == token:
                 found[app_id] = self._listed(app_id, state, job_name)

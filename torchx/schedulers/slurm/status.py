@@ -9,7 +9,8 @@
 3. The ``jobcomp/filetxt`` log, on clusters without accounting.
 
 Each source yields the job's het groups as dicts ``{name, state, exit_code, offset, node,
-restarts, work_dir}`` sorted by offset; ``exit_code`` is None where no step reported one.
+restarts, work_dir, comment}`` sorted by offset (squeue's also ``reason``); ``exit_code`` is
+None where no step reported one.
 ``list`` reads cluster-wide ``squeue`` in the same text form (``squeue_groups``): named
 columns, not ``--json``, whose shape changed in 24.x.
 """
@@ -102,24 +103,29 @@ def _code(text: str) -> Optional[int]:
     return 128 + sig if sig else rc
 
 
-def squeue_groups(text: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    """``(app id, group)`` of each het group in ``squeue -h -O SQUEUE_FIELDS`` output (also
-    ``SQUEUE_LIST_FIELDS``); a het job's groups share its app id. No exit codes."""
+def squeue_groups(text: str, fields: str = SQUEUE_FIELDS) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """``(app id, group)`` of each het group in ``squeue -h -O <fields>`` output (the
+    columns read by name; a trailing ``Comment`` may be missing); a het job's groups share
+    its app id. No exit codes."""
+    names = [field.split(":", 1)[0] for field in fields.split(",")]
     for line in text.splitlines():
-        fields = line.split("|", 8)
-        if len(fields) < 8:
+        row = dict(zip(names, line.split("|", len(names) - 1), strict=False))  # no Comment
+        if len(row) < len(names) - 1:
             continue
-        jid, het, offset, state, restarts, node, name, work_dir = fields[:8]
+        jid, het, offset, restarts = (
+            row.get(k, "") for k in ("JobID", "HetJobID", "HetJobOffset", "RestartCnt")
+        )
         part = _part(
-            name,
-            state.strip(),
+            row.get("Name", ""),
+            row.get("State", "").strip(),
             None,
             int(offset) if offset.isdigit() else 0,
-            node,
+            row.get("NodeList", ""),
             int(restarts) if restarts.isdigit() else 0,
-            work_dir.strip(),
-            fields[8] if len(fields) > 8 else "",
+            row.get("WorkDir", "").strip(),
+            row.get("Comment", ""),
         )
+        part["reason"] = row.get("Reason", "").strip()
         yield (het if het.isdigit() else jid), part
 
 
