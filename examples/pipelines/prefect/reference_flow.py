@@ -2,8 +2,9 @@
 
     python examples/pipelines/prefect/reference_flow.py --out ./out-prefect
 
-Each stage is a torchx app (``submit`` + ``wait`` tasks) on any scheduler; cancelling
-the flow run cancels the running app; lineage goes under one tracker run per flow run.
+Each stage is a torchx app (one ``run`` task: submit, then wait) on any scheduler;
+cancelling the flow run cancels the running app; lineage goes under one tracker run per
+flow run. (``submit`` and ``wait`` are the two halves, for stages that overlap.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Dict, Optional
 
 from prefect import flow
 
-from torchx.pipelines.prefect import cancel_flow_run_apps, close_pipeline_run, submit, wait
+from torchx.pipelines.prefect import cancel_flow_run_apps, close_pipeline_run, run
 
 COMPONENTS = str(Path(__file__).resolve().parents[2] / "components.py")
 
@@ -51,9 +52,8 @@ def reference_flow(
     prep_args: Dict[str, Any] = {"output_path": data}
     if limit:
         prep_args["limit"] = limit
-    prep = submit(f"{COMPONENTS}:datapreproc", prep_args, scheduler, key="datapreproc")
-    wait(prep, key="datapreproc")
-    train = submit(
+    prep = run(f"{COMPONENTS}:datapreproc", prep_args, scheduler, key="datapreproc")
+    train = run(
         f"{COMPONENTS}:trainer",
         {
             "data_path": data,
@@ -66,14 +66,12 @@ def reference_flow(
         cfg=train_cfg or {},
         key="train",
     )
-    wait(train, key="train")
-    ev = submit(
+    ev = run(
         f"{COMPONENTS}:evaluate",
         {"model_path": model, "data_path": data, "output_path": evaluation},
         scheduler,
         key="evaluate",
     )
-    wait(ev, key="evaluate")
     accuracy = (
         json.loads(Path(evaluation, "metrics.json").read_text())["test_accuracy"]
         if "://" not in evaluation
