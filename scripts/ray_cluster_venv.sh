@@ -2,9 +2,12 @@
 # Print the path of a venv for a Ray cluster "on another host": torch, ray and a
 # non-editable copy of this tree's torchx (torchx[ray]), as a Ray cluster has its own
 # Python with torchx installed. It lives outside the tree (the tests hide the tree from
-# the cluster) and is reused: built once per pyproject/constraints/this script (torch and
-# ray: a few minutes on a fresh machine), torchx reinstalled (no deps, ~2 s) whenever its
-# source changed.
+# the cluster) and is reused: built once per pyproject/constraints/this script, torchx
+# reinstalled (no deps, ~2 s) whenever its source changed. uv installs torch from the
+# machine's one copy of its wheel (scripts/torch_wheel.sh) and nothing is byte-compiled
+# ahead: the cluster's processes, whose env has no PYTHONDONTWRITEBYTECODE, compile what
+# they import once. (pip and --compile-bytecode took 67 s on a quiet machine, 300 s in a
+# loaded test run; this takes 15 s, and the first `import torch, ray` 5 s more.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TREE=$(pwd)
@@ -30,17 +33,17 @@ copy_tree() {
 if [ ! -f "$V/.deps-ready" ]; then
     copy_tree
     rm -rf "$V"
+    TORCH_WHEEL=$(bash scripts/torch_wheel.sh)
     "$PY" -m venv "$V"
-    "$V/bin/pip" install --quiet --disable-pip-version-check torch==2.13.0 uv >&2
-    "$V/bin/uv" pip install --quiet --python "$V/bin/python" --compile-bytecode \
-        -c constraints.txt torch==2.13.0 "$BUILD[ray]" >&2
+    .venv/bin/uv pip install --quiet --python "$V/bin/python" -c constraints.txt \
+        "$TORCH_WHEEL" "$BUILD[ray]" >&2
     echo "$SRC" >"$V/.torchx-src"
     touch "$V/.deps-ready"
 fi
 if [ "$(cat "$V/.torchx-src" 2>/dev/null)" != "$SRC" ]; then
     # this tree's torchx changed: rebuild it (uv would reuse its cached build otherwise)
     copy_tree
-    "$V/bin/uv" pip install --quiet --python "$V/bin/python" --compile-bytecode --no-deps --refresh-package torchx \
+    .venv/bin/uv pip install --quiet --python "$V/bin/python" --no-deps --refresh-package torchx \
         --reinstall-package torchx "$BUILD" >&2
     echo "$SRC" >"$V/.torchx-src"
 fi

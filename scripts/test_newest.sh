@@ -7,10 +7,13 @@
 # One venv per extra under .venvs/, named by a digest of what uv resolved for it: a later run
 # on this machine that resolves the same versions reuses it (it only resolves again); a new
 # release of any dependency makes a new venv, and the extra's older ones are removed.
-# torch: pip fetches the CPU wheel first, from the machine's local wheels (pip's config, as
-# scripts/setup.sh installs it); uv resolves the rest with torch excluded, then installs that
-# wheel file with it, so no resolver ever picks a CUDA build. (uv links the unpacked wheel
-# from its cache into each venv; pip unpacked it anew, 80 s a venv on a loaded machine.)
+# torch: the machine's one copy of the CPU wheel (scripts/torch_wheel.sh: pip fetches it
+# from the machine's local wheels); uv resolves the rest with torch excluded, then installs
+# that wheel file with it, so no resolver ever picks a CUDA build. (uv links the unpacked
+# wheel from its cache into each venv; pip unpacked it anew, 80 s a venv on a loaded
+# machine.) Nothing is byte-compiled ahead (43 s and 74 s of CPU a venv, for modules the
+# tests mostly never import): the tests run without PYTHONDONTWRITEBYTECODE, so each module
+# they import is compiled once, into the venv.
 # The extras' tests run in parallel, one pytest per venv; a failing extra fails the script.
 # Measured 2026-11-27 on a 2-core machine shared with three other test runs (load average
 # 12-19): 3:03 from nothing (no .venvs, an empty uv cache: 108 s to resolve and create the
@@ -59,13 +62,7 @@ UV="$PWD/.venv/bin/uv"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo torch > "$work/excludes.txt"
-.venv/bin/pip download --quiet --disable-pip-version-check --no-deps --dest "$work/torch" \
-    torch==2.13.0 2> "$work/pip.log" || { cat "$work/pip.log" >&2; exit 1; }
-TORCH_WHEEL=$(ls "$work"/torch/torch-*.whl)
-case "$TORCH_WHEEL" in
-    *+cpu*) ;;
-    *) echo "test_newest: pip found no CPU wheel of torch 2.13.0 ($TORCH_WHEEL); give it one through pip's find-links" >&2; exit 1 ;;
-esac
+TORCH_WHEEL=$(bash scripts/torch_wheel.sh)
 printf '%s\n' "${TEST_DEPS[@]}" > "$work/test-deps.txt"
 mkdir -p .venvs
 
@@ -82,8 +79,7 @@ prepare() {
     if [ ! -e "$venv/.complete" ]; then
         rm -rf "$venv"
         "$PY" -m venv "$venv"
-        "$UV" pip install --quiet --python "$venv/bin/python" --compile-bytecode \
-            -r "$lock" "$TORCH_WHEEL"
+        "$UV" pip install --quiet --python "$venv/bin/python" -r "$lock" "$TORCH_WHEEL"
         touch "$venv/.complete"
     fi
     for old in .venvs/newest-"$extra"-*; do
@@ -115,7 +111,8 @@ for extra in "${EXTRAS[@]}"; do
     (
         set -f   # the test ids' [..] are no globs
         echo "== torchx[$extra]: $("$venv/bin/python" -c "from importlib.metadata import version as v; print(', '.join(f'{p} {v(p)}' for p in dict.fromkeys(('$extra', 'mlflow', 'torch'))))")"
-        PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+        PATH="$PWD/$venv/bin:$PATH" env -u PYTHONDONTWRITEBYTECODE \
+            "$venv/bin/python" -m pytest -q -p no:cacheprovider \
             -n 0 $(tests_of "$extra")
     ) > "$work/$extra.out" 2>&1 &
     pids+=($!)
