@@ -130,10 +130,14 @@ EOF
             "$PY" -m pip download -q --no-deps -d "$ctx" torch==2.13.0 \
                 --index-url https://download.pytorch.org/whl/cpu
         fi
+        # installed by the host's uv (pip took 71 s where uv takes 48 s, most of both the
+        # layer's commit); byte-compiled, as pip does: each container starts from the image
+        cp "$(dirname "$PY")/uv" "$ctx/"
         cat >"$ctx/Dockerfile" <<'EOF'
 FROM local/python:3.11
-COPY *.whl /tmp/
-RUN pip install -q /tmp/*.whl && rm /tmp/*.whl
+COPY *.whl uv /tmp/
+RUN /tmp/uv pip install -q --python /opt/python/bin/python --compile-bytecode /tmp/*.whl \
+    && rm /tmp/*.whl /tmp/uv
 EOF
         docker_ build -q --network host -t local/pytorch:2.13.0-cpu "$ctx" >/dev/null
     fi
