@@ -130,12 +130,20 @@ def run_child(orchestrator: str, out: Path, epochs: int, limit: int, j: str) -> 
     return {"ok": ok, "import": imported - started, "pipeline": ended - imported}
 
 
+def stage_env() -> Dict[str, str]:
+    """The env the bare programs and the floors' plain tasks run them with: this process's,
+    without torchx's, MLflow's and the orchestrators' settings (outside a torchx job the
+    stages record nothing), so a floor's stages run as the bare ones do."""
+    drop = ("TORCHX_", "MLFLOW_", "AIRFLOW", "PREFECT_", "PYTHONPATH")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
 def floor_stage(out: str, index: int) -> None:
     """Stage ``index`` of ``{out}/stages.json``, as a plain task of the floor runs; its start
     and end go to ``floor-apps.jsonl``."""
     stages = json.loads(Path(out, "stages.json").read_text())
     with open(Path(out, "floor.log"), "ab") as log:
-        ok, start, end = run_stage(stages[index], dict(os.environ), log, time.monotonic() + 1800)
+        ok, start, end = run_stage(stages[index], stage_env(), log, time.monotonic() + 1800)
     with open(Path(out, "floor-apps.jsonl"), "a") as f:
         f.write(json.dumps([start, start, end]) + "\n")
     if not ok:
@@ -247,7 +255,7 @@ def run_stage(
 
 def run_bare(out: Path, epochs: int, limit: int, j: str, timeout: float) -> Dict[str, Any]:
     stages = bare_commands(out, epochs, limit, j)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHX_", "MLFLOW_"))}
+    base = stage_env()
     started = time.monotonic()
     ok = True
     with open(out / "bare.log", "wb") as log:
