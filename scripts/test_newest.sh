@@ -15,10 +15,11 @@
 # tests mostly never import): the tests run without PYTHONDONTWRITEBYTECODE, so each module
 # they import is compiled once, into the venv.
 # The extras' tests run in parallel, one pytest per venv; a failing extra fails the script.
-# Measured 2026-11-27 on a 2-core machine shared with three other test runs (load average
-# 12-19): 3:03 from nothing (no .venvs, an empty uv cache: 108 s to resolve and create the
-# three venvs), 2:30 the next run (venvs kept: 9 s). Resolved then: prefect 3.9.1, kfp 2.17.3,
-# mlflow 3.17.2 (3.18.0's mlflow-skinny is not on this machine's index; uv took 3.17.2).
+# Measured 2026-12-02 on a 2-core machine (a slow one that day), no .venvs, uv's cache
+# warm: 2:55 alone (the three venvs made in 26 s; 182 s before, with pip's unpack and the
+# ahead-of-time byte-compile), 2:51-3:11 after the test command in .ci/run. Resolved then:
+# prefect 3.9.1, kfp 2.17.3, mlflow 3.17.2 (3.18.0's mlflow-skinny is not on this machine's
+# index; uv took 3.17.2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
