@@ -45,6 +45,10 @@ def test_squeue_columns_are_read_by_the_fields_asked_for() -> None:
     )
     assert (group["name"], group["node"], group["comment"]) == ("r-0", "", "a|b torchx-token=t1")
     assert list(squeue_groups("9|N/A|N/A|PENDING\n", fields)) == []  # a cut line
+    # fields that end with "|" (list's): the last column without the separator after it
+    [(_, listed)] = list(squeue_groups("9|N/A|N/A|RUNNING|0|node1|r-0|/w|\n", SQUEUE_LIST_FIELDS))
+    assert (listed["work_dir"], listed["comment"]) == ("/w", "")
+    assert list(squeue_groups("9|N/A|N/A|RUNNING|0|node1|r-0\n", SQUEUE_LIST_FIELDS)) == []
 
 
 def test_squeue_of_one_job_has_groups_but_no_exit_codes() -> None:

@@ -108,10 +108,15 @@ def squeue_groups(text: str, fields: str = SQUEUE_FIELDS) -> Iterator[Tuple[str,
     columns read by name; a trailing ``Comment`` may be missing); a het job's groups share
     its app id. No exit codes."""
     names = [field.split(":", 1)[0] for field in fields.split(",")]
+    # a "Field:|" column ends with "|" (the line then ends with an empty value over);
+    # a last field without it is unbounded (a comment may hold "|")
+    cuts = len(names) if fields.endswith("|") else len(names) - 1
+    optional = int(names[-1] == "Comment")  # output without the comment still reads
     for line in text.splitlines():
-        row = dict(zip(names, line.split("|", len(names) - 1), strict=False))  # no Comment
-        if len(row) < len(names) - 1:
+        values = line.split("|", cuts)
+        if len(values) < len(names) - optional:
             continue
+        row = dict(zip(names, values, strict=False))
         jid, het, offset, restarts = (
             row.get(k, "") for k in ("JobID", "HetJobID", "HetJobOffset", "RestartCnt")
         )
