@@ -122,14 +122,7 @@ EOF
     if ! has_image local/pytorch:2.13.0-cpu; then
         log "building local/pytorch:2.13.0-cpu"
         rm -f "$ctx"/*
-        local wheel
-        wheel=$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | head -1 || true)
-        if [ -n "$wheel" ]; then
-            cp "$wheel" "$ctx/"
-        else
-            "$PY" -m pip download -q --no-deps -d "$ctx" torch==2.13.0 \
-                --index-url https://download.pytorch.org/whl/cpu
-        fi
+        cp "$(bash scripts/torch_wheel.sh)" "$ctx/"
         # installed by the host's uv (pip took 71 s where uv takes 48 s, most of both the
         # layer's commit); byte-compiled, as pip does: each container starts from the image
         cp "$(dirname "$PY")/uv" "$ctx/"
