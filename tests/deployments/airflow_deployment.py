@@ -33,6 +33,7 @@ from tests.mlflow_server import free_port
 
 START_TIMEOUT = 240.0  # healthy after 27-38 s on a quiet 2-core machine
 API_RETRY = 30.0
+LOCK_WAIT = 60.0  # s a background process waits for the sqlite write lock
 HEARTBEAT_TIMEOUT = 15  # [scheduler] task_instance_heartbeat_timeout: bounds crash recovery
 PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
 TaskId = Tuple[str, str, str]  # dag_id, run_id, task_id
@@ -60,10 +61,18 @@ class AirflowDeployment:
         # the api-server reads the task logs from this machine's files; a log server would
         # bind every interface (it has no host setting)
         serve = ["--skip-serve-logs"] if name in ("scheduler", "triggerer") else []
+        env = dict(self.env)
+        if name != "api-server":
+            # four processes write one sqlite file. pysqlite waits 5 s for its lock, then
+            # raises "database is locked": the scheduler exited on that in a loaded CI run.
+            # The api-server keeps the 5 s: two of its own requests can wait on each other
+            # (one holds the lock in its event loop), and only the error frees them.
+            conn = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"{conn}?timeout={LOCK_WAIT:.0f}"
         with open(self.home / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 [airflow, name, *serve],
-                env=self.env,
+                env=env,
                 cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
