@@ -159,3 +159,39 @@ def test_a_trigger_given_the_connections_torchx_home_finds_its_app_there(
 
     [event] = asyncio.run(asyncio.wait_for(events(), DEADLINE))
     assert event["state"] == "SUCCEEDED" and event["streamed"] == {"sh/0": 1}, event
+
+
+def test_a_round_wakes_its_triggers_in_batches_letting_the_loop_run_between(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten apps that ended before their first look all end in one round; with batches of
+    three, the loop runs other work after each batch, so a round that wakes a thousand
+    triggers never holds it for all of them at once."""
+    from torchx.pipelines.airflow import poller
+    from torchx.runner import get_runner
+    from torchx.specs.api import is_terminal
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    monkeypatch.setattr(poller, "WAKE_BATCH", 3)
+    handles = [_launch("true") for _ in range(10)]
+    with get_runner() as runner:
+
+        def states() -> List[Any]:
+            return [(s.state if (s := runner.status(h)) else None) for h in handles]
+
+        ended = poll_until(states, lambda ss: all(s and is_terminal(s) for s in ss), DEADLINE)
+    assert all(s and is_terminal(s) for s in ended), ended
+
+    async def scenario() -> List[int]:
+        the_poller = poller.TriggerPoller.of_running_loop()
+        watches = [the_poller.watch(poller.Watch(h, 0.5, False, None)) for h in handles]
+        seen: List[int] = []  # how many were woken, each time the other work ran
+        while len(seen) < 1 or seen[-1] < len(watches):
+            seen.append(sum(w.changed.is_set() for w in watches))
+            await asyncio.sleep(0.001)
+        for w in watches:
+            the_poller.unwatch(w)
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(scenario(), DEADLINE))
+    assert {3, 6, 9} <= set(seen), seen
