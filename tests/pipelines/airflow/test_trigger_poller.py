@@ -195,3 +195,45 @@ def test_a_round_wakes_its_triggers_in_batches_letting_the_loop_run_between(
 
     seen = asyncio.run(asyncio.wait_for(scenario(), DEADLINE))
     assert {3, 6, 9} <= set(seen), seen
+
+
+def test_a_scheduler_whose_round_breaks_fails_its_own_triggers_only(
+    torchx_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sessions' stages in one triggerer; the list of one session's scheduler breaks
+    with a bug (TypeError, not a backend error): its trigger fails with that error, and the
+    other session's stage still runs to its event."""
+    from torchx.pipelines.airflow.trigger import TorchXTrigger
+    from torchx.runner import get_runner
+    from torchx.schedulers.local.scheduler import LocalScheduler
+
+    monkeypatch.setenv("TORCHX_TRACKERS", "")
+    real_list = LocalScheduler.list
+
+    def broken_list(self: LocalScheduler) -> Any:
+        if self.session_name == "broken":
+            raise TypeError("a bug in one scheduler's list")
+        return real_list(self)
+
+    monkeypatch.setattr(LocalScheduler, "list", broken_list)
+    handles = {}
+    for session in ("broken", "sound"):
+        with get_runner(session) as runner:
+            handles[session] = runner.run_component(
+                "utils.sh", ["sh", "-c", "echo hi; sleep 1"], "local_cwd"
+            )
+
+    async def outcome(handle: str) -> Any:
+        trigger = TorchXTrigger(handle, poll_interval=0.5, get_logs=True)
+        try:
+            return [e.payload async for e in trigger.run()]
+        except TypeError as e:
+            return e
+
+    async def scenario() -> List[Any]:
+        return await asyncio.gather(*(outcome(h) for h in handles.values()))
+
+    broken, sound = asyncio.run(asyncio.wait_for(scenario(), DEADLINE))
+    assert isinstance(broken, TypeError), broken
+    [event] = sound
+    assert event["state"] == "SUCCEEDED" and event["streamed"] == {"sh/0": 1}, event

@@ -135,12 +135,7 @@ class TriggerPoller:
         try:
             while self._watches:
                 started = time.monotonic()
-                try:
-                    await self._round()
-                except Exception as e:  # a round that breaks fails its triggers rather
-                    # than leaving them to wait for ever
-                    for watch in list(self._watches):
-                        self._apply(watch, _Look(error=e))
+                await self._round()
                 self.round_times.append((started, time.monotonic() - started))
                 if not self._watches:
                     break
@@ -174,6 +169,15 @@ class TriggerPoller:
         await asyncio.gather(*(self._poll(key, watches) for key, watches in groups.items()))
 
     async def _poll(self, key: _Group, watches: List[Watch]) -> None:
+        try:
+            await self._poll_group(key, watches)
+        except Exception as e:  # a round that breaks fails its triggers rather than leaving
+            # them to wait for ever; one scheduler's failure fails its own triggers only
+            for watch in watches:
+                if not watch.ended:
+                    self._apply(watch, _Look(error=e))
+
+    async def _poll_group(self, key: _Group, watches: List[Watch]) -> None:
         """One scheduler's round: its list, then each due app's own calls in the pool."""
         pool = self._pool
         assert pool is not None
