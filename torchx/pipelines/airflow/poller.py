@@ -171,8 +171,8 @@ class TriggerPoller:
     async def _poll(self, key: _Group, watches: List[Watch]) -> None:
         try:
             await self._poll_group(key, watches)
-        except Exception as e:  # a round that breaks fails its triggers rather than leaving
-            # them to wait for ever; one scheduler's failure fails its own triggers only
+        except Exception as e:  # the scheduler cannot answer, or its round breaks: its own
+            # triggers fail rather than wait for ever (their apps run on, for the retry)
             for watch in watches:
                 if not watch.ended:
                     self._apply(watch, _Look(error=e))
@@ -181,16 +181,10 @@ class TriggerPoller:
         """One scheduler's round: its list, then each due app's own calls in the pool."""
         pool = self._pool
         assert pool is not None
-        try:
-            runner = self._runner(key[1], key[2])
-            sched = runner.scheduler(key[0])
-            # every app's state, by app id, in one scheduler call
-            states = await pool.run(lambda: {app.app_id: app.state for app in sched.list()})
-        except backend_errors() as e:  # the scheduler cannot answer: its triggers fail, as they
-            # did when each one's status check failed (their apps run on, for the retry)
-            for watch in watches:
-                self._apply(watch, _Look(error=e))
-            return
+        runner = self._runner(key[1], key[2])
+        sched = runner.scheduler(key[0])
+        # every app's state, by app id, in one scheduler call
+        states = await pool.run(lambda: {app.app_id: app.state for app in sched.list()})
         now = time.monotonic()
         due: List[Tuple[Watch, Optional[AppState]]] = []
         for watch in watches:
