@@ -237,13 +237,20 @@ def _read_record(path: str, tp: Any) -> Optional[Any]:
         return None
     except OSError as e:
         raise BadRecord(path, f"cannot read it ({e.strerror})") from None
+    if problem := _record_problem(data, tp):
+        raise BadRecord(path, problem)
+    return json.loads(data)
+
+
+@functools.lru_cache(maxsize=4096)
+def _record_problem(data: bytes, tp: Any) -> Optional[str]:
+    """What is wrong with ``data`` as JSON of type ``tp`` (None: nothing), remembered by
+    content: a poll reads every app's records, and most have not changed since the last."""
     try:
         doc = json.loads(data)
     except ValueError:
-        raise BadRecord(path, "it is not valid JSON") from None
-    if problem := _problem(doc, tp, ""):
-        raise BadRecord(path, problem)
-    return doc
+        return "it is not valid JSON"
+    return _problem(doc, tp, "")
 
 
 def makedirs_private(path: str) -> None:

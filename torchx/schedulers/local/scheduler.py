@@ -344,11 +344,12 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 )
             time.sleep(0.002)
 
-    def _request(self, app_id: str) -> Optional[Request]:
-        """The app's request; None if there is no such app. Raises ``UnreadableAppError``."""
+    def _request(self, app_id: str, root: Optional[Path] = None) -> Optional[Request]:
+        """The app's request; None if there is no such app. Raises ``UnreadableAppError``.
+        ``root``: the state root, when the caller has it (``list`` reads a thousand apps)."""
         if not app_id or "/" in app_id or app_id.startswith("."):
             return None
-        app_dir = self._app_dir(app_id)
+        app_dir = (root or self._state_root()) / app_id
         key = _stat_key(app_dir / files.REQUEST)
         cached = self._requests.get(app_id)
         if key is not None and cached is not None and cached[0] == key:
@@ -361,16 +362,17 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             self._requests[app_id] = (key, request)
         return request
 
-    def _observe(self, app_id: str) -> Optional[Tuple[Request, State]]:
+    def _observe(self, app_id: str, root: Optional[Path] = None) -> Optional[Tuple[Request, State]]:
         """The app's request and its state as ``control.observed_state`` sees it (reads
         only); None if there is no such app. Raises ``UnreadableAppError``."""
-        request = self._request(app_id)
+        root = root or self._state_root()
+        request = self._request(app_id, root)
         if request is None:
             return None
         from torchx.schedulers.local import control
 
         try:
-            return request, control.observed_state(str(self._app_dir(app_id)), request)
+            return request, control.observed_state(str(root / app_id), request)
         except BadRecord as e:
             raise UnreadableAppError(app_id, e.path, e.reason) from None
 
@@ -423,10 +425,12 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             return None
         return str(self._app_dir(app_id) / files.PROGRESS)
 
-    def _summary(self, app_id: str) -> Optional[tuple[float, ListAppResponse]]:
+    def _summary(
+        self, app_id: str, root: Optional[Path] = None
+    ) -> Optional[tuple[float, ListAppResponse]]:
         """``(submitted, ListAppResponse)``; None (with a warning) if it is unreadable."""
         try:
-            found = self._observe(app_id)
+            found = self._observe(app_id, root)
             if found is None:
                 return None
             request, doc = found
@@ -439,10 +443,12 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
     def list(self) -> List[ListAppResponse]:
         """Every app of this session, newest first (unreadable ones skipped with a warning)."""
         root = self._state_root()
-        if not root.is_dir():
+        try:
+            with os.scandir(root) as entries:  # the entries' types without a stat each
+                app_ids = [d.name for d in entries if not d.name.startswith(".") and d.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        app_ids = [d.name for d in root.iterdir() if not d.name.startswith(".") and d.is_dir()]
-        return self._summaries(app_ids, newest_first=True)
+        return self._summaries(app_ids, newest_first=True, root=root)
 
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
@@ -454,9 +460,12 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             return []
         return self._summaries(os.listdir(token_dir), newest_first=False)
 
-    def _summaries(self, app_ids: List[str], newest_first: bool) -> List[ListAppResponse]:
+    def _summaries(
+        self, app_ids: List[str], newest_first: bool, root: Optional[Path] = None
+    ) -> List[ListAppResponse]:
         """The readable apps of ``app_ids``, by submission time (app id breaking ties)."""
-        found = [s for s in map(self._summary, app_ids) if s is not None]
+        root = root or self._state_root()
+        found = [s for s in (self._summary(app_id, root) for app_id in app_ids) if s is not None]
         found.sort(key=lambda x: (x[0], x[1].app_id), reverse=newest_first)
         return [app for _, app in found]
 
