@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import typing
-from typing import Any, Dict, Iterator, List, Optional, TypedDict
+from typing import Any, Callable, Dict, Iterator, List, Optional, TypedDict
 
 REQUEST = "request.json"
 STATE = "state.json"
@@ -129,45 +129,64 @@ class BadRecord(ValueError):
         self.reason = reason
 
 
-_hints = functools.cache(typing.get_type_hints)
+_Check = Callable[[Any, str], Optional[str]]
 
 
-def _problem(value: Any, tp: Any, where: str) -> Optional[str]:
-    """What is wrong with ``value`` as JSON of type ``tp`` (None: nothing)."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
+@functools.cache
+def _checker(tp: Any) -> _Check:
+    """What is wrong with a JSON value as a ``tp`` at ``where`` (None: nothing): a check
+    built once per type, since a poll checks a thousand apps' records."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
-        return None
+        return lambda value, where: None
     if origin is typing.Union:
-        if any(_problem(value, a, where) is None for a in args):
-            return None
-        return f"bad {where!r}"
-    if typing.is_typeddict(tp):
-        if not isinstance(value, dict):
-            return f"{where} is not a JSON object" if where else "not a JSON object"
-        for key in tp.__required_keys__:
-            if key not in value:
-                return f"no {_join(where, key)!r}"
-        found = (
-            _problem(value[k], sub, _join(where, k)) for k, sub in _hints(tp).items() if k in value
-        )
-        return next(filter(None, found), None)
-    if origin in (list, dict):
-        if origin is list and isinstance(value, list):
-            items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
-        elif origin is dict and isinstance(value, dict) and all(isinstance(k, str) for k in value):
-            items = [(_join(where, k), item) for k, item in value.items()]
-        else:
+        options = [_checker(a) for a in args]
+
+        def one_of(value: Any, where: str) -> Optional[str]:
+            if any(check(value, where) is None for check in options):
+                return None
             return f"bad {where!r}"
-        # the first problem of an item (their type is the last argument of List and Dict)
-        return next(filter(None, (_problem(item, args[-1], at) for at, item in items)), None)
-    if tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, tp)
-    return None if ok else f"bad {where!r}"
+
+        return one_of
+    if typing.is_typeddict(tp):
+        required = tuple(tp.__required_keys__)
+        fields = [(k, _checker(sub)) for k, sub in typing.get_type_hints(tp).items()]
+
+        def record(value: Any, where: str) -> Optional[str]:
+            if not isinstance(value, dict):
+                return f"{where} is not a JSON object" if where else "not a JSON object"
+            for key in required:
+                if key not in value:
+                    return f"no {_join(where, key)!r}"
+            for key, check in fields:
+                if key in value and (problem := check(value[key], _join(where, key))):
+                    return problem
+            return None
+
+        return record
+    if origin in (list, dict):
+        item = _checker(args[-1])  # the items' type is the last argument of List and Dict
+
+        def items(value: Any, where: str) -> Optional[str]:
+            if origin is list and isinstance(value, list):
+                found = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+            elif (
+                origin is dict
+                and isinstance(value, dict)
+                and all(isinstance(k, str) for k in value)
+            ):
+                found = ((_join(where, k), v) for k, v in value.items())
+            else:
+                return f"bad {where!r}"
+            return next(filter(None, (item(v, at) for at, v in found)), None)
+
+        return items
+    if tp in (int, float):  # JSON numbers: a bool is not one, an int is a float
+        kinds = (int, float) if tp is float else (int,)
+        return lambda value, where: (
+            None if isinstance(value, kinds) and not isinstance(value, bool) else f"bad {where!r}"
+        )
+    return lambda value, where: None if isinstance(value, tp) else f"bad {where!r}"
 
 
 def _join(where: str, key: str) -> str:
@@ -250,7 +269,7 @@ def _record_problem(data: bytes, tp: Any) -> Optional[str]:
         doc = json.loads(data)
     except ValueError:
         return "it is not valid JSON"
-    return _problem(doc, tp, "")
+    return _checker(tp)(doc, "")
 
 
 def makedirs_private(path: str) -> None:
