@@ -18,8 +18,9 @@
 # Measured 2026-12-02 on a 2-core machine (a slow one that day), no .venvs, uv's cache
 # warm: 2:55 alone (the three venvs made in 26 s; 182 s before, with pip's unpack and the
 # ahead-of-time byte-compile), 2:51-3:11 after the test command in .ci/run. Resolved then:
-# prefect 3.9.1, kfp 2.17.3, mlflow 3.17.2 (3.18.0's mlflow-skinny is not on this machine's
-# index; uv took 3.17.2).
+# prefect 3.9.1, kfp 2.17.3, mlflow 3.17.2. On 2026-12-07 it resolved mlflow 3.18.0, and the
+# tests that assumed torchx's sqlite fast path failed with it: each now states what holds
+# on a revision the tests checked and what holds through MLflow's own client on any other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

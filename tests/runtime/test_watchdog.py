@@ -5,11 +5,14 @@ and forwards a stop. Its clock restarts after the watchdog itself was stopped.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -99,6 +102,55 @@ def test_a_stop_reaches_the_command(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(DEADLINE) == 128 + signal.SIGTERM
     proc.stdout.close()
+
+
+def _left_running(marker: str) -> List[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if marker in " ".join(proc.info["cmdline"] or []) and proc.status() != "zombie":
+                found.append(proc.pid)
+    return found
+
+
+def _stop_many(count: int, when_up: bool) -> None:
+    """``count`` watchdogs, 10 at a time, each stopped with SIGTERM as soon as its command
+    printed its first line (``when_up``) or at a random moment of its start; afterwards no
+    command may be running (each sleeps for a unique time, to be found by it)."""
+    marker = f"600.{random.randrange(10**6):06d}"
+    rng = random.Random(marker)
+    cmd = [sys.executable, "-m", "torchx.runtime.watchdog", "600", "--"]
+    cmd += ["sh", "-c", f"echo up; exec sleep {marker}"]
+    codes = []
+    for start in range(0, count, 10):
+        batch = [
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+            for _ in range(min(10, count - start))
+        ]
+        for proc in batch:
+            assert proc.stdout is not None
+            if when_up:
+                assert proc.stdout.readline() == "up\n"
+            else:
+                time.sleep(rng.uniform(0, 0.2))
+            proc.send_signal(signal.SIGTERM)
+        for proc in batch:
+            codes.append(proc.wait(DEADLINE))
+            assert proc.stdout is not None
+            proc.stdout.close()
+    assert _left_running(marker) == []
+    # a stop reached the command (143), or came before it started (never -15 after it did)
+    assert set(codes) <= {128 + signal.SIGTERM, -signal.SIGTERM}, codes
+    if when_up:
+        assert set(codes) == {128 + signal.SIGTERM}
+
+
+def test_a_stop_as_soon_as_the_command_is_up_always_reaches_it() -> None:
+    _stop_many(200, when_up=True)
+
+
+def test_a_stop_at_any_moment_of_the_start_leaves_no_command_running() -> None:
+    _stop_many(60, when_up=False)
 
 
 def test_bad_usage_is_one_line() -> None:

@@ -1,5 +1,10 @@
 """A new sqlite store made by torchx is what the installed MLflow creates, and MLflow opens
-it as it is (real MLflow: its own store creation, MlflowClient, ``mlflow.search_runs``)."""
+it as it is (real MLflow: its own store creation, MlflowClient, ``mlflow.search_runs``).
+
+Each test states what holds on any MLflow a user can install: torchx's fast paths (a store
+from the snapshot, rows by SQL, no ``import mlflow``) where the installed MLflow's schema is
+the snapshot's or a checked one, and MLflow's own client where it is not (a newer release),
+with the same records either way."""
 
 from __future__ import annotations
 
@@ -18,8 +23,19 @@ import pytest
 
 from torchx.trackers.api import AppRun
 from torchx.trackers.mlflow_backend import MLflowTracker
-from torchx.trackers.mlflow_sqlite import SqliteStore, mlflow_head_revision
+from torchx.trackers.mlflow_sqlite import (
+    SNAPSHOT,
+    SqliteStore,
+    checked_revisions,
+    mlflow_head_revision,
+)
 from torchx.trackers.mlflow_store import ClientStore
+
+# the installed MLflow's schema is the snapshot's: torchx creates a store without MLflow
+FROM_SNAPSHOT = json.loads(Path(SNAPSHOT).read_text())["head"] == mlflow_head_revision()
+# ... is a revision the tests checked: torchx writes and reads its rows by SQL
+ROWS_BY_SQL = mlflow_head_revision() in checked_revisions()
+STORE = SqliteStore if ROWS_BY_SQL else ClientStore
 
 MAKE = textwrap.dedent("""
     import sys
@@ -90,7 +106,7 @@ def test_a_new_store_is_what_mlflow_creates_and_mlflow_opens_it_without_migratin
     monkeypatch.chdir(tmp_path)  # MLflow's default experiment keeps artifacts in ./mlruns
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
     theirs, ours = tmp_path / "theirs.db", tmp_path / "ours.db"
-    assert not make_store(ours, tmp_path)  # from the snapshot: no `import mlflow`
+    assert make_store(ours, tmp_path) is not FROM_SNAPSHOT  # the snapshot needs no MLflow
     assert stat.S_IMODE(ours.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".mlflow-")] == []
     mlflow_store(theirs)
@@ -101,7 +117,9 @@ def test_a_new_store_is_what_mlflow_creates_and_mlflow_opens_it_without_migratin
     import mlflow
     from mlflow import MlflowClient
 
-    SqliteStore(str(ours), lambda: None).experiment_id("torchx", str(tmp_path / "artifacts"))
+    store = MLflowTracker(tracking_uri=f"sqlite:///{ours}").store
+    assert isinstance(store, STORE)
+    store.experiment_id("torchx", str(tmp_path / "artifacts"))
     client = MlflowClient(f"sqlite:///{theirs}")
     client.create_experiment("torchx", artifact_location=str(tmp_path / "artifacts" / "torchx"))
     assert rows(ours, *TIMES) == rows(theirs, *TIMES)
@@ -133,7 +151,7 @@ def test_another_mlflow_schema_head_falls_back_to_mlflow_itself(tmp_path: Path) 
     other = "0" * 12  # a head the snapshot is not for
     assert mlflow_head_revision() not in (None, other)
     assert make_store(tmp_path / "slow.db", tmp_path, head=other)  # MLflow made it
-    assert not make_store(tmp_path / "fast.db", tmp_path)
+    assert make_store(tmp_path / "fast.db", tmp_path) is not FROM_SNAPSHOT
     assert schema(tmp_path / "slow.db") == schema(tmp_path / "fast.db")
     assert rows(tmp_path / "slow.db", *TIMES) == rows(tmp_path / "fast.db", *TIMES)
     assert stat.S_IMODE((tmp_path / "slow.db").stat().st_mode) == 0o600
@@ -161,8 +179,8 @@ def test_a_schema_revision_no_test_checked_goes_through_mlflows_client(
     run = MlflowClient(uri).get_run(str(tracker.mlflow_run_id("job-1")))
     assert run.data.tags["stage"] == "s" and run.data.metrics == {"loss": 0.5}
     assert run.info.status == "FINISHED"
-    monkeypatch.undo()  # the installed (pinned) MLflow's revision is listed: rows again
-    assert isinstance(MLflowTracker(tracking_uri=uri).store, SqliteStore)
+    monkeypatch.undo()  # the installed MLflow's revision, if listed: rows by SQL again
+    assert isinstance(MLflowTracker(tracking_uri=uri).store, STORE)
 
 
 def test_the_pinned_mlflows_schema_revision_is_checked() -> None:
@@ -174,7 +192,7 @@ def test_the_pinned_mlflows_schema_revision_is_checked() -> None:
 
     pins = (Path(__file__).parents[2] / "constraints.txt").read_text().splitlines()
     if f"mlflow=={version('mlflow')}" not in pins:
-        pytest.skip(f"mlflow {version('mlflow')} is not the pinned one: its rows go by MLflow")
+        pytest.skip(f"mlflow {version('mlflow')} is not the pinned one")
     assert mlflow_head_revision() in checked_revisions()
 
 
@@ -184,10 +202,10 @@ def test_a_store_made_meanwhile_by_mlflow_itself_is_kept(tmp_path: Path) -> None
     mlflow_store(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE experiments SET name = 'kept' WHERE experiment_id = 0")
-    assert not make_store(path, tmp_path)
+    assert make_store(path, tmp_path) is not FROM_SNAPSHOT
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT name FROM experiments").fetchall() == [("kept",)]
-    assert os.listdir(tmp_path) == ["mlflow.db"]
+    assert [p for p in os.listdir(tmp_path) if "mlflow" in p] == ["mlflow.db"]  # no temp file
 
 
 RANK = """
@@ -240,7 +258,7 @@ def test_a_ranks_tracker_calls_on_sqlite_write_what_mlflow_writes_without_import
     with get_runner() as runner:
         handle = runner.run(specs.AppDef("rank", [role]), "local_cwd")
         assert runner.wait(handle, wait_interval=1, timeout=240).state == specs.AppState.SUCCEEDED
-    assert out.read_text() == "False"  # the rank never imported mlflow
+    assert out.read_text() == str(not ROWS_BY_SQL)  # by SQL, the rank never imports mlflow
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("torchx").experiment_id
@@ -328,7 +346,8 @@ def test_a_pipelines_stage_reads_on_sqlite_are_mlflows_and_import_no_mlflow(
     out = subprocess.run(
         [sys.executable, "-c", PIPELINE, uri], capture_output=True, text=True, check=True
     ).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == [1.75, {"cpu_hours": 1.5}, False], out
+    reads = json.loads(out.strip().splitlines()[-1])  # (a new store: from the snapshot)
+    assert reads == [1.75, {"cpu_hours": 1.5}, not (ROWS_BY_SQL and FROM_SNAPSHOT)], out
     by_sql, by_client = MLflowTracker(tracking_uri=uri), MLflowTracker(tracking_uri=uri)
     by_client._store = ClientStore(lambda: by_client.client)
     for reads in (

@@ -164,9 +164,31 @@ def run(
 ) -> int:
     """Run ``cmd`` under a watchdog of ``timeout`` s; its exit code, or ``STALLED_EXIT``."""
     clock = StallClock(timeout, os.environ.get("TORCHX_PROGRESS_FILE"), peers, beacon)
+    # The stop signals are ours before the command starts: one that arrives while it starts
+    # is held and forwarded once its group exists (Popen returns after the child's setsid
+    # and exec), one that arrived before means it never starts. Handlers run in the main
+    # thread between bytecodes, so a signal is either held or forwarded, never lost.
+    held: List[int] = []
+    group: Optional[int] = None
+
+    def forward(signum: int, _: object) -> None:
+        if group is None:
+            held.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # this is the process' main
+        signal.signal(sig, forward)
+    if held:
+        return 128 + held[0]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
+    group = proc.pid
+    for signum in held:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signum)
     assert proc.stdout is not None and proc.stderr is not None
     copiers = [
         threading.Thread(target=_copy, args=(src, dst, clock), daemon=True)
@@ -174,13 +196,6 @@ def run(
     ]
     for t in copiers:
         t.start()
-
-    def forward(signum: int, _: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # this is the process' main
-        signal.signal(sig, forward)
     while True:
         try:
             code = proc.wait(CHECK_INTERVAL)
