@@ -67,6 +67,26 @@ def test_bad_j(j: str) -> None:
         dist.ddp(script="t.py", j=j)
 
 
+@pytest.mark.parametrize(
+    "j, needle",
+    [
+        ("1x99999999999999999999", "at most 1,024 processes per node"),
+        ("1x1025", "at most 1,024 processes per node"),
+        ("2:4x" + "9" * 5000, "at most 1,024 processes per node"),  # past int()'s digit limit
+        ("99999999999999999999x1", "at most 10,000 nodes"),
+        ("1:10001x1", "at most 10,000 nodes"),
+    ],
+)
+def test_j_upper_bounds(j: str, needle: str) -> None:
+    with pytest.raises(specs.InvalidArgumentError, match=needle) as e:
+        dist.ddp(script="t.py", j=j)
+    assert "\n" not in str(e.value)
+    with pytest.raises(specs.InvalidArgumentError, match=needle):
+        dist.spmd(script="t.py", j=j)
+    assert dist.parse_nnodes("10000x1024") == (10_000, 10_000, 1_024, "10000")
+    assert dist.parse_nnodes("1:10000x0001")[:3] == (1, 10_000, 1)
+
+
 def test_parse_nnodes_and_role_name_as_upstream() -> None:
     assert dist.parse_nnodes("1:2x4") == (1, 2, 4, "1:2")
     assert dist.parse_nnodes("2x4") == (2, 2, 4, "2")

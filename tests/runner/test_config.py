@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import logging
 from pathlib import Path
 
 import pytest
@@ -61,17 +60,79 @@ def test_malformed_file_is_one_line_error(tmp_path: Path) -> None:
     assert "malformed" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_unknown_options_are_skipped_and_mistyped_ones_rejected(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    "text, line, needle",
+    [
+        ("[local_cwd]\nlog_dir = /tmp\nthis is junk\n", 3, "cannot parse 'this is junk'"),
+        ("# c\nlog_dir = /tmp\n", 2, "'log_dir = /tmp' comes before any [section] header"),
+        ("[local_cwd]\nlog_dir = /a\n\nlog_dir = /b\n", 4, "'log_dir' is set twice"),
+        ("[local_cwd]\n[cli:run]\n[local_cwd]\n", 3, "section [local_cwd] appears twice"),
+    ],
+)
+@pytest.mark.parametrize("reader", ["apply", "get_configs", "load"])
+def test_parse_errors_name_the_file_and_line(
+    tmp_path: Path, text: str, line: int, needle: str, reader: str
 ) -> None:
-    path = _write(tmp_path / "proj" / ".torchxconfig", "[local_cwd]\nno_such_opt = 1\n")
+    path = _write(tmp_path / "proj" / ".torchxconfig", text)
+    with pytest.raises(config.ConfigError) as e:
+        if reader == "apply":
+            config.apply("local_cwd", {})
+        elif reader == "get_configs":
+            config.get_configs("component", "utils.echo")
+        else:
+            with open(path) as f:
+                config.load("local_cwd", f, {})
+    message = str(e.value)
+    assert message.startswith(f"malformed {path}, line {line}: "), message
+    assert needle in message and "\n" not in message
+
+
+@pytest.mark.parametrize("value", ["1", "None", "#FIXME:(str) x"])
+def test_an_unknown_scheduler_key_is_an_error_naming_file_and_line(
+    tmp_path: Path, value: str
+) -> None:
+    path = _write(
+        tmp_path / "proj" / ".torchxconfig",
+        f"[component:utils.echo]\nlog_dri = x\n[local_cwd]\nlog_dir = /tmp/x\nlog_dri = {value}\n",
+    )
+    with pytest.raises(config.ConfigError) as e:
+        config.apply("local_cwd", {})
+    # -cfg's message (runopts.check_known), with where it was written
+    assert str(e.value) == (
+        f"{path}, line 5: Unknown run option 'log_dri' (did you mean 'log_dir'?); valid options"
+        " of the local_cwd scheduler are: auto_set_cuda_visible_devices, log_dir, prepend_cwd;"
+        " fix or remove it"
+    )
+    assert isinstance(e.value, ValueError)
+    cfg: dict = {"log_dri": "given"}  # a key the caller gives is the caller's to check (-cfg)
+    config.apply("local_cwd", cfg)
+    assert cfg == {"log_dri": "given", "log_dir": "/tmp/x"}
+
+
+def test_sections_torchx_does_not_own_keep_working(tmp_path: Path) -> None:
+    """Component defaults, CLI defaults, trackers and other tools' sections take any key;
+    another scheduler's section is checked only when that scheduler is used."""
+    _write(
+        tmp_path / "proj" / ".torchxconfig",
+        "[component:utils.echo]\nmsg = hi\nanything = 1\n[cli:run]\nscheduler = local_cwd\n"
+        "[torchx:tracker]\nmlflow =\n[tracker:mlflow]\nconfig = sqlite:///x.db\n"
+        "[some_other_tool]\nkey = v\n[slurm]\nno_such = 1\n[local_cwd]\nlog_dir = /tmp/l\n",
+    )
     cfg: dict = {}
-    with caplog.at_level(logging.WARNING):
-        config.apply("local_cwd", cfg)
-    assert cfg == {} and "no_such_opt" in caplog.text  # upstream warns and goes on
-    path.write_text("[local_cwd]\nprepend_cwd = maybe\n")
+    config.apply("local_cwd", cfg)
+    assert cfg == {"log_dir": "/tmp/l"}
+    assert config.get_configs("component", "utils.echo") == {"msg": "hi", "anything": "1"}
+    assert config.get_config("cli", "run", "scheduler") == "local_cwd"
+    assert config.get_configured_trackers() == {"mlflow": "sqlite:///x.db"}
+    with pytest.raises(config.ConfigError, match="line 13: Unknown run option 'no_such'"):
+        config.apply("slurm", {})
+
+
+def test_mistyped_values_are_errors_naming_the_line(tmp_path: Path) -> None:
+    path = _write(tmp_path / "proj" / ".torchxconfig", "[local_cwd]\n\nprepend_cwd = maybe\n")
     with pytest.raises(config.ConfigError, match="prepend_cwd") as e:
         config.apply("local_cwd", {})
+    assert str(e.value).startswith(f"{path}, line 3: [local_cwd] prepend_cwd must be bool")
     assert isinstance(e.value, ValueError)  # what upstream raised
 
 

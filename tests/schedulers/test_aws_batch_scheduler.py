@@ -543,3 +543,72 @@ def test_missing_boto3_extra_is_one_line(moto: MotoBatchServer, tmp_path: Path) 
     assert out.stderr.strip().splitlines() == [
         "torchx: error: 'boto3' is not installed; install it with: pip install 'torchx[aws_batch]'"
     ]
+
+
+# --------------------------------------------------------------------------- secrets
+
+HF_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-AbCdEf"
+MLFLOW_ARN = "arn:aws:ssm:us-east-1:123456789012:parameter/mlflow/password"
+
+
+def test_secrets_named_by_arn_go_to_secrets_and_none_is_in_environment_or_tags(
+    moto: MotoBatchServer,
+) -> None:
+    opts = create_scheduler("t").run_opts()
+    cfg = opts.cfg_from_str(
+        f"queue={QUEUE},secret_env=HF_TOKEN:{HF_ARN};MLFLOW_TRACKING_PASSWORD:{MLFLOW_ARN}"
+    )
+    assert cfg["secret_env"] == {"HF_TOKEN": HF_ARN, "MLFLOW_TRACKING_PASSWORD": MLFLOW_ARN}
+    app = specs.AppDef("trainer", [_role("train", n=2), _role("eval")])
+    # what torchx injects for an MLflow server with credentials: the ARN-named one wins
+    app.roles[0].env["MLFLOW_TRACKING_PASSWORD"] = "mlflow_planted_password"
+    app.roles[0].env["PLAIN"] = "visible"
+    app.metadata["deploy_token"] = "tag_planted_token"  # no secret in a tag either
+    runner = get_runner()
+    info = runner.dryrun(app, "aws_batch", cfg)
+    _validate("RegisterJobDefinition", info.request.job_def)
+    assert "planted" not in str(info)
+    handle = runner.schedule(info)
+
+    batch = moto.client("batch")
+    (jd,) = batch.describe_job_definitions(jobDefinitionName=info.request.name)["jobDefinitions"]
+    # moto's DescribeJobDefinitions leaves nodeProperties out: read what it registered
+    (stored,) = (
+        d for d in moto._backend()._job_definitions.values() if d.arn == jd["jobDefinitionArn"]
+    )
+    jd["nodeProperties"] = stored.node_properties
+    (job,) = batch.describe_jobs(jobs=[_job_id(handle)])["jobs"]
+    for registered in (jd, job):
+        assert "planted" not in str(registered)
+        containers = [r["container"] for r in registered["nodeProperties"]["nodeRangeProperties"]]
+        for c in containers:
+            assert c["secrets"] == [
+                {"name": "HF_TOKEN", "valueFrom": HF_ARN},
+                {"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": MLFLOW_ARN},
+            ]
+            assert not {"HF_TOKEN", "MLFLOW_TRACKING_PASSWORD"} & {
+                e["name"] for e in c["environment"]
+            }
+        assert {"name": "PLAIN", "value": "visible"} in containers[0]["environment"]
+        assert "deploy_token" not in registered["tags"]
+
+
+def test_a_secret_in_clear_is_refused_in_one_line(moto: MotoBatchServer) -> None:
+    app = specs.AppDef("trainer", [_role("train")])
+    app.roles[0].env.update(
+        {
+            "HF_TOKEN": "hf_planted_token",
+            "MLFLOW_TRACKING_URI": "https://alice:uri_planted@mlflow.example.com",
+        }
+    )
+    runner = get_runner()
+    for submit in (runner.dryrun, runner.run):
+        with pytest.raises(InvalidAppError) as e:
+            submit(app, "aws_batch", {"queue": QUEUE})
+        msg = str(e.value)
+        assert "HF_TOKEN, MLFLOW_TRACKING_URI" in msg and "-cfg secret_env=HF_TOKEN:arn:aws:" in msg
+        assert "planted" not in msg and "\n" not in msg
+    assert moto.job_definition_names() == [] and moto.job_ids() == []
+    with pytest.raises(specs.InvalidRunConfigException, match="expected VAR:ARN") as bad:
+        runner.dryrun(app, "aws_batch", {"queue": QUEUE, "secret_env": {"HF_TOKEN": "hf_x"}})
+    assert "\n" not in str(bad.value)

@@ -304,3 +304,38 @@ def test_upstream_app_to_resource_helper(srv: KMockServer) -> None:
         "sa",
         "sa",
     ]
+
+
+def test_dryrun_shows_the_secrets_keys_never_its_values(srv: KMockServer) -> None:
+    app = echo_app(n=2)
+    app.roles[0].env.update(
+        {
+            "HF_TOKEN": "hf_planted_token_0001",
+            "MLFLOW_TRACKING_URI": "https://alice:uri_planted_0002@mlflow.example.com",
+            "API_KEY": f"key-{specs.macros.replica_id}-planted",  # differs per replica
+        }
+    )
+    info = get_runner().dryrun(app, "kubernetes", {"queue": "q"})
+    name = info.request.name
+    for text in (str(info), repr(info.request)):
+        assert "planted" not in text
+    *jobs, secret = yaml.safe_load_all(str(info))
+    assert jobs == [info.request.resource]
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", f"{name}-env")
+    assert secret["stringData"] == {
+        "HF_TOKEN": "***",
+        "MLFLOW_TRACKING_URI": "***",
+        "API_KEY": "***",
+        "API_KEY.echo-1": "***",
+    }
+    accepts(info.request.secret, "V1Secret")
+    assert info.request.secret is not None
+    assert info.request.secret["stringData"]["API_KEY.echo-1"] == "key-1-planted"
+    refs = [
+        container_env(t["template"])["API_KEY"]["secretKeyRef"]
+        for t in info.request.resource["spec"]["tasks"]
+    ]
+    assert refs == [
+        {"name": f"{name}-env", "key": "API_KEY"},
+        {"name": f"{name}-env", "key": "API_KEY.echo-1"},
+    ]

@@ -4,6 +4,7 @@ the kubelet by writing job status, pods and pod logs into the emulator."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -21,6 +22,8 @@ from torchx.schedulers.kubernetes.scheduler import create_scheduler
 
 from .kmock_server import (
     BATCH_JOBS,
+    CONFIG_MAPS,
+    PODS,
     SERVICES,
     VOLCANO_JOBS,
     KMockServer,
@@ -486,3 +489,164 @@ def test_scheduler_accepts_an_injected_client(srv: KMockServer) -> None:
     assert [a.app_id for a in sched.list()] == [app_id]
     sched.close()  # not ours: the caller's client stays open
     assert client.CoreV1Api(api).list_namespaced_pod("team-a").items == []
+
+
+# --------------------------------------------------------------------------- secrets
+
+SECRETS = "v1/secrets"
+HF_TOKEN = "hf_planted_token_0001"
+MLFLOW_PASSWORD = "mlflow_planted_password_0002"
+URI_PASSWORD = "uri_planted_password_0003"
+
+
+@pytest.fixture(scope="module")
+def _uids(kmock_server: KMockServer) -> None:
+    """Play the API server: every created object gets a uid (kmock leaves it out); below a
+    test's own reactions (a 403, a 404), above kmock's default create."""
+    import uuid
+
+    km = kmock_server.km
+
+    def assign_uid(request: Any) -> Any:
+        meta = request.data.get("metadata") or {}
+        obj = km.objects[request.resource, request.namespace or meta.get("namespace"), meta["name"]]
+        if not (obj.get("metadata") or {}).get("uid"):
+            obj.patch({"metadata": {"uid": str(uuid.uuid4())}})
+        return obj.raw
+
+    kmock_server.call(lambda: km["create"] ** -1 << assign_uid)
+
+
+@pytest.fixture()
+def api(srv: KMockServer, _uids: None) -> KMockServer:
+    return srv
+
+
+def _app_with_secrets(n: int = 2) -> specs.AppDef:
+    app = echo_app(n=n)
+    app.roles[0].env.update(
+        {
+            "PLAIN": "visible",
+            "HF_TOKEN": HF_TOKEN,
+            # what torchx injects for an MLflow server with credentials
+            "MLFLOW_TRACKING_URI": f"https://alice:{URI_PASSWORD}@mlflow.example.com",
+            "MLFLOW_TRACKING_PASSWORD": MLFLOW_PASSWORD,
+        }
+    )
+    return app
+
+
+def _stored_but_secrets(srv: KMockServer) -> str:
+    """Every object the API server holds but Secrets (jobs, pods, services, claims), as JSON."""
+    objs = [
+        srv.get(res, NS, name)
+        for res in (VOLCANO_JOBS, BATCH_JOBS, PODS, SERVICES, CONFIG_MAPS)
+        for name in srv.names(res, NS)
+    ]
+    assert objs
+    return json.dumps(objs)
+
+
+@pytest.mark.parametrize("job_type", ["volcano", "indexed"])
+def test_secret_env_is_in_no_job_or_pod_but_in_a_secret_the_job_owns(
+    api: KMockServer, job_type: str
+) -> None:
+    runner = get_runner()
+    key = "dag/train/secret" if job_type == "volcano" else None  # a claim holds nothing either
+    handle = runner.run(
+        _app_with_secrets(), "kubernetes", {"queue": "q", "job_type": job_type}, idempotency_key=key
+    )
+    ns, name = specs.parse_app_handle(handle).app_id.split(":")
+    if job_type == "volcano":
+        job = api.get(VOLCANO_JOBS, ns, name)
+        assert job is not None
+        volcano_pods(api, f"{ns}:{name}", ["Running", "Running"])
+        templates = [t["template"] for t in job["spec"]["tasks"]]
+    else:
+        job = api.get(BATCH_JOBS, ns, f"{name}-echo")
+        assert job is not None
+        indexed_pods(api, ns, f"{name}-echo", ["Running", "Running"])
+        templates = [job["spec"]["template"]]
+    stored = _stored_but_secrets(api)
+    for planted in (HF_TOKEN, MLFLOW_PASSWORD, URI_PASSWORD):
+        assert planted not in stored
+    assert "visible" in stored
+
+    secret = api.get(SECRETS, ns, f"{name}-env")
+    assert secret is not None
+    assert secret["stringData"] == {
+        "HF_TOKEN": HF_TOKEN,
+        "MLFLOW_TRACKING_URI": f"https://alice:{URI_PASSWORD}@mlflow.example.com",
+        "MLFLOW_TRACKING_PASSWORD": MLFLOW_PASSWORD,
+    }
+    assert job["metadata"]["uid"]
+    assert secret["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": job["apiVersion"],
+            "kind": "Job",
+            "name": job["metadata"]["name"],
+            "uid": job["metadata"]["uid"],
+        }
+    ]
+    assert secret["metadata"]["labels"]["app.kubernetes.io/instance"] == name
+    for template in templates:
+        env = {e["name"]: e for e in container(template)["env"]}
+        assert env["PLAIN"] == {"name": "PLAIN", "value": "visible"}
+        for var in ("HF_TOKEN", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_PASSWORD"):
+            ref = {"secretKeyRef": {"name": f"{name}-env", "key": var}}
+            assert env[var] == {"name": var, "valueFrom": ref}
+    desc = get_runner().describe(handle)  # from the cluster: no secret, no reference
+    assert desc is not None and "HF_TOKEN" not in desc.roles[0].env
+
+
+def test_an_existing_secret_is_named_for_a_variable(api: KMockServer) -> None:
+    opts = create_scheduler("t").run_opts()
+    cfg = opts.cfg_from_str("queue=q,secret_env=HF_TOKEN:hf-creds:token;WANDB_API_KEY:wandb")
+    assert cfg["secret_env"] == {"HF_TOKEN": "hf-creds:token", "WANDB_API_KEY": "wandb"}
+    app = echo_app()
+    app.roles[0].env["HF_TOKEN"] = HF_TOKEN  # the named Secret wins over a value in clear
+    handle = get_runner().run(app, "kubernetes", cfg)
+    ns, name = specs.parse_app_handle(handle).app_id.split(":")
+    assert HF_TOKEN not in _stored_but_secrets(api)
+    assert api.names(SECRETS, ns) == []  # nothing else secret: the app needs no Secret of its own
+    job = api.get(VOLCANO_JOBS, ns, name)
+    assert job is not None
+    env = {e["name"]: e for e in container(job["spec"]["tasks"][0]["template"])["env"]}
+    assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-creds", "key": "token"}}
+    assert env["WANDB_API_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "wandb", "key": "WANDB_API_KEY"}  # the key defaults to VAR
+    }
+    with pytest.raises(specs.InvalidRunConfigException, match="expected VAR:SECRET") as e:
+        get_runner().dryrun(app, "kubernetes", {"queue": "q", "secret_env": {"X": "Bad_Name"}})
+    assert "\n" not in str(e.value)
+
+
+def test_a_refused_secret_leaves_no_job_behind(api: KMockServer) -> None:
+    """An account without rights on Secrets: the job created first is deleted again."""
+    api.call(lambda: api.km["post", re.compile(r"/api/v1/namespaces/nosecrets/secrets")] << 403)
+    cfg = {"queue": "q", "namespace": "nosecrets"}
+    with pytest.raises(KubernetesError, match="cannot create Secret .*-env .*403") as e:
+        get_runner().run(_app_with_secrets(), "kubernetes", cfg)
+    assert HF_TOKEN not in str(e.value) and "\n" not in str(e.value)
+    assert api.names(VOLCANO_JOBS, "nosecrets") == []
+    assert get_runner().run(echo_app(), "kubernetes", cfg)  # an app without secrets runs
+
+
+def test_a_pod_waiting_for_its_apps_secret_is_pending_but_a_missing_named_one_fails(
+    api: KMockServer,
+) -> None:
+    """The app's Secret follows its job: a pod that starts in between waits (the kubelet
+    retries). A Secret the user named (``secret_env``) that does not exist never comes."""
+    runner = get_runner()
+    handle = runner.run(_app_with_secrets(n=1), "kubernetes", {"queue": "q"})
+    app_id = specs.parse_app_handle(handle).app_id
+    ns, name = app_id.split(":")
+    api.patch(VOLCANO_JOBS, ns, name, {"status": {"state": {"phase": "Pending"}}})
+    cases = [(f"{name}-env", specs.AppState.PENDING), ("hf-creds", specs.AppState.FAILED)]
+    for secret, expected in cases:
+        message = f'secret "{secret}" not found'
+        waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": message}}
+        volcano_pods(api, app_id, ["Pending"], containerStatuses=[{"name": "c", "state": waiting}])
+        status = app_status(runner, handle)
+        assert status.state == expected, secret
+    assert 'CreateContainerConfigError: secret "hf-creds" not found' in status.msg

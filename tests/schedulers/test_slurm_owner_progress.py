@@ -23,6 +23,7 @@ from torchx.pipelines.owner import owner_of
 from torchx.pipelines.reap import Orchestrators, find_candidates
 from torchx.runner import get_runner
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, idempotency_token
+from torchx.schedulers.slurm.scheduler import create_scheduler
 
 pytestmark = pytest.mark.slurm
 
@@ -94,7 +95,9 @@ def test_progress_of_a_running_job_shows_in_torchx_status(env: Path) -> None:
         assert re.search(r"progress: step ([1-9]\d*)/100, [\d.]+ steps/s, ETA", status), status
         assert "State: RUNNING" in status, status
         job_id = specs.parse_app_handle(handle).app_id
-        assert (env / f"slurm-{job_id}.progress.json").is_file()  # in the job's directory
+        progress = create_scheduler("t").progress_path(job_id)  # in the job's directory
+        assert progress and Path(progress).is_file(), progress
+        assert Path(progress).parent != env  # not in the submitter's working directory
     finally:
         assert _tx("cancel", handle).returncode == 0
     assert _wait_terminal(handle).state == specs.AppState.CANCELLED

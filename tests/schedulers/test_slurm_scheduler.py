@@ -6,19 +6,23 @@ Dry runs and parsers are tested without a cluster in test_slurm_batch / test_slu
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import List
 
 import psutil
 import pytest
 
+from tests.polling import poll_until
 from tests.processes import wait_for_job_processes
 from torchx import specs
 from torchx.components import utils
@@ -128,8 +132,9 @@ def _enforces_accounts() -> bool:
     return bool(re.search(r"AccountingStorageEnforce\s*=\s*\S*associations", config))
 
 
-def _run_ordered_failure() -> str:
-    p = _tx("run", "-s", "slurm", "utils.python", "--num_replicas", "2", "--c", ORDERED_FAILURE)
+def _run_ordered_failure(*cfg: str) -> str:
+    run = ["run", "-s", "slurm", *cfg, "utils.python", "--num_replicas", "2"]
+    p = _tx(*run, "--c", ORDERED_FAILURE)
     assert p.returncode == 0, p.stderr
     return p.stdout.splitlines()[0]
 
@@ -151,7 +156,9 @@ def test_job_failing_on_one_replica_reports_that_replica(env: Path) -> None:
 def test_finished_job_stays_readable_after_slurmctld_forgot_it(
     env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    handle = _run_ordered_failure()
+    # a job_dir both machines see (deploying.md): without one, the record and the logs are
+    # in this machine's $TORCHX_HOME, never in the working directory
+    handle = _run_ordered_failure("-cfg", f"job_dir={env / 'job'}")
     app_id = handle.rsplit("/", 1)[1]
     _wait_terminal(handle)
     _wait_forgotten(app_id)
@@ -248,6 +255,80 @@ def test_hostile_env_and_args_run_nothing(env: Path) -> None:
     for i in (0, 1):
         assert f"sh/{i} $(touch X)`touch W`|$(touch Z);'\"" in p.stdout
     assert not [f for f in ("X", "Y", "W", "Z") if (env / f).exists()]
+
+
+# each replica prints digests of what its env holds, then sleeps (argv: ``sleep 600``)
+PRINTS_ITS_ENV = """
+for value in "$HF_TOKEN" "$MLFLOW_TRACKING_PASSWORD" "$MLFLOW_TRACKING_URI" "$OWN"; do
+    printf '%s\\n' "$(printf '%s' "$value" | sha256sum | cut -c1-16)"
+done
+exec sleep 600
+"""
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def test_secret_env_reaches_a_hetjob_on_no_command_line(env: Path) -> None:
+    """The secrets reach each replica (with its role's own env) while no process's argv,
+    the script Slurm keeps, or its job record holds one; nothing lands in the cwd."""
+    token, password = "hf_" + secrets.token_hex(16), secrets.token_hex(12)
+    uri = f"http://u:{password}@h:5000"
+    secret_env = {"HF_TOKEN": token, "MLFLOW_TRACKING_PASSWORD": password}
+    secret_env["MLFLOW_TRACKING_URI"] = uri
+    owns = {"trainer": "a\nb 'c'", "reader": "$(touch X)"}  # each role's own value
+    roles = []
+    for name, own in owns.items():
+        role = utils.sh("true", env={**secret_env, "OWN": own}).roles[0]
+        role.name, role.entrypoint, role.args = name, "sh", ["-c", PRINTS_ITS_ENV]
+        roles.append(role)
+    from torchx.runner import get_runner
+
+    sched = create_scheduler("t")
+    with get_runner() as runner:
+        handle = runner.run(specs.AppDef("secret", roles), "slurm", {})
+        app_id = handle.rsplit("/", 1)[1]
+        try:
+            wait_for_job_processes(handle, 2, ["sleep", "600"], timeout=120)
+
+            def log(role: str) -> List[str]:
+                return "".join(sched.log_iter(app_id, role, 0)).splitlines()
+
+            for name, own in owns.items():
+                want = [_digest(v) for v in [*secret_env.values(), own]]
+                out = poll_until(partial(log, name), lambda lines: len(lines) >= 4, timeout=60)
+                assert out == want, (name, out)
+            # while it runs: every process's argv (srun's in the batch script too)
+            argvs, sruns = [], []
+            for p in psutil.process_iter(["cmdline", "environ"]):
+                argvs.append("\0".join(p.info["cmdline"] or []))
+                if (p.info["environ"] or {}).get("SLURM_JOB_ID") == app_id:
+                    sruns += [argvs[-1]] if argvs[-1].startswith("srun\0") else []
+            assert sruns, argvs  # the batch script's srun (and its helper), both groups'
+            for value in (token, password):
+                assert not [a for a in argvs if value in a], value
+            assert all(a.count(".env\0") == 2 for a in sruns), sruns  # the files' names only
+            # what Slurm keeps of the job, and shows its users
+            script = subprocess.run(
+                ["scontrol", "write", "batch_script", app_id, "-"],
+                capture_output=True, text=True, timeout=30,
+            ).stdout  # fmt: skip
+            job = subprocess.run(
+                ["scontrol", "show", "job", "-dd", app_id],
+                capture_output=True, text=True, timeout=30,
+            ).stdout  # fmt: skip
+            assert "srun " in script and "JobId=" in job
+            for value in (token, password):
+                assert value not in script and value not in job
+        finally:
+            runner.cancel(handle)
+    assert _wait_terminal(handle).state == specs.AppState.CANCELLED
+    assert sorted(f.name for f in env.iterdir()) == ["home"]  # only $TORCHX_HOME, no X
+    job_dir = Path(str(sched._job_dir(app_id)))
+    env_files = list(job_dir.glob("torchx-*.env"))
+    assert len(env_files) == 2 and job_dir.parent == env / "home" / "slurm" / "jobs"
+    assert {stat.S_IMODE(f.stat().st_mode) for f in env_files} == {0o600}
 
 
 def _sleeper(token: str) -> specs.AppDef:

@@ -7,6 +7,7 @@ is left, and a job that keeps printing is never stopped."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from tests.schedulers.stalled_job import (
 from tests.schedulers.test_slurm_scheduler import cluster, env  # noqa: F401 (fixtures)
 from torchx import specs
 from torchx.runner import get_runner
+from torchx.schedulers.slurm.scheduler import create_scheduler
 
 pytestmark = pytest.mark.slurm
 WATCHED = 2  # a replica's processes: its command and the watchdog that runs it
@@ -97,7 +99,7 @@ def test_a_requeued_slurm_job_is_judged_from_its_new_start(env: Path) -> None:  
         try:
             wait_for_job_processes(handle, WATCHED, timeout=120)
             poll(  # the first run wrote its progress file
-                lambda: (env / f"slurm-{job_id}.progress.json").exists(),
+                lambda: os.path.exists(create_scheduler("t").progress_path(job_id) or ""),
                 DEADLINE,
                 "the first run's progress report",
                 every=0.2,

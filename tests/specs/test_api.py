@@ -175,6 +175,48 @@ def test_parse_mounts() -> None:
     ]
 
 
+@pytest.mark.parametrize("value", ["", "=yes", "=YES", "=true", "=1", "=on", "=On"])
+def test_parse_mounts_readonly_yes(value: str) -> None:
+    assert specs.parse_mounts([f"type=bind,src=/a,dst=/b,readonly{value}"]) == [
+        specs.BindMount("/a", "/b", read_only=True)
+    ]
+    assert specs.parse_mounts([f"type=volume,src=v,dst=/b,read_only{value}"]) == [
+        specs.VolumeMount("v", "/b", read_only=True)
+    ]
+
+
+@pytest.mark.parametrize("value", ["no", "false", "0", "off", "OFF"])
+def test_parse_mounts_readonly_no(value: str) -> None:
+    writable = [specs.BindMount("/a", "/b", read_only=False)]
+    assert specs.parse_mounts([f"type=bind,src=/a,dst=/b,readonly={value}"]) == writable
+    assert specs.parse_mounts(["type=bind,src=/a,dst=/b"]) == writable
+
+
+@pytest.mark.parametrize("value", ["", "maybe", "y", "2", "ro", "yes please"])
+def test_parse_mounts_readonly_unclear_is_an_error(value: str) -> None:
+    # never silently writable: a value that is not a clear yes or no is refused
+    with pytest.raises(specs.InvalidArgumentError, match="readonly=.* is not valid") as e:
+        specs.parse_mounts([f"type=bind,src=/a,dst=/b,readonly={value}"])
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "opt, needle",
+    [
+        ("type=bind,src=/a,dst=/b,perm=r", "unknown mount option 'perm' for type=bind"),
+        ("type=volume,src=v,dst=/b,perm=r", "unknown mount option 'perm' for type=volume"),
+        ("type=device,src=/dev/x,readonly", "unknown mount option 'readonly' for type=device"),
+        ("type=bind,src=/a,dst=/b,ro", "unknown mount option 'ro' for type=bind"),
+        ("type=bind,src=/a,dst=/b,readonly,readonly=no", "readonly is given twice"),
+        ("type=bind,src=/a,src=/c,dst=/b", "src is given twice"),
+        ("type=bind,src,dst=/b", "missing src="),
+    ],
+)
+def test_parse_mounts_options_a_type_does_not_read_are_errors(opt: str, needle: str) -> None:
+    with pytest.raises(specs.InvalidArgumentError, match=needle):
+        specs.parse_mounts([opt])
+
+
 def test_star_import_and_cheap_import() -> None:
     code = (
         "import sys\n"

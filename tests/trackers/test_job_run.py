@@ -380,13 +380,13 @@ def test_env_values_reach_no_tracker_on_the_sdk_pipeline_and_cli_paths(
     runs = job_runs(store)
     assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
     by_handle: Dict[str, Any] = {r.data.tags["torchx.job_id"]: r for r in runs}
-    assert "AWS_SECRET_ACCESS_KEY=<redacted>" in by_handle[sdk].data.params["args"]
-    assert '"AWS_SECRET_ACCESS_KEY": "<redacted>"' in by_handle[as_dict].data.params["args"]
+    assert "AWS_SECRET_ACCESS_KEY=***" in by_handle[sdk].data.params["args"]
+    assert '"AWS_SECRET_ACCESS_KEY": "***"' in by_handle[as_dict].data.params["args"]
     args = by_handle[comma].data.params["args"]
-    assert args == "--env 'AWS_SECRET_ACCESS_KEY=<redacted>' true"
-    assert redact_args([f"--env={SECRET}", "true"]) == ["--env=<redacted>", "true"]  # no K=V
+    assert args == "--env 'AWS_SECRET_ACCESS_KEY=***' true"
+    assert redact_args([f"--env={SECRET}", "true"]) == ["--env=***", "true"]  # no K=V
     kfp_args = by_handle[kfp].data.params["kfp.component_args"]
-    assert kfp_args == '["--env", "HF_TOKEN=<redacted>", "true"]'
+    assert kfp_args == '["--env", "HF_TOKEN=***", "true"]'
     cli_run = by_handle[cli.stdout.split()[0]]
     assert cli_run.data.params["component"] == "utils.sh"  # the name given, not "sh"
     _no_secret_anywhere(tmp_path / "store")
@@ -422,15 +422,15 @@ def test_orchestrator_params_under_sensitive_names_are_redacted(store: str) -> N
         handle = runner.run_component("utils.sh", ["true"], "local_cwd", run_params=params)
         runner.wait(handle, wait_interval=0.2, timeout=120)
     recorded = the_run(store, handle).data.params
-    assert recorded["prefect.param.hf_token"] == "<redacted>"
+    assert recorded["prefect.param.hf_token"] == "***"
     config = json.loads(recorded["prefect.param.config"])
-    assert config == {"db": {"Password": "<redacted>", "host": "h"}, "lr": [0.1]}
-    assert recorded["prefect.param.apiToken"] == "<redacted>"
-    assert recorded["prefect.param.HFToken"] == "<redacted>"
-    assert recorded["prefect.param.slack-webhook-url"] == "<redacted>"
-    assert json.loads(recorded["prefect.param.db"]) == {"dsn": "<redacted>", "host": "h"}
+    assert config == {"db": {"Password": "***", "host": "h"}, "lr": [0.1]}
+    assert recorded["prefect.param.apiToken"] == "***"
+    assert recorded["prefect.param.HFToken"] == "***"
+    assert recorded["prefect.param.slack-webhook-url"] == "***"
+    assert json.loads(recorded["prefect.param.db"]) == {"dsn": "***", "host": "h"}
     settings = json.loads(recorded["prefect.param.settings"])
-    assert settings == {"api_key": "<redacted>", "host": "h"}
+    assert settings == {"api_key": "***", "host": "h"}
     assert recorded["prefect.param.tokenizer"] == "bert"
     assert recorded["prefect.param.max_tokens"] == "512"
     assert recorded["prefect.param.epochs"] == "3"

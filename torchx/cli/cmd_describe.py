@@ -21,8 +21,11 @@ class CmdDescribe(SubCommand):
             app = runner.describe(args.app_handle)
         if app is None:
             raise no_such_app(args.app_handle)
-        from torchx.runner.tracking import hide_sensitive
+        from torchx.cli.masking import masker
+        from torchx.specs.secrets import mask_args, mask_env
 
         for role in app.roles:  # a job's env may carry credentials (MLFLOW_TRACKING_PASSWORD)
-            role.env = {k: str(hide_sensitive(k, v)) for k, v in role.env.items()}
+            masker().add_env(role.env)
+            role.env = mask_env(role.env)
+            role.args = [str(a) for a in mask_args(list(role.args))]
         print(yaml.safe_dump(appdef_to_dict(app), sort_keys=False, width=100).rstrip())

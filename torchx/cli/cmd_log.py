@@ -31,6 +31,7 @@ class CmdLog(SubCommand):
 
     def run(self, args: argparse.Namespace) -> None:
         from torchx.cli.logs import stream_logs
+        from torchx.cli.masking import masker
         from torchx.runner.api import get_runner
         from torchx.runner.logs import replicas_of
         from torchx.schedulers.api import Stream
@@ -50,6 +51,8 @@ class CmdLog(SubCommand):
             if runner.status(handle) is None:
                 raise no_such_app(handle, m["scheduler"])
             pairs = replicas_of(runner, handle, m["role"], ids)
+            for role in app.roles if (app := runner.describe(handle)) else []:
+                masker().add_env(role.env)  # the job may print its own secrets
             if not pairs:
                 raise CommandError(f"app {handle} has no role/replica matching {args.identifier!r}")
             streams = Stream(args.streams) if args.streams else None

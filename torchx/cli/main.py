@@ -153,7 +153,15 @@ def _verb_of(argv: List[str]) -> Optional[str]:
 
 
 def run_main(argv: List[str]) -> int:
-    """Parse ``argv``, run the verb, map errors to one stderr line and an exit code."""
+    """Parse ``argv``, run the verb, map errors to one stderr line and an exit code; what
+    it prints is masked (``torchx.cli.masking``)."""
+    from torchx.cli.masking import masked_output
+
+    with masked_output(argv):
+        return _run(argv)
+
+
+def _run(argv: List[str]) -> int:
     debug = False
     try:
         parser, verbs = create_parser(argv)
@@ -200,11 +208,12 @@ def run_main(argv: List[str]) -> int:
 def _report(e: Exception) -> int:
     from torchx.specs.api import TorchXError
     from torchx.util.modules import MissingExtraError
+    from torchx.util.paths import UnsafeStateRootError
 
     if isinstance(e, CommandError):
         print(f"torchx: error: {e}", file=sys.stderr)
         return e.exit_code
-    if isinstance(e, (TorchXError, MissingExtraError)):
+    if isinstance(e, (TorchXError, MissingExtraError, UnsafeStateRootError)):
         message = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
         print(f"torchx: error: {message}", file=sys.stderr)
         return 1

@@ -14,6 +14,9 @@ _J_USAGE = "use -j NPROC, -j NNODESxNPROC or -j MIN:MAXxNPROC (e.g. -j 4, -j 2x4
 # More nodes than any cluster a torchx job runs on: a typo like -j 100000x1 would
 # otherwise build (and print) a dry run of one request per node before anything fails.
 MAX_NNODES = 10_000
+# More worker processes than any one host runs (torchrun starts each as a process, and
+# reserves a port and a log file for it): a typo like -j 1x99999 is refused up front.
+MAX_NPROC_PER_NODE = 1_024
 
 
 def check_replicas(num_replicas: int, flag: str) -> None:
@@ -25,6 +28,13 @@ def check_replicas(num_replicas: int, flag: str) -> None:
             f"{flag} {num_replicas}: at most {MAX_NNODES:,} replicas (nodes) are supported;"
             " check for a typo"
         )
+
+
+def count(digits: str) -> int:
+    """The value of a run of digits, capped far above any bound here (``int()`` refuses
+    strings of thousands of digits with an error that is not the user's)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 @dataclass
@@ -71,9 +81,9 @@ class StructuredJArgument:
         if not m:
             raise InvalidArgumentError(f"invalid -j {j!r}: {_J_USAGE}")
         min_s, max_s, nproc_s = m.groups()
-        max_nnodes = int(max_s) if max_s else 1
-        min_nnodes = int(min_s) if min_s else max_nnodes
-        nproc = int(nproc_s)
+        max_nnodes = count(max_s) if max_s else 1
+        min_nnodes = count(min_s) if min_s else max_nnodes
+        nproc = count(nproc_s)
         if nproc < 1:
             raise InvalidArgumentError(
                 f"invalid -j {j!r}: processes per node must be >= 1; {_J_USAGE}"
@@ -88,8 +98,12 @@ class StructuredJArgument:
             )
         if max_nnodes > MAX_NNODES:
             raise InvalidArgumentError(
-                f"invalid -j {j!r}: at most {MAX_NNODES:,} nodes are supported"
-                f" ({max_nnodes:,} given); check for a typo"
+                f"invalid -j {j!r}: at most {MAX_NNODES:,} nodes are supported; check for a typo"
+            )
+        if nproc > MAX_NPROC_PER_NODE:
+            raise InvalidArgumentError(
+                f"invalid -j {j!r}: at most {MAX_NPROC_PER_NODE:,} processes per node are"
+                " supported; check for a typo"
             )
         return StructuredJArgument(min_nnodes, max_nnodes, nproc)
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar, List, NoReturn, Optional, Sequence
 
+from torchx.components.structured_arg import MAX_NNODES, MAX_NPROC_PER_NODE, count
 from torchx.components.torchrun_flags import add_flags, torchrun_flags
 from torchx.specs.errors import InvalidArgumentError
 
@@ -31,7 +32,7 @@ _MAPPED = frozenset(
     " module master_port".split()
 )
 _ROLE_DESTS = ("image", "h", "cpu", "gpu", "memMB")
-_NNODES = re.compile(r"^\d+(:\d+)?$")
+_NNODES = re.compile(r"[0-9]+(:[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -124,15 +125,16 @@ def _ddp_args(args: argparse.Namespace) -> List[str]:
             "torchrun: don't use both the '--no-python' flag and the '--module' flag"
         )
     nnodes, nproc = str(args.nnodes), str(args.nproc_per_node)
-    if not _NNODES.match(nnodes):
+    if not _NNODES.fullmatch(nnodes):
         raise InvalidArgumentError(
             f"torchrun --nnodes {nnodes}: give a number of nodes N or a range MIN:MAX"
         )
-    if not nproc.isdigit():
+    if not re.fullmatch(r"[0-9]+", nproc):
         raise InvalidArgumentError(
             f"torchrun --nproc_per_node {nproc}: torchx reserves each node's resources"
             " from a number of workers; give one (e.g. --nproc_per_node 2)"
         )
+    _check_bounds(nnodes, nproc)
     low, _, high = nnodes.partition(":")
     nnodes = low if not high or high == low else nnodes
     backend: Optional[str] = args.rdzv_backend
@@ -164,6 +166,20 @@ def _ddp_args(args: argparse.Namespace) -> List[str]:
             )
         out += ["--tee", str(args.tee)]
     return out
+
+
+def _check_bounds(nnodes: str, nproc: str) -> None:
+    """dist.ddp's ``-j`` bounds, named by torchrun's flags (the user never typed ``-j``)."""
+    if any(count(n) > MAX_NNODES for n in nnodes.split(":")):
+        raise InvalidArgumentError(
+            f"torchrun --nnodes {nnodes}: at most {MAX_NNODES:,} nodes are supported;"
+            " check for a typo"
+        )
+    if count(nproc) > MAX_NPROC_PER_NODE:
+        raise InvalidArgumentError(
+            f"torchrun --nproc_per_node {nproc}: at most {MAX_NPROC_PER_NODE:,} processes per"
+            " node are supported; check for a typo"
+        )
 
 
 def _rdzv_port(endpoint: str, master_port: Optional[int]) -> Optional[int]:

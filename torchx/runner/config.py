@@ -23,12 +23,19 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, TextIO
 
 from torchx.schedulers import get_scheduler_factories
 from torchx.schedulers.api import Scheduler
-from torchx.specs.api import CfgVal, TorchXError, get_type_name, runopt
+from torchx.specs.api import (
+    CfgVal,
+    InvalidRunConfigException,
+    TorchXError,
+    get_type_name,
+    runopt,
+)
 
 if TYPE_CHECKING:  # configparser is loaded only when a config file is read (~2 ms)
     import configparser
@@ -120,8 +127,46 @@ def _parse(text: str, source: str) -> configparser.ConfigParser:
         except configparser.ParsingError as e:
             error: configparser.Error = e
         except configparser.Error as e:
-            raise ConfigError(f"malformed {source}: {_first_line(e)}") from None
-    raise ConfigError(f"malformed {source}: {_first_line(error)}") from None
+            raise _parse_error(source, text, e) from None
+    raise _parse_error(source, text, error) from None
+
+
+def _parse_error(source: str, text: str, e: configparser.Error) -> ConfigError:
+    """``e`` as one line naming the file, the line and what to do about it."""
+    import configparser
+
+    lineno: Optional[int] = getattr(e, "lineno", None)
+    errors = getattr(e, "errors", None)  # ParsingError's (lineno, line) pairs
+    if not lineno and errors:
+        lineno = errors[0][0]
+    lines = text.splitlines()
+    where = f"{source}, line {lineno}" if lineno else source
+    written = lines[lineno - 1].strip() if lineno and lineno <= len(lines) else ""
+    if isinstance(e, configparser.MissingSectionHeaderError):
+        what = f"{written!r} comes before any [section] header; put it under one"
+    elif isinstance(e, configparser.ParsingError):
+        what = f"cannot parse {written!r}; write KEY = VALUE under a [section] header"
+    elif isinstance(e, configparser.DuplicateOptionError):
+        what = f"{e.option!r} is set twice in [{e.section}]; keep one"
+    elif isinstance(e, configparser.DuplicateSectionError):
+        what = f"section [{e.section}] appears twice; merge the two"
+    else:
+        what = _first_line(e)
+    return ConfigError(f"malformed {where}: {what}")
+
+
+def _line_of(text: str, section: str, key: str) -> Optional[int]:
+    """The line number of ``key`` in ``[section]`` of ``text``, for error messages."""
+    current = None
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = re.fullmatch(r"\[(.+)\]", stripped)
+        if header:
+            current = header.group(1)
+        elif current == section and stripped.startswith(key):
+            if stripped[len(key) :].lstrip()[:1] in ("=", ":"):
+                return n
+    return None
 
 
 def _first_line(e: Exception) -> str:
@@ -135,7 +180,7 @@ def _not_text(source: str, e: UnicodeDecodeError) -> ConfigError:
     )
 
 
-def _read(path: str) -> configparser.ConfigParser:
+def _read_text(path: str) -> str:
     try:
         text = Path(path).read_text()
     except UnicodeDecodeError as e:
@@ -144,7 +189,11 @@ def _read(path: str) -> configparser.ConfigParser:
         raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
     if "\x00" in text:
         raise ConfigError(f"{path} is not a text file (it holds NUL bytes); fix or remove it")
-    return _parse(text, path)
+    return text
+
+
+def _read(path: str) -> configparser.ConfigParser:
+    return _parse(_read_text(path), path)
 
 
 def load_sections(prefix: str, dirs: Optional[Iterable[str]] = None) -> Dict[str, Dict[str, str]]:
@@ -179,7 +228,7 @@ def load(scheduler: str, f: TextIO, cfg: Dict[str, CfgVal]) -> None:
         text = f.read()
     except UnicodeDecodeError as e:
         raise _not_text(source, e) from None
-    _apply_section(scheduler, _parse(text, source), cfg, source)
+    _apply_section(scheduler, text, cfg, source)
 
 
 def _cast(opt: runopt, parser: configparser.ConfigParser, section: str, key: str) -> CfgVal:
@@ -191,35 +240,40 @@ def _cast(opt: runopt, parser: configparser.ConfigParser, section: str, key: str
     return opt.cast_to_type(raw)
 
 
-def _apply_section(
-    scheduler: str, parser: configparser.ConfigParser, cfg: Dict[str, CfgVal], source: str
-) -> None:
+def _apply_section(scheduler: str, text: str, cfg: Dict[str, CfgVal], source: str) -> None:
+    """Fill ``cfg`` from the ``[scheduler]`` section of ``text`` (read from ``source``). A key
+    that is not one of the scheduler's run options is an error, as it is in ``-cfg``: a typo
+    would otherwise leave the option at its default without a word."""
+    parser = _parse(text, source)
     if not parser.has_section(scheduler):
         return
     opts = _scheduler(scheduler).run_opts()
-    for key, raw in parser.items(scheduler):
-        if key in cfg:
-            continue
+    # keys the caller set are its own to check (-cfg's error names the -cfg key)
+    section = {k: v for k, v in parser.items(scheduler) if k not in cfg}
+    try:
+        opts.check_known(section, scheduler)
+    except InvalidRunConfigException as e:
+        where = _where(source, text, scheduler, e.cfg_key)
+        raise ConfigError(f"{where}: {e.invalid_reason}; fix or remove it") from None
+    for key, raw in section.items():
+        opt = opts.get(key)
+        if opt is None or raw.startswith(_FIXME):
+            continue  # (opt: checked above) dump()'s placeholder for a required option
         if raw == _NONE:
             cfg[key] = None
-            continue
-        if raw.startswith(_FIXME):
-            continue  # dump()'s placeholder for a required option: still to be filled in
-        opt = opts.get(key)
-        if opt is None:
-            valid = ", ".join(k for k, _ in opts) or "none"
-            logger.warning(
-                "%s: `%s = %s` in [%s] is not a run option of the %s scheduler; ignoring it"
-                " (valid: %s)",
-                *(source, key, raw, scheduler, scheduler, valid),
-            )
             continue
         try:
             cfg[key] = _cast(opt, parser, scheduler, key)
         except ValueError as e:
+            where = _where(source, text, scheduler, key)
             raise ConfigError(
-                f"{source}: [{scheduler}] {key} must be {get_type_name(opt.opt_type)}: {e}"
+                f"{where}: [{scheduler}] {key} must be {get_type_name(opt.opt_type)}: {e}"
             ) from None
+
+
+def _where(source: str, text: str, section: str, key: str) -> str:
+    lineno = _line_of(text, section, key)
+    return f"{source}, line {lineno}" if lineno else source
 
 
 def _scheduler(name: str) -> Scheduler:
@@ -235,7 +289,7 @@ def _scheduler(name: str) -> Scheduler:
 def apply(scheduler: str, cfg: Dict[str, CfgVal], dirs: Optional[Iterable[str]] = None) -> None:
     """Fill ``cfg`` (in place) with ``.torchxconfig`` defaults; keys already set win."""
     for path in find_configs(dirs):
-        _apply_section(scheduler, _read(path), cfg, path)
+        _apply_section(scheduler, _read_text(path), cfg, path)
         logger.debug("loaded configs from %s", path)
 
 

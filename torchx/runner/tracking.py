@@ -1,13 +1,11 @@
 """What a job's tracker run records about the job: its name and params (env values and
-sensitive params redacted), and at its end its last report, hours and failure reason."""
+secrets masked: torchx.specs.secrets), and at its end its last report, hours and failure reason."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import logging
-import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -20,11 +18,9 @@ from typing import (
     List,
     Mapping,
     Optional,
-    Protocol,
     Sequence,
     Tuple,
     Union,
-    runtime_checkable,
 )
 
 from torchx.runner.resource_hours import CPU_HOURS, ResourceHours, job_start, resource_hours
@@ -33,6 +29,7 @@ from torchx.runtime.progress import PROGRESS_KEYS, Progress, progress_from_metri
 from torchx.schedulers.api import Scheduler
 from torchx.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from torchx.specs.errors import backend_errors
+from torchx.specs.secrets import MASK, mask_args, mask_value
 from torchx.trackers.env import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
 from torchx.util.types import to_dict
 
@@ -42,19 +39,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_PARAM = 6000  # MLflow's limit on a param value
-REDACTED = "<redacted>"
+REDACTED = MASK  # what an env value, or a secret (torchx.specs.secrets), is recorded as
 _ENV_FLAGS = ("--env", "-env", "--e", "-e")
-# Airflow's default sensitive field names: an orchestrator param whose name contains one
-# (any case, camelCase split, ``-`` or ``.`` read as ``_``; nested keys too) is recorded
-# redacted, as Airflow masks it in logs and the UI. "token" only as a word (``hf_token``,
-# ``HFToken``): ``tokenizer`` and ``max_tokens`` are an ML pipeline's ordinary params.
-SENSITIVE_NAMES = (
-    "access_key", "access_token", "api_key", "apikey", "auth_header", "authorization",
-    "bearer", "connection_string", "dsn", "passphrase", "passwd", "password", "private_key",
-    "proxy", "proxies", "secret", "service_account", "service_key", "keyfile_dict",
-    "webhook_url",
-)  # fmt: skip
-_TOKEN_WORD = re.compile(r"(^|_)token($|_)")
 # dist.ddp's placeholder experiment: keep a pipeline's stages with their pipeline run
 _PLACEHOLDER_EXPERIMENT = "default-experiment"
 
@@ -76,13 +62,6 @@ class RunRequest:
     cfg: Dict[str, object] = field(default_factory=dict)
 
 
-@runtime_checkable
-class _PydanticModel(Protocol):
-    """A pydantic (v2) model, without importing pydantic."""
-
-    def model_dump(self) -> Dict[str, Any]: ...
-
-
 def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
@@ -98,26 +77,9 @@ def _redact_pairs(text: str) -> str:
     return ",".join(f"{k}={REDACTED}" for k in names)
 
 
-def hide_sensitive(name: str, value: object) -> object:
-    """``value`` with what sits under a sensitive name (``SENSITIVE_NAMES``) redacted,
-    in nested mappings, lists, dataclasses and pydantic models too."""
-    words = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
-    words = re.sub(r"\W+", "_", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", words).lower())
-    if any(word in words for word in SENSITIVE_NAMES) or _TOKEN_WORD.search(words):
-        return REDACTED
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = dataclasses.asdict(value)
-    elif isinstance(value, _PydanticModel):  # Prefect's params
-        value = value.model_dump()
-    if isinstance(value, Mapping):
-        return {k: hide_sensitive(str(k), v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [hide_sensitive("", v) for v in value]
-    return value
-
-
 def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict[str, Any]]:
-    """Component args without env values (``--env K=V``, ``--env=K=V``, ``{"env": {...}}``)."""
+    """Component args without env values (``--env K=V``, ``--env=K=V``, ``{"env": {...}}``)
+    and with secrets masked (``--hf_token X``, URL credentials: ``mask_args``)."""
     if isinstance(args, dict):
         out = dict(args)
         env = out.get("env")
@@ -125,7 +87,7 @@ def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict
             out["env"] = {k: REDACTED for k in env}
         elif isinstance(env, str):
             out["env"] = _redact_pairs(env)
-        return out
+        return mask_args(out)
     redacted: List[str] = []
     after_flag = False
     for arg in (str(a) for a in args):
@@ -136,14 +98,14 @@ def redact_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict
             arg = f"{flag}={_redact_pairs(value)}"
         after_flag = arg in _ENV_FLAGS
         redacted.append(arg)
-    return redacted
+    return mask_args(redacted)
 
 
 def job_params(app: AppDef, scheduler: str, request: RunRequest) -> Dict[str, str]:
     """The run's params: what ran (component, args without env values), where (scheduler,
     cfg), on what (per role: replicas, cpu, memMB, gpu), the env names the roles were
     given, plus the orchestrator's own params (sensitive ones redacted)."""
-    params = {str(k): _text(hide_sensitive(str(k), v)) for k, v in request.params.items()}
+    params = {str(k): _text(mask_value(str(k), v)) for k, v in request.params.items()}
     if request.component is not None:
         params["component"] = request.component[0]
         args = redact_args(request.component[1])
@@ -152,7 +114,7 @@ def job_params(app: AppDef, scheduler: str, request: RunRequest) -> Dict[str, st
         params["component"] = app.name
         params["args"] = _text({r.name: [r.entrypoint, *r.args] for r in app.roles})
     params["scheduler"] = scheduler
-    params["cfg"] = _text({k: v for k, v in request.cfg.items() if v is not None})
+    params["cfg"] = _text(mask_value("", {k: v for k, v in request.cfg.items() if v is not None}))
     for role in app.roles:
         res, prefix = role.resource, f"resources.{role.name}"
         values = (role.num_replicas, res.cpu, res.memMB, res.gpu)

@@ -66,6 +66,7 @@ __all__ = [
     "idempotency_token",
     "split_lines",
     "split_lines_iterator",
+    "validate_env_names",
 ]
 
 logger = logging.getLogger(__name__)
@@ -168,8 +169,26 @@ class InvalidAppError(TorchXError, ValueError):
     """An AppDef a scheduler cannot run (no resource, no roles, ...)."""
 
 
+# a name every scheduler's env carries (a shell variable, ``env NAME=value``, a Kubernetes
+# or Batch env entry): anything else fails only once the job runs, or on some schedulers
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def validate_env_names(app: AppDef) -> None:
+    """Refuse an env var name that is not an identifier (``"BAD NAME"``, ``"A=B"``, ``"1X"``)
+    at submit, on every scheduler, instead of at run time on some of them."""
+    for role in app.roles:
+        for name in role.env:
+            if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+                raise InvalidAppError(
+                    f"env var name {name!r} of role {role.name!r} is not valid: use letters,"
+                    " digits and '_', not starting with a digit (e.g. --env MY_VAR=1)"
+                )
+
+
 def validate_app(app: AppDef) -> None:
-    """What every scheduler needs of an app: roles, each with an entrypoint and replicas."""
+    """What every scheduler needs of an app: roles, each with an entrypoint and replicas,
+    and env names it can carry."""
     if not app.roles:
         raise InvalidAppError(f"app {app.name!r} has no roles; add at least one Role")
     for role in app.roles:
@@ -180,6 +199,7 @@ def validate_app(app: AppDef) -> None:
                 f"role {role.name!r} of app {app.name!r} has num_replicas={role.num_replicas};"
                 " it must be > 0"
             )
+    validate_env_names(app)
 
 
 class Scheduler(abc.ABC, Generic[T]):
@@ -212,6 +232,7 @@ class Scheduler(abc.ABC, Generic[T]):
         """The exact request ``schedule`` would submit, without submitting it."""
         resolved = self.run_opts().resolve(cfg, self.backend)
         validate_app_names(app)
+        validate_env_names(app)  # here, not in _validate: a scheduler may override that
         _call_validate(self, app, resolved)
         info = self._submit_dryrun(app, resolved)
         for role in app.roles:

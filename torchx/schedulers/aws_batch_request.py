@@ -2,6 +2,14 @@
 
 Pure data building (no AWS calls): what ``aws_batch`` submits and shows in a dry run,
 and the roles read back from a described job.
+
+Secrets (``torchx.specs.secrets``) reach a job only by Batch's own mechanism: the
+``secrets`` of its containers, each the ARN of a Secrets Manager secret or an SSM
+parameter that Batch reads when a node starts (``-cfg secret_env=VAR:ARN``). A secret env
+value given in clear (``HF_TOKEN=hf_...``, MLflow credentials torchx injects) is refused
+with one line that says so: anyone who can describe a job definition reads its
+``environment``, and a secret torchx created per job would outlive its job (no process
+of torchx is there to delete it when the job ends).
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ from torchx.specs.api import (
     BindMount,
     CfgVal,
     DeviceMount,
+    InvalidRunConfigException,
     Resource,
     Role,
     macros,
 )
+from torchx.specs.secrets import secret_env
 
 RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
 NODE_INDEX_ENV = "AWS_BATCH_JOB_NODE_INDEX"
@@ -48,6 +58,8 @@ TAG_IDEMPOTENCY_TOKEN = "torchx.pytorch.org/idempotency-token"
 MAX_NODE_RANGES = 5
 MAX_ATTEMPTS = 10
 K8S_ITYPE = "node.kubernetes.io/instance-type"
+# what a container's ``secrets`` may name: a Secrets Manager secret or an SSM parameter
+SECRET_ARN = re.compile(r"arn:aws[a-z-]*:(secretsmanager|ssm):[a-z0-9-]+:\d{12}:\S+")
 
 
 @dataclass
@@ -167,18 +179,49 @@ def _mounts(role: Role) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Lis
     return volumes, mount_points, devices
 
 
+def named_secrets(cfg: Mapping[str, CfgVal]) -> Dict[str, str]:
+    """``-cfg secret_env=VAR:ARN;...`` as env var -> the ARN Batch reads its value from."""
+    named = cfg.get("secret_env") or {}
+    out = {str(var): str(arn) for var, arn in (named.items() if isinstance(named, dict) else [])}
+    for var, arn in out.items():
+        if not SECRET_ARN.fullmatch(arn):
+            raise InvalidRunConfigException(
+                f"secret_env {var}:{arn}: expected VAR:ARN, the ARN of a Secrets Manager secret"
+                " (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME) or an SSM parameter"
+                " (arn:aws:ssm:REGION:ACCOUNT:parameter/NAME)",
+                "secret_env",
+                arn,
+            )
+    return out
+
+
+def _refuse_clear_secrets(role: Role, env: Mapping[str, str]) -> None:
+    """One line naming (never showing) the env values that hold a secret in clear."""
+    clear = sorted(secret_env(env))
+    if clear:
+        raise InvalidAppError(
+            f"role {role.name!r}: {', '.join(clear)} would hold a secret in the job"
+            " definition's environment, which anyone who can describe it reads; store each in"
+            " AWS Secrets Manager (or SSM Parameter Store) and pass its ARN instead:"
+            f" -cfg secret_env={clear[0]}:arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME"
+        )
+
+
 def container_properties(
     role: Role, cfg: Mapping[str, CfgVal], stall_timeout: Optional[float] = None
 ) -> Dict[str, Any]:
     """A node range's container; with ``stall_timeout`` its command runs under
     ``torchx.runtime.watchdog`` (the image needs torchx), which judges node 0 only: nodes
     share no directory, and a rank that prints nothing while rank 0 prints is not stalled
-    (node 0's stop ends the job)."""
+    (node 0's stop ends the job). ``-cfg secret_env`` variables are ``secrets`` (they win
+    over an env value of the same name); a secret in clear is refused."""
     volumes, mount_points, devices = _mounts(role)
+    named = named_secrets(cfg)
     # as local, slurm and ray: prints reach CloudWatch at once (a block-buffered print loop
     # looks silent to stall detection), unless the role says otherwise
-    env = {**role.env}
+    env = {k: v for k, v in role.env.items() if k not in named}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    _refuse_clear_secrets(role, env)
     container: Dict[str, Any] = {
         "image": role.image,
         "command": wrap(
@@ -193,6 +236,8 @@ def container_properties(
         "mountPoints": mount_points,
         "volumes": volumes,
     }
+    if named:
+        container["secrets"] = [{"name": k, "valueFrom": arn} for k, arn in named.items()]
     instance_type = role.resource.capabilities.get(K8S_ITYPE)
     if instance_type:
         container["instanceType"] = str(instance_type)
@@ -249,7 +294,8 @@ def batch_job(
         TAG_APP_ID: app_id,
         TAG_TORCHX_USER: str(cfg.get("user") or getpass.getuser()),
     }
-    tags.update({str(k): str(v) for k, v in app.metadata.items() if k != IDEMPOTENCY_TOKEN})
+    metadata = {str(k): str(v) for k, v in app.metadata.items() if k != IDEMPOTENCY_TOKEN}
+    tags.update({k: v for k, v in metadata.items() if k not in secret_env(metadata)})
     token = app_idempotency_token(app)
     if token:
         tags[TAG_IDEMPOTENCY_TOKEN] = token

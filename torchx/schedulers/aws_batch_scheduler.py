@@ -10,7 +10,9 @@ App ids are ``{queue}:{job name}``; ``list`` shows the jobs torchx tagged. A key
 submission registers a revision of the job definition ``torchx-{token}``, so
 ``find_by_idempotency_token`` filters on the service side (ListJobs cannot filter on tags).
 A workspace image is built and pushed (``DockerWorkspaceMixin``) before anything is
-registered.
+registered. Secrets reach the job by ARN only, as the containers' ``secrets``
+(``-cfg secret_env=VAR:ARN``); a secret env value in clear is refused
+(``aws_batch_request``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from torchx.schedulers.aws_batch_request import (  # noqa: F401 (upstream's name
     ResourceType,
     batch_job,
     keyed_definition,
+    named_secrets,
     resource_from_resource_requirements,
     resource_requirements_from_resource,
     roles_of,
@@ -111,6 +114,7 @@ class AWSBatchOpts(TypedDict, total=False):
     execution_role_arn: Optional[str]
     image_repo: Optional[str]
     quiet: bool
+    secret_env: Optional[Dict[str, str]]
 
 
 class AWSBatchError(TorchXError):
@@ -220,7 +224,17 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
         )
         opts.add("job_role_arn", type_=str, help="IAM role the containers' AWS calls use")
         opts.add(
-            "execution_role_arn", type_=str, help="IAM role ECS uses to pull images and write logs"
+            "execution_role_arn",
+            type_=str,
+            help="IAM role ECS uses to pull images, write logs and read secret_env's secrets",
+        )
+        opts.add(
+            "secret_env",
+            type_=Dict[str, str],
+            help="env vars Batch sets from AWS Secrets Manager or SSM Parameter Store, VAR:ARN"
+            " separated by ';', e.g. HF_TOKEN:arn:aws:secretsmanager:us-east-1:123456789012:"
+            "secret:hf (execution_role_arn's role must be allowed to read them); a secret env"
+            " value in clear (HF_TOKEN=hf_..., MLflow credentials) is refused: name it here",
         )
         return opts
 
@@ -233,6 +247,7 @@ class AWSBatchScheduler(DockerWorkspaceMixin, Scheduler[BatchJob]):
                 f"aws_batch runs at most {MAX_NODE_RANGES} roles (node ranges) per job,"
                 f" app has {len(app.roles)}"
             )
+        named_secrets(cfg or {})
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[BatchJob]:
         images_to_push = self.dryrun_push_images(app, cfg)  # workspace image -> image_repo:digest

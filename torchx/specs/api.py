@@ -343,53 +343,94 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> A
 
 
 _MOUNT_KEY_ALIASES = dict(source="src", destination="dst", target="dst", read_only="readonly")
-_MOUNT_KEYS = {"type", "src", "dst", "readonly", "perm"}
+# the options each mount type reads; any other is refused rather than silently dropped
+_MOUNT_KEYS: dict[str, tuple[str, ...]] = {
+    MountType.BIND.value: ("src", "dst", "readonly"),
+    MountType.VOLUME.value: ("src", "dst", "readonly"),
+    MountType.DEVICE.value: ("src", "dst", "perm"),
+}
+_YES = ("yes", "true", "1", "on")
+_NO = ("no", "false", "0", "off")
 
 
-def parse_mounts(opts: list[str]) -> list[Union[BindMount, VolumeMount, DeviceMount]]:
-    """Parse docker-style mount options, e.g. ``["type=bind,src=/a,dst=/b,readonly"]``."""
-    groups: list[dict[str, str]] = []
+def _mount_groups(opts: list[str]) -> list[dict[str, Optional[str]]]:
+    """The ``key=value`` items of ``opts``, one dict per mount (each ``type=`` starts one);
+    a key given without ``=`` (``readonly``) maps to None."""
+    groups: list[dict[str, Optional[str]]] = []
     for opt in opts:
         for item in filter(None, (p.strip() for p in opt.split(","))):
-            key, _, value = item.partition("=")
+            key, eq, value = item.partition("=")
             key = _MOUNT_KEY_ALIASES.get(key.strip(), key.strip())
             if key == "type":
-                groups.append({"type": value})
-            elif not groups:
+                groups.append({"type": value.strip()})
+                continue
+            if not groups:
                 raise InvalidArgumentError(
                     f"mount option {item!r} must follow a type=bind|volume|device item"
                 )
-            elif key not in _MOUNT_KEYS:
+            kind = groups[-1]["type"] or ""
+            known = _MOUNT_KEYS.get(kind, ())
+            if kind in _MOUNT_KEYS and key not in known:
                 raise InvalidArgumentError(
-                    f"unknown mount option {key!r}; use one of {', '.join(sorted(_MOUNT_KEYS))}"
+                    f"unknown mount option {key!r} for type={kind}; use"
+                    f" {', '.join(known)} (e.g. type={kind},src=...,dst=...)"
                 )
-            else:
-                groups[-1][key] = value if _ else "true"
+            if key in groups[-1]:
+                raise InvalidArgumentError(f"mount option {key} is given twice; give it once")
+            groups[-1][key] = value.strip() if eq else None
+    return groups
+
+
+def _mount_value(group: dict[str, Optional[str]], key: str) -> str:
+    value = group.get(key)
+    if not value:
+        given = ",".join(k if v is None else f"{k}={v}" for k, v in group.items())
+        raise InvalidArgumentError(f"mount {given} is missing {key}=")
+    return value
+
+
+def _read_only(group: dict[str, Optional[str]]) -> bool:
+    """``readonly`` alone or ``=yes|true|1|on`` is read-only, ``=no|false|0|off`` (or no
+    ``readonly``) writable; any other value is refused, never taken as writable."""
+    if "readonly" not in group:
+        return False
+    value = group["readonly"]
+    if value is None or value.lower() in _YES:
+        return True
+    if value.lower() in _NO:
+        return False
+    raise InvalidArgumentError(
+        f"mount option readonly={value!r} is not valid; use readonly=true for a read-only"
+        " mount or readonly=false for a writable one"
+    )
+
+
+def parse_mounts(opts: list[str]) -> list[Union[BindMount, VolumeMount, DeviceMount]]:
+    """Parse docker-style mount options, e.g. ``["type=bind,src=/a,dst=/b,readonly"]``.
+
+    An option the mount's type does not read, or a ``readonly`` that is not a clear yes or
+    no, is an error: a mount must never end up writable because a word was misread."""
     mounts: list[Union[BindMount, VolumeMount, DeviceMount]] = []
-    for g in groups:
-        kind = g.get("type", "")
-        readonly = g.get("readonly", "false").lower() in ("true", "1", "")
-        try:
-            if kind == MountType.BIND:
-                mounts.append(BindMount(os.path.expanduser(g["src"]), g["dst"], readonly))
-            elif kind == MountType.VOLUME:
-                mounts.append(VolumeMount(g["src"], g["dst"], readonly))
-            elif kind == MountType.DEVICE:
-                src = g["src"]
-                perm = g.get("perm", "rwm")
-                if not perm or set(perm) - set("rwm"):
-                    raise InvalidArgumentError(
-                        f"mount perm={perm!r} is not valid; use a combination of r, w and m"
-                    )
-                mounts.append(DeviceMount(src, g.get("dst", src), perm))
-            else:
+    for g in _mount_groups(opts):
+        kind = g["type"] or ""
+        if kind == MountType.BIND:
+            src = os.path.expanduser(_mount_value(g, "src"))
+            mounts.append(BindMount(src, _mount_value(g, "dst"), _read_only(g)))
+        elif kind == MountType.VOLUME:
+            src = _mount_value(g, "src")
+            mounts.append(VolumeMount(src, _mount_value(g, "dst"), _read_only(g)))
+        elif kind == MountType.DEVICE:
+            src = _mount_value(g, "src")
+            perm = g.get("perm", "rwm")
+            if not perm or set(perm) - set("rwm"):
                 raise InvalidArgumentError(
-                    f"unknown mount type {kind!r}; use type=bind, type=volume or type=device"
+                    f"mount perm={perm!r} is not valid; use a combination of r, w and m"
                 )
-        except KeyError as e:
+            mounts.append(DeviceMount(src, g.get("dst") or src, perm))
+        else:
             raise InvalidArgumentError(
-                f"mount {','.join(f'{k}={v}' for k, v in g.items())} is missing {e.args[0]}="
-            ) from None
+                f"unknown mount type {kind!r}; use type=bind, type=volume or type=device"
+            )
     return mounts
 
 

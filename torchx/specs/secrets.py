@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Protocol, Set, Union, runtime_checkable
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Set,
+    Union,
+    runtime_checkable,
+)
 
 MASK = "***"
 
@@ -50,7 +61,7 @@ def mask_urls(text: str) -> str:
         user, colon, _ = m["info"].partition(":")
         return f"{m['head']}{user}:{MASK}@" if colon else f"{m['head']}{MASK}@"
 
-    return _USERINFO.sub(one, text)
+    return _USERINFO.sub(one, text) if "@" in text else text
 
 
 def url_secrets(text: str) -> List[str]:
@@ -99,50 +110,64 @@ def mask_value(name: str, value: object) -> object:
 _ENV_FLAGS = ("--env", "-env", "--e", "-e")
 
 
-def _mask_pairs(text: str) -> str:
+def _mask_pairs(text: str, found: List[str]) -> str:
     """``K=V,K2=V2`` with each sensitive name's value masked (a ``,`` inside a value stays
-    with it, as components parse ``--env``)."""
+    with it, as components parse ``--env``); the masked values are added to ``found``."""
     out: List[str] = []
+    masking = False
     for part in text.split(","):
-        name, eq, _ = part.partition("=")
+        name, eq, value = part.partition("=")
         if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            out.append(f"{name}={MASK}" if is_secret_name(name) else mask_urls(part))
-        elif out and out[-1].endswith(MASK):
-            continue  # the rest of a masked value
+            masking = is_secret_name(name)
+            if masking:
+                found.append(value)
+            out.append(f"{name}={MASK}" if masking else _urls(part, found))
+        elif masking:
+            found[-1] += "," + part  # the rest of a masked value
         else:
-            out.append(mask_urls(part))
+            out.append(_urls(part, found))
     return ",".join(out)
 
 
-def mask_args(args: Union[List[str], Dict[str, Any]]) -> Union[List[str], Dict[str, Any]]:
+def _urls(text: str, found: List[str]) -> str:
+    found += url_secrets(text)
+    return mask_urls(text)
+
+
+def mask_args(
+    args: Union[List[str], Dict[str, Any]], found: Optional[List[str]] = None
+) -> Union[List[str], Dict[str, Any]]:
     """A component's arguments as torchx shows them: the value of a sensitive argument
     (``--hf_token X``, ``--password=Y``, ``{"hf_token": ...}``) and of a sensitive
-    ``--env`` name masked; URL credentials masked."""
+    ``--env`` name masked; URL credentials masked. The values it masked are added to
+    ``found`` (what a ``Masker`` must hide wherever else they appear)."""
+    found = [] if found is None else found
     if isinstance(args, dict):
         out = {k: mask_value(str(k), v) for k, v in args.items()}
+        found += [str(v) for k, v in args.items() if is_secret_name(str(k))]
         env = args.get("env")
         if isinstance(env, Mapping):
             out["env"] = mask_env(env)
+            found += [str(v) for v in secret_env(env).values()]
         elif isinstance(env, str):
-            out["env"] = _mask_pairs(env)
+            out["env"] = _mask_pairs(env, found)
         return out
     masked: List[str] = []
     follows: str = ""  # the flag the previous argument was, when it takes this value
     for arg in (str(a) for a in args):
         flag, eq, value = arg.partition("=")
         if follows in _ENV_FLAGS:
-            arg = _mask_pairs(arg)
+            arg = _mask_pairs(arg, found)
         elif follows and is_secret_name(follows.lstrip("-")):
+            found.append(arg)
             arg = MASK
-        elif arg.startswith("-") and eq:
-            if flag in _ENV_FLAGS:
-                arg = f"{flag}={_mask_pairs(value)}"
-            elif is_secret_name(flag.lstrip("-")):
-                arg = f"{flag}={MASK}"
-            else:
-                arg = mask_urls(arg)
+        elif arg.startswith("-") and eq and flag in _ENV_FLAGS:
+            arg = f"{flag}={_mask_pairs(value, found)}"
+        elif arg.startswith("-") and eq and is_secret_name(flag.lstrip("-")):
+            found.append(value)
+            arg = f"{flag}={MASK}"
         else:
-            arg = mask_urls(arg)
+            arg = _urls(arg, found)
         follows = arg if arg.startswith("-") and "=" not in arg else ""
         masked.append(arg)
     return masked

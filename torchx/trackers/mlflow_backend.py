@@ -17,6 +17,7 @@ import shutil
 import threading
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from torchx.specs.secrets import mask_urls
 from torchx.trackers.api import (
     JobRun,
     Latest,
@@ -342,9 +343,9 @@ class MlflowBackend:
         (a server answers) or creatable (a writable directory)."""
         if importlib.util.find_spec("mlflow") is None:
             raise MissingExtraError("mlflow", "mlflow")
-        uri, db = self.uri, sqlite_file(self.uri)
-        if is_http(uri):
-            MlflowRest(uri).health()
+        uri, db = mask_urls(self.uri), sqlite_file(self.uri)  # messages never show a password
+        if is_http(self.uri):
+            MlflowRest(self.uri).health()
         elif db is not None and not os.access(os.path.dirname(os.path.abspath(db)), os.W_OK):
             raise TrackerConfigError(
                 f"MLflow sqlite store {uri}: its directory does not exist or is not writable"

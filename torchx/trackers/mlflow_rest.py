@@ -9,6 +9,7 @@ import re
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from torchx.specs.secrets import Masker
 from torchx.trackers.api import Latest, MetricRow, TrackerConfigError
 from torchx.trackers.mlflow_http import HttpSettings, redact
 
@@ -76,7 +77,7 @@ class MlflowRest:
             )
         except requests.exceptions.SSLError as e:
             raise MlflowRestError(
-                f"not trusted over TLS ({_reason(e)}); set MLFLOW_TRACKING_SERVER_CERT_PATH to"
+                f"not trusted over TLS ({self._reason(e)}); set MLFLOW_TRACKING_SERVER_CERT_PATH to"
                 " its CA certificate (or MLFLOW_TRACKING_INSECURE_TLS=true)"
             ) from None
         except requests.exceptions.Timeout:
@@ -84,11 +85,17 @@ class MlflowRest:
                 f"not answering within {s.timeout:g} s (MLFLOW_HTTP_REQUEST_TIMEOUT)"
             ) from None
         except requests.exceptions.RequestException as e:
-            raise MlflowRestError(f"unreachable ({_reason(e)})") from None
+            raise MlflowRestError(f"unreachable ({self._reason(e)})") from None
         if response.status_code >= 400:
             raise _refused(path, response.status_code, response.reason, response.text)
         text = response.content
         return json.loads(text) if text.strip().startswith(b"{") else {}
+
+    def _reason(self, e: BaseException) -> str:
+        """``_reason`` without this client's credentials (requests names a URL it cannot
+        parse, and a header it refuses, with them)."""
+        s = self.settings
+        return Masker([s.password or "", s.token or ""]).mask(_reason(e))
 
     def health(self) -> None:
         """Raise ``TrackerConfigError`` (one line) unless the server answers this process's

@@ -314,8 +314,8 @@ def test_stages_without_tracker_calls_each_get_a_finished_run_with_params(
         assert params["airflow.params.lr"] == "0.1"
         assert params["airflow.params.note"] == "first"  # Airflow merges the run's conf
         # what Airflow masks (its sensitive names, nested too) is redacted; the rest stays
-        assert params["airflow.params.db_password"] == "<redacted>"
-        assert params["airflow.params.creds"] == '{"api_key": "<redacted>", "r": "eu"}'
+        assert params["airflow.params.db_password"] == "***"
+        assert params["airflow.params.creds"] == '{"api_key": "***", "r": "eu"}'
         link = _xcom(dag_run, task_id, "_link_TorchXMLflowLink")  # deferred or not
         assert link == f"{server}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
 

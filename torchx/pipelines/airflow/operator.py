@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow.exceptions import AirflowConfigException, AirflowException
 from airflow.sdk import Asset, BaseOperator, BaseOperatorLink
+from airflow.sdk.log import mask_secret
 
 from torchx.components.torchrun import COMPONENT
 from torchx.pipelines import core
@@ -21,6 +22,7 @@ from torchx.pipelines.airflow.lineage import StageLineage, read_stage_lineage
 from torchx.pipelines.airflow.reaper import Reapable
 from torchx.pipelines.owner import airflow_owner, map_index_of
 from torchx.pipelines.reap import cancel_if_owned
+from torchx.pipelines.secrets import stage_secrets
 from torchx.pipelines.torchrun import torchrun_stage
 from torchx.runner.config import get_configured_trackers
 from torchx.specs.api import AppDef, AppStatus
@@ -253,6 +255,8 @@ class TorchXOperator(BaseOperator):
             owner=airflow_owner(ti, self.cancel_on_kill),
             stall_timeout=self.stall_timeout,
         )
+        for secret in stage_secrets(runner, handle, component_args):
+            mask_secret(secret)  # Airflow masks them in the task's log, the job's lines too
         verb = "re-attaching to" if runner.reattached(handle) else "submitted"
         self.log.info("%s %s", verb, handle)
         return handle

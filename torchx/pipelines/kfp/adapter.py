@@ -17,6 +17,7 @@ from torchx import IMAGE
 from torchx.pipelines.kfp.image import base_image
 from torchx.pipelines.kfp.resources import LauncherResources, set_task_resources
 from torchx.specs.api import AppDef, InvalidArgumentError, Role
+from torchx.specs.secrets import secret_env
 from torchx.trackers.env import tracker_env
 from torchx.util.modules import import_optional
 
@@ -130,7 +131,14 @@ def component_spec_from_app(
         trackers = get_configured_trackers()
     static_env: Dict[str, str] = {}
     dynamic_env: Dict[str, Any] = {}
-    for name, value in {**role.env, **tracker_env(trackers)}.items():
+    task_env = {**role.env, **tracker_env(trackers)}
+    if secret := sorted(secret_env(task_env)):  # the YAML is shared and read by anyone
+        raise InvalidArgumentError(
+            f"app {app.name!r}: env {secret[0]} holds a secret that the compiled pipeline"
+            " would carry in clear; give it to the task from a Kubernetes Secret"
+            " (kfp.kubernetes.use_secret_as_env) instead"
+        )
+    for name, value in task_env.items():
         joined = _joined(_parts(str(value), io=False))
         if isinstance(joined, str):  # no placeholder: the task sets it
             static_env[name] = joined

@@ -15,9 +15,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from torchx.pipelines import core
 from torchx.pipelines.kfp.outputs import StageRecord, read_stage
 from torchx.pipelines.owner import kfp_owner
+from torchx.pipelines.secrets import stage_secrets
 from torchx.runner.api import get_runner
 from torchx.runner.tracking import redact_args
 from torchx.specs.api import AppDef, Resource
+from torchx.specs.secrets import Masker, mask_value
 from torchx.util.quantity import cpu_whole_cores, memory_mib
 
 
@@ -93,7 +95,7 @@ def run_identity(
         "kfp.component": component,
         "kfp.component_args": json.dumps(redact_args(list(component_args))),  # no env values
         "kfp.scheduler": scheduler,
-        "kfp.cfg": json.dumps(dict(cfg), sort_keys=True, default=str),
+        "kfp.cfg": json.dumps(mask_value("", dict(cfg)), sort_keys=True, default=str),
         "kfp.parent_run_id": parent_run_id,
     }
     return task or component.rpartition(":")[2] or component, {k: v for k, v in params.items() if v}
@@ -142,10 +144,15 @@ def launch(
         )
         verb = "re-attached to" if runner.reattached(handle) else "launched"
         progress: List[Any] = []  # the last report (the Metrics output gets it)
+        masker = Masker(stage_secrets(runner, handle, list(component_args)))
+
+        def print_line(role: str, k: int, line: str) -> None:
+            sys.stdout.write(masker.mask(f"{role}/{k} {line}\n"))
+            sys.stdout.flush()
 
         def on_progress(report: Any) -> None:
             progress.append(report)
-            print(f"torchx: {core.progress_line(report)}", flush=True)
+            print(masker.mask(f"torchx: {core.progress_line(report)}"), flush=True)
 
         def on_term(signum: int, _: Any) -> None:
             print(f"torchx: step terminated (signal {signum}); cancelling {handle}", flush=True)
@@ -160,9 +167,9 @@ def launch(
             # named once the handler is in: a SIGTERM from then on cancels the app
             print(f"torchx: {verb} {handle}", flush=True)
             try:
-                core.wait_or_cancel(runner, handle, 1.0, _print_line, on_progress=on_progress)
+                core.wait_or_cancel(runner, handle, 1.0, print_line, on_progress=on_progress)
             except core.StageFailed as e:
-                raise RuntimeError(str(e)) from None
+                raise RuntimeError(masker.mask(str(e))) from None
         finally:
             if main:  # None: a handler not set from Python, which cannot be put back
                 signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
@@ -174,8 +181,3 @@ def launch(
         if record.run_url:
             print(f"torchx: tracker run {record.run_url}", flush=True)
         return handle, record
-
-
-def _print_line(role: str, k: int, line: str) -> None:
-    sys.stdout.write(f"{role}/{k} {line}\n")
-    sys.stdout.flush()

@@ -34,9 +34,11 @@ from prefect.utilities.engine import resolve_inputs_sync
 from torchx.pipelines import core
 from torchx.pipelines.owner import current_prefect_owner
 from torchx.pipelines.prefect import stages
+from torchx.pipelines.secrets import MaskedLog, stage_secrets
 from torchx.runner.api import get_runner
 from torchx.runner.config import get_configured_trackers
 from torchx.specs.api import AppDef, AppStatus
+from torchx.specs.secrets import Masker
 
 TorchXJobFailed = core.StageFailed  # the name Prefect users catch
 
@@ -162,6 +164,7 @@ def wait_stage(
 
     artifact_key = key or _app_name(handle)
     with get_runner() as runner:
+        logger = MaskedLog(logger, Masker(stage_secrets(runner, handle)))
         try:
             status = core.wait_or_cancel(
                 runner,

@@ -13,10 +13,11 @@ task per replica, ``{role}-{replica_id}``, so that per-replica macros (``${repli
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torchx
 from torchx.runtime import watchdog
@@ -40,6 +41,7 @@ from torchx.specs.api import (
     VolumeMount,
     macros,
 )
+from torchx.specs.secrets import secret_env
 
 LABEL_VERSION = "torchx.pytorch.org/version"
 LABEL_APP_NAME = "torchx.pytorch.org/app-name"
@@ -87,6 +89,10 @@ MAX_RESERVED_FRACTION = 10  # reserve at most 1/10 of the limit
 
 APP_NAME_MAX = 24
 ROLE_NAME_MAX = 20
+
+# ``-cfg secret_env=VAR:SECRET[:KEY]``: a Secret's name (a DNS subdomain) and one of its keys
+SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 # Volcano event -> action for each retry policy: APPLICATION restarts every task (the
 # whole gang, as torchelastic expects); REPLICA restarts only the failed replica's task.
@@ -243,16 +249,75 @@ def _volumes(role: Role) -> Tuple[List[Any], List[Any], bool]:
     return volumes, mounts, privileged
 
 
-def _env(env: Dict[str, str]) -> List[Any]:
-    from kubernetes.client.models import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
+@dataclasses.dataclass
+class EnvSecret:
+    """The app's own Secret (``{name}-env``): the secret env values of every container
+    (``torchx.specs.secrets.secret_env``), filled while the pod templates are built. The pod
+    specs reference it by key (``valueFrom.secretKeyRef``), so no Job or pod holds a secret."""
 
+    name: str
+    data: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def key_for(self, container: str, var: str, value: str) -> str:
+        """The key ``value`` is kept under: ``VAR``, or ``VAR.{container}`` where another
+        container's ``VAR`` holds a different value."""
+        key = re.sub(r"[^-._a-zA-Z0-9]", "_", var)
+        if self.data.get(key, value) != value:
+            key = f"{key}.{container}"
+        self.data[key] = value
+        return key
+
+
+def named_secret_env(cfg: Mapping[str, Any]) -> Dict[str, Tuple[str, str]]:
+    """``-cfg secret_env=VAR:SECRET[:KEY];...`` as env var -> (an existing Secret, its key; the
+    variable's name by default), KFP's ``use_secret_as_env`` keyed by the variable."""
+    out: Dict[str, Tuple[str, str]] = {}
+    for var, ref in dict(cfg.get("secret_env") or {}).items():
+        secret, _, key = str(ref).partition(":")
+        key = key or str(var)
+        if not (SECRET_NAME.fullmatch(secret) and len(secret) <= 253 and SECRET_KEY.fullmatch(key)):
+            raise InvalidRunConfigException(
+                f"secret_env {var}:{ref}: expected VAR:SECRET[:KEY], SECRET the name of a"
+                " Secret in the job's namespace and KEY one of its keys (e.g. HF_TOKEN:hf:token)",
+                "secret_env",
+                ref,
+            )
+        out[str(var)] = (secret, key)
+    return out
+
+
+def _env(
+    env: Dict[str, str],
+    container_name: str,
+    secret: Optional[EnvSecret],
+    named: Dict[str, Tuple[str, str]],
+) -> List[Any]:
+    """The container's env: secret values (with ``secret``) and ``named`` Secrets as
+    ``secretKeyRef``s, ``[FIELD_PATH]`` values as ``fieldRef``s, the rest as values."""
+    from kubernetes.client.models import (
+        V1EnvVar,
+        V1EnvVarSource,
+        V1ObjectFieldSelector,
+        V1SecretKeySelector,
+    )
+
+    def secret_ref(name: str, key: str) -> Any:
+        return V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=name, key=key))
+
+    secrets = secret_env(env) if secret is not None else {}
     out = []
-    for key, value in env.items():
-        if value.startswith(FIELD_PATH_PREFIX):
+    # a named Secret's variable keeps its place in ``env`` (``$(VAR)`` reads earlier ones)
+    for var, value in {**env, **dict.fromkeys(named, "")}.items():
+        if var in named:
+            out.append(V1EnvVar(name=var, value_from=secret_ref(*named[var])))
+        elif secret is not None and var in secrets:
+            key = secret.key_for(container_name, var, value)
+            out.append(V1EnvVar(name=var, value_from=secret_ref(secret.name, key)))
+        elif value.startswith(FIELD_PATH_PREFIX):
             field = V1ObjectFieldSelector(field_path=value.removeprefix(FIELD_PATH_PREFIX))
-            out.append(V1EnvVar(name=key, value_from=V1EnvVarSource(field_ref=field)))
+            out.append(V1EnvVar(name=var, value_from=V1EnvVarSource(field_ref=field)))
         else:
-            out.append(V1EnvVar(name=key, value=value))
+            out.append(V1EnvVar(name=var, value=value))
     return out
 
 
@@ -266,11 +331,14 @@ def pod_template(
     priority_class: Optional[str] = None,
     stall_timeout: Optional[float] = None,
     watch_options: Sequence[str] = (),
+    secret: Optional[EnvSecret] = None,
 ) -> Any:
     """A V1PodTemplateSpec for one replica (or, for Indexed Jobs, for all replicas of a role).
     With ``stall_timeout`` the command runs under ``torchx.runtime.watchdog`` (the image
     needs torchx, ``watch_options`` its options), whose last stderr line becomes the
-    container's termination message."""
+    container's termination message. With ``secret`` (the scheduler's), secret env values
+    go there and the pod spec references them; without it (upstream's helpers, which build
+    a pod for the caller to submit) the env stays as given."""
     from kubernetes.client.models import (
         V1Container,
         V1ContainerPort,
@@ -302,7 +370,7 @@ def pod_template(
         image=role.image,
         command=watchdog.wrap([role.entrypoint, *role.args], stall_timeout, *watch_options),
         termination_message_policy="FallbackToLogsOnError" if stall_timeout else None,
-        env=_env(env) or None,
+        env=_env(env, container_name, secret, named_secret_env(cfg)) or None,
         resources=resource_requirements(role.resource),
         ports=ports or None,
         volume_mounts=mounts,
@@ -386,9 +454,14 @@ def serialize(obj: Any) -> Any:
 
 
 def volcano_job(
-    app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, Any]
+    app: AppDef,
+    unique_name: str,
+    namespace: str,
+    cfg: Dict[str, Any],
+    secret: Optional[EnvSecret] = None,
 ) -> Dict[str, Any]:
-    """A ``batch.volcano.sh/v1alpha1`` Job: one task per replica, gang-scheduled by Volcano."""
+    """A ``batch.volcano.sh/v1alpha1`` Job: one task per replica, gang-scheduled by Volcano
+    (secret env values go to ``secret``, see ``pod_template``)."""
     role_names = role_dns_names(app)
     rank0_task = task_name(role_names[0], 0)
     tasks: List[Dict[str, Any]] = []
@@ -423,6 +496,7 @@ def volcano_job(
                 # pods share no directory: rank 0 is judged (its stop ends the gang), a
                 # rank that prints nothing while rank 0 prints is not
                 stall_timeout=app_stall_timeout(app) if is_rank0 else None,
+                secret=secret,
             )
             task: Dict[str, Any] = {"name": name, "replicas": 1}
             if role.min_replicas is not None:
@@ -469,7 +543,11 @@ def _replica_id_refs(role: Role) -> Tuple[str, str]:
 
 
 def indexed_jobs(
-    app: AppDef, unique_name: str, namespace: str, cfg: Dict[str, Any]
+    app: AppDef,
+    unique_name: str,
+    namespace: str,
+    cfg: Dict[str, Any],
+    secret: Optional[EnvSecret] = None,
 ) -> List[Dict[str, Any]]:
     """A headless Service plus one Indexed ``batch/v1`` Job per role (no Volcano needed).
 
@@ -531,6 +609,7 @@ def indexed_jobs(
             # only the rank-0 pod is judged, as for Volcano (one template for every index)
             stall_timeout=app_stall_timeout(app) if role_idx == 0 else None,
             watch_options=("--only-where", f"{REPLICA_ID_ENV}=0"),
+            secret=secret,
         )
         job = V1Job(
             api_version="batch/v1",
@@ -548,3 +627,36 @@ def indexed_jobs(
         )
         out.append(serialize(job))
     return out
+
+
+def env_secret_name(unique_name: str) -> str:
+    return f"{unique_name}-env"
+
+
+def env_secret(app: AppDef, unique_name: str, namespace: str, secret: EnvSecret) -> Dict[str, Any]:
+    """The app's Secret, labelled as the app; ``schedule`` adds its owners (``owned_by``)."""
+    from kubernetes.client.models import V1Secret
+
+    meta = _metadata(secret.name, namespace, _app_labels(app, unique_name))
+    body = V1Secret(
+        api_version="v1", kind="Secret", type="Opaque", metadata=meta, string_data=secret.data
+    )
+    return serialize(body)
+
+
+def owned_by(obj: Dict[str, Any], owners: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """``obj`` owned by the created ``owners`` (their uids): Kubernetes' garbage collector
+    deletes it once they are all deleted (``kubectl delete``, ``torchx cancel``)."""
+    from kubernetes.client.models import V1OwnerReference
+
+    refs = [
+        V1OwnerReference(
+            api_version=o["apiVersion"],
+            kind=o["kind"],
+            name=o["metadata"]["name"],
+            uid=o["metadata"]["uid"],
+        )
+        for o in owners
+    ]
+    meta = {**obj["metadata"], "ownerReferences": serialize(refs)}
+    return {**obj, "metadata": meta}

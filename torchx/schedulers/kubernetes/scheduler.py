@@ -7,6 +7,15 @@ the rank-0 host as ``$VC_{ROLE}_0_HOSTS`` (rank 0 itself uses ``localhost``).
 ``-cfg job_type=indexed`` needs only stock Kubernetes (upstream torchx#660): one Indexed
 ``batch/v1`` Job per role plus a headless Service (see ``manifests.indexed_jobs``).
 
+Secrets (``torchx.specs.secrets``) never sit in a Job or pod spec: the roles' secret env
+values (the user's, and MLflow credentials torchx injects) go to the app's own Secret
+``{name}-env``, and ``-cfg secret_env=VAR:SECRET[:KEY]`` names an existing one; the pods
+read both through ``valueFrom.secretKeyRef``. The app's Secret is created right after its
+job, owned by it (``ownerReferences`` with the job's uid, known only once it exists), so
+Kubernetes deletes it with the job and it never outlives it. A pod that starts before it
+exists waits (the kubelet retries ``CreateContainerConfigError``); the Secret follows its
+job within one API call.
+
 App ids are ``{namespace}:{name}``. A keyed submission (``Runner.run(idempotency_key=...)``)
 claims its name with a ConfigMap before creating its job (``claims``). Workspaces are
 ``DockerWorkspaceMixin``'s: ``schedule`` pushes the image before creating anything.
@@ -14,6 +23,7 @@ claims its name with a ConfigMap before creating its job (``claims``). Workspace
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -68,9 +78,14 @@ from torchx.schedulers.kubernetes.manifests import (
     VOLCANO_GROUP,
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
+    EnvSecret,
     app_object_name,
     claim_config_map,
+    env_secret,
+    env_secret_name,
     indexed_jobs,
+    named_secret_env,
+    owned_by,
     parse_toleration,
     role_dns_names,
     unique_app_name,
@@ -86,6 +101,7 @@ from torchx.specs.api import (
     is_terminal,
     runopts,
 )
+from torchx.specs.secrets import MASK
 from torchx.util.modules import import_optional
 from torchx.workspace.docker_workspace import DockerWorkspaceMixin, ImagesToPush
 
@@ -106,6 +122,7 @@ class KubernetesOpts(TypedDict, total=False):
     tolerations: Optional[List[str]]
     image_pull_secrets: Optional[List[str]]
     job_type: str
+    secret_env: Optional[Dict[str, str]]
 
 
 class NameTaken(KubernetesError):
@@ -114,8 +131,9 @@ class NameTaken(KubernetesError):
 
 @dataclasses.dataclass(eq=False)
 class KubernetesJob:
-    """The manifests ``schedule`` creates (a keyed submission's claim first); ``str()`` is
-    YAML ``kubectl apply -f`` accepts."""
+    """The manifests ``schedule`` creates (a keyed submission's claim first, the app's
+    Secret last); ``str()`` is YAML ``kubectl apply -f`` accepts, the Secret's values
+    masked (``***``)."""
 
     manifests: List[Dict[str, Any]]
     namespace: str
@@ -123,6 +141,7 @@ class KubernetesJob:
     job_type: str
     images_to_push: ImagesToPush = dataclasses.field(default_factory=dict)
     claim: Optional[Dict[str, Any]] = None
+    secret: Optional[Dict[str, Any]] = None  # the app's Secret, without its owners yet
 
     @property
     def resource(self) -> Dict[str, Any]:
@@ -131,7 +150,12 @@ class KubernetesJob:
 
     def __str__(self) -> str:
         claim = [self.claim] if self.claim else []
-        return yaml.safe_dump_all(claim + self.manifests, sort_keys=False, width=1000)
+        secret = []
+        if self.secret is not None:  # its keys show, its values never
+            shown = copy.deepcopy(self.secret)
+            shown["stringData"] = dict.fromkeys(shown.get("stringData") or {}, MASK)
+            secret.append(shown)
+        return yaml.safe_dump_all(claim + self.manifests + secret, sort_keys=False, width=1000)
 
     __repr__ = __str__
 
@@ -268,6 +292,14 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             help="volcano (a Volcano Job, gang-scheduled)"
             " or indexed (Indexed batch/v1 Jobs + headless Service, no Volcano)",
         )
+        opts.add(
+            "secret_env",
+            type_=Dict[str, str],
+            help="env vars read from existing Secrets in the job's namespace,"
+            " VAR:SECRET[:KEY] separated by ';' (KEY defaults to VAR), e.g."
+            " HF_TOKEN:hf-creds:token (KFP's use_secret_as_env); the app's own secret env"
+            " values always go to a Secret of the app's, never in the pod spec",
+        )
         return opts
 
     def _validate(
@@ -294,6 +326,7 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         tolerations = cfg.get("tolerations")
         for spec in tolerations if isinstance(tolerations, list) else []:
             parse_toleration(str(spec))
+        named_secret_env(cfg)
         role_dns_names(app)
 
     def _submit_dryrun(
@@ -305,12 +338,15 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
         namespace = str(opts.get("namespace") or self.default_namespace())
         job_type = str(opts.get("job_type") or JOB_TYPE_VOLCANO)
         name = app_object_name(app)
+        secret = EnvSecret(env_secret_name(name))
         if job_type == JOB_TYPE_VOLCANO:
-            manifests = [volcano_job(app, name, namespace, opts)]
+            manifests = [volcano_job(app, name, namespace, opts, secret)]
         else:
-            manifests = indexed_jobs(app, name, namespace, opts)
+            manifests = indexed_jobs(app, name, namespace, opts, secret)
         claim = claim_config_map(app, name, namespace) if keyed_app_id(app) else None
         job = KubernetesJob(manifests, namespace, name, job_type, images_to_push, claim)
+        if secret.data:
+            job.secret = env_secret(app, name, namespace, secret)
         return AppDryRunInfo(job, str)
 
     @api_errors()
@@ -325,27 +361,63 @@ class KubernetesScheduler(DockerWorkspaceMixin, Scheduler[KubernetesJob]):
             if req.claim is not None:
                 self._core().create_namespaced_config_map(req.namespace, req.claim)
                 created.append(("ConfigMap", req.name))
-            if req.job_type == JOB_TYPE_VOLCANO:
-                self._custom().create_namespaced_custom_object(
-                    VOLCANO_GROUP, VOLCANO_VERSION, req.namespace, VOLCANO_PLURAL, req.manifests[0]
-                )
-            else:
-                for manifest in req.manifests:
-                    kind, name = manifest["kind"], manifest["metadata"]["name"]
-                    if kind == "Service":
-                        self._core().create_namespaced_service(req.namespace, manifest)
-                    else:
-                        self._batch().create_namespaced_job(req.namespace, manifest)
-                    created.append((kind, name))
+            jobs = []  # as the API server returned them: with their uids
+            for manifest in req.manifests:
+                kind = "VolcanoJob" if req.job_type == JOB_TYPE_VOLCANO else manifest["kind"]
+                obj = self._create(kind, req.namespace, manifest)
+                created.append((kind, manifest["metadata"]["name"]))
+                if kind != "Service":
+                    jobs.append(obj)
         except ApiException as e:
-            for kind, name in created:  # no half-created apps
-                self._delete(kind, req.namespace, name)
+            self._rollback(created, req.namespace)  # no half-created apps
             raise self._api_error(e, req) from None
+        if req.secret is not None:
+            self._create_secret(req, jobs, created)
         self._kinds[app_id] = req.job_type
         claim = self._claim(req.namespace, req.name) if req.claim is not None else None
         if claim is not None and claims.claim_state(claim)[0] == AppState.CANCELLED:
             self._cancel_existing(app_id)  # a re-attached racer cancelled it before its job
         return app_id
+
+    def _create(self, kind: str, namespace: str, manifest: Dict[str, Any]) -> Dict[str, Any]:
+        """Create one of an app's objects; the object as the API server stored it."""
+        if kind == "VolcanoJob":
+            return self._custom().create_namespaced_custom_object(
+                VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, manifest
+            )
+        if kind == "Service":
+            resp = self._core().create_namespaced_service(
+                namespace, manifest, _preload_content=False
+            )
+        else:
+            resp = self._batch().create_namespaced_job(namespace, manifest, _preload_content=False)
+        return json.loads(resp.data)
+
+    def _create_secret(
+        self, req: KubernetesJob, jobs: List[Dict[str, Any]], created: List[Tuple[str, str]]
+    ) -> None:
+        """The app's Secret, owned by its ``jobs``; without it the app is deleted again."""
+        from kubernetes.client.rest import ApiException
+
+        assert req.secret is not None
+        name = req.secret["metadata"]["name"]
+        if not all((job.get("metadata") or {}).get("uid") for job in jobs):
+            reason = "the API server returned the job without a uid to own it"
+        else:
+            try:
+                self._core().create_namespaced_secret(req.namespace, owned_by(req.secret, jobs))
+                return
+            except ApiException as e:
+                reason = f"Kubernetes API error {e.status} ({e.reason}): {status_message(e)}"
+        self._rollback(created, req.namespace)
+        raise KubernetesError(
+            f"cannot create Secret {name} for {req.name}'s secret env ({reason});"
+            " nothing was submitted"
+        )
+
+    def _rollback(self, created: List[Tuple[str, str]], namespace: str) -> None:
+        for kind, name in created:
+            self._delete(kind, namespace, name)
 
     def schedule_keyed(
         self, token: str, dryrun_info: AppDryRunInfo[KubernetesJob], reattach_succeeded: bool

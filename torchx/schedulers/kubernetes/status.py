@@ -23,7 +23,9 @@ from torchx.schedulers.kubernetes.manifests import (
     LABEL_REPLICA_ID,
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
+    LABEL_UNIQUE_NAME,
     ROLE_NAME_MAX,
+    env_secret_name,
     normalize_name,
     task_name,
 )
@@ -129,7 +131,7 @@ def pod_problem(pod: Obj) -> Tuple[str, bool]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason", "")
         if reason in FATAL_WAITING_REASONS:
-            return _reason(reason, waiting.get("message")), True
+            return _reason(reason, waiting.get("message")), not _awaits_its_secret(pod, waiting)
         for state_key in ("state", "lastState"):
             terminated = (cs.get(state_key) or {}).get("terminated") or {}
             if terminated.get("reason") == "OOMKilled":
@@ -148,6 +150,14 @@ def pod_problem(pod: Obj) -> Tuple[str, bool]:
     if status.get("reason"):  # e.g. Evicted, DeadlineExceeded
         return _reason(status["reason"], status.get("message")), False
     return "", False
+
+
+def _awaits_its_secret(pod: Obj, waiting: Obj) -> bool:
+    """The pod started before its app's own Secret, which ``schedule`` creates right after
+    the job: the kubelet retries until it exists (a missing Secret the user named is fatal)."""
+    app = (_meta(pod).get("labels") or {}).get(LABEL_UNIQUE_NAME)
+    missing = f'secret "{env_secret_name(str(app))}" not found'
+    return bool(app) and missing in str(waiting.get("message") or "")
 
 
 def _reason(reason: str, message: Optional[str]) -> str:

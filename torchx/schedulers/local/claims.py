@@ -44,8 +44,7 @@ def _path(token_dir: str, gen: int) -> str:
 
 
 def _read(token_dir: str, gen: int) -> Dict[str, Any]:
-    with open(_path(token_dir, gen)) as f:
-        return json.load(f)
+    return json.loads(protocol.read_private(_path(token_dir, gen)))
 
 
 def _create(token_dir: str, gen: int, doc: Dict[str, Any]) -> bool:

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from torchx.schedulers.local import processes as procs
 from torchx.schedulers.local import protocol
@@ -41,13 +41,31 @@ def supervisor_alive(app_dir: str) -> Optional[bool]:
     return None if sup is None else procs.is_ours(*sup)
 
 
+def _recorded(doc: Optional[State]) -> List[Tuple[Optional[int], Optional[str]]]:
+    """``(pid, stamp)`` of each replica in the state."""
+    return [(r["pid"], r["stamp"]) for r in (doc.get("replicas", []) if doc else [])]
+
+
 def _recorded_live(doc: Optional[State]) -> List[int]:
-    """Recorded replica pids that are still the processes recorded (pid and start time)."""
-    return [
-        r["pid"]
-        for r in (doc.get("replicas", []) if doc else [])
-        if r["pid"] is not None and procs.is_ours(r["pid"], r["stamp"])
+    """Recorded replica pids that are still the processes recorded (owner and start time)."""
+    return [pid for pid, stamp in _recorded(doc) if pid is not None and procs.is_ours(pid, stamp)]
+
+
+def _log_strangers(app_dir: str, recorded: List[Tuple[Optional[int], Optional[str]]]) -> None:
+    """Log, once per cancel, the recorded pids now held by another process (another owner
+    or start time: a reused pid, or a planted record), which are never signalled."""
+    strangers = [
+        pid
+        for pid, stamp in recorded
+        if pid and pid > 0 and procs.alive(pid) and not procs.is_ours(pid, stamp)
     ]
+    if strangers:
+        logger.warning(
+            "%s: pid %s is not the process torchx recorded (another owner or start time);"
+            " treated as gone, not signalled",
+            app_dir,
+            ", ".join(map(str, strangers)),
+        )
 
 
 def _left_running(app_dir: str, doc: Optional[State]) -> bool:
@@ -89,6 +107,7 @@ def cancel(app_dir: str, request: Request) -> None:
             protocol.end_unstarted(app_dir, request)
             return
         if not procs.is_ours(*sup):
+            _log_strangers(app_dir, [sup, *_recorded(cur)])
             _end_orphaned(app_dir, cur)
             return
     if procs.is_ours(*sup):

@@ -128,10 +128,15 @@ class LogLines:
         self._chunks.close()
 
 
+def _open(path: str) -> BinaryIO:
+    """A log for reading; a symlink planted at its name is not followed (ELOOP)."""
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+
 def read_chunks(path: str) -> Chunks:
     """Whole lines of the file as it is now, a chunk at a time."""
     try:
-        f = open(path, "rb")
+        f = _open(path)
     except FileNotFoundError:
         return
     lines = LineBuffer()
@@ -150,7 +155,7 @@ def follow_chunks(path: str, finished: Callable[[], bool]) -> Chunks:
         time.sleep(POLL_SECONDS * 2)
     lines = LineBuffer()
     pause = FIRST_POLL_SECONDS
-    with open(path, "rb") as f:
+    with _open(path) as f:
         while True:
             if (yield from _drain(f, lines)):
                 pause = FIRST_POLL_SECONDS

@@ -2,7 +2,9 @@
 (psutil off Linux, where there is no /proc): the supervisor imports it.
 
 - A pid may be reused once its process exited, so every pid we record comes with a
-  *stamp* (start time and boot id), and a process is ours only if both match.
+  *stamp*: its owner (real uid), start time and boot id (psutil's ``uids().real`` and
+  ``create_time()``, read from /proc on Linux). A process is ours only if all match, and
+  nothing is signalled that is not ours.
 - Every replica process carries ``TORCHX_LOCAL_REPLICA=<app_id>/<role>/<replica>`` in its
   environment, inherited by everything it starts, so its descendants are found even
   after they left its process group or session, or were orphaned.
@@ -39,28 +41,50 @@ def _proc_stat(pid: int) -> Optional[List[str]]:
         return None
 
 
+def _read_at(dir_fd: int, name: str) -> str:
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        return os.read(fd, 4096).decode(errors="replace")  # stat, and status up to its Uid
+    finally:
+        os.close(fd)
+
+
 def _probe(pid: int) -> Optional[Tuple[bool, str]]:
     """``(is a zombie, stamp)`` of ``pid``, or None if there is no such process."""
     if sys.platform.startswith("linux"):
-        fields = _proc_stat(pid)
-        return (fields[0] == "Z", f"{fields[19]}@{_boot_id()}") if fields else None
+        try:  # both files through one open directory: they describe one process, even if
+            # the pid is reused in between (reads under a reaped process's directory fail)
+            dir_fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fields = _read_at(dir_fd, "stat").rsplit(")", 1)[1].split()
+            status = _read_at(dir_fd, "status").splitlines()
+            uid = next(line.split()[1] for line in status if line.startswith("Uid:"))
+        except (OSError, IndexError, StopIteration):
+            return None
+        finally:
+            os.close(dir_fd)
+        return fields[0] == "Z", f"{uid}:{fields[19]}@{_boot_id()}"
     import psutil
 
     try:
         p = psutil.Process(pid)
-        return p.status() == psutil.STATUS_ZOMBIE, str(p.create_time())
+        return p.status() == psutil.STATUS_ZOMBIE, f"{p.uids().real}:{p.create_time()}"
     except psutil.Error:
         return None
 
 
 def stamp(pid: int) -> Optional[str]:
-    """A stamp that tells ``pid`` apart from any later process given the same pid."""
+    """A stamp that tells ``pid`` apart from any later process given the same pid, and from
+    the same process once it changed owner (``<uid>:<start time>@<boot id>``)."""
     found = _probe(pid)
     return found[1] if found else None
 
 
 def is_ours(pid: object, pid_stamp: object) -> bool:
-    """Whether ``pid`` still runs (not a zombie) and is the process that had ``pid_stamp``."""
+    """Whether ``pid`` still runs (not a zombie) and is the process that had ``pid_stamp``:
+    same owner, same start time. Checked before every signal to a recorded pid."""
     if not isinstance(pid, int) or pid <= 0 or not isinstance(pid_stamp, str):
         return False
     return _probe(pid) == (False, pid_stamp)

@@ -7,6 +7,8 @@ An app directory holds ``request.json`` (a ``Request``, written once by the laun
 (``PID STAMP``, written once its signal handlers are installed), ``cancel``,
 ``state.lock`` and ``progress.json`` (rank 0's last progress report). Directories are
 0700 and files 0600: the request holds the replicas' environment, which may hold secrets.
+Every open is ``O_NOFOLLOW`` and every file written aside is new (``O_EXCL``, a random
+name), so a symlink planted in the directory never redirects a read or a write.
 
 The state only moves forward (``may_follow``): every writer goes through ``transition``
 under ``state.lock``, so the first terminal state stays. Readers never write.
@@ -18,7 +20,6 @@ import contextlib
 import functools
 import json
 import os
-import threading
 import time
 import typing
 from typing import Any, Callable, Dict, Iterator, List, Optional, TypedDict
@@ -237,8 +238,7 @@ def current_state(app_dir: str) -> Optional[State]:
 def read_supervisor(app_dir: str) -> Optional[tuple[int, str]]:
     """``(pid, stamp)`` of the app's supervisor; None before it started."""
     try:
-        with open(os.path.join(app_dir, PID)) as f:
-            pid_s, stamp = f.read().split()
+        pid_s, stamp = read_private(os.path.join(app_dir, PID)).decode().split()
         return int(pid_s), stamp
     except FileNotFoundError:
         return None
@@ -250,8 +250,7 @@ def _read_record(path: str, tp: Any) -> Optional[Any]:
     """The parsed file; None if it does not exist; ``BadRecord`` if it is unreadable, not
     JSON, or not a ``tp``."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_private(path)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -286,17 +285,29 @@ def makedirs_private(path: str) -> None:
 
 
 def open_private(path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_APPEND) -> int:
-    """A file descriptor of ``path``, created 0600."""
-    return os.open(path, flags | os.O_CLOEXEC, FILE_MODE)
+    """A file descriptor of ``path``, created 0600; a symlink there is not followed (ELOOP)."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+
+
+def read_private(path: str) -> bytes:
+    """The content of ``path``; a symlink there is not followed (ELOOP)."""
+    with os.fdopen(open_private(path, os.O_RDONLY), "rb") as f:
+        return f.read()
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
-    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half:
+    written aside to a new file of a random name, then renamed over ``path``."""
+    tmp = f"{path}.tmp.{os.urandom(8).hex()}"
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @contextlib.contextmanager

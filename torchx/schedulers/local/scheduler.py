@@ -54,7 +54,7 @@ from torchx.specs.api import (
     macros,
     runopts,
 )
-from torchx.util.paths import torchx_home
+from torchx.util.paths import state_dir
 from torchx.workspace.dir_workspace import LocalDirWorkspaceMixin, workspace_dir
 
 if TYPE_CHECKING:
@@ -160,7 +160,10 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         super().build_workspace_and_update_role(role, workspace, cfg)
 
     def _state_root(self) -> Path:
-        return torchx_home(self._torchx_home) / "local_cwd" / self.session_name
+        """The session's folder, each level from ``$TORCHX_HOME`` down checked first
+        (``torchx.util.paths.state_dir``): ``UnsafeStateRootError`` if another user can
+        write one, before anything in it is read or signalled."""
+        return state_dir("local_cwd", self.session_name, given=self._torchx_home)
 
     def _app_dir(self, app_id: str) -> Path:
         return self._state_root() / app_id
@@ -200,7 +203,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         from torchx.specs.serialize import appdef_to_dict
 
         app_id = unique_name(app.name, max_base=40, suffix_length=10)
-        default_root = torchx_home(self._torchx_home) / "local_cwd"
+        default_root = state_dir("local_cwd", given=self._torchx_home)
         log_root = os.path.abspath(os.path.expanduser(str(cfg.get("log_dir") or default_root)))
         app_log_dir = os.path.join(log_root, self.session_name, app_id)
         prepend_cwd = bool(cfg.get("prepend_cwd"))
@@ -333,8 +336,9 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
         deadline = time.monotonic() + files.LAUNCH_TIMEOUT
         while not state.exists():
             if proc.poll() is not None and not state.exists():
-                log = (app_dir / files.SUPERVISOR_LOG).read_text(errors="replace").strip()
-                msg = f"the local supervisor exited with {proc.returncode}: {log[-500:]}"
+                out = files.read_private(str(app_dir / files.SUPERVISOR_LOG))
+                text = out.decode(errors="replace").strip()
+                msg = f"the local supervisor exited with {proc.returncode}: {text[-500:]}"
                 files.finalize(str(app_dir), files.FAILED, msg)
                 raise RuntimeError(msg)
             if time.monotonic() > deadline:
@@ -377,11 +381,12 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             raise UnreadableAppError(app_id, e.path, e.reason) from None
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        found = self._observe(app_id)
+        root = self._state_root()  # checked once per call (``torchx.util.paths.state_dir``)
+        found = self._observe(app_id, root)
         if found is None:
             return None
         request, doc = found
-        app_dir = self._app_dir(app_id)
+        app_dir = root / app_id
         state = AppState[doc["state"]]
         from torchx.specs.serialize import appdef_from_dict
 
@@ -402,7 +407,7 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
                 structured = NONE
                 if rstate == AppState.FAILED and os.path.isfile(err_path):
                     with contextlib.suppress(OSError):
-                        structured = Path(err_path).read_text()
+                        structured = files.read_private(err_path).decode(errors="replace")
                         error_files.append((os.path.getmtime(err_path), structured))
                 replicas.append(ReplicaStatus(i, rstate, role.name, "localhost", structured))
             roles_statuses.append(RoleStatus(role.name, replicas))

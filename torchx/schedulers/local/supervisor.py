@@ -67,7 +67,7 @@ def command(app_dir: str) -> List[str]:
 def last_line(path: str, limit: int = 300) -> str:
     """The last non-empty line of a log file (the usual place of a crash's message)."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(files.open_private(path, os.O_RDONLY), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 8192))
             lines = [

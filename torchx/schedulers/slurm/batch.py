@@ -1,9 +1,14 @@
 """The ``sbatch`` request of the ``slurm`` scheduler: one het group per replica, one script.
 
 Everything a user supplies (entrypoint, args, env values, log names) reaches the batch script
-shell-quoted; the only expansion left to the script is ``${app_id}``, which becomes
-``"$SLURM_JOB_ID"``. Env names must be identifiers and ``#SBATCH`` values single plain
-tokens, so nothing a user writes can become shell code on a node.
+or an env file shell-quoted; the only expansion left to the shell is ``${app_id}``, which
+becomes ``"$SLURM_JOB_ID"``. Env names must be identifiers and ``#SBATCH`` values single
+plain tokens, so nothing a user writes can become shell code on a node.
+
+A replica's env never rides on a command line (``/proc/*/cmdline`` is world-readable): it
+is written to its own env file (0600, in the job's directory), which the replica's ``srun``
+component sources before it ``exec``s the command, so each het group keeps its own env and
+argv names only the file. The dry run shows the env files with secrets masked.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict
 
 from torchx.runtime.watchdog import STALLED_EXIT, wrap
 from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, InvalidAppError
+from torchx.schedulers.ids import random_id
 from torchx.specs import NONE, Role, macros
+from torchx.specs.secrets import Masker, mask_env
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
 
@@ -39,6 +46,11 @@ PROGRESS_FILE = "slurm-{job_id}.progress.json"
 # long"; measured on 22.05)
 COMMENT_MAX = 1024
 _OWNER_SAFE = "".join(c for c in string.printable if not c.isspace() and c not in "%|")
+# what each replica's srun component runs: ``sh -c LOAD_ENV <env file> <command...>`` sources
+# the replica's env file, then becomes the command (argv holds the file's path, no value)
+LOAD_ENV = '. "$0" && exec "$@"'
+# a private file of the request: created, never replaced or followed through a symlink
+_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 # Using the functional TypedDict form for the hyphenated keys, as upstream does
 SlurmOpts = TypedDict(
@@ -76,6 +88,15 @@ def check_env_name(name: str, role: str) -> None:
             f"env var name {name!r} of role {role!r} is not allowed: use letters, digits and"
             " '_', not starting with a digit"
         )
+
+
+def write_new_private(path: str, text: str) -> None:
+    """Create ``path`` (0600) holding ``text``; an existing file or symlink there is refused
+    (``O_EXCL|O_NOFOLLOW``), so nobody can pre-plant what the job reads. Any byte of a
+    value is kept (``surrogateescape``: what ``os.environ`` holds for non-UTF-8 bytes)."""
+    fd = os.open(path, _NEW_PRIVATE, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode("utf-8", "surrogateescape"))
 
 
 def sbatch_value(key: str, value: Any) -> str:
@@ -173,9 +194,9 @@ class SlurmReplicaRequest:
             if res.gpu > 0:
                 sbatch["gpus-per-task"] = str(res.gpu)
         elastic = bool(role.min_replicas and role.min_replicas < role.num_replicas)
-        srun = {
-            "output": f"slurm-{macros.app_id}-{name}.out",
-            "error": f"slurm-{macros.app_id}-{name}.err",
+        srun = {  # in the job's directory (the job may run elsewhere: its working dir)
+            "output": os.path.join(job_dir, f"slurm-{macros.app_id}-{name}.out"),
+            "error": os.path.join(job_dir, f"slurm-{macros.app_id}-{name}.err"),
             # a failed replica ends the job, unless the role is elastic (the rest carry on)
             "kill-on-bad-exit": "0" if elastic else "1",
         }
@@ -184,15 +205,27 @@ class SlurmReplicaRequest:
         cmd = wrap([role.entrypoint, *role.args], stall_timeout, "--peers", peers)
         return cls(name, cmd[0], cmd[1:], srun, sbatch, dict(role.env))
 
-    def materialize(self) -> Tuple[List[str], List[str]]:
+    def materialize(self, env_file: Optional[str] = None) -> Tuple[List[str], List[str]]:
         """``(sbatch args, srun group)``: the group's ``#SBATCH`` options and its shell-quoted
-        ``srun`` tokens."""
-        for key in self.env:
-            check_env_name(key, self.name)
+        ``srun`` tokens, which load the env from ``env_file`` (written from ``env_text``;
+        default ``<name>.env`` in the job's working directory)."""
         sbatch = [f"--job-name={self.name}", *_opts(self.sbatch_opts)]
         srun = [quote(o) for o in _opts(self.srun_opts)]
-        env = [f"{k}={quote(v)}" for k, v in self.env.items()]
-        return sbatch, [*srun, "env", *env, quote(self.entrypoint), *map(quote, self.args)]
+        load = ["sh", "-c", quote(LOAD_ENV), shlex.quote(env_file or f"{self.name}.env")]
+        return sbatch, [*srun, *load, quote(self.entrypoint), *map(quote, self.args)]
+
+    def env_text(self, masked: bool = False) -> str:
+        """The env file: one ``export NAME=<shell-quoted value>`` line per variable (any
+        value, newlines included, is one shell word); ``masked``: secrets as ``***``, for
+        the dry run."""
+        env = mask_env(self.env) if masked else self.env
+        lines = []
+        for key, value in env.items():
+            check_env_name(key, self.name)
+            if "\0" in value:
+                raise InvalidAppError(f"env var {key} of role {self.name!r} holds a NUL byte")
+            lines.append(f"export {key}={quote(value)}\n")
+        return "".join(lines)
 
 
 @dataclass
@@ -205,13 +238,35 @@ class SlurmBatchRequest:
     max_retries: int = 0
     app: Dict[str, Any] = field(default_factory=dict)
     bin_dir: str = field(default_factory=lambda: os.path.dirname(sys.executable))
+    # names this submission's files in the job's directory (several may share one job_dir)
+    submission: str = field(default_factory=random_id)
+
+    def path(self, suffix: str) -> str:
+        """``torchx-<submission><suffix>`` in the job's directory."""
+        return os.path.join(self.job_dir or "", f"torchx-{self.submission}{suffix}")
+
+    def env_file(self, replica: str) -> str:
+        return self.path(f"-{replica}.env")
+
+    @property
+    def script_file(self) -> str:
+        return self.path(".sh")
+
+    def write(self) -> str:
+        """Write the env files and the batch script (each new, 0600) into the job's
+        directory, which is created (0700) if missing; returns the script's path."""
+        os.makedirs(self.job_dir or ".", mode=0o700, exist_ok=True)
+        for replica in self.replicas.values():
+            write_new_private(self.env_file(replica.name), replica.env_text())
+        write_new_private(self.script_file, self.materialize())
+        return self.script_file
 
     def materialize(self) -> str:
         """The batch script: het groups, then one ``srun`` over all of them."""
         groups = list(self.replicas.values())
         headers, sruns = [], []
         for i, replica in enumerate(groups):
-            sbatch, srun = replica.materialize()
+            sbatch, srun = replica.materialize(self.env_file(replica.name))
             headers.append("#SBATCH " + " ".join(sbatch))
             het = [f"--het-group={i}"] if len(groups) > 1 else []
             sruns.append(" ".join([*het, *srun]))
@@ -243,4 +298,10 @@ exit $rc
 """
 
     def __repr__(self) -> str:
-        return f"# {shlex.join(self.cmd)}\n{self.materialize()}"
+        """The dry run: the command, the script and each env file, secrets masked."""
+        masker = Masker()
+        parts = [f"# {shlex.join(self.cmd)} {shlex.quote(self.script_file)}", self.materialize()]
+        for replica in self.replicas.values():
+            masker.add_env(replica.env)
+            parts.append(f"# {self.env_file(replica.name)}\n{replica.env_text(masked=True)}")
+        return masker.mask("\n".join(parts))

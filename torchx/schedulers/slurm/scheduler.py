@@ -10,6 +10,11 @@ The app (roles, for ``describe`` and ``log``) is recorded 0600 under ``$TORCHX_H
 and as ``slurm-<jobid>.torchx.json`` in the job directory, where another machine that
 re-attaches finds it. A stall's reason (``torchx.runtime.watchdog``) is the last line of
 the replica's ``.err``.
+
+The job directory is ``job_dir`` if given (the job also runs there), else a new private one
+under ``$TORCHX_HOME/slurm/jobs`` while the job runs in the submitter's working directory:
+torchx writes nothing into a directory the user did not name. Besides the logs it holds the
+batch script and the replicas' env files (0600), so no secret is on a command line.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import json
 import os
 import pwd
 import re
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +41,7 @@ from torchx.schedulers.api import (
     app_stall_timeout,
     filter_regex,
 )
+from torchx.schedulers.ids import make_unique
 from torchx.schedulers.slurm.batch import (
     PROGRESS_FILE,
     RANK0_ENV,
@@ -119,7 +124,11 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             ("constraint", "node features required"),
             ("mail-user", "where to send job mail"),
             ("mail-type", "which events to mail (e.g. END,FAIL)"),
-            ("job_dir", "directory the job runs in and writes its logs to (default: cwd)"),
+            (
+                "job_dir",
+                "directory the job runs in and writes its logs to (default: it runs in cwd,"
+                " logs go to a new directory under $TORCHX_HOME/slurm/jobs)",
+            ),
             (
                 "account",
                 "account to charge the job to (sbatch --account; default: the user's default)",
@@ -137,7 +146,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
 
         replicas: Dict[str, SlurmReplicaRequest] = {}
         # absolute now: the progress file's path is in the replicas' env
-        job_dir = os.path.abspath(str(cfg.get("job_dir") or os.getcwd()))
+        given = cfg.get("job_dir")
+        work_dir = os.path.abspath(str(given) if given else os.getcwd())
+        job_dir = work_dir if given else self._new_job_dir(app.name)
         progress = os.path.join(job_dir, PROGRESS_FILE.format(job_id=macros.app_id))
         for role in app.roles:
             for i in range(role.num_replicas):
@@ -159,7 +170,9 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
             app_idempotency_token(app),
             app.metadata.get(OWNER),
         )
-        cmd = ["sbatch", "--parsable"]
+        # the batch step's own output (Slurm's default: the working dir) goes beside the logs
+        out = os.path.join(job_dir, "slurm-%j.out")
+        cmd = ["sbatch", "--parsable", f"--chdir={work_dir}", f"--output={out}"]
         if app_idempotency_token(app):
             cmd.append("--hold")  # released by find_by_idempotency_token once it won its key
         for key in sorted(SBATCH_JOB_OPTIONS):
@@ -175,15 +188,17 @@ class SlurmScheduler(DirWorkspaceMixin, Scheduler[SlurmBatchRequest]):
         )
         return AppDryRunInfo(req, repr)
 
+    def _new_job_dir(self, app_name: str) -> str:
+        """A fresh job directory's path under ``$TORCHX_HOME/slurm/jobs`` (made on submit)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", app_name)[:40] or "app"
+        return str(torchx_home(self._torchx_home) / "slurm" / "jobs" / make_unique(name))
+
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
         req = dryrun_info.request
         job_dir = os.path.abspath(req.job_dir or os.getcwd())
-        os.makedirs(job_dir, exist_ok=True)
-        # 0600 and unique: the script holds the env (secrets too), and submissions may race
-        fd, script = tempfile.mkstemp(prefix="torchx-sbatch-", suffix=".sh", dir=job_dir)
-        with os.fdopen(fd, "w") as f:
-            f.write(req.materialize())
-        out = run([*req.cmd, f"--chdir={job_dir}", script], cwd=job_dir)
+        req.job_dir = job_dir
+        script = req.write()  # the env files and the script, each new and 0600
+        out = run([*req.cmd, script], cwd=job_dir)
         job_id = out.strip().split(";")[0]
         record = json.dumps({"job_dir": job_dir, "app": req.app, "replicas": list(req.replicas)})
         write_private(self._record_path(job_id), record)
