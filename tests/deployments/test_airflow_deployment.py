@@ -73,6 +73,20 @@ with DAG(dag_id="torchx_ticks", schedule=None, start_date=datetime(2026, 1, 1)) 
         poll_interval=0.5,
         progress_interval=2,
     )
+
+# a stage whose job prints its secret env (a token, a URL password): the task log masks them,
+# whether the worker or the triggerer streams the job's lines
+SHOW = "echo token=$HF_TOKEN url=$DB_URL"
+with DAG(dag_id="torchx_secrets", schedule=None, start_date=datetime(2026, 1, 1)) as secrets:
+    for task_id, deferrable in (("in_worker", False), ("deferred", True)):
+        TorchXOperator(
+            task_id=task_id,
+            component="utils.sh",
+            component_args=["--env", "HF_TOKEN=tok-plant-4b1,DB_URL=postgres://u:up-plant-6c2@db/x",
+                            "sh", "-c", SHOW],
+            deferrable=deferrable,
+            poll_interval=0.5,
+        )
 """
 DEADLINE = 120.0
 # a crashed try fails after task_instance_heartbeat_timeout, then the retry starts
@@ -91,7 +105,12 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
             mp.setenv(k, v)
         try:
             with airflow_deployment(work, dags, torchx_env) as deployment:
-                for dag_id in ("torchx_wait", "torchx_wait_deferred", "torchx_ticks"):
+                for dag_id in (
+                    "torchx_wait",
+                    "torchx_wait_deferred",
+                    "torchx_ticks",
+                    "torchx_secrets",
+                ):
                     deployment.unpause(dag_id)
                 yield deployment
         finally:
@@ -347,3 +366,20 @@ def test_deferred_stage_streams_its_log_and_progress_while_deferred(af: AirflowD
     assert len(re.findall(r"python/0 tick 1$", log, re.M)) == 1, log
     assert len(re.findall(r"python/0 tick 5$", log, re.M)) == 1, log
     assert [a.state.name for a in _apps(ti)] == ["SUCCEEDED"]
+
+
+def test_the_task_log_masks_the_stages_secrets(af: AirflowDeployment) -> None:
+    """The operator (in the worker) and the trigger (in the triggerer) register the stage's
+    secrets with Airflow's masker: the job's own lines show them as ``***``."""
+    run_id = af.trigger("torchx_secrets", {})
+    for task_id in ("in_worker", "deferred"):
+        ti = ("torchx_secrets", run_id, task_id)
+        af.wait_task(ti, {"success"}, DEADLINE)
+        log = poll(
+            lambda ti=ti: (lambda text: text if "token=" in text else None)(af.log(ti, 1)),
+            DEADLINE,
+            f"the job's line in {task_id}'s log",
+            REST_EVERY,
+        )
+        assert "tok-plant-4b1" not in log and "up-plant-6c2" not in log, log
+        assert "token=***" in log, log

@@ -95,7 +95,7 @@ def test_a_tracked_job_and_its_ranks_lineage_land_in_the_server(url: str, tmp_pa
         [sys.executable, "-m", "torchx.cli.main", "describe", producer],
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
-    assert "MLFLOW_TRACKING_PASSWORD: ***" in described and PASSWORD not in described
+    assert "MLFLOW_TRACKING_PASSWORD: '***'" in described and PASSWORD not in described
 
 
 def test_the_job_env_carries_mlflows_own_settings(url: str) -> None:

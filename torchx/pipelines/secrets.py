@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 from torchx.runner.api import Runner
 from torchx.specs.errors import backend_errors
-from torchx.specs.secrets import Masker, mask_args, secret_env, url_secrets
+from torchx.specs.secrets import Masker, env_secrets, mask_args, url_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def stage_secrets(
         mask_args(component_args, found)
     for config in runner.trackers().values():
         found += url_secrets(config or "")
-    found += secret_env(env).values()
+    found += env_secrets(env)
     if handle is not None:
         try:
             app = runner.describe(handle)
@@ -37,7 +37,7 @@ def stage_secrets(
             logger.warning("could not read the env of %s to mask it: %s", handle, e)
             app = None
         for role in app.roles if app is not None else []:
-            found += secret_env(role.env).values()
+            found += env_secrets(role.env)
     return [v for v in found if v]
 
 

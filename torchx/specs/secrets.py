@@ -83,6 +83,15 @@ def secret_env(env: Mapping[str, str]) -> Dict[str, str]:
     return {k: v for k, v in env.items() if is_secret_name(k) or url_secrets(str(v))}
 
 
+def env_secrets(env: Mapping[str, str]) -> List[str]:
+    """The secret values in ``env``: a sensitive name's whole value, and the credentials in
+    the URLs of the others (what a ``Masker`` hides wherever they appear)."""
+    found: List[str] = []
+    for name, value in env.items():
+        found += [str(value)] if is_secret_name(name) else url_secrets(str(value))
+    return found
+
+
 @runtime_checkable
 class _PydanticModel(Protocol):
     """A pydantic (v2) model (Prefect's params), without importing pydantic."""
@@ -148,7 +157,7 @@ def mask_args(
         env = args.get("env")
         if isinstance(env, Mapping):
             out["env"] = mask_env(env)
-            found += [str(v) for v in secret_env(env).values()]
+            found += env_secrets(env)
         elif isinstance(env, str):
             out["env"] = _mask_pairs(env, found)
         return out
@@ -196,11 +205,8 @@ class Masker:
 
     def add_env(self, env: Mapping[str, str]) -> None:
         """The secret values of ``env`` (sensitive names' values, URL credentials)."""
-        for name, value in env.items():
-            if is_secret_name(name):
-                self.add(value)
-            for secret in url_secrets(str(value)):
-                self.add(secret)
+        for value in env_secrets(env):
+            self.add(value)
 
     @property
     def values(self) -> Set[str]:

@@ -139,6 +139,33 @@ def test_distinct_stages_get_their_own_apps(env: Path) -> None:
     assert logged.count("echo/0 second-stage") == 1
 
 
+def test_a_stages_secrets_are_masked_in_the_flow_runs_log_and_artifacts(env: Path) -> None:
+    from prefect import flow
+
+    from torchx.pipelines.prefect import submit, wait
+
+    token, password = "tok-plant-1d7", "up-plant-3e8"
+    secret_env = f"HF_TOKEN={token},DB_URL=postgres://u:{password}@db/x"
+
+    @flow
+    def shows_its_secrets() -> str:
+        handle = submit("utils.sh", ["--env", secret_env, "sh", "-c", "echo t=$HF_TOKEN $DB_URL"])
+        wait(handle)
+        return handle
+
+    state = shows_its_secrets(return_state=True)
+    logged = "\n".join(flow_run_logs(state.state_details.flow_run_id, "sh/0 t="))
+    assert "sh/0 t=*** postgres://u:***@db/x" in logged, logged
+    from prefect.client.orchestration import get_client
+
+    async def artifacts() -> str:
+        async with get_client() as client:
+            return repr(await client.read_artifacts())
+
+    shown = logged + asyncio.run(artifacts())
+    assert token not in shown and password not in shown
+
+
 def test_a_stage_written_as_its_torchrun_line(env: Path) -> None:
     from prefect import flow
 

@@ -15,12 +15,14 @@ import threading
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Dict, Optional, Tuple
 
+from airflow.sdk.log import mask_secret
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 # imported here, in the triggerer's loop thread, before any of the poller's threads start:
 # two threads first-importing torchx.runner at once can get a partially initialized module
 from torchx.pipelines import core
 from torchx.pipelines.airflow.poller import TriggerPoller, Watch
+from torchx.pipelines.secrets import stage_secrets
 from torchx.pipelines.settings import TorchXSettings
 
 # the message Airflow's triggerer cancels a trigger's task with for a user's action on it
@@ -70,6 +72,8 @@ class TorchXTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.get_logs:  # the job's lines reach the task's log: Airflow masks its secrets
+            await asyncio.get_running_loop().run_in_executor(None, self._mask_secrets)
         poller = TriggerPoller.of_running_loop()
         watch = poller.watch(
             Watch(
@@ -153,6 +157,13 @@ class TorchXTrigger(BaseTrigger):
         cancelling = self._start_cancel()
         while cancelling.is_alive():
             await asyncio.sleep(0.1)
+
+    def _mask_secrets(self) -> None:
+        """The app's secret env, the trackers' and this process's (``stage_secrets``),
+        registered with the triggerer's masker (a scheduler call: off the loop)."""
+        with TorchXSettings(self.torchx_home).runner() as runner:
+            for secret in stage_secrets(runner, self.app_handle):
+                mask_secret(secret)
 
     def _cancel(self) -> None:
         with TorchXSettings(self.torchx_home).runner() as runner:
