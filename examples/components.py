@@ -70,7 +70,7 @@ def trainer(
     apps_dir: str = APPS_DIR,
     cpu: int = 1,
     memMB: int = 2048,
-    rdzv_port: int = 29500,
+    rdzv_port: Optional[int] = None,
 ) -> specs.AppDef:
     """Train an MLP on the digits with elastic DDP; checkpoints and resumes after failures.
 
@@ -89,7 +89,8 @@ def trainer(
         apps_dir: directory holding the stage programs inside ``image``
         cpu: cpus per node
         memMB: memory per node in MB
-        rdzv_port: port of the rendezvous on the rank-0 host (multi-node only)
+        rdzv_port: port of the rendezvous on the rank-0 host (multi-node only); unset, a free
+            port on local schedulers (two pipelines can train at once), 29500 elsewhere
     """
     return dist.ddp(
         "--data_path",

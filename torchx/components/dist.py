@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Tuple
 import torchx
 import torchx.specs as specs
 from torchx.components.structured_arg import StructuredJArgument, StructuredNameArgument
+from torchx.specs.api import DEFAULT_RDZV_PORT
 from torchx.specs.names import role_name_from
 
 # The env ``dist.ddp --debug`` sets (upstream's name; its own tests read it).
@@ -57,7 +58,7 @@ def ddp(
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
-    rdzv_port: int = 29500,
+    rdzv_port: Optional[int] = None,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
     mounts: Optional[List[str]] = None,
@@ -89,7 +90,9 @@ def ddp(
         max_retries: the number of scheduler retries allowed
         rdzv_port: the port on rank0's host to use for hosting the c10d store used for
             rendezvous. Only takes effect when running multi-node. When running single node,
-            this parameter is ignored and a random free port is chosen.
+            this parameter is ignored and a random free port is chosen. Unset, schedulers
+            whose nodes share this host (local_cwd, local_docker) pick a free port per job,
+            the others use 29500.
         rdzv_backend: the rendezvous backend to use. Only takes effect when running multi-node.
         rdzv_conf: extra rendezvous settings KEY=VALUE,... (merged over the timeouts below)
         mounts: mounts to mount into the worker environment/container
@@ -116,7 +119,8 @@ def ddp(
     if max_nnodes == 1:
         rdzv_endpoint: str = "localhost:0"
     else:
-        rdzv_endpoint = _noquote(f"$${{{specs.macros.rank0_env}:=localhost}}:{rdzv_port}")
+        port = specs.macros.rdzv_port if rdzv_port is None else str(rdzv_port)
+        rdzv_endpoint = _noquote(f"$${{{specs.macros.rank0_env}:=localhost}}:{port}")
 
     names = StructuredNameArgument.parse_from(name, m, script)
     role_env: Dict[str, str] = {
@@ -171,7 +175,7 @@ def ddp(
                 resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
                 args=["-c", _join(cmd)],
                 env=role_env,
-                port_map={"c10d": rdzv_port},
+                port_map={"c10d": DEFAULT_RDZV_PORT if rdzv_port is None else rdzv_port},
                 max_retries=max_retries,
                 mounts=specs.parse_mounts(mounts) if mounts else [],
             )

@@ -42,6 +42,7 @@ from torchx.schedulers.api import (
 )
 from torchx.schedulers.devices import get_device_mounts
 from torchx.schedulers.ids import make_unique
+from torchx.schedulers.ports import rdzv_port_for
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -215,12 +216,14 @@ class DockerScheduler(DockerWorkspaceMixin, Scheduler[DockerJob]):
                     devices.append(f"{mount.src_path}:{mount.dst_path}:{mount.permissions}")
                 else:
                     raise TypeError(f"unknown mount type {mount}")
+            rdzv_port = rdzv_port_for(role)  # one free port per role, shared by its replicas
             for replica_id in range(role.num_replicas):
                 values = macros.Values(
                     img_root="",
                     app_id=app_id,
                     replica_id=str(replica_id),
                     rank0_env=RANK0_ENV,
+                    rdzv_port=rdzv_port,
                 )
                 replica = values.apply(role)
                 error_file = f"{STATE_MOUNT}/{role.name}-{replica_id}-error.json"

@@ -63,6 +63,9 @@ class Resource:
 NULL_RESOURCE: Resource = Resource(cpu=-1, gpu=-1, memMB=-1)
 
 
+DEFAULT_RDZV_PORT = 29500  # torchrun's
+
+
 class macros:
     """Placeholders in ``Role.args``/``env``/``metadata`` that schedulers fill in at submit time."""
 
@@ -71,6 +74,10 @@ class macros:
     app_id = "${app_id}"
     replica_id = "${replica_id}"
     rank0_env = "${rank0_env}"
+    # the port of a role's rendezvous on its rank-0 host (``dist.ddp`` without ``--rdzv_port``):
+    # schedulers whose replicas share one host (local_cwd, local_docker) fill in a free port per
+    # role, the others torchrun's usual one
+    rdzv_port = "${rdzv_port}"
 
     @dataclass
     class Values:
@@ -79,6 +86,7 @@ class macros:
         replica_id: str
         rank0_env: str
         base_img_root: str = "DEPRECATED"
+        rdzv_port: str = str(DEFAULT_RDZV_PORT)
 
         def apply(self, role: Role) -> Role:
             """A deep copy of ``role`` with macros substituted in args, env values and metadata;

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from torchx import IMAGE
 from torchx.pipelines.kfp.image import base_image
 from torchx.pipelines.kfp.resources import LauncherResources, set_task_resources
-from torchx.specs.api import AppDef, InvalidArgumentError, Role
+from torchx.specs.api import DEFAULT_RDZV_PORT, AppDef, InvalidArgumentError, Role
 from torchx.specs.secrets import secret_env
 from torchx.trackers.env import tracker_env
 from torchx.util.modules import import_optional
@@ -33,7 +33,13 @@ _TOKEN = re.compile(
     r"|(?P<bare>[_A-Za-z][_A-Za-z0-9]*))"
 )
 _IO = {"input": "inputPath", "output": "outputPath", "param": "inputValue"}
-_STATIC_MACROS = {"img_root": "", "base_img_root": "", "replica_id": "0", "rank0_env": RANK0_ENV}
+_STATIC_MACROS = {
+    "img_root": "",
+    "base_img_root": "",
+    "replica_id": "0",
+    "rank0_env": RANK0_ENV,
+    "rdzv_port": str(DEFAULT_RDZV_PORT),
+}
 
 Part = Union[str, Dict[str, Any]]
 

@@ -41,6 +41,7 @@ from torchx.schedulers.local.images import (
     set_cuda_visible_devices,
 )
 from torchx.schedulers.local.protocol import BadRecord, ReplicaSpec, Request, RoleSpec, State
+from torchx.schedulers.ports import rdzv_port_for
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -222,12 +223,14 @@ class LocalScheduler(LocalDirWorkspaceMixin, Scheduler[PopenRequest]):
             img_root = workspace_dir(role) or provider.fetch_role(role)
             params: List[ReplicaParam] = []
             dirs: List[str] = []
+            rdzv_port = rdzv_port_for(role)  # one free port per role, shared by its replicas
             for replica_id in range(role.num_replicas):
                 values = macros.Values(
                     img_root=img_root,
                     app_id=app_id,
                     replica_id=str(replica_id),
                     rank0_env=RANK0_ENV,
+                    rdzv_port=rdzv_port,
                 )
                 rdir = os.path.join(app_log_dir, role.name, str(replica_id))
                 param = provider.get_replica_param(
