@@ -37,7 +37,7 @@ def _two_roles() -> AppStatus:
 def test_format_lists_replicas_by_id_marking_each_roles_first() -> None:
     assert _two_roles().format() == (
         "AppStatus:\n    State: FAILED\n    Num Restarts: 1\n    Roles: \n"
-        " *t[0]:SUCCEEDED\n  t[1]:FAILED (no reply file)\n *ps[0]:CANCELLED (no reply file)\n"
+        " *t[0]:SUCCEEDED\n  t[1]:FAILED (no reply file)\n *ps[0]:CANCELLED\n"
         "    Msg: boom\n    Structured Error Msg: <NONE>\n    UI URL: file:///l\n    "
     )
 
@@ -45,7 +45,7 @@ def test_format_lists_replicas_by_id_marking_each_roles_first() -> None:
 def test_format_filters_roles() -> None:
     assert _two_roles().format(["ps"]) == (
         "AppStatus:\n    State: FAILED\n    Num Restarts: 1\n    Roles: \n"
-        " *ps[0]:CANCELLED (no reply file)\n"
+        " *ps[0]:CANCELLED\n"
         "    Msg: boom\n    Structured Error Msg: <NONE>\n    UI URL: file:///l\n    "
     )
 
@@ -125,3 +125,10 @@ def test_raise_for_status_is_one_line_with_the_workers_error() -> None:
         status.raise_for_status()
     assert str(e.value) == f"job did not succeed: {status.error_summary()}"
     assert e.value.status is status
+
+
+def test_summary_names_the_exception_once_when_the_message_has_it() -> None:
+    err = json.dumps({"message": {"message": "ValueError: bad lr"}})
+    msg = "replica t/1 failed: rank 1: ValueError: bad lr"
+    status = AppStatus(_FAILED, msg=msg, structured_error_msg=err)
+    assert status.error_summary() == f"FAILED: {msg}"

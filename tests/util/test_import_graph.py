@@ -29,6 +29,7 @@ SUPERVISOR_CLOSURE = {
     "torchx.runtime.watchdog",  # its stall clock, shared with every scheduler's watchdog
     "torchx.schedulers",
     "torchx.schedulers.local",
+    "torchx.schedulers.local.failures",
     "torchx.schedulers.local.logs",
     "torchx.schedulers.local.processes",
     "torchx.schedulers.local.protocol",

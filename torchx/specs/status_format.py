@@ -1,7 +1,8 @@
 """How an ``AppStatus`` reads: ``format()``, ``repr()`` and a one-line ``error_summary()``.
 
 ``format()`` and ``repr()`` print what upstream prints, so scripts that parse them keep
-working; where upstream raised on a status it could not format, these print what they have.
+working; where upstream raised on a status it could not format, these print what they have,
+and a cancelled replica reads ``CANCELLED``, not upstream's ``CANCELLED (no reply file)``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _replica(replica: ReplicaStatus) -> str:
         body = f"{state}\n    {wrap_error_message(err.strip(), '    error_msg: ')}"
     else:
         body = state
-        if replica.state in (AppState.CANCELLED, AppState.FAILED):
+        if replica.state == AppState.FAILED:  # a cancelled replica is not missing one
             body += " (no reply file)"
     marker = "*" if replica.id == 0 else " "  # marks where each role's replicas start
     return f"\n {marker}{replica.role}[{replica.id}]:{body}"
@@ -144,5 +145,7 @@ def error_summary(status: AppStatus) -> str:
         error_message(r.structured_error_msg) for role in status.roles for r in role.replicas
     )
     err = error_message(status.structured_error_msg) or next(filter(None, replica_errors), "")
+    if err and err in detail:  # the message names the exception already (and its rank)
+        err = ""
     parts = [str(status.state)] + [p for p in (err, detail) if p]
     return ": ".join(parts[:2]) + (f" ({parts[2]})" if len(parts) > 2 else "")

@@ -32,6 +32,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Set
 
 from torchx.runtime.watchdog import StallClock
+from torchx.schedulers.local import failures
 from torchx.schedulers.local import processes as procs
 from torchx.schedulers.local import protocol as files
 from torchx.schedulers.local.logs import LineBuffer
@@ -78,6 +79,17 @@ def last_line(path: str, limit: int = 300) -> str:
     except OSError:
         return ""
     return lines[-1][:limit] if lines else ""
+
+
+def failure_message(r: Replica) -> str:
+    """Why ``r`` failed: the exception and rank that ended it (``failures``), else its
+    exit code and the last line of its stderr."""
+    found = failures.find(r.spec["stderr"], r.spec["error_file"])
+    if found is not None:
+        return f"replica {r.role}/{r.id} failed: {found}"[:500]  # one line, not a log
+    msg = f"replica {r.role}/{r.id} exited with code {r.exit_code}"
+    last = last_line(r.spec["stderr"])
+    return f"{msg}: {last}" if last else msg
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -354,9 +366,7 @@ class Supervisor:
         self.kill_leftovers(r)
         r.drain()
         if r.state == FAILED:
-            self.msg = f"replica {r.role}/{r.id} exited with code {r.exit_code}"
-            if last := last_line(r.spec["stderr"]):
-                self.msg += f": {last}"
+            self.msg = failure_message(r)
             if not self.handle_failure(r):
                 self.state = FAILED
         self.write_state()
