@@ -18,15 +18,6 @@ from tests.processes import wait_for_job_processes
 TORCHX = os.path.join(os.path.dirname(sys.executable), "torchx")
 
 
-@pytest.fixture()
-def env(tmp_path: Path) -> dict:
-    e = dict(os.environ)
-    e.update({"TORCHX_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
-    for k in ("TORCHXCONFIG", "TORCHX_TRACKERS", "TORCHX_PARENT_RUN_ID", "LOGLEVEL"):
-        e.pop(k, None)
-    return e
-
-
 def tx(
     args: List[str], env: dict, cwd: Path, timeout: float = 120, input: str | None = None
 ) -> subprocess.CompletedProcess:

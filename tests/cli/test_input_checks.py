@@ -14,15 +14,6 @@ import pytest
 TORCHX = os.path.join(os.path.dirname(sys.executable), "torchx")
 
 
-@pytest.fixture()
-def env(tmp_path: Path) -> dict:
-    e = dict(os.environ)
-    e.update({"TORCHX_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
-    for k in ("TORCHXCONFIG", "TORCHX_TRACKERS", "TORCHX_PARENT_RUN_ID", "LOGLEVEL"):
-        e.pop(k, None)
-    return e
-
-
 def tx(args: List[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [TORCHX, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120

@@ -33,17 +33,6 @@ FAILING_SCRIPT = (
 )
 
 
-@pytest.fixture()
-def env(tmp_path: Path) -> dict:
-    e = dict(os.environ)
-    e.update({"TORCHX_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
-    for k in ("TORCHXCONFIG", "TORCHX_TRACKERS", "TORCHX_PARENT_RUN_ID", "LOGLEVEL"):
-        e.pop(k, None)
-    for k in [k for k in e if k.startswith("PET_")]:
-        e.pop(k)
-    return e
-
-
 def _run(cmd: List[str], env: dict, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 

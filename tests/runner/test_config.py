@@ -60,6 +60,19 @@ def test_malformed_file_is_one_line_error(tmp_path: Path) -> None:
     assert "malformed" in str(e.value) and "\n" not in str(e.value)
 
 
+def _read_error(reader: str, path: Path) -> pytest.ExceptionInfo[config.ConfigError]:
+    """The error ``reader`` (each way a config is read) raises on the config ``path``."""
+    with pytest.raises(config.ConfigError) as e:
+        if reader == "apply":
+            config.apply("local_cwd", {})
+        elif reader == "get_configs":
+            config.get_configs("component", "utils.echo")
+        else:
+            with open(path) as f:
+                config.load("local_cwd", f, {})
+    return e
+
+
 @pytest.mark.parametrize(
     "text, line, needle",
     [
@@ -74,14 +87,7 @@ def test_parse_errors_name_the_file_and_line(
     tmp_path: Path, text: str, line: int, needle: str, reader: str
 ) -> None:
     path = _write(tmp_path / "proj" / ".torchxconfig", text)
-    with pytest.raises(config.ConfigError) as e:
-        if reader == "apply":
-            config.apply("local_cwd", {})
-        elif reader == "get_configs":
-            config.get_configs("component", "utils.echo")
-        else:
-            with open(path) as f:
-                config.load("local_cwd", f, {})
+    e = _read_error(reader, path)
     message = str(e.value)
     assert message.startswith(f"malformed {path}, line {line}: "), message
     assert needle in message and "\n" not in message
@@ -154,14 +160,7 @@ def test_values_read_as_upstream_reads_them(tmp_path: Path) -> None:
 def test_a_binary_config_is_a_one_line_error_naming_the_file(tmp_path: Path, reader: str) -> None:
     path = tmp_path / "proj" / ".torchxconfig"
     path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
-    with pytest.raises(config.ConfigError) as e:
-        if reader == "apply":
-            config.apply("local_cwd", {})
-        elif reader == "get_configs":
-            config.get_configs("component", "utils.echo")
-        else:
-            with open(path) as f:
-                config.load("local_cwd", f, {})
+    e = _read_error(reader, path)
     assert str(path) in str(e.value) and "not a text file" in str(e.value)
     assert "\n" not in str(e.value)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import pytest
 
@@ -113,18 +113,23 @@ def test_two_multi_node_ddp_jobs_at_once_both_succeed(tmp_path: Path) -> None:
             )
             for tag in ("a", "b")
         ]
-        try:
-            statuses = [runner.wait(h, wait_interval=0.2, timeout=180) for h in handles]
-            logs = {
-                h: [line for k in range(2) for line in runner.log_lines(h, "allreduce", k)]
-                for h in handles
-            }
-        finally:
-            for h in handles:
-                runner.cancel(h)
+        both_reduce(runner, handles, sync, timeout=180)
+
+
+def both_reduce(runner: Any, handles: List[str], sync: Path, timeout: float) -> None:
+    """The two jobs ``a`` and ``b`` SUCCEED, each rank having summed over its own job."""
+    try:
+        statuses = [runner.wait(h, wait_interval=0.2, timeout=timeout) for h in handles]
+        logs = {
+            h: [line for k in range(2) for line in runner.log_lines(h, "allreduce", k)]
+            for h in handles
+        }
+    finally:
+        for h in handles:
+            runner.cancel(h)
     states = [s.state if s else None for s in statuses]
     assert states == [specs.AppState.SUCCEEDED] * 2, (statuses, logs)
-    assert sorted(sync.iterdir()) == [sync / n for n in ("a-0", "a-1", "b-0", "b-1")]
+    assert sorted(p.name for p in sync.iterdir()) == ["a-0", "a-1", "b-0", "b-1"]
     sums = sorted(x.strip() for lines in logs.values() for x in lines if " sum " in x)
     assert [s.split("]:")[-1] for s in sums] == [
         f"{tag} rank {r}/2 sum 2" for tag in ("a", "b") for r in range(2)

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from torchx import specs
 from torchx.runner import get_runner
 
-from ..test_local_rdzv_port import ALLREDUCE
+from ..test_local_rdzv_port import ALLREDUCE, both_reduce
 
 
 def test_two_multi_node_ddp_jobs_at_once_both_succeed(docker_client: Any, tmp_path: Path) -> None:
@@ -37,19 +36,4 @@ def test_two_multi_node_ddp_jobs_at_once_both_succeed(docker_client: Any, tmp_pa
             )  # fmt: skip
             for tag in ("a", "b")
         ]
-        try:
-            statuses = [runner.wait(h, wait_interval=0.5, timeout=240) for h in handles]
-            logs = {
-                h: [line for k in range(2) for line in runner.log_lines(h, "allreduce", k)]
-                for h in handles
-            }
-        finally:
-            for h in handles:
-                runner.cancel(h)
-    states = [s.state if s else None for s in statuses]
-    assert states == [specs.AppState.SUCCEEDED] * 2, (statuses, logs)
-    assert sorted(p.name for p in sync.iterdir()) == ["a-0", "a-1", "b-0", "b-1"]
-    sums = sorted(x.strip() for lines in logs.values() for x in lines if " sum " in x)
-    assert [s.split("]:")[-1] for s in sums] == [
-        f"{tag} rank {r}/2 sum 2" for tag in ("a", "b") for r in range(2)
-    ], logs
+        both_reduce(runner, handles, sync, timeout=240)
