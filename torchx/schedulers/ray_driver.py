@@ -307,6 +307,7 @@ def main() -> int:
     pg = placement_group(
         [bundle(r) for r in replicas],
         strategy="SPREAD" if req.get("spread") else "PACK",
+        name=placement_group_name(str(req.get("app_id") or "")),  # the scheduler asks it
     )
     ray.get(pg.ready(), timeout=600)
     Replica = _replica_actor()
@@ -371,6 +372,11 @@ def main() -> int:
     summary = {f"{r['role']}/{r['replica_id']}": codes.get(i) for i, r in enumerate(replicas)}
     print("torchx-exit-codes " + json.dumps(summary), flush=True)
     return 1 if failed or not all(role_can_succeed(role) for role in mins) else 0
+
+
+def placement_group_name(job_id: str) -> str:
+    """The name of a job's placement group, by which ``describe`` asks whether it waits."""
+    return f"torchx-{job_id}"
 
 
 def bundle(replica: Dict[str, Any]) -> Dict[str, float]:

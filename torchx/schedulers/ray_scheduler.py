@@ -10,6 +10,14 @@ submitter's disk or Python.
 - The submitter's working directory (less ``.torchxignore``) is uploaded with the job
   (Ray's size limit applies); the run option ``working_dir`` names a directory on the
   cluster instead.
+- The app id carries the dashboard it went to, as upstream's does:
+  ``ray://<session>/<host:port>-<submission id>``, so a handle works from any shell; an id
+  without it (``<submission id>``, older handles) is looked up at ``$RAY_API_SERVER_ADDRESS``
+  / ``$RAY_ADDRESS`` / 127.0.0.1:8265. An https dashboard or one under a path cannot be
+  written in a handle (no ``/``): its ids carry no address.
+- A request that no combination of the cluster's nodes can ever hold is refused at submit
+  (a cluster whose autoscaler may add nodes excepted); one that waits for resources shows
+  PENDING, with Ray's reason, while its placement group waits.
 - Status, logs, ``describe`` (the AppDef, the token and owner included), progress and
   stalls come from the dashboard alone. A keyed submission's id is ``keyed_app_id``: Ray
   refuses it to a racing second submitter, which re-attaches without starting anything.
@@ -43,17 +51,20 @@ from torchx.schedulers.api import (
     app_idempotency_token,
     filter_regex,
     keyed_app_id,
+    schedule_named,
     stored_app,
 )
 from torchx.schedulers.ids import unique_name
 from torchx.schedulers.ray_driver import (
     ACTOR_PREFIX,
     REQUEST_ENV,
+    bundle,
     dashboard_url,
     decode_request,
     encode_request,
     last_progress,
 )
+from torchx.schedulers.ray_placement import cluster_at, placement_wait, unplaceable
 from torchx.specs.api import (
     NONE,
     AppDef,
@@ -94,6 +105,10 @@ RAY_STATES = {
 
 class WorkingDirTooLargeError(TorchXError, ValueError):
     """The working directory to upload is past Ray's package size limit."""
+
+
+class UnplaceableRequestError(TorchXError, ValueError):
+    """No combination of the Ray cluster's nodes can ever hold the request's bundles."""
 
 
 @dataclass
@@ -197,12 +212,14 @@ class RayScheduler(Scheduler[RayJob]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayJob]:
         app_id = keyed_app_id(app) or unique_name(app.name, max_base=40, suffix_length=8)
         working_dir = str(cfg.get("working_dir") or "") or None
+        address = str(cfg.get("dashboard_address"))
+        handle_id = _app_id(address, app_id)  # ${app_id} as the handle names it
         replicas = []
         for role in app.roles:
             for i in range(role.num_replicas):
                 r = macros.Values(
                     img_root=working_dir or ".",
-                    app_id=app_id,
+                    app_id=handle_id,
                     replica_id=str(i),
                     rank0_env="TORCHX_RANK0_HOST",
                 ).apply(role)
@@ -219,7 +236,7 @@ class RayScheduler(Scheduler[RayJob]):
                 )
         job = RayJob(
             app_id,
-            str(cfg.get("dashboard_address")),
+            address,
             replicas,
             None if working_dir else os.getcwd(),
             working_dir,
@@ -230,10 +247,26 @@ class RayScheduler(Scheduler[RayJob]):
         )
         return AppDryRunInfo(job, repr)
 
+    def schedule_keyed(
+        self, token: str, dryrun_info: AppDryRunInfo[RayJob], reattach_succeeded: bool
+    ) -> tuple[str, Optional[str]]:
+        """``Scheduler.schedule_keyed``, the keyed id compared as listed (with its address)."""
+        job = dryrun_info.request
+        if not (dryrun_info.app and keyed_app_id(dryrun_info.app)):
+            return super().schedule_keyed(token, dryrun_info, reattach_succeeded)
+        app_id = _app_id(job.address, job.app_id)
+        taken = self._name_taken
+        return schedule_named(self, token, dryrun_info, reattach_succeeded, app_id, taken)
+
     def schedule(self, dryrun_info: AppDryRunInfo[RayJob]) -> str:
         job = dryrun_info.request
         runtime_env: Dict[str, Any] = {"env_vars": {REQUEST_ENV: encode_request(job.request)}}
         client = self._client(job.address)
+        bundles = [bundle(r) for r in job.replicas]
+        cluster = cluster_at(dashboard_url(job.address))
+        refusal = unplaceable(bundles, cluster, job.address, job.app_id)
+        if refusal:
+            raise UnplaceableRequestError(refusal)
         with tempfile.TemporaryDirectory(prefix="torchx-ray-upload-") as upload:
             if job.upload_dir:  # the files .torchxignore lets through, uploaded by Ray
                 copy_workspace(job.upload_dir, upload)
@@ -255,17 +288,18 @@ class RayScheduler(Scheduler[RayJob]):
                     f" ({limit.group(0).rstrip('.')}): exclude files with .torchxignore, or run"
                     " in a directory on the cluster (-cfg working_dir=<path on the cluster>)"
                 ) from None
-        return job.app_id
+        return _app_id(job.address, job.app_id)
 
     def progress_path(self, app_id: str) -> Optional[str]:
         """The first replica's last report, from the job log's last ``TAIL_LINES`` lines (the
         dashboard's log API: Ray's Python ``get_log`` wants the GCS address), else from the
         whole log (chatty replicas; a cluster with auth), cached in this process's
         ``$TORCHX_HOME`` (the Runner reads progress from a file)."""
+        url, job_id = _split(app_id)
         query = urllib.parse.urlencode(
-            {"submission_id": app_id, "lines": TAIL_LINES, "timeout": 10}
+            {"submission_id": job_id, "lines": TAIL_LINES, "timeout": 10}
         )
-        url = f"{dashboard_url(_env_address())}/api/v0/logs/file?{query}"
+        url = f"{url}/api/v0/logs/file?{query}"
         try:
             with urllib.request.urlopen(url, timeout=15) as r:
                 report = last_progress(r.read().decode(errors="replace").splitlines())
@@ -275,25 +309,30 @@ class RayScheduler(Scheduler[RayJob]):
             report = last_progress(self._logs(app_id).splitlines())
         if not report:
             return None
-        path = str(torchx_home() / "ray" / f"{app_id}.progress.json")
+        path = str(torchx_home() / "ray" / f"{job_id}.progress.json")
         write_private(path, report)
         return path
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        client = self._client(_env_address())
+        url, job_id = _split(app_id)
+        client = self._client(url)
         try:
-            info = client.get_job_info(app_id)
+            info = client.get_job_info(job_id)
         except RuntimeError:
             return None
         req = _request_of(info)
         state = _state(info.status)
         app = appdef_from_dict(req["app"]) if req else None
         msg = info.message or NONE
+        if state == AppState.RUNNING:  # the driver runs; its replicas may wait for resources
+            waiting = placement_wait(url, job_id)
+            if waiting is not None:
+                state, msg = AppState.PENDING, waiting
         meta = info.metadata or {}  # the Ray job's own
         carried = {IDEMPOTENCY_TOKEN: meta.get(META_IDEMPOTENCY_TOKEN), OWNER: meta.get(META_OWNER)}
         codes: Dict[str, Optional[int]] = {}
         if is_terminal(state):
-            logs = client.get_job_logs(app_id)
+            logs = client.get_job_logs(job_id)
             m = re.findall(r"torchx-exit-codes (\{.*\})", logs)
             codes = json.loads(m[-1]) if m else {}
             if state == AppState.FAILED and "No module named torchx" in logs:
@@ -321,35 +360,40 @@ class RayScheduler(Scheduler[RayJob]):
                 **{k: v for k, v in carried.items() if v},
             },
             roles=app.roles if app else [],
-            ui_url=f"{dashboard_url(_env_address())}/#/jobs/{app_id}",
+            ui_url=f"{url}/#/jobs/{job_id}",
         )
 
     def list(self) -> List[ListAppResponse]:
-        return [self._entry(job) for job in self._torchx_jobs()]
+        address = _env_address()
+        return [self._entry(address, job) for job in self._torchx_jobs(address)]
 
     def find_by_idempotency_token(
         self, token: str, cfg: Optional[Mapping[str, CfgVal]] = None
     ) -> List[ListAppResponse]:
         """Ray's start time orders them; the Job Submission API cannot filter: all are listed."""
-        jobs = [j for j in self._torchx_jobs() if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
+        address = str((cfg or {}).get("dashboard_address") or _env_address())
+        jobs = self._torchx_jobs(address)
+        jobs = [j for j in jobs if j.metadata.get(META_IDEMPOTENCY_TOKEN) == token]
         jobs.sort(key=lambda j: (j.start_time or 0, j.submission_id))
-        return [self._entry(job) for job in jobs]
+        return [self._entry(address, job) for job in jobs]
 
     def _name_taken(self, e: Exception) -> bool:
         """Ray refuses a reused ``submission_id`` (live or stopped job)."""
         return isinstance(e, (RuntimeError, ValueError)) and "already exists" in str(e)
 
-    def _torchx_jobs(self) -> List[Any]:
-        jobs = self._client(_env_address()).list_jobs()
+    def _torchx_jobs(self, address: str) -> List[Any]:
+        jobs = self._client(address).list_jobs()
         return [j for j in jobs if (j.metadata or {}).get(META_TORCHX) == "1" and j.submission_id]
 
     @staticmethod
-    def _entry(job: Any) -> ListAppResponse:
+    def _entry(address: str, job: Any) -> ListAppResponse:
         name = (job.metadata or {}).get(META_APP_NAME, "")
-        return ListAppResponse(job.submission_id, _state(job.status), name=name)
+        app_id = _app_id(address, job.submission_id)
+        return ListAppResponse(app_id, _state(job.status), name=name)
 
     def _cancel_existing(self, app_id: str) -> None:
-        self._client(_env_address()).stop_job(app_id)
+        url, job_id = _split(app_id)
+        self._client(url).stop_job(job_id)
 
     def log_iter(
         self,
@@ -368,7 +412,8 @@ class RayScheduler(Scheduler[RayJob]):
         return filter_regex(regex, self._select(self._logs(app_id), prefix))
 
     def _logs(self, app_id: str) -> str:
-        return self._client(_env_address()).get_job_logs(app_id)
+        url, job_id = _split(app_id)
+        return self._client(url).get_job_logs(job_id)
 
     @staticmethod
     def _select(text: str, prefix: str) -> Iterator[str]:
@@ -400,6 +445,25 @@ def _state(status: Any) -> AppState:
 def _env_address(default: str = "127.0.0.1:8265") -> str:
     """The dashboard this process's environment names, as Ray's client reads it."""
     return os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or default
+
+
+def _app_id(address: str, job_id: str) -> str:
+    """The app id of Ray job ``job_id`` at ``address``: ``host:port-<job id>`` (upstream's
+    form) where the handle can carry the address (plain http, no path), else the job id."""
+    parts = urllib.parse.urlsplit(dashboard_url(address))
+    if parts.scheme != "http" or parts.path.strip("/") or "@" in parts.netloc or not parts.netloc:
+        return job_id
+    netloc = parts.netloc if re.search(r":\d+$", parts.netloc) else f"{parts.netloc}:80"
+    return f"{netloc}-{job_id}"
+
+
+def _split(app_id: str) -> tuple[str, str]:
+    """(dashboard URL, Ray submission id) of an app id; an id without an address (a job id
+    never holds ``:``) is at the address this process's environment names."""
+    m = re.match(r"^([^/@\s]+?:\d+)-(.+)$", app_id)
+    if m:
+        return f"http://{m.group(1)}", m.group(2)
+    return dashboard_url(_env_address()), app_id
 
 
 def _request_of(info: Any) -> Optional[Dict[str, Any]]:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 from types import MappingProxyType
-from typing import List
+from typing import List, Optional
 
 import psutil
 import pytest
@@ -17,9 +17,9 @@ from tests.mlflow_server import free_port
 from tests.polling import poll_until
 from tests.processes import wait_for_job_processes
 from torchx import specs
-from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, idempotency_token
+from torchx.schedulers.api import IDEMPOTENCY_TOKEN, OWNER, DescribeAppResponse, idempotency_token
 from torchx.schedulers.ray_driver import REQUEST_ENV
-from torchx.schedulers.ray_scheduler import create_scheduler
+from torchx.schedulers.ray_scheduler import RayScheduler, create_scheduler
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = os.path.dirname(sys.executable)
@@ -84,7 +84,7 @@ def test_cancel_stops_every_replica_process(env: Path) -> None:
     # A driver that starts after Ray stopped its job (a stop while the job was PENDING
     # can kill the entrypoint's shell just before it starts the driver: seen in CI, the
     # orphan held the head's CPUs) runs no replica. Its request is the job's, from Ray.
-    app_id = specs.parse_app_handle(handle).app_id
+    app_id = specs.parse_app_handle(handle).app_id.split("-", 1)[1]  # less host:port-
     info = JobSubmissionClient(os.environ["RAY_API_SERVER_ADDRESS"]).get_job_info(app_id)
     driver = subprocess.Popen(
         [sys.executable, "-m", "torchx.schedulers.ray_driver"],
@@ -189,9 +189,73 @@ def test_a_dashboard_address_option_is_used_without_touching_os_environ(
         patched.setenv("RAY_ADDRESS", nowhere)
         patched.setattr(os, "environ", MappingProxyType(dict(os.environ)))  # a write raises
         app_id = create_scheduler("t").submit(_true_app(""), {"dashboard_address": ray_head})
+    assert app_id.startswith(f"{ray_head}-"), app_id  # the address it went to
+    job_id = app_id[len(ray_head) + 1 :]
     ended = ("SUCCEEDED", "FAILED", "STOPPED")
-    status = poll_until(lambda: str(client.get_job_status(app_id).value), ended.__contains__, 120)
+    status = poll_until(lambda: str(client.get_job_status(job_id).value), ended.__contains__, 120)
     assert status == "SUCCEEDED"
+
+
+def _no_ray_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+
+
+def test_a_handle_works_from_a_shell_with_no_ray_env(env: Path, ray_head: str) -> None:
+    """The handle carries the dashboard it went to (upstream's ``<host:port>-<job id>``):
+    ``status``, ``log`` and ``describe`` from another process with no ``RAY_*`` variable
+    reach the job; a handle of the old form (no address) still reads the environment's."""
+    run = _tx("run", "-s", "ray", "--wait", "utils.sh", "sh", "-c", "echo from $TORCHX_JOB_ID")
+    assert run.returncode == 0, run.stderr
+    handle = run.stdout.splitlines()[0]
+    assert handle.startswith(f"ray://torchx/{ray_head}-"), handle
+
+    def tx(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [TORCHX, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(_no_ray_env(), **env),
+        )
+
+    status = tx("status", handle)
+    assert status.returncode == 0 and "State: SUCCEEDED" in status.stdout, status.stderr
+    assert tx("log", f"{handle}/sh/0").stdout == f"sh/0 from {handle}\n"  # $TORCHX_JOB_ID
+    assert '"state": "SUCCEEDED"' in tx("status", "--json", handle).stdout
+    old = handle.replace(f"ray://torchx/{ray_head}-", "ray://torchx/")
+    assert tx("status", old).returncode != 0  # the old form: the default address, no head
+    there = tx("status", old, RAY_API_SERVER_ADDRESS=f"http://{ray_head}")
+    assert there.returncode == 0 and "State: SUCCEEDED" in there.stdout, there.stderr
+
+
+def test_old_and_new_app_ids_parse() -> None:
+    from torchx.schedulers.ray_scheduler import _app_id, _split
+
+    assert _split("127.0.0.1:8300-train-ab12cd34") == ("http://127.0.0.1:8300", "train-ab12cd34")
+    assert _split("ray-head.ns.svc:8265-t-1") == ("http://ray-head.ns.svc:8265", "t-1")
+    assert _split("[::1]:8265-t-1") == ("http://[::1]:8265", "t-1")
+    assert _app_id("http://127.0.0.1:8300", "t-1") == "127.0.0.1:8300-t-1"
+    assert _app_id("127.0.0.1:8300", "t-1") == "127.0.0.1:8300-t-1"
+    assert _app_id("https://ray.example.com", "t-1") == "t-1"  # no "//" in a handle
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "environ", env)
+        assert _split("train-ab12cd34") == ("http://127.0.0.1:8265", "train-ab12cd34")
+        env["RAY_API_SERVER_ADDRESS"] = "http://10.0.0.5:8265"
+        assert _split("train-ab12cd34") == ("http://10.0.0.5:8265", "train-ab12cd34")
+
+
+def test_a_request_larger_than_the_cluster_is_refused_in_one_line_at_submit(env: Path) -> None:
+    """dist.ddp asks 2 CPUs a replica: 2x1 is 4 CPUs on a head of 2, which Ray would leave
+    PENDING (RUNNING to torchx) for ever. Nothing is submitted."""
+    before = {a.app_id for a in create_scheduler("t").list()}
+    run = _tx("run", "-s", "ray", "dist.ddp", "-j", "2x1", "--script", "train.py")
+    assert run.returncode == 1 and run.stdout == "", (run.stdout, run.stderr)
+    error = run.stderr.strip().splitlines()[-1]
+    assert error.startswith("torchx: error: the Ray cluster at "), run.stderr
+    assert "can never place" in error and "4 CPU in all" in error and "2 CPU in all" in error
+    assert "Traceback" not in run.stderr
+    assert {a.app_id for a in create_scheduler("t").list()} == before
 
 
 def test_a_scheduler_makes_one_client_per_head(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,3 +314,44 @@ def test_reference_stages_on_ray(env: Path) -> None:
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr
     assert (ev / "metrics.json").exists()
     assert specs.AppState.SUCCEEDED.name in _tx("status", p.stdout.splitlines()[0]).stdout
+
+
+def test_a_placeable_request_that_waits_is_pending_with_rays_reason(env: Path) -> None:
+    """A request the head can hold, but not now (another job holds its CPUs): PENDING while
+    its placement group waits, with Ray's reason, not RUNNING."""
+    res = specs.Resource(cpu=2, gpu=0, memMB=64)
+    role = specs.Role("r", image="", entrypoint="sleep", args=["600"], resource=res)
+    sched = create_scheduler("t")
+    holder = sched.submit(specs.AppDef("holder", [role]), {})
+    waiter = ""
+    try:
+        running = poll_until(
+            lambda: sched.describe(holder),
+            lambda d: d is not None and d.state == specs.AppState.RUNNING,
+            120,
+            0.5,
+        )
+        assert running and running.state == specs.AppState.RUNNING
+        waiter = sched.submit(specs.AppDef("waiter", [role]), {})
+        desc = poll_until(
+            lambda: sched.describe(waiter),
+            lambda d: d is not None and "waiting for resources" in d.msg,
+            120,
+        )
+        assert desc is not None and desc.state == specs.AppState.PENDING, desc
+        assert "[2 CPU]" in desc.msg, desc.msg
+    finally:
+        for app_id in (holder, waiter):
+            if app_id:
+                sched.cancel(app_id)
+        for app_id in (holder, waiter):
+            if app_id:
+                ended = _ended(sched, app_id)
+                assert ended is None or specs.is_terminal(ended.state), ended
+
+
+def _ended(sched: RayScheduler, app_id: str) -> Optional[DescribeAppResponse]:
+    def done(d: Optional[DescribeAppResponse]) -> bool:
+        return d is None or specs.is_terminal(d.state)
+
+    return poll_until(lambda: sched.describe(app_id), done, 120, 0.5)
