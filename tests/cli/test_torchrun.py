@@ -17,6 +17,7 @@ import yaml
 
 from tests.cli.test_cli import AS_FROM_A_TERMINAL
 from tests.mlflow_server import free_port
+from tests.polling import poll_until
 from tests.processes import wait_for_job_processes
 from tests.schedulers.test_slurm_scheduler import cluster  # noqa: F401  (the fixture)
 
@@ -156,6 +157,96 @@ def test_ctrl_c_cancels_the_job(env: dict, tmp_path: Path) -> None:
     _, alive = psutil.wait_procs(sleeps, timeout=60)
     assert not alive
     assert "CANCELLED" in _run([TORCHX, "status", handle], env, tmp_path).stdout
+
+
+# a shell script that starts a command in the background as a script would (`cmd &`: the
+# shell sets SIGINT to SIG_IGN in it), waits for the test's go, sends it SIGINT and records
+# its exit code; every wait has a deadline
+BACKGROUND = """
+"$@" > out 2> err &
+pid=$!
+echo $pid > pid
+for _ in $(seq 3000); do [ -e go ] && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+echo $? > rc
+"""
+
+
+def _kill_int_in_background(cmd: List[str], env: dict, tmp_path: Path, count: int) -> str:
+    """Run ``cmd`` as ``cmd &`` from bash, send it SIGINT once its job's ``count`` sleeps
+    run, and check that it cancelled the job and exited 130, as plain torchrun does."""
+    shell = subprocess.Popen(["bash", "-c", BACKGROUND, "bash", *cmd], env=env, cwd=tmp_path)
+    out, rc = tmp_path / "out", tmp_path / "rc"
+    try:
+        handle = poll_until(
+            lambda: out.read_text().split("\n")[0] if out.exists() else "",
+            lambda line: "://" in line,
+            timeout=120,
+        )
+        assert "://" in handle, (out.read_text(), (tmp_path / "err").read_text())
+        sleeps = wait_for_job_processes(handle, count, ["sleep", "600"], timeout=120)
+        (tmp_path / "go").touch()
+        code = poll_until(lambda: rc.read_text() if rc.exists() else "", bool, timeout=120)
+    finally:
+        (tmp_path / "go").touch()
+        if not rc.exists() and (tmp_path / "pid").exists():  # it ignored SIGINT: stop it
+            os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)
+        shell.wait(timeout=120)
+    err = (tmp_path / "err").read_text()
+    assert code.strip() == "130", err
+    assert "Traceback" not in err and "cancelled" in err, err
+    _, alive = psutil.wait_procs(sleeps, timeout=60)
+    assert not alive
+    return handle
+
+
+def test_kill_int_from_a_script_cancels_a_background_run(env: dict, tmp_path: Path) -> None:
+    argv = ["--nproc_per_node", "2", "--no_python", "sleep", "600"]
+    handle = _kill_int_in_background([TORCHX, "torchrun", *argv], env, tmp_path, 2)
+    assert "CANCELLED" in _run([TORCHX, "status", handle], env, tmp_path).stdout
+
+
+@pytest.mark.slurm
+def test_wait_on_slurm_streams_and_exits_with_the_jobs_code(
+    cluster: None,  # noqa: F811
+    env: dict,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "train.py").write_text(ARGS_SCRIPT)
+    (tmp_path / "fail.py").write_text(FAILING_SCRIPT)
+    on_slurm = [TORCHX, "torchrun", "-s", "slurm", "--wait", "--nnodes", "1"]
+    on_slurm += ["--nproc_per_node", "2", "--rdzv_endpoint", f"localhost:{free_port()}"]
+    ok = _run([*on_slurm, "train.py", "--x", "1"], env, tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    lines = ok.stdout.splitlines()
+    assert lines[0].startswith("slurm://torchx/"), lines
+    assert "rank 1 args ['--x', '1']" in ok.stdout, ok.stdout  # streamed
+    assert "SUCCEEDED" in _run([TORCHX, "status", lines[0]], env, tmp_path).stdout
+
+    plain = _run([TORCHRUN, "--standalone", "--nproc_per_node", "2", "fail.py"], env, tmp_path)
+    failed = _run([*on_slurm, "fail.py"], env, tmp_path)
+    assert failed.returncode == plain.returncode != 0, (plain, failed)  # as torchrun's
+    assert "ValueError: rank 1 broke" in failed.stdout, failed.stdout
+    (error,) = failed.stderr.strip().splitlines()
+    assert "FAILED" in error, failed.stderr
+
+
+@pytest.mark.slurm
+def test_kill_int_cancels_a_waited_slurm_job(
+    cluster: None,  # noqa: F811
+    env: dict,
+    tmp_path: Path,
+) -> None:
+    cmd = [TORCHX, "torchrun", "-s", "slurm", "--wait", "--nproc_per_node", "1"]
+    cmd += ["--rdzv_endpoint", f"localhost:{free_port()}", "--no_python", "sleep", "600"]
+    handle = _kill_int_in_background(cmd, env, tmp_path, 1)
+    status = poll_until(
+        lambda: _run([TORCHX, "status", handle], env, tmp_path).stdout,
+        lambda out: "CANCELLED" in out,
+        timeout=120,
+    )
+    assert "CANCELLED" in status, status
 
 
 @pytest.mark.slurm

@@ -183,9 +183,20 @@ class CmdRun(SubCommand):
             print(info.workspace)
 
     def _wait_and_stream(
-        self, runner: Any, handle: str, stream: bool, cancel_on_interrupt: bool
+        self,
+        runner: Any,
+        handle: str,
+        stream: bool,
+        cancel_on_interrupt: bool,
+        own_sigint: bool = False,
     ) -> None:
-        """Stream (optionally) and wait; Ctrl-C/SIGTERM cancel a local app, else stop watching."""
+        """Stream (optionally) and wait; Ctrl-C/SIGTERM cancel a local app, else stop watching.
+
+        ``own_sigint``: SIGINT raises ``KeyboardInterrupt`` for the wait even when this process
+        started with it ignored (a shell's background job: ``torchx torchrun ... &``), as
+        plain torchrun handles it; the caller blocked SIGINT (``block_sigint``) once the app
+        was submitted, and one sent since is handled here. Restored when the wait ends.
+        """
         from torchx.cli.logs import stream_logs
         from torchx.runner.logs import replicas_of
 
@@ -193,8 +204,13 @@ class CmdRun(SubCommand):
             raise _Terminated()
 
         previous = signal.signal(signal.SIGTERM, on_term)
+        previous_int = (
+            signal.signal(signal.SIGINT, signal.default_int_handler) if own_sigint else None
+        )
         try:
             try:
+                if own_sigint:  # one sent since the submission raises here, in the try
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
                 if stream:
                     errors = stream_logs(
                         runner, handle, replicas_of(runner, handle), should_tail=True
@@ -221,6 +237,8 @@ class CmdRun(SubCommand):
                 raise CommandError(f"interrupted; cancelled {handle} ({state})", code) from None
         finally:
             signal.signal(signal.SIGTERM, previous)
+            if previous_int is not None:
+                signal.signal(signal.SIGINT, previous_int)
         if status is None:
             raise CommandError(f"app {handle} disappeared from its scheduler")
         if status.state.name != "SUCCEEDED":
@@ -264,6 +282,13 @@ class CmdRun(SubCommand):
         stall = data.get("stall_timeout")
         args.stall_timeout = float(stall) if isinstance(stall, (int, float)) and stall else None
         args.workspace = data.get("workspace")
+
+
+def block_sigint() -> None:
+    """Hold SIGINT until ``_wait_and_stream(own_sigint=True)`` handles it (call it right
+    after the submission, before the handle is printed: a script that reads the handle and
+    sends SIGINT at once stops the app)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def add_cfg_argument(parser: Any) -> None:

@@ -2,7 +2,11 @@
 ``dist.ddp`` app ``torchx run`` submits for the same job.
 
 Without ``-s`` it runs on ``local_cwd`` in the foreground, as torchrun would (streamed,
-Ctrl-C cancels, torchrun's exit code); with ``-s SCHEDULER`` it submits and returns.
+Ctrl-C cancels, torchrun's exit code); with ``-s SCHEDULER`` it submits and returns, or with
+``--wait`` runs in the foreground there too. In the foreground SIGINT cancels the job and
+exits 130 also when a shell started the verb in the background (``torchx torchrun ... &``
+then ``kill -INT``), which leaves SIGINT ignored in it: the verb handles SIGINT for its wait,
+as torchrun does.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sys
 from torchx.cli.cmd_run import (
     CmdRun,
     add_cfg_argument,
+    block_sigint,
     check_script_exists,
     check_stall_timeout,
     resolve_workspace,
@@ -36,6 +41,12 @@ class CmdTorchrun(CmdRun):
             help=f"submit to this scheduler and return (default: {LOCAL}, in the foreground)",
         )
         add_cfg_argument(where)
+        where.add_argument(
+            "--wait",
+            action="store_true",
+            help="with -s: wait for the job in the foreground, streaming its logs, and exit with"
+            " its exit code (0 if it succeeded), as without -s; Ctrl-C or SIGTERM cancels it",
+        )
         where.add_argument(
             "--dryrun",
             action="store_true",
@@ -80,10 +91,14 @@ class CmdTorchrun(CmdRun):
             if args.dryrun:
                 self._print_dryrun(info)
                 return
-            foreground = scheduler == LOCAL
-            if foreground and not request.no_python:
+            foreground = scheduler == LOCAL or args.wait
+            if scheduler == LOCAL and not request.no_python:
                 check_script_exists(COMPONENT, request.component_args, workspace)
             handle = runner.schedule(info)
+            if foreground:
+                block_sigint()  # until the wait handles it
             print(handle, flush=True)
             if foreground:
-                self._wait_and_stream(runner, handle, stream=True, cancel_on_interrupt=True)
+                self._wait_and_stream(
+                    runner, handle, stream=True, cancel_on_interrupt=True, own_sigint=True
+                )
