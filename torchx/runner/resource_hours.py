@@ -77,13 +77,26 @@ def stage_hours(tracker: object, pipeline_run_id: str) -> Optional[ResourceHours
 
     if not isinstance(tracker, TrackerBase) or not tracker.keeps_metrics:
         return None  # nothing to sum: its runs are not even listed
+    stages = tracker.stage_metrics(pipeline_run_id)  # one paged search where it can
+    if stages is None:  # a backend that reads stages one by one
+        stages = []
+        for stage in tracker.run_ids(parent_run_id=pipeline_run_id):
+            rid = tracker.backend_run_id(stage)
+            stages.append(recorded_hours(tracker, rid) if rid else {})
     total: Optional[ResourceHours] = None
-    for stage in tracker.run_ids(parent_run_id=pipeline_run_id):
-        rid = tracker.backend_run_id(stage)
-        metrics = recorded_hours(tracker, rid) if rid else {}
-        if metrics:
-            part = ResourceHours(metrics.get(CPU_HOURS, 0.0), metrics.get(GPU_HOURS, 0.0))
-            total = part if total is None else total + part
+    missing = 0
+    for metrics in stages:
+        if CPU_HOURS not in metrics and GPU_HOURS not in metrics:
+            missing += 1
+            continue
+        part = ResourceHours(metrics.get(CPU_HOURS, 0.0), metrics.get(GPU_HOURS, 0.0))
+        total = part if total is None else total + part
+    if missing:
+        logger.warning(
+            "%d of the %d stage runs of %s recorded no resource-hours: %s",
+            missing, len(stages), pipeline_run_id,
+            "their sum leaves them out" if total is not None else "no sum",
+        )  # fmt: skip
     return total
 
 

@@ -153,6 +153,11 @@ class TrackerBase(abc.ABC):
         """The backend's own id of the run (MLflow's run id); None where it has none."""
         return None
 
+    def stage_metrics(self, run_id: str) -> Optional[List[Mapping[str, float]]]:
+        """Each stage run's latest metrics under the pipeline run ``run_id`` in a bounded
+        number of requests; None: the backend reads its stages one by one."""
+        return None
+
     def latest_metrics(self, backend_run_id: str, by_time: Sequence[str] = ()) -> Latest:
         """Each metric's latest value (the ``by_time`` keys' newest by time); {} in a backend
         that keeps no metrics."""

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
@@ -45,6 +46,7 @@ from torchx.trackers.mlflow_store import (
 from torchx.util.modules import MissingExtraError, import_optional
 from torchx.util.paths import torchx_home
 
+logger = logging.getLogger(__name__)
 TAG_JOB_ID = "torchx.job_id"
 TAG_PARENT = "torchx.parent_run_id"
 TAG_KIND = "torchx.kind"
@@ -138,10 +140,12 @@ class MLflowTracker(TrackerBase):
                 found = store.find_run(TAG_JOB_ID, job_id)
                 if found is not None:
                     self._runs[job_id] = found[0]
-                elif create:
+                elif create:  # one run however many stages open it at once (RunStore's)
                     name, tags = self.experiment_name or DEFAULT_EXPERIMENT, {TAG_JOB_ID: job_id}
                     exp_id = store.experiment_id(name, self.artifact_location)
-                    self._runs[job_id] = store.create_run(exp_id, job_id, tags, {}, now_ms())
+                    self._runs[job_id] = store.create_tagged_run(
+                        exp_id, job_id, tags, {}, now_ms(), TAG_JOB_ID
+                    )
             return self._runs.get(job_id)
 
     def _ensure(self, job_id: str) -> str:
@@ -284,9 +288,24 @@ class MLflowTracker(TrackerBase):
             self.store.tag_run(rid, TAG_NESTED, parent)
 
     def end_run(self, run_id: str, status: str) -> None:
-        rid = self._run(run_id, create=False)
-        if rid is not None:  # MlflowClient.set_terminated prints "View run ..." to stdout
-            self.store.terminate(rid, status)
+        """End the run; a duplicate still RUNNING (created at once with it on a store
+        without a lock, and missed by its creator's check) ends as ``status`` too."""
+        runs = self.store.search_tagged(TAG_JOB_ID, run_id)
+        with self._lock:
+            rid = self._runs.get(run_id) or (runs[0].run_id if runs else None)
+            if rid is None:
+                return
+            self._runs[run_id] = rid  # the pipeline's sums are logged to it next
+        self.store.terminate(rid, status)  # set_terminated prints "View run ..." to stdout
+        for dup in runs:
+            if dup.run_id != rid and dup.status == "RUNNING":
+                logger.warning("ending duplicate run %s of %s as %s", dup.run_id, run_id, status)
+                self.store.terminate(dup.run_id, status)
+
+    def stage_metrics(self, run_id: str) -> Optional[List[Mapping[str, float]]]:
+        """Each stage run's latest metrics under the pipeline run ``run_id``: one paged
+        search of the runs tagged with it (never a read per stage)."""
+        return [r.metrics for r in self.store.search_tagged(TAG_PARENT, run_id)]
 
     def resolve_run_id(self, run_id: str) -> str:
         """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""

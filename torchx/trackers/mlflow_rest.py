@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from torchx.specs.secrets import Masker
 from torchx.trackers.api import Latest, MetricRow, TrackerConfigError
 from torchx.trackers.mlflow_http import HttpSettings, redact
+from torchx.trackers.mlflow_runs import TaggedRun, create_once, oldest_first
 
 API = "/api/2.0/mlflow"
 BATCH = 100  # params per log-batch request (the server's limit)
@@ -127,13 +128,37 @@ class MlflowRest:
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
         """(run id, experiment id) of the oldest run whose ``tag`` is ``value``."""
+        runs = self.search_tagged(tag, value)
+        return (runs[0].run_id, runs[0].experiment_id) if runs else None
+
+    def search_tagged(self, tag: str, value: str) -> List[TaggedRun]:
+        """Every active run whose ``tag`` is ``value``, oldest first, with its metrics: one
+        experiments search and one runs search per 1000 runs."""
         exps = self._call("POST", API + "/experiments/search", {"max_results": 1000})
         ids = [e["experiment_id"] for e in exps.get("experiments", [])]
         flt, order = f"tags.`{tag}` = '{quote(value)}'", ["attributes.start_time ASC"]
-        query = {"experiment_ids": ids, "filter": flt, "order_by": order, "max_results": 1}
-        runs = self._call("POST", API + "/runs/search", query).get("runs")
-        info = runs[0]["info"] if runs else None
-        return (str(info["run_id"]), str(info["experiment_id"])) if info else None
+        query: Dict[str, Any] = {
+            "experiment_ids": ids,
+            "filter": flt,
+            "order_by": order,
+            "max_results": 1000,
+        }
+        out: List[TaggedRun] = []
+        while ids:
+            page = self._call("POST", API + "/runs/search", query)
+            for run in page.get("runs", []):
+                info, data = run["info"], run.get("data", {})
+                metrics = {m["key"]: float(m["value"]) for m in data.get("metrics", [])}
+                out.append(
+                    TaggedRun(
+                        str(info["run_id"]), str(info["experiment_id"]), str(info["status"]),
+                        int(info.get("start_time", 0)), metrics,
+                    )
+                )  # fmt: skip
+            if not page.get("next_page_token"):
+                break
+            query["page_token"] = page["next_page_token"]
+        return oldest_first(out)
 
     def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
         """(experiment id, status, artifact URI); None: no such run."""
@@ -184,6 +209,17 @@ class MlflowRest:
                 return newest
             query["page_token"] = page["next_page_token"]
 
+    def create_tagged_run(
+        self,
+        exp_id: str,
+        name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+        start: int,
+        key: str,
+    ) -> str:
+        return create_once(self, exp_id, name, tags, params, start, key)
+
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
@@ -209,6 +245,9 @@ class MlflowRest:
     def terminate(self, run_id: str, status: str, end_ms: Optional[int] = None) -> None:
         body = {"run_id": run_id, "status": status, "end_time": end_ms or int(time.time() * 1000)}
         self._call("POST", API + "/runs/update", body)
+
+    def delete_run(self, run_id: str) -> None:
+        self._call("POST", API + "/runs/delete", {"run_id": run_id})
 
 
 def quote(value: str) -> str:

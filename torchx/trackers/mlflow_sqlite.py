@@ -17,16 +17,36 @@ import tempfile
 import time
 import uuid
 from importlib.util import find_spec
-from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from torchx.trackers.api import Latest, MetricRow
 from torchx.trackers.mlflow_rest import DeletedExperimentError
+from torchx.trackers.mlflow_runs import TaggedRun, converge
 
 logger = logging.getLogger(__name__)
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_schema.json")
 # the schema revisions tests/trackers checked these rows on, one a line (``#``: a comment)
 CHECKED = os.path.join(os.path.dirname(SNAPSHOT), "mlflow_schema_checked.txt")
 _MAX = 1.7976931348623157e308  # a float's largest
+# the active runs (in active experiments) whose tag ``?`` is ``?``, oldest first
+_TAGGED = (
+    "SELECT r.run_uuid, r.experiment_id, r.status, r.start_time FROM runs r JOIN experiments"
+    " e USING (experiment_id) JOIN tags t ON t.run_uuid = r.run_uuid WHERE r.lifecycle_stage"
+    " = 'active' AND e.lifecycle_stage = 'active' AND t.key = ? AND t.value = ?"
+    " ORDER BY r.start_time, r.run_uuid"
+)
 _REVISION = re.compile(r'^(down_)?revision\s*=\s*"([0-9a-f]+)"', re.M)
 
 
@@ -170,8 +190,23 @@ class SqliteStore:
         return str(row[0]) if row else str(self._client().experiment_id(name, artifact_location))
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
-        run_id = next(iter(self.tagged_runs(tag, value)), "")  # the oldest
-        return (run_id, info[0]) if run_id and (info := self.run_info(run_id)) else None
+        with self._db() as db:
+            row = db.execute(_TAGGED + " LIMIT 1", (tag, value)).fetchone()
+        return (str(row[0]), str(row[1])) if row else None
+
+    def search_tagged(self, tag: str, value: str) -> List[TaggedRun]:
+        """Every active run whose ``tag`` is ``value``, oldest first, with its metrics
+        (MLflow's ``latest_metrics`` rows): two queries."""
+        metrics = (
+            "SELECT m.run_uuid, m.key, m.value FROM latest_metrics m JOIN tags t ON"
+            " t.run_uuid = m.run_uuid WHERE t.key = ? AND t.value = ?"
+        )
+        with self._db() as db:
+            runs = db.execute(_TAGGED, (tag, value)).fetchall()
+            found: Dict[str, Dict[str, float]] = {str(r[0]): {} for r in runs}
+            for run_id, key, v in db.execute(metrics, (tag, value)):
+                found.get(run_id, {})[key] = float(v)
+        return [TaggedRun(str(r), str(e), str(s), int(t or 0), found[r]) for r, e, s, t in runs]
 
     def tagged_runs(self, key: str, value: str, like: bool = False) -> Dict[str, Dict[str, str]]:
         """{run id: its tags} of each run whose tag ``key`` is ``value`` (``like``: a LIKE
@@ -180,7 +215,8 @@ class SqliteStore:
             "SELECT r.run_uuid, a.key, a.value FROM runs r JOIN experiments e USING"
             " (experiment_id) JOIN tags t ON t.run_uuid = r.run_uuid JOIN tags a ON a.run_uuid"
             " = r.run_uuid WHERE r.lifecycle_stage = 'active' AND e.lifecycle_stage = 'active'"
-            f" AND t.key = ? AND t.value {'LIKE' if like else '='} ? ORDER BY r.start_time"
+            f" AND t.key = ? AND t.value {'LIKE' if like else '='} ?"
+            " ORDER BY r.start_time, r.run_uuid"
         )
         runs: Dict[str, Dict[str, str]] = {}
         with self._db() as db:
@@ -198,21 +234,57 @@ class SqliteStore:
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str:
+        with self._db() as db:
+            return self._insert_run(db, exp_id, name, tags, params, start)
+
+    def create_tagged_run(
+        self,
+        exp_id: str,
+        name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+        start: int,
+        key: str,
+    ) -> str:
+        """The run whose tag ``key`` is ``tags[key]``: found, else created, in one
+        ``BEGIN IMMEDIATE`` transaction (one writer at a time: no two callers create it)."""
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute(_TAGGED + " LIMIT 1", (key, tags[key])).fetchone()
+                run_id = (
+                    str(row[0]) if row else self._insert_run(db, exp_id, name, tags, params, start)
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        # one created by a writer without this lock (MLflow's own client) converges too
+        return run_id if row else converge(self, key, tags[key], run_id)
+
+    def _insert_run(
+        self,
+        db: sqlite3.Connection,
+        exp_id: str,
+        name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+        start: int,
+    ) -> str:
         run_id, exp = uuid.uuid4().hex, int(exp_id)
         find = "SELECT artifact_location FROM experiments WHERE experiment_id = ?"
-        (location,) = self._one(find, exp)
-        with self._db() as db:
-            db.execute(
-                "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name,"
-                " user_id, status, start_time, source_version, lifecycle_stage, artifact_uri,"
-                " experiment_id) VALUES (?, ?, 'UNKNOWN', '', '', 'unknown', 'RUNNING', ?, '',"
-                " 'active', ?, ?)",
-                (run_id, name, start, f"{location}/{run_id}/artifacts", exp),
-            )
-            rows = [(k, v, run_id) for k, v in {**tags, "mlflow.runName": name}.items()]
-            db.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?)", rows)
-            rows = [(k, v, run_id) for k, v in params.items()]
-            db.executemany("INSERT INTO params (key, value, run_uuid) VALUES (?, ?, ?)", rows)
+        (location,) = db.execute(find, (exp,)).fetchone()
+        db.execute(
+            "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name,"
+            " user_id, status, start_time, source_version, lifecycle_stage, artifact_uri,"
+            " experiment_id) VALUES (?, ?, 'UNKNOWN', '', '', 'unknown', 'RUNNING', ?, '',"
+            " 'active', ?, ?)",
+            (run_id, name, start, f"{location}/{run_id}/artifacts", exp),
+        )
+        rows = [(k, v, run_id) for k, v in {**tags, "mlflow.runName": name}.items()]
+        db.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?)", rows)
+        rows = [(k, v, run_id) for k, v in params.items()]
+        db.executemany("INSERT INTO params (key, value, run_uuid) VALUES (?, ?, ?)", rows)
         return run_id
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
@@ -280,6 +352,11 @@ class SqliteStore:
             ended = db.execute(end, (status, end_ms or now_ms(), run_id)).rowcount
         if not ended:
             logger.warning("could not end run %s in sqlite:///%s: no such run", run_id, self.path)
+
+    def delete_run(self, run_id: str) -> None:
+        """As MLflow's ``delete_run``: lifecycle stage ``deleted``, with its time."""
+        delete = "UPDATE runs SET lifecycle_stage = 'deleted', deleted_time = ? WHERE run_uuid = ?"
+        self._one(delete, now_ms(), run_id)
 
 
 def now_ms() -> int:

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Protocol, S
 
 from torchx.trackers.api import Latest, MetricRow
 from torchx.trackers.mlflow_rest import DeletedExperimentError, MlflowRest, quote
+from torchx.trackers.mlflow_runs import TaggedRun, create_once, oldest_first
 from torchx.trackers.mlflow_sqlite import SqliteStore, ensure_store, is_checked
 
 logger = logging.getLogger(__name__)
@@ -23,9 +24,26 @@ class RunStore(Protocol):
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]: ...
     # (experiment id, status, artifact URI); None: no such run
     def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]: ...
+    # every active run (in an active experiment) whose ``tag`` is ``value``, oldest first by
+    # (start time, run id), with its latest metrics: one paged search, never a read per run
+    def search_tagged(self, tag: str, value: str) -> List[TaggedRun]: ...
     def create_run(
         self, exp_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, str], start: int
     ) -> str: ...
+    # the one run whose tag ``key`` is ``tags[key]`` however many callers create it at once:
+    # the oldest found, else created (atomically where the store can, else created, then
+    # converged on the oldest, the caller's own loser deleted)
+    def create_tagged_run(
+        self,
+        exp_id: str,
+        name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+        start: int,
+        key: str,
+    ) -> str: ...
+    # MLflow's ``delete_run``: lifecycle stage ``deleted`` (``mlflow gc`` destroys it)
+    def delete_run(self, run_id: str) -> None: ...
     def tag_run(self, run_id: str, key: str, value: str) -> None: ...
     # many steps at once, each ``(key, value, timestamp ms, step)``: as few requests as it can
     def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None: ...
@@ -95,8 +113,29 @@ class ClientStore:
         return str(exp.experiment_id)
 
     def find_run(self, tag: str, value: str) -> Optional[Tuple[str, str]]:
-        runs = search_runs(self.client, f"tags.`{tag}` = '{quote(value)}'", limit=1)
-        return (str(runs[0].info.run_id), str(runs[0].info.experiment_id)) if runs else None
+        runs = self.search_tagged(tag, value)
+        return (runs[0].run_id, runs[0].experiment_id) if runs else None
+
+    def search_tagged(self, tag: str, value: str) -> List[TaggedRun]:
+        client, out, token = self.client, [], None
+        exp_ids = [e.experiment_id for e in client.search_experiments()]
+        flt, order = f"tags.`{tag}` = '{quote(value)}'", ["attributes.start_time ASC"]
+        while exp_ids:
+            page = client.search_runs(
+                exp_ids, flt, max_results=1000, order_by=order, page_token=token
+            )
+            for run in page:
+                info = run.info
+                out.append(
+                    TaggedRun(
+                        str(info.run_id), str(info.experiment_id), str(info.status),
+                        int(info.start_time or 0), dict(run.data.metrics),
+                    )
+                )  # fmt: skip
+            token = page.token
+            if not token:
+                break
+        return oldest_first(out)
 
     def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
         from mlflow.exceptions import MlflowException
@@ -119,6 +158,20 @@ class ClientStore:
         for i in range(0, len(items), 100):
             self.client.log_batch(run.info.run_id, params=items[i : i + 100])
         return str(run.info.run_id)
+
+    def create_tagged_run(
+        self,
+        exp_id: str,
+        name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+        start: int,
+        key: str,
+    ) -> str:
+        return create_once(self, exp_id, name, tags, params, start, key)
+
+    def delete_run(self, run_id: str) -> None:
+        self.client.delete_run(run_id)
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
         self.client.set_tag(run_id, key, value)
