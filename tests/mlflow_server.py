@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 START_TIMEOUT = 240.0  # a cold start on a loaded 2-core machine takes 15-60 s
 
@@ -157,3 +157,52 @@ def mlflow_server(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def counting_proxy(url: str) -> Iterator[Tuple[str, List[str]]]:
+    """A plain http proxy in front of the server at ``url`` that records each request's
+    ``METHOD path`` (whoever sends it: torchx's REST calls or MLflow's own client)."""
+    import http.client
+    import http.server
+    import threading
+    import urllib.parse
+
+    target = urllib.parse.urlsplit(url)
+    seen: List[str] = []
+
+    class Forward(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"{self.command} {self.path.split('?')[0]}")
+            conn = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
+            try:
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                conn.request(self.command, self.path, body or None, headers)
+                answer = conn.getresponse()
+                data = answer.read()
+            finally:
+                conn.close()
+            self.send_response(answer.status, answer.reason)
+            for k, v in answer.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = do_DELETE = _forward
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()

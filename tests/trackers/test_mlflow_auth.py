@@ -13,11 +13,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from tests.mlflow_server import mlflow_server
+from tests.mlflow_server import counting_proxy, mlflow_server
 from torchx import specs
 from torchx.pipelines.core import open_pipeline_run
 from torchx.runner import get_runner
@@ -158,3 +158,76 @@ def test_credentials_in_the_uri_work_and_are_never_shown(
     refused = cli_run({}, tmp_path)
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
     assert server in refused.stderr and "nobody:x" not in refused.stderr
+
+
+def three_stage_pipeline(url: str) -> Tuple[str, str, str, str]:
+    """A pipeline run and its prep -> train -> eval stages, written as stages write them."""
+    tag = os.urandom(4).hex()
+    pipeline = f"airflow://dag/{tag}-run"
+    prep, train, ev = (f"local_cwd://torchx/{tag}-{s}" for s in ("prep", "train", "eval"))
+    open_pipeline_run(pipeline, {"mlflow": url}, orchestrator="airflow")
+    tracker = build_trackers({"mlflow": url})[0]
+    for stage in (prep, train, ev):
+        tracker.set_parent(stage, pipeline)
+    tracker.add_artifact(prep, "dataset", "/data", {"digest": "d1"})
+    tracker.add_source(train, prep, "dataset")
+    tracker.add_artifact(train, "model", "/model")
+    tracker.add_source(ev, train, "model")
+    tracker.add_source(ev, prep, "dataset")
+    return pipeline, prep, train, ev
+
+
+# requests for the lineage of a 3-stage pipeline: the experiments, the pipeline run, its
+# stages, then each stage's consumers (was 50-odd: a few per run and edge)
+LINEAGE_REQUESTS = 6
+
+
+def test_a_pipelines_lineage_takes_a_handful_of_requests(url: str) -> None:
+    pipeline, prep, train, ev = three_stage_pipeline(url)
+    with counting_proxy(url) as (proxy, seen):
+        lineage = build_trackers({"mlflow": proxy})[0].pipeline_lineage(pipeline)
+        assert len(seen) <= LINEAGE_REQUESTS, seen
+    assert sorted(lineage.stages) == sorted([prep, train, ev])
+    edges = {(e.source, e.target, e.artifact) for e in lineage.edges}
+    assert edges == {(prep, train, "dataset"), (train, ev, "model"), (prep, ev, "dataset")}
+    assert sorted(lineage.runs) == sorted([pipeline, prep, train, ev])
+    assert lineage.runs[pipeline]["kind"] == "pipeline"
+    assert lineage.runs[prep]["torchx.parent_run_id"] == pipeline
+
+    with counting_proxy(url) as (proxy, seen):  # the CLI: a health check more
+        out = tracker_cli(proxy, "lineage", pipeline)
+        assert len(seen) <= LINEAGE_REQUESTS + 1, seen
+    assert out.returncode == 0, out.stderr
+    assert f"stage {train}" in out.stdout and f"<- dataset <- {prep}" in out.stdout
+
+
+def tracker_cli(url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", "tracker", "--tracker", f"mlflow={url}", *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_run_is_named_by_a_unique_prefix_and_an_ambiguous_one_names_the_candidates(
+    url: str,
+) -> None:
+    pipeline, prep, train, ev = three_stage_pipeline(url)
+    tag = pipeline.rpartition("/")[2][:8]
+    tracker = build_trackers({"mlflow": url})[0]
+    mlflow_id = tracker.mlflow_run_id(train)  # type: ignore[attr-defined]
+    named = {pipeline[:-2]: pipeline, f"{tag}-pr": prep, mlflow_id[:10]: train}
+    for prefix, run in named.items():  # of a handle, of an app id, of an MLflow run id
+        out = tracker_cli(url, "lineage", prefix)
+        assert out.returncode == 0, (prefix, out.stderr)
+        assert out.stdout.split("\n")[0].split(" [")[0] == run, (prefix, out.stdout)
+        assert f"dataset -> {train}" in out.stdout or f"<- dataset <- {prep}" in out.stdout
+    out = tracker_cli(url, "list", "metadata", f"{tag}-ev")
+    assert out.returncode == 0 and ev in out.stdout, out
+
+    out = tracker_cli(url, "lineage", f"local_cwd://torchx/{tag}-")
+    assert out.returncode == 1 and out.stdout == "", out
+    assert out.stderr.count("\n") == 1 and all(j in out.stderr for j in (prep, train, ev)), out
+    out = tracker_cli(url, "list", "artifacts", f"{tag}-")  # app ids
+    assert out.returncode == 1 and all(j in out.stderr for j in (prep, train, ev)), out.stderr
+    out = tracker_cli(url, "lineage", f"nothing-{tag}")
+    assert out.returncode == 1 and f"no tracked run 'nothing-{tag}'" in out.stderr, out.stderr

@@ -57,10 +57,22 @@ class CmdTracker(SubCommand):
             lineage.add_argument("--format", choices=["text", "dot", "mermaid"], default="text")
 
     def run(self, args: argparse.Namespace) -> None:
+        tracker = _tracker(args.tracker)
+        with tracker.batched_reads():  # what naming the run read, the lineage reuses
+            self._run(tracker, args)
+
+    def _run(self, tracker: Any, args: argparse.Namespace) -> None:
         from tabulate import tabulate
 
-        tracker = _tracker(args.tracker)
+        from torchx.trackers.api import AmbiguousRunError
+
         what = args.list_what
+        try:  # a run id, or a unique prefix of one (of a handle, app id, MLflow run id)
+            for name in ("run_id", "parent_run_id"):
+                if getattr(args, name, None):
+                    setattr(args, name, tracker.find_run_id(getattr(args, name)))
+        except AmbiguousRunError as e:
+            raise CommandError(str(e)) from None
         if args.tracker_cmd == "lineage" or what == "lineage":
             lineage = tracker.pipeline_lineage(args.run_id)
             if not lineage.runs.get(lineage.run_id) and not lineage.edges:

@@ -5,10 +5,23 @@ per tracker to open a job's run before the submit and end it with the app."""
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+)
 
 from torchx.specs.api import TorchXError
 from torchx.trackers.env import (  # noqa: F401 (this module's public names)
@@ -40,6 +53,18 @@ def read_config_file(path: str, keys: Iterable[str] = ()) -> Dict[str, str]:
                     raise TrackerConfigError(f"{path}: unknown key {k!r}; use {', '.join(keys)}")
                 out[k] = v
     return out
+
+
+class AmbiguousRunError(TorchXError, ValueError):
+    """A run prefix that matches more than one run (``candidates``: the first few)."""
+
+    SHOWN = 5
+
+    def __init__(self, prefix: str, candidates: Sequence[str]) -> None:
+        shown = ", ".join(candidates[: self.SHOWN])
+        more = f" and {len(candidates) - self.SHOWN} more" if len(candidates) > self.SHOWN else ""
+        super().__init__(f"{prefix!r} matches several tracked runs: {shown}{more}; give more of it")
+        self.prefix, self.candidates = prefix, list(candidates)
 
 
 @dataclass
@@ -130,6 +155,15 @@ class TrackerBase(abc.ABC):
     def resolve_run_id(self, run_id: str) -> str:
         """The torchx run id for ``run_id`` (backends may also accept their own run ids)."""
         return run_id
+
+    def find_run_id(self, text: str) -> str:
+        """The run a person named: a run id, or (backends that can) a unique prefix of one;
+        raises ``AmbiguousRunError`` for a prefix of several; ``text`` itself if none."""
+        return self.resolve_run_id(text)
+
+    def batched_reads(self) -> ContextManager[object]:
+        """A block whose reads may share what they fetched (a backend's cache of one command)."""
+        return contextlib.nullcontext()
 
     def pipeline_lineage(self, run_id: str) -> Lineage:
         """The lineage of a run; for a pipeline run, of all its stages together."""

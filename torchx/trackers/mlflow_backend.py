@@ -16,12 +16,15 @@ import os
 import re
 import shutil
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from torchx.specs.secrets import mask_urls
 from torchx.trackers.api import (
+    AmbiguousRunError,
     JobRun,
     Latest,
+    Lineage,
     OpenedRun,
     StepMetrics,
     TrackerArtifact,
@@ -58,6 +61,19 @@ ENV_RUN_ID = "MLFLOW_RUN_ID"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
 _MLFLOW_ID = re.compile(r"[0-9a-f]{32}")
+_HEX = re.compile(r"[0-9a-f]{1,32}")
+PREFIX_LIMIT = 50  # runs read per prefix search: enough to name the candidates
+
+
+@dataclass
+class _Reads:
+    """What one command read (``MLflowTracker.batched_reads``): tags by torchx job id, the
+    runs consuming a job, a pipeline's stages, and the experiments searched."""
+
+    exp_ids: Optional[List[str]] = None
+    tags: Dict[str, Mapping[str, str]] = field(default_factory=dict)  # {} : no such run
+    consumers: Dict[str, List[Mapping[str, str]]] = field(default_factory=dict)
+    children: Dict[str, List[str]] = field(default_factory=dict)
 
 
 def default_tracking_uri() -> str:
@@ -108,6 +124,7 @@ class MLflowTracker(TrackerBase):
         self.ui_url = ui_url.rstrip("/") if ui_url else None
         self._runs: Dict[str, str] = {}  # torchx job id -> mlflow run id
         self._lock = threading.RLock()
+        self._reads: Optional[_Reads] = None  # inside ``batched_reads``
         job_id, run_id = os.environ.get("TORCHX_JOB_ID"), os.environ.get(ENV_RUN_ID)
         if job_id and run_id and os.environ.get(ENV_TRACKING_URI) == self.tracking_uri:
             self._runs[job_id] = run_id  # this process is a rank of a job its Runner opened
@@ -166,6 +183,9 @@ class MLflowTracker(TrackerBase):
             self.store.tag_run(rid, k if k != "kind" else TAG_KIND, str(v))
 
     def _tags(self, job_id: str) -> Mapping[str, str]:
+        reads = self._reads
+        if reads is not None and job_id in reads.tags:
+            return reads.tags[job_id]
         rid, sql = self._run(job_id, create=False), self._sql()
         return {} if not rid else sql.run_tags(rid) if sql else self.client.get_run(rid).data.tags
 
@@ -176,10 +196,171 @@ class MLflowTracker(TrackerBase):
 
     def _tagged(self, key: str, value: str, like: bool = False) -> List[Mapping[str, str]]:
         """The tags of each run whose tag ``key`` is ``value`` (``like``: a LIKE pattern)."""
+        return list(self._search_tag(key, value, like).values())
+
+    def _exp_ids(self, rest: MlflowRest) -> List[str]:
+        reads = self._reads
+        if reads is None:
+            return rest.experiment_ids()
+        if reads.exp_ids is None:
+            reads.exp_ids = rest.experiment_ids()
+        return reads.exp_ids
+
+    def _search(self, flt: str, limit: int) -> Dict[str, Dict[str, str]]:
+        """{MLflow run id: tags} of the runs matching ``flt`` in any active experiment, oldest
+        first: a server's by REST (a request per page), another store's by ``MlflowClient``."""
+        store = self.store
+        if isinstance(store, MlflowRest):
+            return store.search_tags(self._exp_ids(store), flt, limit)
+        runs = search_runs(self.client, flt, min(limit, 50000))
+        return {str(r.info.run_id): dict(r.data.tags) for r in runs}
+
+    def _search_tag(
+        self, key: str, value: str, like: bool = False, limit: int = 50000
+    ) -> Dict[str, Dict[str, str]]:
+        """{MLflow run id: tags} of the runs whose tag ``key`` is ``value`` (``like``: a LIKE
+        pattern), oldest first; one search (MLflow's has no IN for tags)."""
         if sql := self._sql():
-            return list(sql.tagged_runs(key, value, like).values())
-        flt = f"tags.`{key}` {'LIKE' if like else '='} '{quote(value)}'"
-        return [run.data.tags for run in search_runs(self.client, flt)]
+            return sql.tagged_runs(key, value, like)
+        return self._search(f"tags.`{key}` {'LIKE' if like else '='} '{quote(value)}'", limit)
+
+    def _search_ids(self, ids: Sequence[str], prefix: bool = False) -> Dict[str, Dict[str, str]]:
+        """{MLflow run id: tags} of the runs among ``ids`` (all in one search), or whose id
+        starts with ``ids[0]`` (``prefix``)."""
+        if not ids:
+            return {}
+        if sql := self._sql():
+            return sql.runs_by_id(ids, prefix)
+        if prefix:
+            return self._search(f"attributes.run_id LIKE '{quote(ids[0])}%'", PREFIX_LIMIT)
+        found: Dict[str, Dict[str, str]] = {}
+        for i in range(0, len(ids), 100):
+            listed = ", ".join(f"'{quote(rid)}'" for rid in ids[i : i + 100])
+            found.update(self._search(f"attributes.run_id IN ({listed})", 50000))
+        return found
+
+    def _record(self, found: Mapping[str, Mapping[str, str]]) -> List[str]:
+        """Keep what a search found (the oldest run of a job id wins, as ``_run``'s); returns
+        the job ids found, in order."""
+        jobs: List[str] = []
+        with self._lock:
+            for rid, tags in found.items():
+                job = tags.get(TAG_JOB_ID)
+                if job is None:
+                    continue
+                self._runs.setdefault(job, rid)
+                if self._reads is not None and not self._reads.tags.get(job):
+                    self._reads.tags[job] = tags
+                jobs.append(job)
+        return list(dict.fromkeys(jobs))
+
+    @contextlib.contextmanager
+    def batched_reads(self) -> Iterator[_Reads]:
+        """Reads in this block share what they fetched: tags, consumers, stages (a command's
+        view of the store; writes are not seen)."""
+        with self._lock:
+            outer = self._reads
+            reads = self._reads = outer or _Reads()
+            try:
+                yield reads
+            finally:
+                self._reads = outer
+
+    def find_run_id(self, text: str) -> str:
+        """A torchx job id (a handle), or a unique prefix of one, of its app id (the handle's
+        last part) or of an MLflow run id: the job id of that run; ``AmbiguousRunError`` for
+        a prefix of several; ``text`` itself if no run matches. One search for a handle."""
+        with self.batched_reads():
+            if _MLFLOW_ID.fullmatch(text):
+                for rid, tags in self._search_ids([text]).items():
+                    self._record({rid: tags})
+                    return tags.get(TAG_JOB_ID, rid)
+            like = text  # ``_`` and ``%`` match more (LIKE has no escape on every store):
+            # the matches are filtered here
+            found = self._search_tag(TAG_JOB_ID, f"{like}%", like=True, limit=PREFIX_LIMIT)
+            candidates = [j for j in self._record(found) if j.startswith(text)]
+            if text in candidates:
+                return text
+            if _HEX.fullmatch(text):
+                for rid, tags in self._search_ids([text], prefix=True).items():
+                    if rid.startswith(text):
+                        self._record({rid: tags})
+                        candidates.append(tags.get(TAG_JOB_ID, rid))
+            if not candidates:  # the app id: the handle's last part
+                found = self._search_tag(TAG_JOB_ID, f"%/{like}%", like=True, limit=PREFIX_LIMIT)
+                candidates = [
+                    j for j in self._record(found) if j.rpartition("/")[2].startswith(text)
+                ]
+            candidates = list(dict.fromkeys(candidates))
+            if len(candidates) > 1:
+                raise AmbiguousRunError(text, candidates)
+            return candidates[0] if candidates else text
+
+    def _fetch_graph(self, root: str, stages: bool) -> None:
+        """Read the lineage around ``root`` (and a pipeline's stages) level by level, into
+        ``_reads``: its stages in one search, each level upstream in one search (MLflow run
+        ids ``IN``; a source named by job id only: one search each), and each run
+        downstream in one search (its consumers, with their tags)."""
+        reads = self._reads
+        assert reads is not None
+        if not reads.tags.get(root):
+            self._record(self._search_tag(TAG_JOB_ID, root))
+            if not reads.tags.get(root) and _MLFLOW_ID.fullmatch(root):
+                self._record(self._search_ids([root]))
+            reads.tags.setdefault(root, {})
+        if stages and root not in reads.children:
+            reads.children[root] = self._record(self._search_tag(TAG_PARENT, root))
+        starts = (reads.children.get(root) or [root]) if stages else [root]
+        frontier = starts
+        while frontier:  # upstream: what the frontier consumed
+            tags = [reads.tags.get(rid, {}) for rid in frontier]
+            wanted = [
+                s["run"]
+                for t in tags
+                for s in json.loads(t.get(TAG_SOURCES, "[]"))
+                if s["run"] not in reads.tags
+            ]
+            wanted = list(dict.fromkeys(wanted))
+            known = [  # the producers' MLflow ids, as add_source tagged them
+                v[len("runs:/") :].partition("/")[0]
+                for t in tags
+                for k, v in t.items()
+                if k.startswith("torchx.source.") and v.startswith("runs:/")
+            ]
+            if wanted:
+                self._record(self._search_ids(list(dict.fromkeys(known))))
+            for rid in wanted:
+                if rid not in reads.tags:
+                    self._record(self._search_tag(TAG_JOB_ID, rid))
+                reads.tags.setdefault(rid, {})
+            frontier = wanted
+        frontier, seen = starts, set(starts)
+        while frontier:  # downstream: who consumed the frontier
+            following: List[str] = []
+            for rid in frontier:
+                if rid in reads.consumers:
+                    continue
+                found = self._search_tag(TAG_SOURCES, f'%"{rid}"%', like=True)
+                self._record(found)
+                reads.consumers[rid] = list(found.values())
+                for t in found.values():
+                    job = t.get(TAG_JOB_ID)
+                    if job and job not in seen:
+                        seen.add(job)
+                        following.append(job)
+            frontier = following
+
+    def pipeline_lineage(self, run_id: str) -> Lineage:
+        """As ``TrackerBase``'s, from a handful of searches (``_fetch_graph``), not a few
+        requests per run."""
+        with self.batched_reads():
+            self._fetch_graph(self.resolve_run_id(run_id), stages=True)
+            return super().pipeline_lineage(run_id)
+
+    def lineage(self, run_id: str) -> Lineage:
+        with self.batched_reads():
+            self._fetch_graph(run_id, stages=False)
+            return super().lineage(run_id)
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         out: Dict[str, object] = {
@@ -264,7 +445,11 @@ class MLflowTracker(TrackerBase):
 
     def descendants(self, run_id: str) -> Iterable[TrackerSource]:
         out = []
-        for tags in self._tagged(TAG_SOURCES, f'%"{run_id}"%', like=True):
+        reads = self._reads
+        consumers = reads.consumers.get(run_id) if reads is not None else None
+        if consumers is None:
+            consumers = self._tagged(TAG_SOURCES, f'%"{run_id}"%', like=True)
+        for tags in consumers:
             for s in json.loads(tags.get(TAG_SOURCES, "[]")):
                 if s["run"] == run_id:
                     out.append(TrackerSource(tags[TAG_JOB_ID], s["artifact"]))
@@ -309,9 +494,13 @@ class MLflowTracker(TrackerBase):
 
     def resolve_run_id(self, run_id: str) -> str:
         """Accepts an MLflow run id too (32 hex digits): returns its torchx job id."""
+        reads = self._reads
+        if reads is not None and reads.tags.get(run_id):
+            return run_id
         if _MLFLOW_ID.fullmatch(run_id) and self._run(run_id, create=False) is None:
-            with contextlib.suppress(Exception):  # not a run of this store
-                return str(self.client.get_run(run_id).data.tags.get(TAG_JOB_ID, run_id))
+            for rid, tags in self._search_ids([run_id]).items():
+                self._record({rid: tags})
+                return tags.get(TAG_JOB_ID, run_id)
         return run_id
 
     def run_url(self, run_id: str) -> Optional[str]:
@@ -323,6 +512,9 @@ class MLflowTracker(TrackerBase):
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent = kwargs.get("parent_run_id")
+        reads = self._reads
+        if parent and reads is not None and parent in reads.children:
+            return list(reads.children[parent])
         runs = self._tagged(TAG_PARENT, parent) if parent else self._tagged(TAG_JOB_ID, "%", True)
         return [tags[TAG_JOB_ID] for tags in runs if TAG_JOB_ID in tags]
 

@@ -160,6 +160,41 @@ class MlflowRest:
             query["page_token"] = page["next_page_token"]
         return oldest_first(out)
 
+    def experiment_ids(self) -> List[str]:
+        """The active experiments' ids, every page (``runs/search`` names the ones it reads)."""
+        ids: List[str] = []
+        query: Dict[str, Any] = {"max_results": 1000}
+        while True:
+            page = self._call("POST", API + "/experiments/search", query)
+            ids += [e["experiment_id"] for e in page.get("experiments", [])]
+            if not page.get("next_page_token"):
+                return ids
+            query["page_token"] = page["next_page_token"]
+
+    def search_tags(
+        self, exp_ids: Sequence[str], flt: str, limit: int = 50000
+    ) -> Dict[str, Dict[str, str]]:
+        """{run id: its tags} of the runs in ``exp_ids`` matching ``flt``, oldest first: one
+        ``runs/search`` per 1000 runs (a page), at most ``limit`` runs."""
+        runs: Dict[str, Dict[str, str]] = {}
+        if not exp_ids:
+            return runs
+        query: Dict[str, Any] = {
+            "experiment_ids": list(exp_ids),
+            "filter": flt,
+            "order_by": ["attributes.start_time ASC"],
+        }
+        while len(runs) < limit:
+            query["max_results"] = min(1000, limit - len(runs))
+            page = self._call("POST", API + "/runs/search", query)
+            for run in page.get("runs", []):
+                tags = run.get("data", {}).get("tags", [])
+                runs[str(run["info"]["run_id"])] = {t["key"]: t.get("value", "") for t in tags}
+            if not page.get("next_page_token"):
+                break
+            query["page_token"] = page["next_page_token"]
+        return runs
+
     def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
         """(experiment id, status, artifact URI); None: no such run."""
         try:

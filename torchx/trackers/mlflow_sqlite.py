@@ -224,6 +224,25 @@ class SqliteStore:
                 runs.setdefault(run_id, {})[k] = v
         return runs
 
+    def runs_by_id(self, ids: Sequence[str], prefix: bool = False) -> Dict[str, Dict[str, str]]:
+        """{run id: its tags} of the active runs among ``ids`` (``prefix``: whose id starts
+        with one of them), oldest first."""
+        runs: Dict[str, Dict[str, str]] = {}
+        sql = (
+            "SELECT r.run_uuid, t.key, t.value FROM runs r JOIN experiments e USING"
+            " (experiment_id) LEFT JOIN tags t ON t.run_uuid = r.run_uuid WHERE"
+            " r.lifecycle_stage = 'active' AND e.lifecycle_stage = 'active' AND"
+            f" {'substr(r.run_uuid, 1, length(?)) = ?' if prefix else 'r.run_uuid = ?'}"
+            " ORDER BY r.start_time"
+        )
+        with self._db() as db:
+            for value in ids:
+                for run_id, k, v in db.execute(sql, (value, value) if prefix else (value,)):
+                    tags = runs.setdefault(run_id, {})
+                    if k is not None:
+                        tags[k] = v
+        return runs
+
     def run_info(self, run_id: str) -> Optional[Tuple[str, str, str]]:
         """(experiment id, status, artifact URI); None: no such run."""
         row = self._one(
