@@ -177,7 +177,7 @@ def counting_proxy(url: str) -> Iterator[Tuple[str, List[str]]]:
         def _forward(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             seen.append(f"{self.command} {self.path.split('?')[0]}")
-            conn = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
+            conn = http.client.HTTPConnection(str(target.hostname), target.port, timeout=120)
             try:
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                 conn.request(self.command, self.path, body or None, headers)
