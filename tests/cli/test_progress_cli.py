@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import TORCHX, env, tx
+from tests.cli.test_cli import TORCHX, tx
 from tests.polling import poll_until
 from tests.processes import job_processes
-
-__all__ = ["env"]  # the fixture
 
 DEADLINE = 90  # generous: the machine is shared; nothing here asserts a time
 

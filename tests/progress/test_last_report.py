@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli.test_cli import env, tx
+from tests.cli.conftest import env
+from tests.cli.test_cli import tx
 
 __all__ = ["env"]  # the fixture
 
