@@ -1,8 +1,6 @@
-"""The code counts issue 38 watches (``scripts/code_counts.py``), and the size of tracking
-(issue 24: at most 1,600 lines; issue 37 added MLflow's client settings, its typed store
-protocol and the checked schema revisions: 1,900; its batched progress sender and the
-typed run-metrics members: 2,000). Modules are split by concept, not by a
-line count, so no per-module limit is pinned here."""
+"""The code counts issue 38 watches (``scripts/code_counts.py``). Line counts have no limit
+(issue 54 lifted them: modules are split by concept, not by a line count); the script
+reports lines per package."""
 
 from __future__ import annotations
 
@@ -18,17 +16,13 @@ SCRIPT = ROOT / "scripts" / "code_counts.py"
 BASELINE = {"broad excepts": 23, "type: ignores": 38, "getattr probes": 75}
 
 
-def lines(path: Path) -> int:
-    return len(path.read_text().splitlines())
-
-
 def counts(root: Path) -> tuple[int, dict[str, int]]:
     """``code_counts.py``'s exit code on ``root`` and its totals by name."""
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--root", str(root)], capture_output=True, text=True
     )
     totals = {}
-    for line in proc.stdout.splitlines():
+    for line in proc.stdout.split("lines per package:")[0].splitlines():
         name, _, rest = line.partition("  ")
         totals[name.strip()] = int(rest.split()[0])
     return proc.returncode, totals
@@ -61,7 +55,3 @@ def test_code_counts_exits_1_when_a_count_is_over_its_target(tmp_path: Path) -> 
 def test_no_count_is_above_its_baseline() -> None:
     _, totals = counts(TORCHX)
     assert {k: totals[k] for k in BASELINE if totals[k] > BASELINE[k]} == {}
-
-
-def test_tracking_is_at_most_2000_lines() -> None:
-    assert sum(lines(p) for p in (TORCHX / "trackers").glob("*.py")) <= 2000

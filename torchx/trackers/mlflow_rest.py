@@ -21,6 +21,10 @@ METRICS_BATCH = 1000  # metrics per log-batch request (the server's limit)
 READ_ATTEMPTS = 3
 
 
+# a unique-key violation in the server's database (sqlite, MySQL, PostgreSQL)
+_DUPLICATE_ROW = re.compile(r"UNIQUE constraint failed|Duplicate entry|duplicate key value")
+
+
 class MlflowRestError(TrackerConfigError):
     """The tracking server refused a request (its ``error_code``), or did not answer."""
 
@@ -268,7 +272,16 @@ class MlflowRest:
         return run_id
 
     def tag_run(self, run_id: str, key: str, value: str) -> None:
-        self._call("POST", API + "/runs/set-tag", {"run_id": run_id, "key": key, "value": value})
+        body = {"run_id": run_id, "key": key, "value": value}
+        try:
+            self._call("POST", API + "/runs/set-tag", body)
+        except MlflowRestError as e:
+            if not _DUPLICATE_ROW.search(str(e)):
+                raise
+            # stages that open one pipeline run tag it at once; MLflow's store reads, then
+            # inserts, so a concurrent writer's row can make the insert fail. The row exists
+            # now: the same request updates it
+            self._call("POST", API + "/runs/set-tag", body)
 
     def log_metric_rows(self, run_id: str, rows: Sequence[MetricRow]) -> None:
         """One log-batch request per ``METRICS_BATCH`` rows."""
