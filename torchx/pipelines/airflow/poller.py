@@ -36,6 +36,7 @@ from torchx.specs.api import (
     parse_app_handle,
 )
 from torchx.specs.errors import backend_errors
+from torchx.specs.secrets import env_secrets
 
 T = TypeVar("T")
 
@@ -73,6 +74,8 @@ class Watch:
     cursors: List[LogCursor] = field(default_factory=list)
     follower: Optional[core.ProgressFollower] = None
     next_look: float = 0.0
+    # the app's secret env values, from the first look: the trigger has Airflow mask them
+    secrets: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -271,6 +274,7 @@ def _first_look(runner: Runner, sched: Scheduler, watch: Watch) -> bool:
             runner, watch.handle, lambda _: None, watch.progress_interval
         )
     if watch.get_logs:
+        watch.secrets = [secret for role in desc.roles for secret in env_secrets(role.env)]
         streams = STREAMS_APART.get(sched.backend, (Stream.COMBINED,))
         watch.cursors = [
             LogCursor(

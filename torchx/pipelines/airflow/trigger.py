@@ -22,7 +22,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 # two threads first-importing torchx.runner at once can get a partially initialized module
 from torchx.pipelines import core
 from torchx.pipelines.airflow.poller import TriggerPoller, Watch
-from torchx.pipelines.secrets import stage_secrets
 from torchx.pipelines.settings import TorchXSettings
 
 # the message Airflow's triggerer cancels a trigger's task with for a user's action on it
@@ -72,8 +71,6 @@ class TorchXTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        if self.get_logs:  # the job's lines reach the task's log: Airflow masks its secrets
-            await asyncio.get_running_loop().run_in_executor(None, self._mask_secrets)
         poller = TriggerPoller.of_running_loop()
         watch = poller.watch(
             Watch(
@@ -112,7 +109,12 @@ class TorchXTrigger(BaseTrigger):
 
     def _log_news(self, watch: Watch) -> None:
         """Log what the poller found since the last call: replica lines (counted: the
-        counts go into the event), warnings and progress reports."""
+        counts go into the event), warnings and progress reports. The app's secrets (from
+        the poller's first look) are registered with Airflow's masker first, so the task's
+        log shows the job's lines masked."""
+        for secret in watch.secrets:
+            mask_secret(secret)
+        watch.secrets.clear()
         for start in range(0, len(watch.lines), LINES_PER_RECORD):
             # one record per batch: a log call costs the loop about 0.3 ms
             lines = watch.lines[start : start + LINES_PER_RECORD]
@@ -157,13 +159,6 @@ class TorchXTrigger(BaseTrigger):
         cancelling = self._start_cancel()
         while cancelling.is_alive():
             await asyncio.sleep(0.1)
-
-    def _mask_secrets(self) -> None:
-        """The app's secret env, the trackers' and this process's (``stage_secrets``),
-        registered with the triggerer's masker (a scheduler call: off the loop)."""
-        with TorchXSettings(self.torchx_home).runner() as runner:
-            for secret in stage_secrets(runner, self.app_handle):
-                mask_secret(secret)
 
     def _cancel(self) -> None:
         with TorchXSettings(self.torchx_home).runner() as runner:
