@@ -83,7 +83,11 @@ def ray_head(
 ) -> Iterator[str]:
     """A head started with ``bindir``'s ``ray`` (``bindir`` first on its PATH: the jobs'
     ``python``); yields its dashboard URL."""
-    ports = {name: free_port() for name in PORTS}
+    ports: Dict[str, int] = {}
+    for name in PORTS:  # nine random picks can repeat one ("used by other components")
+        while (port := free_port()) in ports.values():
+            pass
+        ports[name] = port
     temp_dir = f"/tmp/rh{ports['dashboard-port']}"  # short: Ray's socket paths live in it
     start = [
         os.path.join(bindir, "ray"),
