@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple
+
+if TYPE_CHECKING:  # the store module calls these: no import cycle at run time
+    from torchx.trackers.mlflow_store import RunStore
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ def oldest_first(runs: Iterable[TaggedRun]) -> List[TaggedRun]:
 
 
 def create_once(
-    store: Any,
+    store: RunStore,
     exp_id: str,
     name: str,
     tags: Mapping[str, str],
@@ -45,7 +48,7 @@ def create_once(
     return converge(store, key, tags[key], mine)
 
 
-def converge(store: Any, key: str, value: str, mine: str) -> str:
+def converge(store: RunStore, key: str, value: str, mine: str) -> str:
     """The oldest active run tagged ``key=value`` (``mine``, the run this caller just
     created, included); ``mine`` is ended and deleted if it is not that one."""
     runs = store.search_tagged(key, value)
@@ -57,7 +60,7 @@ def converge(store: Any, key: str, value: str, mine: str) -> str:
     return winner
 
 
-def retire(store: Any, run_id: str, status: str = "KILLED") -> None:
+def retire(store: RunStore, run_id: str, status: str = "KILLED") -> None:
     """End a duplicate run, then delete it (MLflow's lifecycle stage ``deleted``); a store
     that refuses the delete leaves it ended, never RUNNING."""
     from torchx.specs.errors import backend_errors
